@@ -1,0 +1,192 @@
+"""The cost-model interface: per-device fwd / bwd compute and fwd / bwd comm for any plan, and the incremental
+questions a solver asks millions of times.
+
+Every predictor here (the analytic model, the neural models) has the same shape, which is also the shape of
+DreamShard's and NeuroShard's cost networks: each shard contributes an additive *state* vector to its device; a
+device's compute cost is a nonlinear function of its summed state (so a device's cost is not the sum of its tables'
+costs); communication is a function of every device's pooled-output width. A solver binds the model to an instance
+once (`bind`), then asks "what does device d cost with table t added?" by adding two vectors and calling
+`compute_costs` on a batch of states.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from shardopt.ir import Instance, Plan, Shard
+
+COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
+
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """Per-device costs in milliseconds: `columns[d]` = (fwd_compute, bwd_compute, fwd_comm, bwd_comm)."""
+
+    columns: np.ndarray  # float64 [num_devices, 4]
+
+    @property
+    def fwd_compute(self) -> np.ndarray:
+        return self.columns[:, 0]
+
+    @property
+    def bwd_compute(self) -> np.ndarray:
+        return self.columns[:, 1]
+
+    @property
+    def fwd_comm(self) -> np.ndarray:
+        return self.columns[:, 2]
+
+    @property
+    def bwd_comm(self) -> np.ndarray:
+        return self.columns[:, 3]
+
+    @property
+    def total(self) -> np.ndarray:
+        """Each device's iteration cost: the sum of its four columns."""
+        return self.columns.sum(axis=1)
+
+    @property
+    def max_cost(self) -> float:
+        """The plan cost of DESIGN.md: max over devices of their sum."""
+        return float(self.total.max()) if len(self.columns) else 0.0
+
+    @property
+    def critical_path(self) -> float:
+        """Sum over phases of the slowest device in that phase (the phases synchronise at each all-to-all)."""
+        return float(self.columns.max(axis=0).sum()) if len(self.columns) else 0.0
+
+    @property
+    def bottleneck(self) -> int:
+        return int(np.argmax(self.total))
+
+    @property
+    def imbalance(self) -> float:
+        """max / mean of the device totals (1.0 = perfectly balanced)."""
+        mean = float(self.total.mean()) if len(self.columns) else 0.0
+        return self.max_cost / mean if mean > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        return {
+            "max_cost_ms": self.max_cost,
+            "critical_path_ms": self.critical_path,
+            "bottleneck_device": self.bottleneck,
+            "imbalance": self.imbalance,
+            "devices": [
+                {"device": d, **{c: float(self.columns[d, j]) for j, c in enumerate(COST_COLUMNS)}, "total": float(self.total[d])}
+                for d in range(len(self.columns))
+            ],
+        }
+
+
+class BoundCostModel(ABC):
+    """A cost model specialised to one instance, with per-table work done once."""
+
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        self.num_devices = instance.topology.num_devices
+        self._index = instance.table_index()
+
+    # -- what each predictor implements ------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def state_size(self) -> int:
+        """Length of the additive per-device state vector."""
+
+    @abstractmethod
+    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
+        """The additive state contribution of a shard of table `table` (index) that is `cols` wide and holds
+        `row_fraction` of its rows, serving `batch_fraction` of the global batch (1/D for a data-parallel replica)."""
+
+    @abstractmethod
+    def compute_costs(self, states: np.ndarray) -> np.ndarray:
+        """fwd and bwd compute in ms for each state: [..., state_size] -> [..., 2]. The empty state costs 0."""
+
+    @abstractmethod
+    def comm_costs(self, dim_sums: np.ndarray) -> np.ndarray:
+        """fwd and bwd all-to-all in ms per device from every device's pooled-output width (sum of its shards'
+        widths): [..., D] -> [..., D, 2]."""
+
+    # -- derived, shared by all predictors ---------------------------------------------------------------------
+    @cached_property
+    def table_states(self) -> np.ndarray:
+        """State of each whole table placed table-wise: [T, state_size]."""
+        return np.stack([self.shard_state(i, t.dim) for i, t in enumerate(self.instance.tables)])
+
+    @cached_property
+    def table_dims(self) -> np.ndarray:
+        return np.array([t.dim for t in self.instance.tables], dtype=np.float64)
+
+    @cached_property
+    def single_table_costs(self) -> np.ndarray:
+        """Compute cost (fwd + bwd, ms) of each table alone on a device: the solvers' "predicted cost" order."""
+        return self.compute_costs(self.table_states).sum(axis=-1)
+
+    def replicated_comm(self, table: int) -> float:
+        """Extra backward comm (ms, per device) of keeping a data-parallel replica of `table` in sync. Predictors
+        that model data-parallel placements override this; the default refuses, rather than pretending it is free."""
+        raise NotImplementedError(f"{type(self).__name__} does not model replicated (data-parallel) tables")
+
+    def shard_contribution(self, shard: Shard) -> tuple[int, np.ndarray, float]:
+        """(device, state, pooled width) a shard adds to its device."""
+        i = self._index[shard.table]
+        t = self.instance.tables[i]
+        if shard.replicated:
+            return shard.device, self.shard_state(i, t.dim, 1.0, 1.0 / self.num_devices), 0.0
+        width = shard.width(t)
+        return shard.device, self.shard_state(i, width, shard.height(t) / t.rows, 1.0), float(width)
+
+    def device_costs(self, states: np.ndarray, dim_sums: np.ndarray, extra_bwd_comm: np.ndarray | None = None) -> DeviceCosts:
+        """DeviceCosts from each device's summed state [D, F] and pooled width [D]."""
+        cols = np.empty((self.num_devices, 4))
+        cols[:, 0:2] = self.compute_costs(states)
+        cols[:, 2:4] = self.comm_costs(dim_sums)
+        if extra_bwd_comm is not None:
+            cols[:, 3] += extra_bwd_comm
+        return DeviceCosts(cols)
+
+    def plan_costs(self, plan: Plan | list[Shard]) -> DeviceCosts:
+        shards = plan.shards if isinstance(plan, Plan) else plan
+        states = np.zeros((self.num_devices, self.state_size))
+        dims = np.zeros(self.num_devices)
+        extra = np.zeros(self.num_devices)
+        fast = all(not s.replicated and s.col_offset == 0 and s.cols is None and s.row_offset == 0 and s.rows is None for s in shards)
+        if fast:  # table-wise plans: one gather + scatter-add
+            idx = np.fromiter((self._index[s.table] for s in shards), dtype=np.int64, count=len(shards))
+            dev = np.fromiter((s.device for s in shards), dtype=np.int64, count=len(shards))
+            np.add.at(states, dev, self.table_states[idx])
+            np.add.at(dims, dev, self.table_dims[idx])
+        else:
+            for s in shards:
+                d, st, w = self.shard_contribution(s)
+                states[d] += st
+                dims[d] += w
+                if s.replicated:
+                    extra[d] += self.replicated_comm(self._index[s.table])
+        return self.device_costs(states, dims, extra)
+
+    def assignment_costs(self, device_of_table: np.ndarray) -> DeviceCosts:
+        """Costs of a table-wise assignment given as one device index per table (vectorised)."""
+        states = np.zeros((self.num_devices, self.state_size))
+        dims = np.zeros(self.num_devices)
+        np.add.at(states, device_of_table, self.table_states)
+        np.add.at(dims, device_of_table, self.table_dims)
+        return self.device_costs(states, dims)
+
+
+class CostModel(ABC):
+    """A named predictor; `bind` specialises it to an instance."""
+
+    name: str = "cost-model"
+
+    @abstractmethod
+    def bind(self, instance: Instance) -> BoundCostModel: ...
+
+    def plan_costs(self, instance: Instance, plan: Plan | list[Shard]) -> DeviceCosts:
+        return self.bind(instance).plan_costs(plan)
+
+    def describe(self) -> str:
+        return self.name

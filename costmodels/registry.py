@@ -1,0 +1,36 @@
+"""Cost models by name: `--cost-model analytic` (the topology's profile) or `analytic:h100` (a fixed profile)."""
+
+from __future__ import annotations
+
+from costmodels.base import CostModel
+
+DEFAULT_COST_MODEL = "analytic"
+
+
+class UnknownCostModelError(KeyError):
+    def __init__(self, name: str, why: str = ""):
+        self.name = name
+        super().__init__(why or f"unknown cost model {name!r} (known: {', '.join(cost_model_names())})")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def cost_model_names() -> list[str]:
+    from shardopt.hardware import PROFILES
+
+    return ["analytic"] + [f"analytic:{p}" for p in sorted(PROFILES)]
+
+
+def get_cost_model(name: str = DEFAULT_COST_MODEL) -> CostModel:
+    from costmodels.analytic import AnalyticCostModel
+
+    if name == "analytic":
+        return AnalyticCostModel()
+    if name.startswith("analytic:"):
+        profile = name.split(":", 1)[1]
+        try:
+            return AnalyticCostModel(profile)
+        except KeyError as exc:
+            raise UnknownCostModelError(name, f"cost model {name!r}: {exc.args[0]}") from None
+    raise UnknownCostModelError(name)

@@ -1,0 +1,91 @@
+"""Hardware profiles: the published figures of each accelerator that the analytic cost model needs.
+
+They live beside the IR (not inside the cost model) because the IR validates a topology's profile name, and the IR
+must not import the cost models. Sources for every figure are listed in docs/analytic-model.md; figures that are
+not vendor specifications (kernel launch overhead, achievable fraction of peak for random gathers) are marked as
+assumptions there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+GiB = 1024**3
+MiB = 1024**2
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One accelerator model and the links of a typical server built around it."""
+
+    name: str
+    description: str
+    hbm_bandwidth: float  # bytes/s, peak device-memory bandwidth
+    memory_bytes: int  # device-memory capacity
+    l2_bytes: int  # last-level (L2) cache size
+    sm_count: int  # streaming multiprocessors
+    nvlink_bandwidth: float  # bytes/s per direction per device, intra-host
+    network_bandwidth: float  # bytes/s per direction per device, inter-host
+    sector_bytes: int = 32  # DRAM access granularity of one memory transaction
+    gather_efficiency: float = 0.65  # achievable share of peak bandwidth for random row gathers (assumption)
+    l2_bandwidth_ratio: float = 3.0  # L2 hit bandwidth relative to HBM (assumption)
+    launch_overhead_s: float = 6e-6  # host-side launch + kernel start per kernel (assumption)
+    min_kernel_s: float = 8e-6  # floor of one under-occupied kernel (assumption)
+    warps_per_sm: int = 64  # resident warps per SM: occupancy of the gather kernel
+    alltoall_latency_s: float = 15e-6  # start-up latency of one all-to-all (assumption)
+    network_latency_s: float = 10e-6  # extra start-up latency when peers are on other hosts (assumption)
+
+
+PROFILES: dict[str, HardwareProfile] = {
+    "v100": HardwareProfile(
+        name="v100",
+        description="NVIDIA V100 SXM2 32 GB, NVLink 2, 100 Gb/s EDR InfiniBand per GPU",
+        hbm_bandwidth=900 * GB,
+        memory_bytes=32 * GiB,
+        l2_bytes=6 * MiB,
+        sm_count=80,
+        nvlink_bandwidth=150 * GB,
+        network_bandwidth=12.5 * GB,
+    ),
+    "a100": HardwareProfile(
+        name="a100",
+        description="NVIDIA A100 SXM4 80 GB, NVLink 3, 200 Gb/s HDR InfiniBand per GPU",
+        hbm_bandwidth=2039 * GB,
+        memory_bytes=80 * GiB,
+        l2_bytes=40 * MiB,
+        sm_count=108,
+        nvlink_bandwidth=300 * GB,
+        network_bandwidth=25 * GB,
+    ),
+    "h100": HardwareProfile(
+        name="h100",
+        description="NVIDIA H100 SXM5 80 GB, NVLink 4, 400 Gb/s NDR InfiniBand per GPU",
+        hbm_bandwidth=3350 * GB,
+        memory_bytes=80 * GiB,
+        l2_bytes=50 * MiB,
+        sm_count=132,
+        nvlink_bandwidth=450 * GB,
+        network_bandwidth=50 * GB,
+    ),
+    "h200": HardwareProfile(
+        name="h200",
+        description="NVIDIA H200 SXM 141 GB, NVLink 4, 400 Gb/s NDR InfiniBand per GPU",
+        hbm_bandwidth=4800 * GB,
+        memory_bytes=141 * GB,
+        l2_bytes=50 * MiB,
+        sm_count=132,
+        nvlink_bandwidth=450 * GB,
+        network_bandwidth=50 * GB,
+    ),
+}
+
+DEFAULT_PROFILE = "v100"
+
+
+def get_profile(name: str) -> HardwareProfile:
+    """The profile called `name`; a KeyError that lists the known names otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown hardware profile {name!r} (known: {', '.join(sorted(PROFILES))})") from None

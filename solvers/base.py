@@ -1,0 +1,102 @@
+"""The one solver interface: `solve(instance, cost_model, *, time_limit, seed) -> SolveResult`.
+
+Every solver's plan goes through the plan checker before it is returned (`finish`), so a caller never sees an
+invalid plan; a solver that cannot place every table returns a result with a reason instead, and says whether that
+reason is a proof (`infeasible`) or only its own failure (`no_solution`).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from costmodels.base import CostModel, DeviceCosts
+from shardopt.ir import Instance, Plan, PlanStatus, Shard
+from shardopt.plan_check import assert_valid_plan
+
+
+class SolveStatus(str, Enum):
+    optimal = "optimal"
+    feasible = "feasible"
+    timeout = "timeout"  # the time limit ended the search; the plan is the best found so far
+    infeasible = "infeasible"  # proven: no plan exists (the reason says why)
+    no_solution = "no_solution"  # this solver found no plan; the instance is not proven infeasible
+
+    @property
+    def has_plan(self) -> bool:
+        return self in (SolveStatus.optimal, SolveStatus.feasible, SolveStatus.timeout)
+
+
+@dataclass
+class SolveResult:
+    solver: str
+    status: SolveStatus
+    plan: Plan | None = None
+    reason: str | None = None
+    wall_time_s: float = 0.0
+    lower_bound: float | None = None
+    predicted: DeviceCosts | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def predicted_cost(self) -> float | None:
+        return self.predicted.max_cost if self.predicted is not None else None
+
+
+class Solver(ABC):
+    name: str = "solver"
+    family: str = "heuristic"
+    description: str = ""
+
+    @abstractmethod
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult: ...
+
+    def params(self) -> dict[str, Any]:
+        """The solver's settings, recorded in every plan it makes."""
+        return {}
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def finish(
+    solver: Solver,
+    instance: Instance,
+    cost_model: CostModel,
+    shards: list[Shard],
+    clock: Stopwatch,
+    *,
+    seed: int,
+    status: SolveStatus = SolveStatus.feasible,
+    lower_bound: float | None = None,
+    info: dict[str, Any] | None = None,
+) -> SolveResult:
+    """Check the plan (raising PlanError on a solver bug: never hand out an invalid plan), cost it, wrap it."""
+    assert_valid_plan(instance, shards)
+    predicted = cost_model.plan_costs(instance, shards)
+    plan = Plan(
+        instance=instance.content_hash(),
+        solver=solver.name,
+        params=solver.params(),
+        cost_model=cost_model.describe(),
+        seed=seed,
+        wall_time_s=clock.elapsed,
+        status=PlanStatus(status.value),
+        lower_bound=lower_bound,
+        predicted_cost=predicted.max_cost,
+        shards=shards,
+    )
+    return SolveResult(solver.name, status, plan, None, clock.elapsed, lower_bound, predicted, info or {})
+
+
+def fail(solver: Solver, status: SolveStatus, reason: str, clock: Stopwatch, info: dict[str, Any] | None = None) -> SolveResult:
+    return SolveResult(solver.name, status, None, reason, clock.elapsed, None, None, info or {})

@@ -1,0 +1,60 @@
+"""One registry: solver name -> solver class, imported lazily so that `shardopt solve --solver greedy` does not
+pay for OR-Tools or torch."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from solvers.base import Solver
+
+
+@dataclass(frozen=True)
+class SolverEntry:
+    name: str
+    module: str
+    cls: str
+    family: str
+    description: str
+
+
+_ENTRIES: dict[str, SolverEntry] = {}
+
+
+def register(name: str, module: str, cls: str, family: str, description: str) -> None:
+    _ENTRIES[name] = SolverEntry(name, module, cls, family, description)
+
+
+class UnknownSolverError(KeyError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"unknown solver {name!r} (known: {', '.join(solver_names())})")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def solver_names() -> list[str]:
+    return list(_ENTRIES)
+
+
+def entries() -> list[SolverEntry]:
+    return list(_ENTRIES.values())
+
+
+def get_solver(name: str, **options) -> Solver:
+    entry = _ENTRIES.get(name)
+    if entry is None:
+        raise UnknownSolverError(name)
+    cls = getattr(importlib.import_module(entry.module), entry.cls)
+    return cls(**options)
+
+
+_H = "solvers.heuristics"
+register("greedy", _H, "GreedySolver", "heuristic", "largest predicted cost first onto the device of lowest predicted cost (cost-model aware)")
+register("random", _H, "RandomSolver", "heuristic", "uniformly random device among those with memory left")
+register("round_robin", _H, "RoundRobinSolver", "heuristic", "tables in order onto devices in turn, skipping full devices")
+register("size", _H, "SizeSolver", "heuristic", "proxy = table bytes; largest first onto the lowest accumulated proxy")
+register("dim", _H, "DimSolver", "heuristic", "proxy = dim")
+register("lookup", _H, "LookupSolver", "heuristic", "proxy = dim x pooling factor")
+register("size_lookup", _H, "SizeLookupSolver", "heuristic", "proxy = dim x pooling factor x log10(rows)")
