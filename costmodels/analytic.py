@@ -120,7 +120,7 @@ class BoundAnalytic(BoundCostModel):
         out[:, _FOOT] = uniq * sb[:, None]
         out[:, _REUSE] = np.maximum(acc - uniq, 0.0) * sb[:, None]
         out[:, _GATHER] = lookups * sb
-        out[:, _FWD_STREAM] = lookups * INDEX_BYTES + (bags + 1) * INDEX_BYTES + bags * w * OUTPUT_BYTES
+        out[:, _FWD_STREAM] = (lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
         row_bytes = w * elem
         if self._optimizer is Optimizer.sgd:
             state_bytes = np.zeros_like(w)

@@ -67,8 +67,10 @@ _TOP_BIN_DRAW_HI = 1 << ACCESS_BINS - 1  # 2^16
 _HEAD_RANKS = 4096
 _TAIL_BUCKETS = 2000
 # Expected counts up to this are binned with the exact binomial law, larger ones with its normal approximation.
+# The exact pmf is evaluated up to a count that depends on the expected count (tiers of (max lambda, max count));
+# the mass left above is < 1e-20.  Most rows of a big table have lambda << 1, so the first tier is the busy one.
 _EXACT_LAMBDA = 100.0
-_EXACT_KMAX = 256
+_EXACT_TIERS = ((2.0, 32), (_EXACT_LAMBDA, 256))
 
 # Above this many (rows / lookups) table_stats uses np.unique instead of a dense np.bincount.
 _BINCOUNT_MAX_ROWS = 1 << 26
@@ -304,6 +306,19 @@ def _norm_cdf(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.sign(z) * erf)
 
 
+def _binomial_bin_probabilities(lookups: int, p: np.ndarray, kmax: int) -> np.ndarray:
+    """P(Binomial(lookups, p) in bin k) from the log-space pmf at counts 1..kmax (mass above kmax dropped)."""
+    k = np.arange(kmax + 1, dtype=np.float64)
+    lchoose = np.array([math.lgamma(lookups + 1.0) - math.lgamma(x + 1.0) - math.lgamma(lookups - x + 1.0) for x in k])
+    pc = np.clip(p, 1e-300, 1.0 - 1e-15)  # keep both logs finite (p == 1: a one-row table)
+    logpmf = lchoose + k * np.log(pc)[:, None] + (lookups - k) * np.log1p(-pc)[:, None]
+    pmf = np.exp(logpmf[:, 1:])
+    starts = _BIN_LO[_BIN_LO <= kmax] - 1  # column of count c is c - 1
+    probs = np.zeros((p.size, ACCESS_BINS))
+    probs[:, : starts.size] = np.add.reduceat(pmf, starts, axis=1)
+    return probs
+
+
 def _expected_bin_probabilities(lookups: int, p: np.ndarray) -> np.ndarray:
     """P(count in bin k) for a row of probability p under `lookups` i.i.d. draws, shape (len(p), ACCESS_BINS).
 
@@ -313,23 +328,15 @@ def _expected_bin_probabilities(lookups: int, p: np.ndarray) -> np.ndarray:
     """
     lam = lookups * p
     out = np.zeros((p.size, ACCESS_BINS))
-    exact = (lam <= _EXACT_LAMBDA) | (lookups <= _EXACT_KMAX)
-    if exact.any():
-        kmax = min(lookups, _EXACT_KMAX)
-        k = np.arange(kmax + 1, dtype=np.float64)
-        lgam_k = np.array([math.lgamma(x + 1.0) for x in k])
-        lchoose = math.lgamma(lookups + 1.0) - lgam_k - np.array([math.lgamma(lookups - x + 1.0) for x in k])
-        pe = np.clip(p[exact], 1e-300, 1.0 - 1e-15)
-        logpmf = lchoose[None, :] + k[None, :] * np.log(pe)[:, None] + (lookups - k)[None, :] * np.log1p(-pe)[:, None]
-        pmf = np.exp(logpmf)
-        bins = access_bin(np.arange(1, kmax + 1))
-        probs = np.zeros((pe.size, ACCESS_BINS))
-        for b in range(ACCESS_BINS):
-            sel = np.flatnonzero(bins == b) + 1
-            if sel.size:
-                probs[:, b] = pmf[:, sel].sum(axis=1)
-        # Counts above _EXACT_KMAX have probability < 1e-40 here; nothing to add.
-        out[exact] = probs
+    kmax_all = _EXACT_TIERS[-1][1]
+    exact = (lam <= _EXACT_LAMBDA) | (lookups <= kmax_all)
+    tier_lo = -np.inf
+    for tier_hi, tier_kmax in _EXACT_TIERS:
+        last = tier_kmax == kmax_all
+        sel = exact & (lam > tier_lo) & ((lam <= tier_hi) | last)
+        tier_lo = tier_hi
+        if sel.any():
+            out[sel] = _binomial_bin_probabilities(lookups, p[sel], min(lookups, tier_kmax))
     big = ~exact
     if big.any():
         lb = lam[big]
@@ -510,6 +517,24 @@ def generate_trace(
     return indices, _bag_offsets(lookups, batch_size, rng)
 
 
+def _alias_table(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Walker / Vose alias table of a discrete distribution p (sums to 1): slot j keeps j with probability
+    prob[j] and gives alias[j] otherwise."""
+    n = p.size
+    scaled = p * n
+    prob = np.ones(n)
+    alias = np.arange(n, dtype=np.int64)
+    small = [int(i) for i in np.flatnonzero(scaled < 1.0)]
+    large = [int(i) for i in np.flatnonzero(scaled >= 1.0)]
+    while small and large:
+        j, k = small.pop(), large.pop()
+        prob[j] = scaled[j]
+        alias[j] = k
+        scaled[k] -= 1.0 - scaled[j]
+        (small if scaled[k] < 1.0 else large).append(k)
+    return prob, alias  # leftovers (rounding) keep prob 1
+
+
 def _rank_permutation(rows: int, rng: np.random.Generator) -> tuple[int, int]:
     """(a, b) with gcd(a, rows) == 1: rank r -> (a * r + b) mod rows is a bijection in O(1) memory.
 
@@ -552,14 +577,19 @@ def generate_trace_zipf(
         return np.zeros(0, dtype=np.int64), np.zeros(batch_size + 1, dtype=np.int64)
 
     head = min(rows, _HEAD_RANKS)
-    head_cdf = np.cumsum(np.arange(1, head + 1, dtype=np.float64) ** -s)
-    head_mass = float(head_cdf[-1])
+    head_w = np.arange(1, head + 1, dtype=np.float64) ** -s
+    head_mass = float(head_w.sum())
+    prob, alias = _alias_table(head_w / head_mass)
     lo, hi = head + 0.5, rows + 0.5
     tail_mass = float(_power_integral(lo, hi, s)) if rows > head else 0.0
     u = rng.random(lookups) * (head_mass + tail_mass)
     ranks = np.empty(lookups, dtype=np.int64)  # 0-based
     in_head = u < head_mass
-    ranks[in_head] = np.minimum(np.searchsorted(head_cdf, u[in_head], side="right"), head - 1)
+    # Head: Walker's alias method (O(1) per draw; a binary search over 4096 ranks is several times slower),
+    # reusing u: given u < head_mass, x = u / head_mass * head is uniform on [0, head).
+    x = u[in_head] * (head / head_mass)
+    slot = np.minimum(x.astype(np.int64), head - 1)
+    ranks[in_head] = np.where(x - slot < prob[slot], slot, alias[slot])
     if tail_mass > 0.0:
         tail = ~in_head
         x = _zipf_tail_inverse((u[tail] - head_mass) / tail_mass, lo, hi, s)

@@ -1,0 +1,415 @@
+"""Heuristic solvers: the papers' proxy greedies, random, round-robin, and a cost-model-aware greedy.
+
+All of them build table-wise plans (one whole-table shard per table) and share one packing loop that never puts a
+table on a device without room for it (the published implementations put a table that fits nowhere on the last
+device and carried on). Each solver is a *device rule* (which of the devices with room gets the next table) plus a
+*table order*:
+
+- ``size`` / ``dim`` / ``lookup`` / ``size_lookup``: tables by a proxy, descending (ties by table index), each onto
+  the device with the lowest accumulated proxy among those with room (ties by device index). Proxies: table bytes
+  (weights + optimizer state, shardopt.memory); dim; dim x pooling factor; dim x pooling factor x log10(rows).
+- ``random``: tables in instance order, each onto a uniformly random device among those with room.
+- ``round_robin``: tables in instance order, a device cursor advancing, skipping devices without room.
+- ``greedy``: tables by their predicted single-table cost, descending; each onto the device that minimises the
+  predicted plan cost (max over devices of compute + comm) after the move, ties by that device's own cost, then
+  index. Every candidate device is scored in one vectorised call of the bound cost model.
+
+Memory-first fallback: when the primary pass finds no device with room for some table, the solver retries with
+tables ordered by bytes descending (its own device rule), then worst-fit decreasing (the device with the most free
+memory), then best-fit decreasing (the device with the least free memory that still fits). If every stage fails the
+result is ``no_solution`` naming the table and its bytes against the largest free space at that moment: bin packing
+is NP-hard, so this is the solver's failure, not a proof that the instance is infeasible (``infeasible`` is only
+returned when shardopt.feasibility proves it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from costmodels.base import CostModel
+from shardopt.feasibility import infeasibility_reason
+from shardopt.ir import Instance, Shard
+from shardopt.memory import table_bytes_array
+from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+
+# ---------------------------------------------------------------------------------------------------------------
+# the shared packing loop
+
+
+class DeviceRule:
+    """Chooses a device for each table among those with room; may keep state across one pass."""
+
+    def reset(self) -> None:  # called before every pass
+        pass
+
+    def choose(self, table: int, candidates: np.ndarray) -> int:
+        """A device from `candidates` (ascending device indices, all with room for `table`)."""
+        raise NotImplementedError
+
+    def commit(self, table: int, device: int) -> None:
+        pass
+
+
+class ProxyRule(DeviceRule):
+    """Lowest accumulated proxy among devices with room; ties by lowest device index."""
+
+    def __init__(self, proxy: np.ndarray, num_devices: int):
+        self.proxy = np.asarray(proxy, dtype=np.float64)
+        self.loads = np.zeros(num_devices)
+
+    def reset(self) -> None:
+        self.loads[:] = 0.0
+
+    def choose(self, table: int, candidates: np.ndarray) -> int:
+        return int(candidates[np.argmin(self.loads[candidates])])  # argmin: first minimum = lowest index
+
+    def commit(self, table: int, device: int) -> None:
+        self.loads[device] += self.proxy[table]
+
+
+class RandomRule(DeviceRule):
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def choose(self, table: int, candidates: np.ndarray) -> int:
+        return int(candidates[self.rng.integers(len(candidates))])
+
+
+class RoundRobinRule(DeviceRule):
+    def __init__(self, num_devices: int):
+        self.num_devices = num_devices
+        self.cursor = 0
+
+    def reset(self) -> None:
+        self.cursor = 0
+
+    def choose(self, table: int, candidates: np.ndarray) -> int:
+        # the first candidate at or after the cursor, wrapping around
+        k = int(np.searchsorted(candidates, self.cursor))
+        return int(candidates[k % len(candidates)])
+
+    def commit(self, table: int, device: int) -> None:
+        self.cursor = (device + 1) % self.num_devices
+
+
+class FitRule(DeviceRule):
+    """Memory-only rules on the packer's free space: `worst` = most free memory, `best` = least that still fits."""
+
+    def __init__(self, kind: str, sizes: np.ndarray, free: Callable[[], np.ndarray]):
+        self.kind = kind
+        self.sizes = sizes
+        self.free = free
+
+    def choose(self, table: int, candidates: np.ndarray) -> int:
+        left = self.free()[candidates]
+        k = np.argmax(left) if self.kind == "worst" else np.argmin(left)
+        return int(candidates[k])
+
+
+class GreedyCostRule(DeviceRule):
+    """The device that minimises the predicted plan cost after the move, ties by its own cost, then index."""
+
+    def __init__(self, bm: Any):
+        self.bm = bm
+        self.D = bm.num_devices
+        self.states = np.asarray(bm.table_states, dtype=np.float64)
+        self.dims = np.asarray(bm.table_dims, dtype=np.float64)
+        self.reset()
+
+    def reset(self) -> None:
+        self.S = np.zeros((self.D, self.states.shape[1]))
+        self.dim_sums = np.zeros(self.D)
+        self.compute = np.zeros(self.D)  # fwd + bwd compute of each device's current state (empty state: 0)
+        self._last: tuple[int, np.ndarray, np.ndarray] | None = None
+
+    def choose(self, table: int, candidates: np.ndarray) -> int:
+        k = len(candidates)
+        rows = np.arange(k)
+        # compute of each candidate device with the table added: one batched call
+        new_compute = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table])).sum(axis=-1)
+        # comm of every device, for each candidate placement: one [k, D] batch of dim-sum vectors
+        dims = np.repeat(self.dim_sums[None, :], k, axis=0)
+        dims[rows, candidates] += self.dims[table]
+        comm = np.asarray(self.bm.comm_costs(dims)).sum(axis=-1)  # [k, D]
+        totals = comm + self.compute[None, :]
+        totals[rows, candidates] += new_compute - self.compute[candidates]
+        plan_cost = totals.max(axis=1)
+        own = totals[rows, candidates]
+        best = plan_cost.min()
+        tied = plan_cost <= best + 1e-12 * abs(best) + 1e-15  # float noise only
+        i = int(np.argmin(np.where(tied, own, np.inf)))  # first minimum = lowest device index
+        self._last = (int(candidates[i]), new_compute[i], dims[i])
+        return int(candidates[i])
+
+    def commit(self, table: int, device: int) -> None:
+        self.S[device] += self.states[table]
+        self.dim_sums[device] += self.dims[table]
+        if self._last is not None and self._last[0] == device:
+            self.compute[device] = self._last[1]
+        else:
+            self.compute[device] = float(np.asarray(self.bm.compute_costs(self.S[device])).sum())
+        self._last = None
+
+
+@dataclass
+class PackFailure:
+    stage: str
+    table: int
+    table_bytes: int
+    largest_free: int
+    placed: int
+
+
+class Packer:
+    """Places tables one at a time on devices with room; never on a device without room."""
+
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        self.sizes = table_bytes_array(instance)
+        self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        self.free = self.caps.copy()
+
+    def run(self, stage: str, order: np.ndarray, rule: DeviceRule) -> np.ndarray | PackFailure:
+        self.free = self.caps.copy()
+        rule.reset()
+        device_of = np.full(len(self.sizes), -1, dtype=np.int64)
+        for n, t in enumerate(order):
+            t = int(t)
+            size = self.sizes[t]
+            candidates = np.flatnonzero(self.free >= size)
+            if len(candidates) == 0:
+                return PackFailure(stage, t, int(size), int(self.free.max()), n)
+            d = rule.choose(t, candidates)
+            if self.free[d] < size:  # a rule bug must never become a plan over capacity
+                raise AssertionError(f"rule chose device {d} without room for table {t}")
+            self.free[d] -= size
+            device_of[t] = d
+            rule.commit(t, d)
+        return device_of
+
+    def bytes_order(self) -> np.ndarray:
+        return np.argsort(-self.sizes, kind="stable")
+
+
+def descending(values: np.ndarray) -> np.ndarray:
+    """Indices by value descending; ties by index (a stable sort of the negated values)."""
+    return np.argsort(-np.asarray(values, dtype=np.float64), kind="stable")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the solvers
+
+
+class HeuristicSolver(Solver):
+    """Shared driver: feasibility proof, primary pass, memory-first fallback, plan wrapping."""
+
+    family = "heuristic"
+    deterministic = True
+
+    def __init__(self, fallback: bool = True):
+        self.fallback = bool(fallback)
+
+    def params(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"layout": "table-wise", "order": self.order_description, "device_rule": self.rule_description}
+        p["fallback"] = "memory_order, worst_fit, best_fit" if self.fallback else "none"
+        if self.deterministic:
+            p["uses_seed"] = False
+        return p
+
+    order_description = ""
+    rule_description = ""
+
+    # subclasses: the primary order and the device rule
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+        raise NotImplementedError
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        reason = infeasibility_reason(instance)
+        if reason is not None:
+            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+
+        packer = Packer(instance)
+        order, rule = self.setup(instance, cost_model, seed)
+        stages: list[tuple[str, np.ndarray, DeviceRule]] = [("primary", order, rule)]
+        if self.fallback:
+            by_bytes = packer.bytes_order()
+            stages += [
+                ("memory_order", by_bytes, rule),
+                ("worst_fit", by_bytes, FitRule("worst", packer.sizes, lambda: packer.free)),
+                ("best_fit", by_bytes, FitRule("best", packer.sizes, lambda: packer.free)),
+            ]
+
+        failures: list[PackFailure] = []
+        timed_out = False
+        device_of: np.ndarray | None = None
+        used = None
+        for name, stage_order, stage_rule in stages:
+            if failures and time_limit is not None and clock.elapsed > time_limit:
+                timed_out = True
+                break
+            out = packer.run(name, stage_order, stage_rule)
+            if isinstance(out, PackFailure):
+                failures.append(out)
+                continue
+            device_of, used = out, name
+            break
+
+        info: dict[str, Any] = {
+            "stage": used,
+            "fallback_used": used not in (None, "primary"),
+            "stages_tried": [f.stage for f in failures] + ([used] if used else []),
+        }
+        if failures:
+            info["failures"] = [
+                {"stage": f.stage, "table": instance.tables[f.table].name, "table_bytes": f.table_bytes, "largest_free": f.largest_free, "placed": f.placed}
+                for f in failures
+            ]
+        if device_of is None:
+            f = failures[-1]
+            name = instance.tables[f.table].name
+            tried = ", ".join(x.stage for x in failures)
+            why = (
+                f"{self.name}: could not place table {name!r} ({f.table_bytes:,} bytes): the largest free space on any "
+                f"device at that moment was {f.largest_free:,} bytes (after placing {f.placed} of {len(instance.tables)} "
+                f"tables; stages tried: {tried})"
+            )
+            if timed_out:
+                why += f"; the time limit of {time_limit:g} s ended the search before the remaining fallback stages"
+            why += ". The instance is not proven infeasible: every table fits on some device and the total memory suffices."
+            info.update(failed_table=name, failed_table_bytes=f.table_bytes, largest_free=f.largest_free, timed_out=timed_out)
+            return fail(self, SolveStatus.no_solution, why, clock, info)
+
+        shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
+        over = time_limit is not None and clock.elapsed > time_limit
+        info["time_limit_exceeded"] = bool(over)
+        result = finish(
+            self, instance, cost_model, shards, clock, seed=seed,
+            status=SolveStatus.timeout if over else SolveStatus.feasible, info=info,
+        )
+        if result.plan is not None:
+            result.plan = result.plan.model_copy(update={"params": {**result.plan.params, "fallback_used": used if used != "primary" else None}})
+        return result
+
+
+class ProxySolver(HeuristicSolver):
+    """The papers' proxy greedy: tables by proxy descending onto the device with the lowest accumulated proxy."""
+
+    proxy_name = ""
+    rule_description = "lowest accumulated proxy among devices with room (ties: lowest device index)"
+
+    @property
+    def order_description(self) -> str:  # type: ignore[override]
+        return f"{self.proxy_name} descending (ties: table index)"
+
+    def params(self) -> dict[str, Any]:
+        return {"proxy": self.proxy_name, **super().params()}
+
+    def proxy(self, instance: Instance) -> np.ndarray:
+        raise NotImplementedError
+
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+        p = np.asarray(self.proxy(instance), dtype=np.float64)
+        return descending(p), ProxyRule(p, instance.topology.num_devices)
+
+
+def _dims(instance: Instance) -> np.ndarray:
+    return np.array([t.dim for t in instance.tables], dtype=np.float64)
+
+
+def _pooling(instance: Instance) -> np.ndarray:
+    return np.array([t.pooling_factor for t in instance.tables], dtype=np.float64)
+
+
+def _rows(instance: Instance) -> np.ndarray:
+    return np.array([t.rows for t in instance.tables], dtype=np.float64)
+
+
+class SizeSolver(ProxySolver):
+    name = "size"
+    description = "proxy = table bytes; largest first onto the lowest accumulated proxy"
+    proxy_name = "bytes"
+
+    def proxy(self, instance: Instance) -> np.ndarray:
+        return table_bytes_array(instance).astype(np.float64)
+
+
+class DimSolver(ProxySolver):
+    name = "dim"
+    description = "proxy = dim"
+    proxy_name = "dim"
+
+    def proxy(self, instance: Instance) -> np.ndarray:
+        return _dims(instance)
+
+
+class LookupSolver(ProxySolver):
+    name = "lookup"
+    description = "proxy = dim x pooling factor"
+    proxy_name = "dim x pooling_factor"
+
+    def proxy(self, instance: Instance) -> np.ndarray:
+        return _dims(instance) * _pooling(instance)
+
+
+class SizeLookupSolver(ProxySolver):
+    name = "size_lookup"
+    description = "proxy = dim x pooling factor x log10(rows)"
+    proxy_name = "dim x pooling_factor x log10(rows)"
+
+    def proxy(self, instance: Instance) -> np.ndarray:
+        return _dims(instance) * _pooling(instance) * np.log10(_rows(instance))
+
+
+class RandomSolver(HeuristicSolver):
+    name = "random"
+    description = "uniformly random device among those with memory left"
+    deterministic = False
+    order_description = "instance order"
+    rule_description = "uniformly random device among those with room (numpy default_rng(seed))"
+
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+        return np.arange(len(instance.tables)), RandomRule(seed)
+
+
+class RoundRobinSolver(HeuristicSolver):
+    name = "round_robin"
+    description = "tables in order onto devices in turn, skipping full devices"
+    order_description = "instance order"
+    rule_description = "device cursor advancing by one, skipping devices without room"
+
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+        return np.arange(len(instance.tables)), RoundRobinRule(instance.topology.num_devices)
+
+
+class GreedySolver(HeuristicSolver):
+    name = "greedy"
+    description = "largest predicted cost first onto the device of lowest predicted cost (cost-model aware)"
+    order_description = "single-table predicted compute cost descending (ties: table index)"
+    rule_description = "device minimising the predicted plan cost (max over devices of compute + comm) after the move; ties: that device's own cost, then index"
+
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+        bm = cost_model.bind(instance)
+        return descending(np.asarray(bm.single_table_costs)), GreedyCostRule(bm)
+
+
+__all__ = [
+    "GreedySolver",
+    "RandomSolver",
+    "RoundRobinSolver",
+    "SizeSolver",
+    "DimSolver",
+    "LookupSolver",
+    "SizeLookupSolver",
+    "HeuristicSolver",
+    "ProxySolver",
+    "Packer",
+    "DeviceRule",
+]

@@ -1,0 +1,213 @@
+"""Shared test helpers: a hypothesis strategy for random valid instances, and a small fixed instance builder.
+
+`instances(...)` draws any valid `shardopt.ir.Instance`: tables of 1..1e6 rows, dims in multiples of 4 up to 256,
+float pooling factors in [0, 50], Zipf or 17-bin-histogram access, optional per-table dtype; 1..16 devices with
+devices_per_host dividing the device count or not; any hardware profile; one memory size or one per device, drawn
+relative to the tables' bytes so that instances range from roomy to tight to infeasible.
+
+`make_instance(n_tables, n_devices, seed, mem_factor)` builds a deterministic instance from a numpy seed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from shardopt.hardware import PROFILES  # noqa: E402
+from shardopt.ir import ACCESS_BINS, Instance, instance_from_dict  # noqa: E402
+from shardopt.memory import table_bytes_array  # noqa: E402
+
+HARDWARE = sorted(PROFILES)
+OPTIMIZERS = ["sgd", "rowwise_adagrad", "adam"]
+DTYPES = ["fp32", "fp16"]
+# how device memory relates to the tables' bytes: roomy, tight (may need a careful packing), or too small
+MEMORY_REGIMES = ["roomy", "tight", "too_small"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hypothesis strategies
+
+
+@st.composite
+def access_profiles(draw: st.DrawFn) -> dict[str, Any]:
+    """{"zipf": s} or a valid 17-bin histogram (non-negative shares summing to 1)."""
+    if draw(st.booleans()):
+        return {"zipf": draw(st.floats(0.0, 2.0, allow_nan=False, allow_infinity=False))}
+    weights = draw(st.lists(st.integers(0, 1000), min_size=ACCESS_BINS, max_size=ACCESS_BINS))
+    if sum(weights) == 0:
+        weights[draw(st.integers(0, ACCESS_BINS - 1))] = 1
+    total = float(sum(weights))
+    return {"histogram": [w / total for w in weights]}
+
+
+@st.composite
+def table_dicts(draw: st.DrawFn, name: str) -> dict[str, Any]:
+    t: dict[str, Any] = {
+        "name": name,
+        "rows": draw(st.one_of(st.integers(1, 1000), st.integers(1, 10**6))),
+        "dim": 4 * draw(st.integers(1, 64)),
+        "pooling_factor": draw(st.floats(0.0, 50.0, allow_nan=False, allow_infinity=False)),
+        "access": draw(access_profiles()),
+    }
+    dtype = draw(st.sampled_from([None, *DTYPES]))
+    if dtype is not None:
+        t["dtype"] = dtype
+    return t
+
+
+@st.composite
+def instances(
+    draw: st.DrawFn,
+    min_tables: int = 1,
+    max_tables: int = 12,
+    min_devices: int = 1,
+    max_devices: int = 16,
+    tight: bool | None = None,
+    heterogeneous: bool | None = None,
+) -> Instance:
+    """A random valid Instance.
+
+    tight: None draws the memory regime (roomy / tight / too small, so some instances are infeasible); True draws
+    tight or too-small memory; False keeps every device roomy enough that table-wise plans are easy.
+    heterogeneous: None draws; True gives one memory value per device; False one value for all.
+    """
+    n_tables = draw(st.integers(min_tables, max_tables))
+    n_dev = draw(st.integers(min_devices, max_devices))
+    tables = [draw(table_dicts(f"t{i}")) for i in range(n_tables)]
+    if draw(st.booleans()):
+        per_host = draw(st.sampled_from([d for d in range(1, n_dev + 1) if n_dev % d == 0]))
+    else:
+        per_host = draw(st.integers(1, max(1, n_dev + 2)))
+    topology: dict[str, Any] = {
+        "num_devices": n_dev,
+        "devices_per_host": per_host,
+        "memory_bytes": 1,  # placeholder: set from the tables' bytes below
+        "hardware": draw(st.sampled_from(HARDWARE)),
+    }
+    if draw(st.integers(0, 4)) == 0:
+        topology["intra_host_bandwidth"] = draw(st.floats(1e9, 1e12))
+        topology["inter_host_bandwidth"] = draw(st.floats(1e8, 1e11))
+    workload = {
+        "batch_size": draw(st.sampled_from([1, 128, 1024, 4096, 65536])),
+        "optimizer": draw(st.sampled_from(OPTIMIZERS)),
+        "weight_dtype": draw(st.sampled_from(DTYPES)),
+    }
+    doc = {"name": "hypothesis", "tables": tables, "topology": topology, "workload": workload, "metadata": {"source": "hypothesis"}}
+    sizes = table_bytes_array(instance_from_dict(doc))
+    total, largest = int(sizes.sum()), int(sizes.max())
+
+    if tight is None:
+        regime = draw(st.sampled_from(MEMORY_REGIMES))
+    elif tight:
+        regime = draw(st.sampled_from(["tight", "too_small"]))
+    else:
+        regime = "roomy"
+    hetero = draw(st.booleans()) if heterogeneous is None else heterogeneous
+
+    def capacity(factor: float) -> int:
+        if regime == "roomy":  # every device could hold several times the average share and the largest table
+            base = max(largest, math.ceil(total / n_dev))
+            return max(1, math.ceil(base * (1.5 + factor)))
+        if regime == "tight":  # between the largest table and a little over the average share
+            base = max(largest, math.ceil(total / n_dev * (0.9 + 0.4 * factor)))
+            return max(1, base)
+        return max(1, int(largest * (0.3 + 0.9 * factor)))  # often smaller than the largest table
+
+    if hetero:
+        factors = draw(st.lists(st.floats(0.0, 1.0), min_size=n_dev, max_size=n_dev))
+        topology["memory_bytes"] = [capacity(f) for f in factors]
+    else:
+        topology["memory_bytes"] = capacity(draw(st.floats(0.0, 1.0)))
+    return instance_from_dict(doc)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# plain builders
+
+
+def make_instance(
+    n_tables: int = 8,
+    n_devices: int = 4,
+    seed: int = 0,
+    mem_factor: float = 2.0,
+    *,
+    per_host: int | None = None,
+    hardware: str = "v100",
+    optimizer: str = "rowwise_adagrad",
+    batch_size: int = 4096,
+    max_rows: int = 10**6,
+) -> Instance:
+    """A deterministic instance of `n_tables` DLRM-like tables on `n_devices` devices.
+
+    Each device holds `mem_factor` x max(average share of the tables' bytes, the largest table), so 1.0 is tight
+    and 2.0 roomy. Rows are log-uniform in [100, max_rows], dims from {16, ..., 256}, pooling log-normal, Zipf access.
+    """
+    rng = np.random.default_rng(seed)
+    tables = []
+    for i in range(n_tables):
+        tables.append(
+            {
+                "name": f"t{i}",
+                "rows": int(10 ** rng.uniform(2, math.log10(max(max_rows, 100)))),
+                "dim": int(rng.choice([16, 32, 64, 128, 256])),
+                "pooling_factor": float(np.round(rng.lognormal(1.5, 1.0), 3)),
+                "access": {"zipf": float(np.round(rng.uniform(0.2, 1.4), 3))},
+            }
+        )
+    doc = {
+        "name": f"fixed-{n_tables}x{n_devices}-s{seed}",
+        "tables": tables,
+        "topology": {
+            "num_devices": n_devices,
+            "devices_per_host": per_host or min(n_devices, 8),
+            "memory_bytes": 1,
+            "hardware": hardware,
+        },
+        "workload": {"batch_size": batch_size, "optimizer": optimizer, "weight_dtype": "fp32"},
+        "metadata": {"seed": seed, "source": "tests.conftest.make_instance"},
+    }
+    sizes = table_bytes_array(instance_from_dict(doc))
+    doc["topology"]["memory_bytes"] = max(1, math.ceil(mem_factor * max(sizes.sum() / n_devices, sizes.max())))
+    return instance_from_dict(doc)
+
+
+def instance_doc(
+    tables: list[tuple[int, int, float]],
+    memory: int | list[int],
+    *,
+    n_devices: int | None = None,
+    optimizer: str = "sgd",
+    hardware: str = "v100",
+    per_host: int = 8,
+) -> Instance:
+    """A hand-made instance from (rows, dim, pooling_factor) triples, tables named t0, t1, ...; fp32, Zipf 1.0.
+    With sgd (the default here) a table's bytes are rows x dim x 4."""
+    n = n_devices if n_devices is not None else (len(memory) if isinstance(memory, list) else 1)
+    doc = {
+        "tables": [
+            {"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": 1.0}} for i, (r, d, p) in enumerate(tables)
+        ],
+        "topology": {"num_devices": n, "devices_per_host": per_host, "memory_bytes": memory, "hardware": hardware},
+        "workload": {"batch_size": 1024, "optimizer": optimizer, "weight_dtype": "fp32"},
+    }
+    return instance_from_dict(doc)
+
+
+@pytest.fixture
+def small_instance() -> Instance:
+    return make_instance(8, 4, seed=0, mem_factor=2.0)
+
+
+@pytest.fixture
+def tight_instance() -> Instance:
+    return make_instance(12, 4, seed=1, mem_factor=1.05)
