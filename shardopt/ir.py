@@ -58,11 +58,11 @@ class PlanStatus(str, Enum):
     timeout = "timeout"
 
 
-class _Model(BaseModel):
+class IRModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
-class AccessProfile(_Model):
+class AccessProfile(IRModel):
     """How a table's rows are hit: the papers' 17-bin histogram, or a Zipf exponent it can be derived from.
 
     The histogram is the share of unique rows whose access count in one batch falls in (0,1], (1,2], (2,4], ...,
@@ -102,7 +102,7 @@ class AccessProfile(_Model):
         return self
 
 
-class Table(_Model):
+class Table(IRModel):
     name: str = Field(min_length=1)
     rows: int = Field(ge=1, description="hash size: number of embedding rows")
     dim: int = Field(ge=DIM_ALIGNMENT, description="embedding dimension, a multiple of 4")
@@ -125,7 +125,7 @@ class Table(_Model):
         return v
 
 
-class Topology(_Model):
+class Topology(IRModel):
     num_devices: int = Field(ge=1)
     devices_per_host: int = Field(ge=1)
     memory_bytes: int | list[int] = Field(description="per-device memory: one value for all, or one per device")
@@ -173,13 +173,13 @@ class Topology(_Model):
         return -(-self.num_devices // self.devices_per_host)
 
 
-class Workload(_Model):
+class Workload(IRModel):
     batch_size: int = Field(ge=1, description="global batch size per iteration")
     optimizer: Optimizer = Optimizer.rowwise_adagrad
     weight_dtype: Dtype = Dtype.fp32
 
 
-class Instance(_Model):
+class Instance(IRModel):
     """Tables + topology + workload: one min-max partitioning problem."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -211,7 +211,7 @@ class Instance(_Model):
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class Shard(_Model):
+class Shard(IRModel):
     """One slice of a table on one device.
 
     Table-wise: one shard with the defaults (whole table). Column-wise: several shards with column ranges.
@@ -244,7 +244,7 @@ class Shard(_Model):
         return b - a
 
 
-class Plan(_Model):
+class Plan(IRModel):
     """A placement of every table's shards, and how it was found."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -329,7 +329,8 @@ def _jsonable(v: Any) -> bool:
         return False
 
 
-def _validate(cls: type[BaseModel], data: Any, source: str | None) -> Any:
+def validate_document(cls: type[BaseModel], data: Any, source: str | None = None) -> Any:
+    """Validate `data` as a document of model `cls` (which has `kind` and `schema_version`); IRError otherwise."""
     if not isinstance(data, dict):
         raise IRError([f"(document): expected a JSON object, got {type(data).__name__}"], source)
     kind = data.get("kind")
@@ -346,11 +347,11 @@ def _validate(cls: type[BaseModel], data: Any, source: str | None) -> Any:
 
 
 def instance_from_dict(data: Any, source: str | None = None) -> Instance:
-    return _validate(Instance, data, source)
+    return validate_document(Instance, data, source)
 
 
 def plan_from_dict(data: Any, source: str | None = None) -> Plan:
-    return _validate(Plan, data, source)
+    return validate_document(Plan, data, source)
 
 
 def read_json(path: str | Path) -> Any:
@@ -392,11 +393,31 @@ def to_dict(doc: Instance | Plan) -> dict[str, Any]:
     return doc.model_dump(mode="json", exclude_none=True)
 
 
-def dumps(doc: Instance | Plan, indent: int | None = 1) -> str:
-    return json.dumps(to_dict(doc), indent=indent)
+def dumps(doc: BaseModel, indent: int | None = 1) -> str:
+    """JSON text of a document. With an indent, each element of a top-level list (tables, shards) sits on one line:
+    an 856-table instance stays small and a diff of two plans stays readable."""
+    body = doc.model_dump(mode="json", exclude_none=True)
+    if indent is None:
+        return json.dumps(body)
+    return dumps_document(body, indent)
 
 
-def save(doc: Instance | Plan, path: str | Path) -> None:
+def dumps_document(body: dict[str, Any], indent: int = 1) -> str:
+    return _dump_value(body, indent, 0)
+
+
+def _dump_value(value: Any, indent: int, level: int) -> str:
+    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
+    if isinstance(value, dict) and value:
+        parts = [f"{inner}{json.dumps(k)}: {_dump_value(v, indent, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(parts) + f"\n{pad}}}"
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        items = f",\n{inner}".join(json.dumps(v, separators=(",", ":")) for v in value)
+        return f"[\n{inner}{items}\n{pad}]"
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def save(doc: BaseModel, path: str | Path) -> None:
     Path(path).write_text(dumps(doc) + "\n")
 
 

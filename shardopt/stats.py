@@ -55,11 +55,11 @@ HISTOGRAM_SUM_TOLERANCE = 1e-3
 # Upper (inclusive) edges of bins 0..15; bin 16 is everything above the last one.  Integers, so that the binning
 # of integer counts is exact on the power-of-two boundaries.
 _UPPER_EDGES = np.array([1 << k for k in range(ACCESS_BINS - 1)], dtype=np.int64)  # 1, 2, 4, ..., 2^15
-# Smallest and largest integer count of each bin (bin 16 has no largest: np.inf).
+# Smallest and largest integer count of each bin (bin 16 has no largest: int64 max stands in).
 _BIN_LO = np.array([1] + [(1 << (k - 1)) + 1 for k in range(1, ACCESS_BINS)], dtype=np.int64)
 _BIN_HI = np.array([1 << k for k in range(ACCESS_BINS - 1)] + [np.iinfo(np.int64).max], dtype=np.int64)
-# Range counts of bin 16 are drawn from before any fix-up (the bin itself is unbounded).
-_TOP_BIN_DRAW_HI = 1 << ACCESS_BINS - 1  # 2^16
+# Counts of bin-16 rows are first drawn from (2^15, 2^16]; the bin itself is unbounded and absorbs any surplus.
+_TOP_BIN_DRAW_HI = 1 << (ACCESS_BINS - 1)  # 2^16
 
 # Zipf model: ranks 1.._HEAD_RANKS are treated exactly, the rest of the rank range as a continuous density
 # x^-s (integrated over [rank - 1/2, rank + 1/2], which is accurate to O(s^2 / rank^2) there) and, for the
@@ -72,7 +72,8 @@ _TAIL_BUCKETS = 2000
 _EXACT_LAMBDA = 100.0
 _EXACT_TIERS = ((2.0, 32), (_EXACT_LAMBDA, 256))
 
-# Above this many (rows / lookups) table_stats uses np.unique instead of a dense np.bincount.
+# table_stats counts accesses with a dense np.bincount when the largest id is below this (or below 4x the number
+# of lookups), and by sorting the ids otherwise (a dense count over a 1e9-row id range would not fit).
 _BINCOUNT_MAX_ROWS = 1 << 26
 
 
@@ -97,7 +98,7 @@ def access_bin(counts: np.ndarray) -> np.ndarray:
         raise ValueError(f"counts: dtype {c.dtype}, expected a numeric array")
     if c.size and not np.all(c > 0):
         bad = int(np.flatnonzero(~(c.ravel() > 0))[0])
-        raise ValueError(f"counts[{bad}]: {c.ravel()[bad]!r}, expected > 0")
+        raise ValueError(f"counts[{bad}]: {_show(c.ravel()[bad])!r}, expected > 0")
     edges = _UPPER_EDGES if c.dtype.kind in "iu" else _UPPER_EDGES.astype(np.float64)
     # searchsorted(side="left") = index of the first upper edge >= c, i.e. the bin whose range (lo, hi] holds c.
     return np.searchsorted(edges, c, side="left").astype(np.int64)
@@ -139,20 +140,25 @@ def _as_int_array(name: str, a: object) -> np.ndarray:
     return arr
 
 
+def _show(value: object) -> object:
+    """numpy scalars as plain Python numbers, so that messages read `rows: 0`, not `rows: np.int64(0)`."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name}: {value!r}, expected an integer >= {minimum}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: {_show(value)!r}, expected an integer >= {minimum}")
     if value < minimum:
-        raise ValueError(f"{name}: {value!r}, expected >= {minimum}")
+        raise ValueError(f"{name}: {_show(value)!r}, expected >= {minimum}")
     return int(value)
 
 
 def _check_real(name: str, value: object, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name}: {value!r}, expected a finite number >= {minimum}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}: {_show(value)!r}, expected a finite number >= {minimum}")
     v = float(value)
     if not math.isfinite(v) or v < minimum:
-        raise ValueError(f"{name}: {value!r}, expected a finite number >= {minimum}")
+        raise ValueError(f"{name}: {_show(value)!r}, expected a finite number >= {minimum}")
     return v
 
 
@@ -165,7 +171,7 @@ def _check_histogram(name: str, histogram: Sequence[float]) -> np.ndarray:
         raise ValueError(f"{name}: shape {h.shape}, expected {ACCESS_BINS} numbers")
     bad = np.flatnonzero(~np.isfinite(h) | (h < 0))
     if bad.size:
-        raise ValueError(f"{name}[{bad[0]}]: {h[bad[0]]!r}, expected a finite number >= 0")
+        raise ValueError(f"{name}[{bad[0]}]: {_show(h[bad[0]])!r}, expected a finite number >= 0")
     total = float(h.sum())
     if abs(total - 1.0) > HISTOGRAM_SUM_TOLERANCE:
         raise ValueError(f"{name}: sums to {total!r}, expected 1 (within {HISTOGRAM_SUM_TOLERANCE})")
@@ -181,7 +187,7 @@ def _total_lookups(batch_size: int, pooling_factor: float) -> int:
 # measuring
 
 
-_COUNT_CAP = (1 << ACCESS_BINS - 1) + 1  # 2^15 + 1: every larger count lands in the top bin too
+_COUNT_CAP = int(_BIN_LO[-1])  # 2^15 + 1: counts are clipped here, every larger one is in the top bin too
 
 
 def _histogram_of_counts(counts: np.ndarray) -> tuple[tuple[float, ...], int]:
@@ -199,13 +205,24 @@ def _histogram_of_counts(counts: np.ndarray) -> tuple[tuple[float, ...], int]:
     return tuple(float(x) for x in per_bin / unique), unique
 
 
+def _run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Mask of the first element of each run of equal values in a sorted array."""
+    return np.concatenate(([True], ordered[1:] != ordered[:-1])) if ordered.size else np.zeros(0, dtype=bool)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """np.unique by sort: numpy 2.x's hash-based np.unique is many times slower on millions of int64 ids."""
+    ordered = np.sort(a)
+    return ordered[_run_starts(ordered)]
+
+
 def table_stats(indices: np.ndarray, offsets: np.ndarray) -> TableStats:
     """Measure rows, pooling factor and the 17-bin access histogram of one table's trace.
 
     Validates the trace first (1-D integer arrays; ``offsets[0] == 0``, non-decreasing, ``offsets[-1] ==
     len(indices)``; indices >= 0) and raises ``ValueError`` naming the argument and the offending value, e.g.
     ``offsets[0]: 3, expected 0``.  Vectorised: a dense ``np.bincount`` when the id range is small relative to the
-    trace, ``np.unique`` otherwise; 10 M lookups take well under a second.
+    trace, run lengths of the sorted ids otherwise; 10 M lookups take well under a second.
     """
     idx = _as_int_array("indices", indices)
     off = _as_int_array("offsets", offsets)
@@ -232,8 +249,7 @@ def table_stats(indices: np.ndarray, offsets: np.ndarray) -> TableStats:
     if max_index < _BINCOUNT_MAX_ROWS or max_index <= 4 * lookups:
         counts = np.bincount(idx.astype(np.int64, copy=False), minlength=max_index + 1)
     else:  # ids spread over a huge range: run lengths of the sorted ids
-        ordered = np.sort(idx)
-        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        starts = np.flatnonzero(_run_starts(np.sort(idx)))
         counts = np.diff(np.append(starts, lookups))
     histogram, unique = _histogram_of_counts(counts)
     return TableStats(
@@ -422,9 +438,7 @@ def _allocate(amount: int, capacity: np.ndarray, rng: np.random.Generator) -> np
     return a
 
 
-def _counts_for_histogram(
-    lookups: int, rows: int, h: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
+def _counts_for_histogram(lookups: int, rows: int, h: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Per-unique-row access counts (sum == lookups, len <= min(rows, lookups)) whose bin shares follow h."""
     # Typical count of a row in each bin: the mean of the integers we draw from (uniform within the bin).
     draw_hi = np.minimum(_BIN_HI, _TOP_BIN_DRAW_HI)
@@ -468,8 +482,19 @@ def _counts_for_histogram(
 
 
 def _random_ids(rows: int, unique: int, rng: np.random.Generator) -> np.ndarray:
-    """`unique` distinct random row ids in [0, rows), one of them rows - 1 (so the measured rows == rows)."""
-    ids = rng.choice(rows, size=unique, replace=False)
+    """`unique` distinct random row ids in [0, rows), one of them rows - 1 (so the measured rows == rows).
+
+    Memory O(unique), not O(rows), for huge tables: ids are then drawn with replacement and deduplicated until
+    there are enough (a uniformly random set), and a random subset of them is kept.
+    """
+    if rows <= max(2 * unique, 1 << 20):
+        ids = rng.permutation(rows)[:unique]
+    else:
+        ids = np.zeros(0, dtype=np.int64)
+        while ids.size < unique:
+            need = unique - ids.size
+            ids = _sorted_unique(np.concatenate((ids, rng.integers(0, rows, size=need + need // 4 + 16))))
+        ids = rng.permutation(ids)[:unique]
     if not np.any(ids == rows - 1):
         ids[rng.integers(unique)] = rows - 1
     return ids.astype(np.int64)
