@@ -1,4 +1,4 @@
-"""The `shardopt` command line: solve, evaluate, inspect, solvers, schema.
+"""The `shardopt` command line: solve, evaluate, inspect, solvers, schema (suites: shardopt.cli_suites).
 
 Contract (DESIGN.md, "CLI contract"): human output is a rich table; `--json` prints exactly one JSON document on
 stdout and nothing else there. Exit status: 0 done; 2 bad input (usage, unreadable or invalid file, unknown solver /
@@ -120,6 +120,9 @@ def _classify(exc: BaseException) -> CLIError | None:
     mod = sys.modules.get("costmodels.registry")
     if mod is not None and isinstance(exc, getattr(mod, "UnknownCostModelError", ())):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_cost_model")
+    mod = sys.modules.get("shardopt.suites")
+    if mod is not None and isinstance(exc, mod.SuiteError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_suite_request")
     mod = sys.modules.get("shardopt.evaluate")
     if mod is not None and isinstance(exc, mod.EvaluationError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_backend" if isinstance(exc, mod.UnknownBackendError) else "backend")
@@ -168,8 +171,6 @@ def _fmt_ms(x: float) -> str:
 def _fmt_num(x: float) -> str:
     if x == int(x) and abs(x) < 1e6:
         return f"{int(x):,}"
-    if abs(x) >= 1e6:
-        return f"{x:.3g}"
     return f"{x:.3g}"
 
 
@@ -194,12 +195,19 @@ def _shards_by_device(shards: list[Shard], num_devices: int) -> list[list[Shard]
     return out
 
 
+def _esc(text: str) -> str:
+    """User text (table names, paths) inside rich markup: brackets stay brackets."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def _names_cell(shards: list[Shard], instance: Instance | None, show: int = 3) -> str:
     if not shards:
         return "0"
     names = [_shard_label(s, instance) for s in shards[:show]]
     more = f", +{len(shards) - show}" if len(shards) > show else ""
-    return f"{len(shards)}: " + ", ".join(names) + more
+    return _esc(f"{len(shards)}: " + ", ".join(names) + more)
 
 
 def _device_table(
@@ -212,7 +220,7 @@ def _device_table(
     from rich.table import Table
 
     topo = instance.topology
-    table = Table(title=title, title_justify="left", show_lines=False)
+    table = Table(title=_esc(title), title_justify="left", show_lines=False)
     table.add_column("dev", justify="right")
     if topo.num_hosts > 1:
         table.add_column("host", justify="right")
@@ -407,17 +415,22 @@ def evaluate(
 
 @app.command()
 def inspect(
-    path: Annotated[Path, typer.Argument(metavar="FILE.json", help="An instance or a plan.", show_default=False)],
+    path: Annotated[Path, typer.Argument(metavar="FILE.json|DIR", help="An instance, a plan, or a suite directory.", show_default=False)],
     instance_path: Annotated[
         Optional[Path], typer.Option("--instance", "-i", metavar="INSTANCE.json", help="For a plan: its instance (memory and costs per device).")
     ] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the largest tables to list.")] = 10,
     json_out: JsonOpt = False,
 ) -> None:
-    """Summarise an instance (tables, memory, topology, workload) or a plan (shards, memory, costs per device)."""
+    """Summarise an instance (tables, memory, topology, workload), a plan (shards, memory, costs per device) or a suite directory."""
     with _guard(json_out):
         from shardopt.ir import Plan, load_document
 
+        if path.is_dir():
+            from shardopt.cli_suites import inspect_suite
+
+            inspect_suite(path, json_out)
+            return
         doc = load_document(path)
         if isinstance(doc, Plan):
             instance = _load_instance(instance_path) if instance_path is not None else None
@@ -492,7 +505,7 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
     console = _console()
     profile = get_profile(topo.hardware)
     mem = _fmt_bytes(caps[0]) if len(set(caps)) == 1 else f"{_fmt_bytes(min(caps))} - {_fmt_bytes(max(caps))}"
-    summary = Table(title=f"instance {instance.name or path.name} ({instance.content_hash()})", title_justify="left", show_header=False)
+    summary = Table(title=_esc(f"instance {instance.name or path.name} ({instance.content_hash()})"), title_justify="left", show_header=False)
     summary.add_column(style="bold")
     summary.add_column(overflow="fold")
     summary.add_row("tables", f"{len(instance.tables)}")
@@ -515,10 +528,10 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
     if bw:
         summary.add_row("bandwidth overrides", ", ".join(bw))
     summary.add_row("workload", f"batch {work.batch_size:,}, {work.optimizer.value}, {work.weight_dtype.value} weights")
-    summary.add_row("feasibility", reason or "necessary conditions for a table-wise plan hold (each table fits a device, total fits)")
+    summary.add_row("feasibility", _esc(reason) if reason else "necessary conditions for a table-wise plan hold (each table fits a device, total fits)")
     for key in ("suite", "family", "generator", "seed"):
         if key in instance.metadata:
-            summary.add_row(key, str(instance.metadata[key]))
+            summary.add_row(key, _esc(str(instance.metadata[key])))
     console.print(summary)
     if top:
         big = Table(title=f"largest tables ({min(top, len(instance.tables))} of {len(instance.tables)})", title_justify="left")
@@ -526,7 +539,7 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
             big.add_column(head, justify="left" if head == "table" else "right")
         for t in largest:
             big.add_row(
-                t["name"], f"{t['rows']:,}", str(t["dim"]), f"{t['pooling_factor']:.3g}",
+                _esc(t["name"]), f"{t['rows']:,}", str(t["dim"]), f"{t['pooling_factor']:.3g}",
                 "-" if t["zipf"] is None else f"{t['zipf']:.3g}", _fmt_bytes(t["bytes"]),
                 f"{100 * t['share_of_largest_device']:.1f}",
             )
@@ -578,7 +591,7 @@ def _inspect_plan(path: Path, plan: Plan, instance: Instance | None, json_out: b
         from rich.table import Table
 
         console = _console()
-        table = Table(title=f"plan {path.name}: shards per device (pass --instance for memory and costs)", title_justify="left")
+        table = Table(title=_esc(f"plan {path.name}: shards per device (pass --instance for memory and costs)"), title_justify="left")
         table.add_column("dev", justify="right")
         table.add_column("shards", overflow="fold")
         for d in range(n_dev):
@@ -652,7 +665,7 @@ def list_solvers(json_out: JsonOpt = False) -> None:
         table.add_column("description", overflow="fold")
         for r in rows:
             name = r["name"] + (" (default)" if r["name"] == DEFAULT_SOLVER else "")
-            table.add_row(name, r["family"], r["description"])
+            table.add_row(_esc(name), _esc(r["family"]), _esc(r["description"]))
         _console().print(table)
 
 
@@ -695,6 +708,9 @@ def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
 ) -> None:
     """Embedding-table sharding as min-max partitioning: solve, judge and inspect plans."""
+
+
+import shardopt.cli_suites  # noqa: E402,F401  (registers generate, make-pool, import-dlrm on `app`)
 
 
 def main(argv: list[str] | None = None) -> None:

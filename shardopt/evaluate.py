@@ -98,11 +98,10 @@ class Evaluation:
 
 def cost_model_label(model: CostModel, instance: Instance) -> str:
     """A cost model's name with the hardware profile it applies to this instance: "analytic (v100 profile)"."""
-    profile = getattr(model, "profile_name", None)
     name = model.describe()
-    if hasattr(model, "profile_name"):
-        base = name.split(":", 1)[0]
-        return f"{base} ({profile or instance.topology.hardware} profile)"
+    if hasattr(model, "profile_name"):  # the analytic model: None means "the topology's own profile"
+        profile = model.profile_name or instance.topology.hardware
+        return f"{name.split(':', 1)[0]} ({profile} profile)"
     return name
 
 

@@ -47,7 +47,6 @@ class Family:
     dim_weights: tuple[float, ...] | None
     hardware: str
     nominal_memory: str  # what the paper used, for the record
-    whole_pool: bool = False  # take every table of the pool (production)
 
 
 def _dreamshard_shape(rng: np.random.Generator, i: int) -> TaskShape:
@@ -85,13 +84,12 @@ FAMILIES: dict[str, Family] = {
     ),
     "production": Family(
         "production",
-        "every table of the pool (856 for the full DLRM pool), dims mixed up to 256, 128 devices, 8 per host",
-        lambda rng, i: TaskShape(0, 128, 8),
+        "all 856 tables of the DLRM pool, dims mixed up to 256, 128 devices, 8 per host",
+        lambda rng, i: TaskShape(856, 128, 8),
         (16, 32, 64, 128, 256),
         (0.3, 0.3, 0.2, 0.15, 0.05),
         "a100",
         "the production cluster of the NeuroShard paper (128 GPUs); tight rule",
-        whole_pool=True,
     ),
 }
 
@@ -124,10 +122,10 @@ def first_fit_decreasing_fits(sizes_desc: np.ndarray, devices: int, capacity: in
 def generate_instance(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> Instance:
     rng = np.random.default_rng([seed, index])
     shape = family.shape(rng, index)
-    n_tables = len(pool.tables) if family.whole_pool else shape.tables
+    n_tables = shape.tables
     if n_tables > len(pool.tables):
         raise SuiteError(f"pool {pool.name!r} has {len(pool.tables)} tables; family {family.name!r} needs {n_tables}")
-    chosen = np.arange(len(pool.tables)) if family.whole_pool else np.sort(rng.choice(len(pool.tables), n_tables, replace=False))
+    chosen = np.sort(rng.choice(len(pool.tables), n_tables, replace=False))
     weights = None if family.dim_weights is None else np.asarray(family.dim_weights) / np.sum(family.dim_weights)
     dims = rng.choice(np.asarray(family.dims), size=n_tables, p=weights)
     tables = [

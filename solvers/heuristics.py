@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from costmodels.base import CostModel
+from costmodels.base import BoundCostModel, CostModel
 from shardopt.feasibility import infeasibility_reason
 from shardopt.ir import Instance, Shard
 from shardopt.memory import table_bytes_array
@@ -116,7 +116,7 @@ class FitRule(DeviceRule):
 class GreedyCostRule(DeviceRule):
     """The device that minimises the predicted plan cost after the move, ties by its own cost, then index."""
 
-    def __init__(self, bm: Any):
+    def __init__(self, bm: BoundCostModel):
         self.bm = bm
         self.D = bm.num_devices
         self.states = np.asarray(bm.table_states, dtype=np.float64)
@@ -156,6 +156,20 @@ class GreedyCostRule(DeviceRule):
         else:
             self.compute[device] = float(np.asarray(self.bm.compute_costs(self.S[device])).sum())
         self._last = None
+
+
+class _AlreadyBound(CostModel):
+    """`cost_model`, answering `bind(instance)` for this one instance with the model bound once already."""
+
+    def __init__(self, cost_model: CostModel, instance: Instance, bound: BoundCostModel):
+        self.inner, self.instance, self.bound = cost_model, instance, bound
+        self.name = cost_model.name
+
+    def bind(self, instance: Instance) -> BoundCostModel:
+        return self.bound if instance is self.instance else self.inner.bind(instance)
+
+    def describe(self) -> str:
+        return self.inner.describe()
 
 
 @dataclass
@@ -238,6 +252,9 @@ class HeuristicSolver(Solver):
 
         packer = Packer(instance)
         order, rule = self.setup(instance, cost_model, seed)
+        judge = cost_model
+        if isinstance(rule, GreedyCostRule):  # cost the final plan with the model already bound (binding is not free)
+            judge = _AlreadyBound(cost_model, instance, rule.bm)
         stages: list[tuple[str, np.ndarray, DeviceRule]] = [("primary", order, rule)]
         if self.fallback:
             by_bytes = packer.bytes_order()
@@ -291,7 +308,7 @@ class HeuristicSolver(Solver):
         over = time_limit is not None and clock.elapsed > time_limit
         info["time_limit_exceeded"] = bool(over)
         result = finish(
-            self, instance, cost_model, shards, clock, seed=seed,
+            self, instance, judge, shards, clock, seed=seed,
             status=SolveStatus.timeout if over else SolveStatus.feasible, info=info,
         )
         if result.plan is not None:

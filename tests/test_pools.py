@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from shardopt.memory import table_bytes_array
 from shardopt.pools import DLRM, generate_pool, load_pool, pool_from_dict, pool_statistics, save_pool, split_pool
 from shardopt.suites import FAMILIES, SuiteError, first_fit_decreasing_fits, generate_suite, tight_memory
 from shardopt.stats import table_stats
+
+STANDARD_POOL = Path(__file__).resolve().parents[1] / "instances" / "pools" / "dlrm-synthetic-856.json"
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +85,22 @@ def test_family_shapes(pool, tmp_path):
     assert shapes == [(50, 4), (50, 8), (100, 4), (100, 8)]
     for inst in map(load_instance, generate_suite("neuroshard", pool, 6, 0, "all", tmp_path / "n")):
         assert 10 <= len(inst.tables) <= 59 and inst.topology.num_devices == 4
-    small = generate_pool(n=60, seed=0)
-    for inst in map(load_instance, generate_suite("production", small, 1, 0, "all", tmp_path / "p")):
-        assert len(inst.tables) == 60 and inst.topology.num_devices == 128 and inst.topology.devices_per_host == 8
+    with pytest.raises(SuiteError, match="needs 856"):
+        generate_suite("production", pool, 1, 0, "all", tmp_path / "p")
+
+
+def test_production_family_takes_all_856_tables(tmp_path):
+    full = load_pool(STANDARD_POOL)
+    (inst,) = map(load_instance, generate_suite("production", full, 1, 0, "all", tmp_path))
+    assert len(inst.tables) == 856 and inst.topology.num_devices == 128 and inst.topology.devices_per_host == 8
+    assert {t.name for t in inst.tables} == {t.name for t in full.tables}
+    assert max(t.dim for t in inst.tables) <= 256
+
+
+def test_standard_pool_is_synthetic_and_split(tmp_path):
+    full, train, test = (load_pool(STANDARD_POOL.with_name(f"dlrm-synthetic-856{s}.json")) for s in ("", "-train", "-test"))
+    assert full.synthetic and len(full.tables) == 856
+    assert (train, test) == split_pool(full, seed=0)
 
 
 def test_suite_regeneration_is_byte_identical(pool, tmp_path):

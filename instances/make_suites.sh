@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerates the standard pool and suites under instances/ byte for byte (tests/test_suites_committed.py checks it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARDOPT=${SHARDOPT:-.venv/bin/shardopt}
+$SHARDOPT make-pool --out instances/pools/dlrm-synthetic-856.json --tables 856 --seed 0 --split-seed 0
+for pool in train test; do
+  seed=$([ "$pool" = train ] && echo 0 || echo 1)
+  $SHARDOPT generate --family dreamshard --count 20 --seed "$seed" --pool "$pool" --out "instances/suites/dreamshard-$pool"
+  $SHARDOPT generate --family neuroshard --count 20 --seed "$seed" --pool "$pool" --out "instances/suites/neuroshard-$pool"
+  $SHARDOPT generate --family autoshard --count 10 --seed "$seed" --pool "$pool" --out "instances/suites/autoshard-$pool"
+done
+$SHARDOPT generate --family production --count 2 --seed 0 --pool all --out instances/suites/production
