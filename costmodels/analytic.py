@@ -82,6 +82,12 @@ class BoundAnalytic(BoundCostModel):
         self._host_onehot = (host[:, None] == np.arange(topo.num_hosts)[None, :]).astype(np.float64)  # [D, H]
         self._local_peers = self._host_onehot.sum(axis=0)[host] - 1  # devices on my host other than me
         self._remote_peers = topo.num_devices - 1 - self._local_peers
+        self._same_host = self._host_onehot @ self._host_onehot.T  # [D, D]: 1 where two devices share a host
+        self._single_host = topo.num_hosts == 1
+        per_peer = self.batch / topo.num_devices * COMM_BYTES  # bytes per unit of pooled width, per peer
+        self._local_scale = per_peer / self.intra_bw * MS
+        self._remote_scale = per_peer / self.inter_bw * MS
+        self._latency_ms = (profile.alltoall_latency_s + (profile.network_latency_s if not self._single_host else 0.0)) * MS
 
     def _histogram(self, t: Table) -> np.ndarray:
         if t.access.histogram is not None:
@@ -152,7 +158,7 @@ class BoundAnalytic(BoundCostModel):
         capacity = self.profile.l2_bytes * CACHE_SHARE
         before = np.cumsum(foot, axis=-1) - foot  # footprint of hotter bins
         room = np.clip(capacity - before, 0.0, None)
-        frac = np.where(foot > 0, np.minimum(room / np.where(foot > 0, foot, 1.0), 1.0), 0.0)
+        frac = np.minimum(room, foot) / np.where(foot > 0, foot, 1.0)  # clipped before dividing: no overflow
         return (frac * reuse).sum(axis=-1)
 
     def occupancy(self, states: np.ndarray) -> np.ndarray:
@@ -184,26 +190,31 @@ class BoundAnalytic(BoundCostModel):
         network work concurrently; each link direction is limited by its bandwidth. Backward reverses the
         directions, which leaves max(send, receive) and so the time unchanged.
         """
-        p = self.profile
         dims = np.asarray(dim_sums, dtype=np.float64)
-        n_dev = self.num_devices
-        out = np.zeros(dims.shape + (2,))
-        if n_dev == 1:
-            return out
-        per_peer = self.batch / n_dev * COMM_BYTES
-        host_sum = dims @ self._host_onehot  # [..., H]
-        my_host = host_sum[..., self._host]  # [..., D]
-        local_recv = (my_host - dims) * per_peer
-        remote_recv = (dims.sum(axis=-1, keepdims=True) - my_host) * per_peer
-        local_send = dims * self._local_peers * per_peer
-        remote_send = dims * self._remote_peers * per_peer
-        t_local = np.maximum(local_send, local_recv) / self.intra_bw
-        t_remote = np.maximum(remote_send, remote_recv) / self.inter_bw
-        latency = p.alltoall_latency_s + (p.network_latency_s if self.instance.topology.num_hosts > 1 else 0.0)
-        t = (latency + np.maximum(t_local, t_remote)) * MS
-        out[..., 0] = t
-        out[..., 1] = t
-        return out
+        t = self.comm_time(dims)
+        return np.stack([t, t], axis=-1)
+
+    def comm_time(self, dims: np.ndarray) -> np.ndarray:
+        """One direction's all-to-all time (ms) per device: [..., D] -> [..., D] (forward and backward are equal)."""
+        if self.num_devices == 1:
+            return np.zeros_like(dims)
+        total = dims.sum(axis=-1, keepdims=True)
+        if self._single_host:  # everything over NVLink: send D-1 shares, receive everyone else's
+            t = np.maximum(dims * self._local_peers, total - dims)
+            t *= self._local_scale
+            t += self._latency_ms
+            return t
+        my_host = dims @ self._same_host  # [..., D]: width on my host, me included
+        local = np.maximum(dims * self._local_peers, my_host - dims)
+        local *= self._local_scale
+        remote = np.maximum(dims * self._remote_peers, total - my_host)
+        remote *= self._remote_scale
+        np.maximum(local, remote, out=local)
+        local += self._latency_ms
+        return local
+
+    def comm_totals(self, dim_sums: np.ndarray) -> np.ndarray:
+        return 2.0 * self.comm_time(np.asarray(dim_sums, dtype=np.float64))
 
     def replicated_comm(self, table: int) -> float:
         """Ring all-reduce of a data-parallel table's gradient (dense, fp32): 2 (D-1)/D x bytes over the slowest link."""

@@ -110,6 +110,10 @@ class BoundCostModel(ABC):
         """fwd and bwd all-to-all in ms per device from every device's pooled-output width (sum of its shards'
         widths): [..., D] -> [..., D, 2]."""
 
+    def comm_totals(self, dim_sums: np.ndarray) -> np.ndarray:
+        """fwd + bwd comm in ms per device: [..., D] -> [..., D]. Solvers' hot path; predictors may specialise it."""
+        return self.comm_costs(dim_sums).sum(axis=-1)
+
     # -- derived, shared by all predictors ---------------------------------------------------------------------
     @cached_property
     def table_states(self) -> np.ndarray:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardopt.ir import DIM_ALIGNMENT, Instance, Plan, Shard
+from shardopt.ir import DIM_ALIGNMENT, Instance, Plan, Shard, Table
 from shardopt.memory import shard_bytes
 
 
@@ -85,7 +85,7 @@ def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
             use[s.device] += shard_bytes(instance, t, s)
 
     for t in instance.tables:
-        out.extend(_check_coverage(instance, t.name, by_table.get(t.name, [])))
+        out.extend(_check_coverage(instance, t, by_table.get(t.name, [])))
 
     for d in range(n_dev):
         cap = topo.capacity(d)
@@ -103,8 +103,8 @@ def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
     return PlanCheck(out, use)
 
 
-def _check_coverage(instance: Instance, name: str, shards: list[Shard]) -> list[PlanViolation]:
-    t = instance.tables[instance.table_index()[name]]
+def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[PlanViolation]:
+    name = t.name
     if not shards:
         return [PlanViolation("coverage", f"table {name!r} is not placed on any device", name, None)]
     replicas = [s for s in shards if s.replicated]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from costmodels.base import CostModel, DeviceCosts
+from costmodels.base import BoundCostModel, CostModel, DeviceCosts
 from shardopt.ir import Instance, Plan, PlanStatus, Shard
 from shardopt.plan_check import assert_valid_plan
 
@@ -79,14 +79,19 @@ def finish(
     status: SolveStatus = SolveStatus.feasible,
     lower_bound: float | None = None,
     info: dict[str, Any] | None = None,
+    bound: BoundCostModel | None = None,
+    extra_params: dict[str, Any] | None = None,
 ) -> SolveResult:
-    """Check the plan (raising PlanError on a solver bug: never hand out an invalid plan), cost it, wrap it."""
+    """Check the plan (raising PlanError on a solver bug: never hand out an invalid plan), cost it, wrap it.
+
+    `bound`: the cost model already bound to this instance, when the solver has it (binding is not free);
+    `extra_params`: settings decided during this solve (recorded in the plan beside the solver's own)."""
     assert_valid_plan(instance, shards)
-    predicted = cost_model.plan_costs(instance, shards)
+    predicted = (bound or cost_model.bind(instance)).plan_costs(shards)
     plan = Plan(
         instance=instance.content_hash(),
         solver=solver.name,
-        params=solver.params(),
+        params={**solver.params(), **(extra_params or {})},
         cost_model=cost_model.describe(),
         seed=seed,
         wall_time_s=clock.elapsed,

@@ -127,25 +127,29 @@ class GreedyCostRule(DeviceRule):
         self.S = np.zeros((self.D, self.states.shape[1]))
         self.dim_sums = np.zeros(self.D)
         self.compute = np.zeros(self.D)  # fwd + bwd compute of each device's current state (empty state: 0)
-        self._last: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._last: tuple[int, float] | None = None
+        self._rows = np.arange(self.D)
+        self._dims_buf = np.empty((self.D, self.D))
 
     def choose(self, table: int, candidates: np.ndarray) -> int:
         k = len(candidates)
-        rows = np.arange(k)
-        # compute of each candidate device with the table added: one batched call
-        new_compute = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table])).sum(axis=-1)
-        # comm of every device, for each candidate placement: one [k, D] batch of dim-sum vectors
-        dims = np.repeat(self.dim_sums[None, :], k, axis=0)
+        rows = self._rows[:k]
+        # compute of each candidate device with the table added: one batched call ([k, 2] -> fwd + bwd)
+        c2 = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table]))
+        new_compute = c2[:, 0] + c2[:, 1]
+        # comm of every device for each candidate placement: one call on a [k, D] batch of dim-sum vectors
+        dims = self._dims_buf[:k]
+        dims[:] = self.dim_sums
         dims[rows, candidates] += self.dims[table]
-        comm = np.asarray(self.bm.comm_costs(dims)).sum(axis=-1)  # [k, D]
-        totals = comm + self.compute[None, :]
+        totals = self.bm.comm_totals(dims)  # [k, D]: fwd + bwd comm
+        totals += self.compute
         totals[rows, candidates] += new_compute - self.compute[candidates]
         plan_cost = totals.max(axis=1)
         own = totals[rows, candidates]
         best = plan_cost.min()
         tied = plan_cost <= best + 1e-12 * abs(best) + 1e-15  # float noise only
         i = int(np.argmin(np.where(tied, own, np.inf)))  # first minimum = lowest device index
-        self._last = (int(candidates[i]), new_compute[i], dims[i])
+        self._last = (int(candidates[i]), float(new_compute[i]))
         return int(candidates[i])
 
     def commit(self, table: int, device: int) -> None:
@@ -156,20 +160,6 @@ class GreedyCostRule(DeviceRule):
         else:
             self.compute[device] = float(np.asarray(self.bm.compute_costs(self.S[device])).sum())
         self._last = None
-
-
-class _AlreadyBound(CostModel):
-    """`cost_model`, answering `bind(instance)` for this one instance with the model bound once already."""
-
-    def __init__(self, cost_model: CostModel, instance: Instance, bound: BoundCostModel):
-        self.inner, self.instance, self.bound = cost_model, instance, bound
-        self.name = cost_model.name
-
-    def bind(self, instance: Instance) -> BoundCostModel:
-        return self.bound if instance is self.instance else self.inner.bind(instance)
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
 
 @dataclass
@@ -252,14 +242,13 @@ class HeuristicSolver(Solver):
 
         packer = Packer(instance)
         order, rule = self.setup(instance, cost_model, seed)
-        judge = cost_model
-        if isinstance(rule, GreedyCostRule):  # cost the final plan with the model already bound (binding is not free)
-            judge = _AlreadyBound(cost_model, instance, rule.bm)
+        bound = rule.bm if isinstance(rule, GreedyCostRule) else None  # cost the plan with the binding it searched with
         stages: list[tuple[str, np.ndarray, DeviceRule]] = [("primary", order, rule)]
         if self.fallback:
             by_bytes = packer.bytes_order()
+            if not np.array_equal(order, by_bytes):  # (size's own order already is the memory-first order)
+                stages.append(("memory_order", by_bytes, rule))
             stages += [
-                ("memory_order", by_bytes, rule),
                 ("worst_fit", by_bytes, FitRule("worst", packer.sizes, lambda: packer.free)),
                 ("best_fit", by_bytes, FitRule("best", packer.sizes, lambda: packer.free)),
             ]
@@ -307,13 +296,11 @@ class HeuristicSolver(Solver):
         shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
         over = time_limit is not None and clock.elapsed > time_limit
         info["time_limit_exceeded"] = bool(over)
-        result = finish(
-            self, instance, judge, shards, clock, seed=seed,
-            status=SolveStatus.timeout if over else SolveStatus.feasible, info=info,
+        return finish(
+            self, instance, cost_model, shards, clock, seed=seed,
+            status=SolveStatus.timeout if over else SolveStatus.feasible, info=info, bound=bound,
+            extra_params={"fallback_used": used if used != "primary" else None},
         )
-        if result.plan is not None:
-            result.plan = result.plan.model_copy(update={"params": {**result.plan.params, "fallback_used": used if used != "primary" else None}})
-        return result
 
 
 class ProxySolver(HeuristicSolver):

@@ -125,7 +125,8 @@ def check_result(instance: Instance, name: str, result) -> None:
     assert f"{result.info['largest_free']:,}" in result.reason
     # the largest free space can never exceed the largest capacity; every stage failed
     assert result.info["largest_free"] < max(caps)
-    assert result.info["fallback_used"] is False and len(result.info["failures"]) == 4
+    stages = [f["stage"] for f in result.info["failures"]]
+    assert result.info["fallback_used"] is False and stages[0] == "primary" and stages[-1] == "best_fit"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
