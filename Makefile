@@ -37,6 +37,7 @@ test-all: install-dev
 bench: install
 	$(PY) benchmarks/bench_analytic.py
 	$(PY) benchmarks/bench_heuristics.py
+	$(PY) benchmarks/bench_suite_quality.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from costmodels.base import BoundCostModel, CostModel  # noqa: E402
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.hardware import get_profile  # noqa: E402
 from shardopt.ir import Instance, instance_from_dict, load_instance  # noqa: E402
@@ -61,19 +60,6 @@ def synthetic(n_tables: int, n_devices: int, per_host: int, seed: int, hardware:
     return instance_from_dict(doc)
 
 
-class BoundOnce(CostModel):
-    """A cost model whose `bind` returns one prepared binding for its instance."""
-
-    def __init__(self, inner: CostModel, instance: Instance, bound: BoundCostModel):
-        self.inner, self.instance, self.bound, self.name = inner, instance, bound, inner.name
-
-    def bind(self, instance: Instance) -> BoundCostModel:
-        return self.bound if instance is self.instance else self.inner.bind(instance)
-
-    def describe(self) -> str:
-        return self.inner.describe()
-
-
 def median_time(fn, repeats: int) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeats):
@@ -92,9 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cost-model", default="analytic")
     ap.add_argument("--synthetic", action="store_true", help="ignore instances/examples/large.json")
+    ap.add_argument("--instance", type=Path, default=None, help="time on this instance file instead")
     args = ap.parse_args(argv)
 
-    if LARGE.exists() and not args.synthetic:
+    if args.instance is not None:
+        instance, source = load_instance(args.instance), str(args.instance)
+    elif LARGE.exists() and not args.synthetic:
         instance, source = load_instance(LARGE), str(LARGE.relative_to(ROOT))
     else:
         instance, source = synthetic(args.tables, args.devices, args.per_host, args.seed), "synthetic"
@@ -105,12 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     bm = cm.bind(instance)
     _ = bm.table_states
     bind_s = time.perf_counter() - t0
-    prepared = BoundOnce(cm, instance, bm)
 
     rows = []
     for name in HEURISTICS:
         solver = get_solver(name)
-        secs, result = median_time(lambda: solver.solve(instance, prepared, seed=args.seed), args.repeats)
+        secs, result = median_time(lambda: solver.solve(instance, cm, seed=args.seed), args.repeats)
         rows.append(
             {
                 "solver": name,
@@ -120,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 "stage": result.info.get("stage"),
             }
         )
-    plan = next(r for r in [get_solver("greedy").solve(instance, prepared)] if r.plan is not None).plan
+    plan = next(r for r in [get_solver("greedy").solve(instance, cm)] if r.plan is not None).plan
     judge_s, costs = median_time(lambda: bm.plan_costs(plan), max(args.repeats, 20))
     assign_s, _ = median_time(lambda: bm.assignment_costs(np.array([s.device for s in plan.shards])), max(args.repeats, 20))
 

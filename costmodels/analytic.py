@@ -216,6 +216,36 @@ class BoundAnalytic(BoundCostModel):
     def comm_totals(self, dim_sums: np.ndarray) -> np.ndarray:
         return 2.0 * self.comm_time(np.asarray(dim_sums, dtype=np.float64))
 
+    def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
+        """O(D) per device instead of O(D^2): a width added on device c changes c's sends and every other device's
+        receives from c's host or from another host, so each device has just two possible new times."""
+        dims = np.asarray(dim_sums, dtype=np.float64)
+        cands = np.asarray(candidates)
+        k = len(cands)
+        if self.num_devices == 1:
+            return np.zeros((k, 1))
+        total = dims.sum()
+        my_host = dims @ self._same_host
+        l_send, l_recv = dims * self._local_peers, my_host - dims
+        r_send, r_recv = dims * self._remote_peers, total - my_host
+        w = float(width)
+
+        def time(ls: np.ndarray, lr: np.ndarray, rs: np.ndarray, rr: np.ndarray) -> np.ndarray:
+            t = np.maximum(ls, lr) * self._local_scale
+            if not self._single_host:
+                np.maximum(t, np.maximum(rs, rr) * self._remote_scale, out=t)
+            return 2.0 * (t + self._latency_ms)
+
+        same = time(l_send, l_recv + w, r_send, r_recv)  # the width lands on my host, not on me
+        own = time(l_send + w * self._local_peers, l_recv, r_send + w * self._remote_peers, r_recv)
+        if self._single_host:
+            out = np.broadcast_to(same, (k, self.num_devices)).copy()
+        else:
+            other = time(l_send, l_recv, r_send, r_recv + w)  # the width lands on another host
+            out = np.where(self._same_host[cands] > 0, same, other)
+        out[np.arange(k), cands] = own[cands]
+        return out
+
     def replicated_comm(self, table: int) -> float:
         """Ring all-reduce of a data-parallel table's gradient (dense, fp32): 2 (D-1)/D x bytes over the slowest link."""
         n_dev = self.num_devices

@@ -114,6 +114,15 @@ class BoundCostModel(ABC):
         """fwd + bwd comm in ms per device: [..., D] -> [..., D]. Solvers' hot path; predictors may specialise it."""
         return self.comm_costs(dim_sums).sum(axis=-1)
 
+    def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
+        """[k, D]: every device's fwd + bwd comm if `width` were added to device candidates[i] (the greedy
+        solvers' question). This default asks `comm_totals` about k whole dim-sum vectors; predictors may answer
+        it faster."""
+        cands = np.asarray(candidates)
+        dims = np.repeat(np.asarray(dim_sums, dtype=np.float64)[None, :], len(cands), axis=0)
+        dims[np.arange(len(cands)), cands] += width
+        return self.comm_totals(dims)
+
     # -- derived, shared by all predictors ---------------------------------------------------------------------
     @cached_property
     def table_states(self) -> np.ndarray:

@@ -316,7 +316,7 @@ def solve(
             reason = result.reason or "the solver gave no reason"
             status = result.status.value
             if status == "infeasible":
-                message = f"{reason} (proven by {solver})"
+                message = reason
             elif "not proven" in reason:
                 message = reason
             else:

@@ -360,9 +360,9 @@ def read_json(path: str | Path) -> Any:
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise IRError([f"no such file"], str(p)) from None
+        raise IRError(["no such file"], str(p)) from None
     except IsADirectoryError:
-        raise IRError([f"is a directory, expected a JSON file"], str(p)) from None
+        raise IRError(["is a directory, expected a JSON file"], str(p)) from None
     except (PermissionError, UnicodeDecodeError, OSError) as exc:
         raise IRError([f"cannot be read ({exc.__class__.__name__}: {exc})"], str(p)) from None
     try:

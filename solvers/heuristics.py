@@ -129,7 +129,6 @@ class GreedyCostRule(DeviceRule):
         self.compute = np.zeros(self.D)  # fwd + bwd compute of each device's current state (empty state: 0)
         self._last: tuple[int, float] | None = None
         self._rows = np.arange(self.D)
-        self._dims_buf = np.empty((self.D, self.D))
 
     def choose(self, table: int, candidates: np.ndarray) -> int:
         k = len(candidates)
@@ -137,11 +136,8 @@ class GreedyCostRule(DeviceRule):
         # compute of each candidate device with the table added: one batched call ([k, 2] -> fwd + bwd)
         c2 = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table]))
         new_compute = c2[:, 0] + c2[:, 1]
-        # comm of every device for each candidate placement: one call on a [k, D] batch of dim-sum vectors
-        dims = self._dims_buf[:k]
-        dims[:] = self.dim_sums
-        dims[rows, candidates] += self.dims[table]
-        totals = self.bm.comm_totals(dims)  # [k, D]: fwd + bwd comm
+        # comm of every device for each candidate placement ([k, D]; the cost model answers it incrementally)
+        totals = self.bm.comm_totals_after_adding(self.dim_sums, self.dims[table], candidates)  # [k, D] fwd + bwd
         totals += self.compute
         totals[rows, candidates] += new_compute - self.compute[candidates]
         plan_cost = totals.max(axis=1)

@@ -225,3 +225,19 @@ def test_registry():
         get_cost_model("nope")
     with pytest.raises(UnknownCostModelError, match="x100"):
         get_cost_model("analytic:x100")
+
+
+@pytest.mark.parametrize("devices,per_host", [(1, 1), (4, 4), (8, 2), (6, 4)])
+def test_incremental_comm_equals_full_recomputation(devices, per_host):
+    from costmodels.base import BoundCostModel
+
+    ts = [table(f"t{i}", dim=4 * (i + 1)) for i in range(devices + 2)]
+    bm = AnalyticCostModel().bind(instance(ts, devices=devices, per_host=per_host, hw="h100"))
+    rng = np.random.default_rng(devices)
+    dims = rng.integers(0, 400, size=devices).astype(float)
+    cands = np.arange(devices)[rng.random(devices) < 0.7] if devices > 1 else np.arange(1)
+    fast = bm.comm_totals_after_adding(dims, 52.0, cands)
+    slow = BoundCostModel.comm_totals_after_adding(bm, dims, 52.0, cands)
+    assert fast.shape == (len(cands), devices)
+    assert np.allclose(fast, slow, rtol=1e-12, atol=1e-12)
+    assert np.allclose(bm.comm_totals(dims), bm.comm_costs(dims).sum(axis=-1))

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from conftest import instance_doc, instances, make_instance
 from costmodels.base import BoundCostModel, CostModel
