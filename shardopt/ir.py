@@ -179,6 +179,15 @@ class Workload(IRModel):
     weight_dtype: Dtype = Dtype.fp32
 
 
+def check_unique_names(tables: list[Any]) -> None:
+    """Table names are how plans refer to tables: a repeat is an error naming both places."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tables):
+        if t.name in seen:
+            raise ValueError(f"tables[{i}].name: {t.name!r} repeats tables[{seen[t.name]}].name")
+        seen[t.name] = i
+
+
 class Instance(IRModel):
     """Tables + topology + workload: one min-max partitioning problem."""
 
@@ -192,11 +201,7 @@ class Instance(IRModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> Instance:
-        seen: dict[str, int] = {}
-        for i, t in enumerate(self.tables):
-            if t.name in seen:
-                raise ValueError(f"tables[{i}].name: {t.name!r} repeats tables[{seen[t.name]}].name")
-            seen[t.name] = i
+        check_unique_names(self.tables)
         return self
 
     def table_dtype(self, table: Table) -> Dtype:

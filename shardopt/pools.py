@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from shardopt.ir import SCHEMA_VERSION, AccessProfile, IRError, IRModel, read_json, save, validate_document
+from shardopt.ir import SCHEMA_VERSION, AccessProfile, IRError, IRModel, check_unique_names, read_json, save, validate_document
 
 
 class PoolTable(IRModel):
@@ -41,11 +41,7 @@ class TablePool(IRModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> TablePool:
-        seen: dict[str, int] = {}
-        for i, t in enumerate(self.tables):
-            if t.name in seen:
-                raise ValueError(f"tables[{i}].name: {t.name!r} repeats tables[{seen[t.name]}].name")
-            seen[t.name] = i
+        check_unique_names(self.tables)
         return self
 
 

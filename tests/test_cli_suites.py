@@ -1,0 +1,98 @@
+"""`shardopt generate`, `make-pool`, `import-dlrm` and `inspect DIR`: results and exit statuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardopt.cli import app
+from shardopt.pools import generate_pool, load_pool, save_pool
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def small_pool(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("pool") / "p.json"
+    save_pool(generate_pool(n=64, seed=1), path)
+    return path
+
+
+def test_generate_and_inspect_suite(tmp_path, small_pool):
+    out = tmp_path / "suite"
+    r = run("generate", "--family", "neuroshard", "--count", "3", "--seed", "5", "--pool-file", str(small_pool), "--out", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert len(doc["instances"]) == 3 and (out / "suite.json").is_file()
+    r = run("inspect", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["instances"] == 3 and summary["devices"] == [4]
+    assert all(0.4 < row["utilisation"] <= 1 for row in summary["rows"])
+    r = run("inspect", str(out))
+    assert r.exit_code == 0 and "neuroshard" in r.stdout
+
+
+def test_generate_from_standard_test_pool(tmp_path):
+    r = run("generate", "--family", "autoshard", "--count", "1", "--pool", "test", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    (inst,) = [p for p in tmp_path.glob("*.json") if p.name != "suite.json"]
+    meta = json.loads(inst.read_text())["metadata"]
+    assert (meta["family"], meta["pool"], meta["seed"]) == ("autoshard", "test", 0)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--family", "nope", "--count", "1"], "unknown family 'nope'"),
+        (["--family", "neuroshard", "--count", "0"], "--count: 0"),
+        (["--family", "neuroshard", "--count", "-3"], "--count: -3"),
+        (["--family", "autoshard", "--count", "1", "--pool-file", "POOL"], "needs 80"),
+        (["--family", "neuroshard", "--count", "1", "--pool-file", "CORRUPT"], "tables[0].rows"),
+        (["--family", "neuroshard", "--count", "1", "--pool-file", "MISSING"], "no such file"),
+        (["--family", "neuroshard", "--count", "1", "--pool", "validation"], "validation"),
+    ],
+)
+def test_generate_bad_requests_exit_2(args, needle, tmp_path, small_pool):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text(json.dumps({"kind": "pool", "name": "c", "batch_size": 8, "synthetic": True, "tables": [{"name": "a", "rows": 0, "pooling_factor": 1, "access": {"zipf": 1}}]}))
+    subst = {"POOL": str(small_pool), "CORRUPT": str(corrupt), "MISSING": str(tmp_path / "missing.json")}
+    r = run("generate", *[subst.get(a, a) for a in args], "--out", str(tmp_path / "out"))
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+
+
+def test_make_pool_writes_disjoint_halves(tmp_path):
+    out = tmp_path / "mini.json"
+    r = run("make-pool", "--out", str(out), "--tables", "12", "--seed", "2", "--json")
+    assert r.exit_code == 0, r.output
+    full, train, test = load_pool(out), load_pool(tmp_path / "mini-train.json"), load_pool(tmp_path / "mini-test.json")
+    assert len(full.tables) == 12 and len(train.tables) == len(test.tables) == 6
+    assert not {t.name for t in train.tables} & {t.name for t in test.tables}
+    assert run("make-pool", "--out", str(out), "--tables", "1").exit_code == 2
+
+
+def test_import_dlrm_cli(tmp_path):
+    from test_pools import _write_dlrm
+
+    src = tmp_path / "mini.pt"
+    _write_dlrm(src, tables=3, batch=32, seed=1)
+    out = tmp_path / "pool.json"
+    r = run("import-dlrm", str(src), "--out", str(out), "--split-seed", "0", "--json")
+    assert r.exit_code == 0, r.output
+    pool = load_pool(out)
+    assert len(pool.tables) == 3 and not pool.synthetic and (tmp_path / "pool-train.json").is_file()
+    bad = tmp_path / "bad.pt"
+    bad.write_text("nope")
+    r = run("import-dlrm", str(bad), "--out", str(out))
+    assert r.exit_code == 2 and "cannot be read" in r.output
+
+
+def test_inspect_empty_directory_exits_2(tmp_path):
+    r = run("inspect", str(tmp_path))
+    assert r.exit_code == 2 and "no instance files" in r.output
