@@ -268,6 +268,23 @@ def _memory_doc(instance: Instance, memory_use: Any) -> list[dict[str, int]]:
     ]
 
 
+@contextmanager
+def _progress(description: str, enabled: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr for long work; yields a `tick(done, total)` callback (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=_console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
 def _load_instance(path: Path) -> Instance:
     from shardopt.ir import load_instance
 
@@ -373,6 +390,19 @@ def evaluate(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan for it.", show_default=False)],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge: sim (analytic, simulated) | cpu | cuda.")] = "sim",
     repeats: Annotated[int, typer.Option("--repeats", "-r", min=1, help="Timed repeats per phase (measured backends).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up passes (measured backends).")] = 3,
+    batch_size: Annotated[
+        Optional[int], typer.Option("--batch-size", min=1, help="Time this batch instead of the workload's (CPU runs); every column is then for it.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Index-trace seed (measured backends).")] = 0,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend.")] = 1,
+    max_rows: Annotated[
+        Optional[int], typer.Option("--max-rows", min=1, help="Cap each shard's rows for timing (indices folded onto them; labelled).")
+    ] = None,
+    cache: Annotated[
+        Optional[Path], typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache [default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Time everything again; store nothing.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a plan and re-time it on a backend (the judge), per device."""
@@ -386,8 +416,18 @@ def evaluate(
         warning = hash_warning(instance, plan)
         if warning:  # before the check: a plan for another instance usually fails it, and this says why
             _warn(f"{plan_path}: {warning}")
+        measured = backend in ("cpu", "cuda")
+        store: Any = None
+        if measured and not no_cache:
+            from shardopt.backends.cache import MeasurementCache
+
+            store = MeasurementCache(cache) if cache is not None else None
         try:
-            ev = evaluate_plan(instance, plan, backend, repeats=repeats)
+            with _progress(f"timing devices on {backend}", enabled=measured and not json_out) as tick:
+                ev = evaluate_plan(
+                    instance, plan, backend, repeats=repeats, warmup=warmup, batch_size=batch_size, seed=seed,
+                    threads=threads, max_rows=max_rows, cache=False if no_cache else store, progress=tick,
+                )
         except PlanError as exc:
             raise CLIError(f"{plan_path}: {exc}", EXIT_BAD_INPUT, "invalid_plan",
                            extra={"violations": [v.message for v in exc.violations]}) from None
@@ -405,6 +445,13 @@ def evaluate(
         title = f"{plan_path.name} on {instance.name or instance_path.name}, judged by {ev.judge}"
         console.print(_device_table(title, instance, plan.shards, ev.memory_use, ev.costs))
         lines = _cost_summary(ev.costs, f"judged by {ev.judge}")
+        if measured:
+            cached = sum(1 for t in ev.timings if t and t.get("cached"))
+            timed = sum(1 for t in ev.timings if t)
+            lines.append(
+                f"compute measured at batch {ev.batch_size} (median of {repeats} after {warmup} warm-ups; {cached} of {timed} devices from the cache); comm {ev.comm}"
+            )
+            lines += [f"warning: {w}" for w in ev.warnings if "batch scaled" in w]
         if plan.predicted_cost is not None:
             lines.append(
                 f"the solver {plan.solver or '?'} predicted {plan.predicted_cost:.3f} ms"

@@ -8,8 +8,10 @@ Backends:
 
 - ``sim``: the analytic model (costmodels.analytic) with the instance's hardware profile: deterministic, fast,
   runs anywhere. Its label says "simulated" so that nobody mistakes it for a measurement.
-- ``cpu`` / ``cuda``: fbgemm's fused TBE kernel timed on the CPU / a GPU. Not built yet: asking for them is an
-  error that says so (the CLI exits 2).
+- ``cpu`` / ``cuda``: each device's shards timed as one fused embedding kernel (fbgemm's TBE on the CPU; fbgemm-gpu
+  or a torch kernel of the same semantics on a GPU) on index traces generated from the tables' statistics; forward
+  and backward (with the optimizer update) measured, the all-to-all modelled by the analytic model at the same batch
+  and labelled so. Timings go through the on-disk measurement cache (shardopt.backends.cache).
 
 This module sits at the top of the layering (it may import costmodels and solvers); nothing below imports it.
 """
@@ -18,22 +20,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from shardopt.ir import Instance, Plan
+from costmodels.base import CostModel, DeviceCosts
+from shardopt.ir import Instance, Plan, Shard
 from shardopt.plan_check import PlanCheck, PlanError, check_plan
-
-if TYPE_CHECKING:  # imported lazily at run time: costmodels is above the IR
-    from costmodels.base import CostModel, DeviceCosts
 
 BACKENDS: dict[str, str] = {
     "sim": "the analytic cost model of the instance's hardware profile (simulated, deterministic)",
     "cpu": "fbgemm's fused TBE kernel timed on the CPU (fbgemm-gpu-cpu)",
     "cuda": "fbgemm's fused TBE kernel timed on a GPU (fbgemm-gpu, or a torch kernel of the same semantics)",
 }
-BUILT_BACKENDS = ("sim",)
+BUILT_BACKENDS = ("sim", "cpu", "cuda")
+MEASURED_BACKENDS = ("cpu", "cuda")
 DEFAULT_BACKEND = "sim"
 
 
@@ -68,6 +70,9 @@ class Evaluation:
     instance_hash: str = ""
     plan_instance_hash: str = ""
     warnings: list[str] = field(default_factory=list)
+    batch_size: int = 0  # the batch the costs are for (measured backends may time a scaled-down batch)
+    comm: str = "simulated"  # where the all-to-all columns come from
+    timings: list[dict[str, Any] | None] = field(default_factory=list)  # per device: the kernel measurement
 
     @property
     def max_cost(self) -> float:
@@ -92,7 +97,10 @@ class Evaluation:
             "plan_instance_hash": self.plan_instance_hash,
             "hash_matches": self.hash_matches,
             "warnings": list(self.warnings),
+            "batch_size": self.batch_size,
+            "comm": self.comm,
             **costs,
+            "timings": self.timings,
         }
 
 
@@ -121,45 +129,120 @@ def evaluate_plan(
     plan: Plan,
     backend: str = DEFAULT_BACKEND,
     *,
-    repeats: int = 1,
+    repeats: int = 5,
+    warmup: int = 3,
+    batch_size: int | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    max_rows: int | None = None,
+    cache: Any = None,
     cost_model: CostModel | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
     """Check `plan` against `instance` and judge it on `backend`.
 
     Raises PlanError (listing every violation) for an invalid plan, UnknownBackendError for a backend name that
-    does not exist and BackendUnavailableError for one that is not built / not installed. `cost_model` replaces the
-    simulator's judge (default: the analytic model of the instance's own hardware profile).
+    does not exist, BackendUnavailableError for one that cannot run here, EvaluationError for bad settings.
+    `cost_model` replaces the simulator's judge (default: the analytic model of the instance's own hardware
+    profile). Measured backends: `batch_size` scales the timed batch down (the costs are then for that batch),
+    `cache` is a MeasurementCache (None: the default file; False: none), `progress(done, total)` is called per device.
     """
     if backend not in BACKENDS:
         raise UnknownBackendError(backend)
-    if backend not in BUILT_BACKENDS:
-        raise BackendUnavailableError(
-            backend, f"measured backends are not built yet (available: {', '.join(BUILT_BACKENDS)})"
-        )
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise EvaluationError(f"repeats: {repeats!r} must be an integer >= 1")
+    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("threads", threads, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise EvaluationError(f"{name}: {value!r} must be an integer >= {low}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise EvaluationError(f"batch_size: {batch_size!r} must be an integer >= 1")
+    if max_rows is not None and max_rows < 1:
+        raise EvaluationError(f"max_rows: {max_rows!r} must be >= 1")
 
     start = time.perf_counter()
     check = check_plan(instance, plan)
     if not check.ok:
         raise PlanError(check.violations)
     warnings = [w for w in [hash_warning(instance, plan)] if w]
-
-    if cost_model is None:
-        from costmodels.analytic import AnalyticCostModel
-
-        cost_model = AnalyticCostModel()
-    costs = cost_model.plan_costs(instance, plan)
-    return Evaluation(
-        backend=backend,
-        judge=f"{cost_model_label(cost_model, instance)}, simulated",
-        costs=costs,
+    common = dict(
         memory_use=check.memory_use,
         capacities=instance.topology.capacities(),
         check=check,
-        repeats=1,
-        wall_time_s=time.perf_counter() - start,
         instance_hash=instance.content_hash(),
         plan_instance_hash=plan.instance,
         warnings=warnings,
     )
+    from costmodels.analytic import AnalyticCostModel
+
+    if backend not in MEASURED_BACKENDS:
+        if cost_model is None:
+            cost_model = AnalyticCostModel()
+        costs = cost_model.plan_costs(instance, plan)
+        return Evaluation(
+            backend=backend, judge=f"{cost_model_label(cost_model, instance)}, simulated", costs=costs, repeats=1,
+            wall_time_s=time.perf_counter() - start, batch_size=instance.workload.batch_size, **common,
+        )
+
+    from shardopt.backends.base import BackendUnavailable, TimingSettings
+    from shardopt.backends.cache import MeasurementCache, measurement_key
+
+    if any(s.replicated for s in plan.shards):
+        raise EvaluationError(f"backend {backend!r} does not time replicated (data-parallel) shards yet; judge this plan with --backend sim")
+    timer = _timing_backend(backend)
+    batch = batch_size or instance.workload.batch_size
+    settings = TimingSettings(batch_size=batch, repeats=repeats, warmup=warmup, seed=seed, threads=threads, max_rows=max_rows)
+    timed = instance if batch == instance.workload.batch_size else instance.model_copy(
+        update={"workload": instance.workload.model_copy(update={"batch_size": batch})}
+    )
+    if batch != instance.workload.batch_size:
+        warnings.append(f"batch scaled from {instance.workload.batch_size} to {batch}: every column is for batch {batch}")
+    store = MeasurementCache() if cache is None else (None if cache is False else cache)
+    try:
+        kernel = timer.kernel_label(instance)
+        hardware = timer.hardware_label()
+    except BackendUnavailable as exc:
+        raise BackendUnavailableError(backend, str(exc)) from None
+    by_device: list[list[Shard]] = [[] for _ in range(instance.topology.num_devices)]
+    for s in plan.shards:
+        by_device[s.device].append(s)
+    modelled = AnalyticCostModel().plan_costs(timed, plan)
+    cols = np.zeros((instance.topology.num_devices, 4))
+    cols[:, 2:4] = modelled.columns[:, 2:4]
+    timings: list[dict[str, Any] | None] = []
+    busy = [d for d, sh in enumerate(by_device) if sh]
+    for n, d in enumerate(range(instance.topology.num_devices)):
+        shards = by_device[d]
+        if not shards:
+            timings.append(None)
+            continue
+        key = measurement_key(backend, kernel, hardware, instance, shards, settings)
+        timing = store.get(key) if store is not None else None
+        if timing is None:
+            try:
+                timing = timer.time_shards(instance, shards, settings)
+            except BackendUnavailable as exc:
+                raise BackendUnavailableError(backend, str(exc)) from None
+            if store is not None:
+                store.put(key, backend, timing)
+        cols[d, 0], cols[d, 1] = timing.fwd_ms, timing.bwd_ms
+        row = timing.to_dict()
+        row.pop("samples_fwd_ms"), row.pop("samples_bwd_ms")
+        timings.append(row)
+        if progress is not None:
+            progress(busy.index(d) + 1, len(busy))
+    kernels = sorted({t["kernel"] for t in timings if t})
+    profile = instance.topology.hardware
+    judge = f"{'; '.join(kernels) or kernel} on {hardware}, measured compute; all-to-all modelled (analytic, {profile} profile)"
+    return Evaluation(
+        backend=backend, judge=judge, costs=DeviceCosts(cols), repeats=repeats,
+        wall_time_s=time.perf_counter() - start, batch_size=batch, comm=f"modelled by the analytic model ({profile} profile)",
+        timings=timings, **common,
+    )
+
+
+def _timing_backend(name: str) -> Any:
+    if name == "cpu":
+        from shardopt.backends.cpu import CpuBackend
+
+        return CpuBackend()
+    from shardopt.backends.cuda import CudaBackend
+
+    return CudaBackend()
