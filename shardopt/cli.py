@@ -123,6 +123,9 @@ def _classify(exc: BaseException) -> CLIError | None:
     mod = sys.modules.get("shardopt.suites")
     if mod is not None and isinstance(exc, mod.SuiteError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "bad_suite_request")
+    mod = sys.modules.get("shardopt.collect")
+    if mod is not None and isinstance(exc, mod.CollectError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_collect_request")
     mod = sys.modules.get("shardopt.evaluate")
     if mod is not None and isinstance(exc, mod.EvaluationError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_backend" if isinstance(exc, mod.UnknownBackendError) else "backend")
@@ -758,6 +761,7 @@ def _root(
 
 
 import shardopt.cli_suites  # noqa: E402,F401  (registers generate, make-pool, import-dlrm on `app`)
+import shardopt.cli_costmodel  # noqa: E402,F401  (registers the costmodel commands)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,65 @@
+"""`shardopt costmodel ...` and `shardopt calibrate`: collecting cost data and fitting predictors to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from shardopt.cli import CLIError, JsonOpt, _console, _emit_json, _esc, _guard, _print_lines, _progress, app
+from shardopt.cli_suites import PoolChoice, standard_pool_path
+
+costmodel_app = typer.Typer(help="Cost data and cost models: collect samples (train / eval come with the neural models).", no_args_is_help=True)
+app.add_typer(costmodel_app, name="costmodel")
+
+
+@costmodel_app.command("collect")
+def collect_cmd(
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Judge of the samples: sim | cpu | cuda.")] = "sim",
+    pool: Annotated[PoolChoice, typer.Option("--pool", help="Which half of the standard pool the tables come from.")] = PoolChoice.train,
+    pool_file: Annotated[Optional[Path], typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool instead.")] = None,
+    samples: Annotated[int, typer.Option("--samples", "-n", help="Total samples wanted in the file (ids 0..N-1).")] = 1000,
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE.jsonl", help="Appended to; a rerun resumes.")] = Path("costdata.jsonl"),
+    max_tables: Annotated[int, typer.Option("--max-tables", help="At most this many tables per device sample.")] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Sample k is drawn from (seed, k).")] = 0,
+    hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample [default: the pool's].")] = None,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd | rowwise_adagrad | adam.")] = "rowwise_adagrad",
+    memory_cap: Annotated[Optional[int], typer.Option("--memory-cap", min=1, help="Bytes per device sample [default: the profile's memory].")] = None,
+    comm_fraction: Annotated[float, typer.Option("--comm-fraction", help="Share of communication samples.")] = 0.2,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats (measured backends).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-ups (measured backends).")] = 2,
+    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="Cap rows for timing (measured backends; labelled).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Collect (device table set -> cost columns) samples for training cost models; resumable."""
+    with _guard(json_out):
+        from shardopt.collect import CollectSettings, collect
+        from shardopt.hardware import PROFILES
+        from shardopt.ir import Optimizer
+        from shardopt.pools import load_pool
+
+        if hardware not in PROFILES:
+            raise CLIError(f"--hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
+        if optimizer not in Optimizer.__members__:
+            raise CLIError(f"--optimizer: {optimizer!r} is not one of {', '.join(Optimizer.__members__)}")
+        table_pool = load_pool(pool_file or standard_pool_path(pool))
+        settings = CollectSettings(
+            backend=backend, samples=samples, max_tables=max_tables, seed=seed, hardware=hardware, batch_size=batch_size,
+            optimizer=optimizer, memory_cap=memory_cap, comm_fraction=comm_fraction, repeats=repeats, warmup=warmup,
+            max_rows=max_rows,
+        )
+        with _progress(f"collecting on {backend}", enabled=not json_out) as tick:
+            summary: dict[str, Any] = collect(table_pool, out, settings, progress=tick)
+        if json_out:
+            _emit_json(summary)
+        else:
+            _print_lines(
+                _console(),
+                [
+                    f"{_esc(str(out))}: {summary['already_present'] + summary['collected']} of {samples} samples "
+                    f"({summary['collected']} new, {summary['already_present']} already there)",
+                    f"{summary['samples_per_minute']:.1f} samples/minute on {backend} ({summary['seconds']:.1f} s)",
+                ],
+            )
