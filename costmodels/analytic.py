@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.hardware import HardwareProfile, get_profile
+from shardopt.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.ir import ACCESS_BINS, Instance, Optimizer, Table
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
@@ -61,6 +61,43 @@ def sector_bytes(width: np.ndarray, elem_bytes: np.ndarray, sector: int) -> np.n
 def mean_count(histogram: np.ndarray) -> np.ndarray:
     """Mean accesses per unique row under a 17-bin histogram ([..., 17] -> [...])."""
     return histogram @ BIN_COUNTS
+
+
+def cache_hits(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+    """Bytes of re-reads served by L2: the hottest bins' rows (across all tables on the device) are cached first,
+    until the shared cache is full. [..., F] -> [...]."""
+    foot = states[..., _FOOT][..., ::-1]  # hottest bin first
+    reuse = states[..., _REUSE][..., ::-1]
+    capacity = profile.l2_bytes * CACHE_SHARE
+    before = np.cumsum(foot, axis=-1) - foot  # footprint of hotter bins
+    room = np.clip(capacity - before, 0.0, None)
+    frac = np.minimum(room, foot) / np.where(foot > 0, foot, 1.0)  # clipped before dividing: no overflow
+    return (frac * reuse).sum(axis=-1)
+
+
+def occupancy(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+    """Share of the GPU's warp slots the fused kernel fills (one warp per bag); bandwidth scales with it."""
+    slots = profile.sm_count * profile.warps_per_sm
+    return np.clip(states[..., _BAGS] / slots, 1.0 / slots, 1.0)
+
+
+def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+    """fwd and bwd compute (ms) of devices in `states` [..., F] on `profile` -> [..., 2]. A function of the
+    profile too, so calibration can evaluate candidate profiles on fixed states."""
+    p = profile
+    states = np.asarray(states, dtype=np.float64)
+    hbm_bw = p.hbm_bandwidth * p.gather_efficiency
+    l2_bw = p.hbm_bandwidth * p.l2_bandwidth_ratio
+    occ = occupancy(states, p)
+    hits = cache_hits(states, p)
+    fwd_hbm = states[..., _GATHER] - hits + states[..., _FWD_STREAM]
+    fwd = (fwd_hbm / hbm_bw + hits / l2_bw) / occ
+    bwd = (states[..., _BWD_STREAM] / hbm_bw + states[..., _BWD_L2] / l2_bw) / occ / p.bwd_bandwidth_factor
+    busy = states[..., _SHARDS] > 0
+    out = np.empty(states.shape[:-1] + (2,))
+    out[..., 0] = np.where(busy, p.launch_overhead_s + np.maximum(p.min_kernel_s, fwd), 0.0) * MS
+    out[..., 1] = np.where(busy, BWD_LAUNCHES * p.launch_overhead_s + np.maximum(p.min_kernel_s, bwd), 0.0) * MS
+    return out
 
 
 class BoundAnalytic(BoundCostModel):
@@ -151,36 +188,13 @@ class BoundAnalytic(BoundCostModel):
 
     # ---- state -> time ---------------------------------------------------------------------------------------
     def cache_hits(self, states: np.ndarray) -> np.ndarray:
-        """Bytes of re-reads served by L2: the hottest bins' rows (across all tables on the device) are cached first,
-        until the shared cache is full. [..., F] -> [...]."""
-        foot = states[..., _FOOT][..., ::-1]  # hottest bin first
-        reuse = states[..., _REUSE][..., ::-1]
-        capacity = self.profile.l2_bytes * CACHE_SHARE
-        before = np.cumsum(foot, axis=-1) - foot  # footprint of hotter bins
-        room = np.clip(capacity - before, 0.0, None)
-        frac = np.minimum(room, foot) / np.where(foot > 0, foot, 1.0)  # clipped before dividing: no overflow
-        return (frac * reuse).sum(axis=-1)
+        return cache_hits(states, self.profile)
 
     def occupancy(self, states: np.ndarray) -> np.ndarray:
-        """Share of the GPU's warp slots the fused kernel fills (one warp per bag); bandwidth scales with it."""
-        slots = self.profile.sm_count * self.profile.warps_per_sm
-        return np.clip(states[..., _BAGS] / slots, 1.0 / slots, 1.0)
+        return occupancy(states, self.profile)
 
     def compute_costs(self, states: np.ndarray) -> np.ndarray:
-        p = self.profile
-        states = np.asarray(states, dtype=np.float64)
-        hbm_bw = p.hbm_bandwidth * p.gather_efficiency
-        l2_bw = p.hbm_bandwidth * p.l2_bandwidth_ratio
-        occ = self.occupancy(states)
-        hits = self.cache_hits(states)
-        fwd_hbm = states[..., _GATHER] - hits + states[..., _FWD_STREAM]
-        fwd = (fwd_hbm / hbm_bw + hits / l2_bw) / occ
-        bwd = (states[..., _BWD_STREAM] / hbm_bw + states[..., _BWD_L2] / l2_bw) / occ
-        busy = states[..., _SHARDS] > 0
-        out = np.empty(states.shape[:-1] + (2,))
-        out[..., 0] = np.where(busy, p.launch_overhead_s + np.maximum(p.min_kernel_s, fwd), 0.0) * MS
-        out[..., 1] = np.where(busy, BWD_LAUNCHES * p.launch_overhead_s + np.maximum(p.min_kernel_s, bwd), 0.0) * MS
-        return out
+        return device_compute_costs(states, self.profile)
 
     def comm_costs(self, dim_sums: np.ndarray) -> np.ndarray:
         """All-to-all of pooled outputs (forward) and of their gradients (backward).
@@ -257,16 +271,22 @@ class BoundAnalytic(BoundCostModel):
 
 
 class AnalyticCostModel(CostModel):
-    """`profile` None: the topology's own hardware profile."""
+    """`profile`: None (the topology's own hardware profile), a profile name, a profile JSON file (e.g. one written
+    by `shardopt calibrate`), or a HardwareProfile."""
 
-    def __init__(self, profile: str | None = None):
-        self.profile_name = profile
-        if profile is not None:
-            get_profile(profile)  # fail early on an unknown name
-        self.name = "analytic" if profile is None else f"analytic:{profile}"
+    def __init__(self, profile: str | HardwareProfile | None = None):
+        self._fixed: HardwareProfile | None = None
+        if isinstance(profile, HardwareProfile):
+            self._fixed = profile
+        elif isinstance(profile, str) and profile.endswith(".json"):
+            self._fixed = load_profile(profile)
+        elif profile is not None:
+            self._fixed = get_profile(profile)  # fail early on an unknown name
+        self.profile_name = None if self._fixed is None else self._fixed.name
+        self.name = "analytic" if profile is None else f"analytic:{profile if isinstance(profile, str) else profile.name}"
 
     def bind(self, instance: Instance) -> BoundAnalytic:
-        return BoundAnalytic(instance, get_profile(self.profile_name or instance.topology.hardware))
+        return BoundAnalytic(instance, self._fixed or get_profile(instance.topology.hardware))
 
     def describe(self) -> str:
         return self.name

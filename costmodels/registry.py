@@ -1,4 +1,5 @@
-"""Cost models by name: `--cost-model analytic` (the topology's profile) or `analytic:h100` (a fixed profile)."""
+"""Cost models by name: `--cost-model analytic` (the topology's profile), `analytic:h100` (a fixed profile) or
+`analytic:PROFILE.json` (a profile file, e.g. from `shardopt calibrate`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,6 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL) -> CostModel:
         profile = name.split(":", 1)[1]
         try:
             return AnalyticCostModel(profile)
-        except KeyError as exc:
+        except (KeyError, ValueError) as exc:
             raise UnknownCostModelError(name, f"cost model {name!r}: {exc.args[0]}") from None
     raise UnknownCostModelError(name)

@@ -30,7 +30,7 @@ def collect_cmd(
     comm_fraction: Annotated[float, typer.Option("--comm-fraction", help="Share of communication samples.")] = 0.2,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats (measured backends).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-ups (measured backends).")] = 2,
-    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="Cap rows for timing (measured backends; labelled).")] = None,
+    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="Cap every sampled table's rows (a CPU cannot hold production tables); samples record the capped tables.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Collect (device table set -> cost columns) samples for training cost models; resumable."""
@@ -63,3 +63,68 @@ def collect_cmd(
                     f"{summary['samples_per_minute']:.1f} samples/minute on {backend} ({summary['seconds']:.1f} s)",
                 ],
             )
+
+
+@app.command()
+def calibrate(
+    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples from `shardopt costmodel collect` (compute samples are used).", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="PROFILE.json", help="Where to write the calibrated profile.")],
+    profile: Annotated[str, typer.Option("--profile", help="Base hardware profile (name or PROFILE.json).")] = "v100",
+    holdout: Annotated[float, typer.Option("--holdout", help="Share of samples kept out of the fit and judged after it.")] = 0.2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the train / hold-out split.")] = 0,
+    name: Annotated[Optional[str], typer.Option("--name", help="Name of the calibrated profile.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit the analytic model's profile constants to measured timings; report the error before and after."""
+    with _guard(json_out):
+        import datetime
+        import json
+        import sys
+
+        from costmodels.calibrate import CalibrationError, calibrate as fit
+        from shardopt.collect import read_samples
+        from shardopt.hardware import get_profile, load_profile, profile_to_dict
+
+        try:
+            base = load_profile(profile) if profile.endswith(".json") else get_profile(profile)
+        except (KeyError, ValueError) as exc:
+            raise CLIError(f"--profile: {exc.args[0]}") from None
+        if not data.is_file():
+            raise CLIError(f"{data}: no such file")
+        try:
+            samples = list(read_samples(data, "compute"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CLIError(f"{data}: not a JSONL file of samples ({exc})") from None
+        backends = sorted({str(s.get("backend")) for s in samples})
+        try:
+            result = fit(samples, base, holdout=holdout, seed=seed, name=name)
+        except CalibrationError as exc:
+            raise CLIError(f"{data}: {exc}") from None
+        record = {
+            "data": str(data),
+            "backends": backends,
+            "command": "shardopt " + " ".join(sys.argv[1:]),
+            "date": datetime.date.today().isoformat(),
+            **result.to_dict(),
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(profile_to_dict(result.profile, calibration=record), indent=1) + "\n")
+        if json_out:
+            _emit_json({"out": str(out), **record})
+            return
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=f"{base.name} -> {result.profile.name}: analytic model vs {', '.join(backends)} measurements")
+        for col in ("samples", "split", "profile", "median |err| fwd", "median |err| bwd", "spearman fwd", "spearman bwd", "kendall fwd", "kendall bwd"):
+            table.add_column(col, justify="right" if col not in ("split", "profile") else "left")
+        for split, before, after in (("train", result.train_before, result.train_after), ("hold-out", result.holdout_before, result.holdout_after)):
+            if before is None or after is None:
+                continue
+            for label, a in (("before", before), ("after", after)):
+                table.add_row(str(a.samples), split, label, f"{a.median_abs_rel_error_fwd:.1%}", f"{a.median_abs_rel_error_bwd:.1%}",
+                              f"{a.spearman_fwd:.3f}", f"{a.spearman_bwd:.3f}", f"{a.kendall_fwd:.3f}", f"{a.kendall_bwd:.3f}")
+        console = _console()
+        console.print(table)
+        if "sim" in backends:
+            _print_lines(console, ["warning: some samples were judged by the simulator, not measured"])
+        _print_lines(console, [f"wrote {_esc(str(out))} (use it with --cost-model analytic:{_esc(str(out))})"])

@@ -48,7 +48,7 @@ class CollectSettings:
     comm_fraction: float = 0.2
     repeats: int = 5
     warmup: int = 2
-    max_rows: int | None = None  # measured backends: cap each table's rows for timing (labelled)
+    max_rows: int | None = None  # cap every sampled table's rows (the sample records the capped table it timed)
 
 
 class CollectError(ValueError):
@@ -84,9 +84,10 @@ def _dims(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.where(rng.random(n) < 0.5, pow2, anyd)
 
 
-def _table(pool: TablePool, i: int, dim: int) -> Table:
+def _table(pool: TablePool, i: int, dim: int, max_rows: int | None = None) -> Table:
     pt = pool.tables[i]
-    return Table(name=pt.name, rows=pt.rows, dim=int(dim), pooling_factor=pt.pooling_factor, access=AccessProfile(histogram=pt.access.histogram, zipf=pt.access.zipf))
+    rows = pt.rows if max_rows is None else min(pt.rows, max_rows)
+    return Table(name=pt.name, rows=rows, dim=int(dim), pooling_factor=pt.pooling_factor, access=AccessProfile(histogram=pt.access.histogram, zipf=pt.access.zipf))
 
 
 def table_features(t: Table, dtype: str) -> dict[str, Any]:
@@ -104,16 +105,16 @@ def compute_instance(pool: TablePool, settings: CollectSettings, k: int) -> Inst
     cap = settings.memory_cap or get_profile(settings.hardware).memory_bytes
     workload = Workload(batch_size=settings.batch_size or pool.batch_size, optimizer=settings.optimizer)
     tables: list[Table] = []
-    probe = Instance(tables=[_table(pool, int(chosen[0]), int(dims[0]))], topology=Topology(num_devices=1, devices_per_host=1, memory_bytes=cap, hardware=settings.hardware), workload=workload)
+    probe = Instance(tables=[_table(pool, int(chosen[0]), int(dims[0]), settings.max_rows)], topology=Topology(num_devices=1, devices_per_host=1, memory_bytes=cap, hardware=settings.hardware), workload=workload)
     used = 0
     for i, d in zip(chosen, dims):
-        t = _table(pool, int(i), int(d))
+        t = _table(pool, int(i), int(d), settings.max_rows)
         size = table_bytes(probe, t)
         if used + size <= cap:
             tables.append(t)
             used += size
     if not tables:  # the first table alone exceeds the cap: shrink its dim until it fits (at least 4)
-        t = _table(pool, int(chosen[0]), 4)
+        t = _table(pool, int(chosen[0]), 4, settings.max_rows)
         tables.append(t)
     return probe.model_copy(update={"tables": tables, "name": f"collect-{settings.seed}-{k}"})
 
@@ -156,7 +157,7 @@ def compute_sample(pool: TablePool, settings: CollectSettings, k: int, cache: An
     measured = settings.backend != "sim"
     ev = evaluate_plan(
         inst, plan, settings.backend, repeats=settings.repeats, warmup=settings.warmup, seed=k,
-        max_rows=settings.max_rows, cache=cache if measured else False,
+        cache=cache if measured else False,
     )
     dtype = inst.workload.weight_dtype.value
     sample: dict[str, Any] = {

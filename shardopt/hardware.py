@@ -8,7 +8,10 @@ assumptions there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
 
 GB = 1e9
 GiB = 1024**3
@@ -35,6 +38,7 @@ class HardwareProfile:
     warps_per_sm: int = 64  # resident warps per SM: occupancy of the gather kernel
     alltoall_latency_s: float = 15e-6  # start-up latency of one all-to-all (assumption)
     network_latency_s: float = 10e-6  # extra start-up latency when peers are on other hosts (assumption)
+    bwd_bandwidth_factor: float = 1.0  # backward's achievable bandwidth relative to forward's (1 until calibrated)
 
 
 PROFILES: dict[str, HardwareProfile] = {
@@ -89,3 +93,44 @@ def get_profile(name: str) -> HardwareProfile:
         return PROFILES[name]
     except KeyError:
         raise KeyError(f"unknown hardware profile {name!r} (known: {', '.join(sorted(PROFILES))})") from None
+
+
+PROFILE_KIND = "hardware_profile"
+
+
+def profile_to_dict(profile: HardwareProfile, **extra: Any) -> dict[str, Any]:
+    return {"kind": PROFILE_KIND, **asdict(profile), **extra}
+
+
+def profile_from_dict(data: Any, source: str = "profile") -> HardwareProfile:
+    """A profile from JSON: every field of HardwareProfile (others, like a calibration record, are ignored).
+    ValueError naming the field for anything missing or not a positive number."""
+    if not isinstance(data, dict) or data.get("kind") != PROFILE_KIND:
+        raise ValueError(f"{source}: not a hardware profile (expected an object with kind {PROFILE_KIND!r})")
+    values: dict[str, Any] = {}
+    for f in fields(HardwareProfile):
+        if f.name not in data:
+            raise ValueError(f"{source}: {f.name}: required field is missing")
+        v = data[f.name]
+        if f.name in ("name", "description"):
+            if not isinstance(v, str):
+                raise ValueError(f"{source}: {f.name}: {v!r} is not a string")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{source}: {f.name}: {v!r} must be a number > 0")
+        values[f.name] = v
+    return HardwareProfile(**values)
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{p}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not valid JSON ({exc.msg})") from None
+    return profile_from_dict(data, str(p))
+
+
+def with_overrides(profile: HardwareProfile, **values: Any) -> HardwareProfile:
+    return replace(profile, **values)

@@ -210,7 +210,7 @@ class L2Flush:
         self.buffer.zero_()
 
 
-def _timer(device: Any) -> Callable[[Callable[[], Any]], float]:
+def make_timer(device: Any) -> Callable[[Callable[[], Any]], float]:
     """A function that runs a callable and returns its time in seconds: CUDA events on a GPU (on the current
     stream, waiting for the end event), time.perf_counter on the CPU."""
     import torch
@@ -243,7 +243,7 @@ def time_kernel(kernel: Any, batch: Any, grad_output: Any, settings: TimingSetti
 
     dev = torch.device(device)
     cuda = dev.type == "cuda"
-    timed = _timer(dev)
+    timed = make_timer(dev)
     threads = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
     try:

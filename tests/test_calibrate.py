@@ -1,0 +1,80 @@
+"""Calibration recovers a profile that generated the timings; calibrated profiles load as cost models."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodels.analytic import AnalyticCostModel, device_compute_costs
+from costmodels.calibrate import CalibrationError, calibrate, sample_states
+from costmodels.registry import UnknownCostModelError, get_cost_model
+from shardopt.cli import app
+from shardopt.collect import CollectSettings, collect, read_samples
+from shardopt.hardware import get_profile, load_profile, profile_from_dict, profile_to_dict
+from shardopt.pools import generate_pool
+
+TRUTH = replace(get_profile("v100"), hbm_bandwidth=300e9, launch_overhead_s=25e-6, bwd_bandwidth_factor=0.4, l2_bandwidth_ratio=1.5)
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    """Compute samples whose timings come from a known, different profile (so the right answer is known)."""
+    path = tmp_path_factory.mktemp("cal") / "d.jsonl"
+    collect(generate_pool(n=40, seed=2), path, CollectSettings(samples=60, max_tables=8, seed=1, comm_fraction=0.0, batch_size=4096))
+    docs = list(read_samples(path))
+    states, _ = sample_states(docs, get_profile("v100"))
+    truth = device_compute_costs(states, TRUTH)
+    for d, (f, b) in zip(docs, truth):
+        d["fwd_compute"], d["bwd_compute"], d["backend"] = float(f), float(b), "test-truth"
+    return docs
+
+
+def test_calibration_recovers_the_generating_profile(samples):
+    result = calibrate(samples, get_profile("v100"), holdout=0.25, seed=0)
+    assert result.train_before.median_abs_rel_error_fwd > 0.5  # the data-sheet profile is far off
+    assert result.train_after.median_abs_rel_error_fwd < 0.02
+    assert result.train_after.median_abs_rel_error_bwd < 0.02
+    assert result.holdout_after is not None and result.holdout_after.median_abs_rel_error_fwd < 0.02
+    assert result.holdout_after.spearman_fwd > 0.99
+    assert result.profile.hbm_bandwidth == pytest.approx(TRUTH.hbm_bandwidth, rel=0.05)
+
+
+def test_too_few_samples(samples):
+    with pytest.raises(CalibrationError, match="at least 5"):
+        calibrate(samples[:3], get_profile("v100"))
+
+
+def test_profile_files_round_trip_and_load_as_cost_models(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile_to_dict(TRUTH, calibration={"note": "x"})))
+    assert load_profile(path) == TRUTH
+    model = get_cost_model(f"analytic:{path}")
+    assert isinstance(model, AnalyticCostModel)
+    bad = profile_to_dict(TRUTH)
+    bad["hbm_bandwidth"] = -1
+    with pytest.raises(ValueError, match="hbm_bandwidth"):
+        profile_from_dict(bad)
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(UnknownCostModelError, match="hbm_bandwidth"):
+        get_cost_model(f"analytic:{tmp_path / 'bad.json'}")
+
+
+def test_cli_calibrate(samples, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    out = tmp_path / "prof.json"
+    r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["train_after"]["median_abs_rel_error_fwd"] < 0.02
+    prof = load_profile(out)
+    assert json.loads(out.read_text())["calibration"]["backends"] == ["test-truth"]
+    assert np.isclose(prof.hbm_bandwidth, TRUTH.hbm_bandwidth, rtol=0.05)
+    r = CliRunner().invoke(app, ["calibrate", str(tmp_path / "missing.jsonl"), "--out", str(out)])
+    assert r.exit_code == 2 and "no such file" in r.output
+    r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--profile", "x100"])
+    assert r.exit_code == 2 and "x100" in r.output
