@@ -7,7 +7,8 @@ import pytest
 
 from shardopt.backends.base import TimingSettings
 from shardopt.backends.cache import MeasurementCache, measurement_key
-from shardopt.backends.cpu import CpuBackend, fbgemm_available, fused_inputs
+from shardopt.backends.cpu import CpuBackend, fbgemm_available
+from shardopt.backends.timing import FbgemmTBE, shard_inputs
 from shardopt.evaluate import BackendUnavailableError, EvaluationError, evaluate_plan
 from shardopt.ir import Plan, Shard, instance_from_dict
 from shardopt.stats import table_stats
@@ -80,13 +81,21 @@ def test_cache_key_covers_what_was_timed():
 def test_fused_inputs_are_table_major_fbgemm_format():
     inst = tiny()
     shards = [Shard(table="a", device=0), Shard(table="c", device=0)]
-    indices, offsets, heights = fused_inputs(inst, shards, 128, seed=0)
+    inputs = shard_inputs(inst, shards, 128, seed=0)
+    kernel = FbgemmTBE(inputs.rows, inputs.dims, inputs.dtypes, inst.workload.optimizer, device="cpu")
+    batch = kernel.prepare(inputs.traces)
+    indices, offsets = batch.indices.numpy(), batch.offsets.numpy()
     assert len(offsets) == 2 * 128 + 1 and offsets[0] == 0 and offsets[-1] == len(indices)
     a = table_stats(indices[: offsets[128]], offsets[:129])
     assert a.pooling_factor == pytest.approx(4.0, abs=0.5 / 128)
-    assert heights == [5000, 800]
-    capped = fused_inputs(inst, shards, 128, seed=0, max_rows=100)
-    assert capped[0].max() < 100 and capped[2] == [100, 100]
+    assert inputs.rows == [5000, 800]
+    capped = shard_inputs(inst, shards, 128, seed=0, max_rows=100)
+    assert max(i.max() for i, _ in capped.traces) < 100 and capped.rows == [100, 100]
+
+
+def test_adam_runs_the_torch_kernel_and_says_why():
+    t = CpuBackend().time_shards(tiny(opt="adam"), [Shard(table="a", device=0)], TimingSettings(batch_size=64, repeats=2, warmup=0))
+    assert "torch" in t.kernel and "no fused adam" in t.kernel and t.fwd_ms > 0
 
 
 @pytest.mark.parametrize("opt,dtype", [("sgd", "fp16"), ("rowwise_adagrad", "fp16")])

@@ -169,7 +169,8 @@ def build_rank_kernel(instance: Instance, layout: RankLayout, rank: int, device:
     is asked for and fbgemm's CUDA TBE does not run here."""
     import torch
 
-    from shardopt.backends.cuda import build_kernel, fbgemm_cuda_unavailable, shard_inputs
+    from shardopt.backends.cuda import fbgemm_cuda_unavailable
+    from shardopt.backends.timing import build_kernel, shard_inputs
 
     dev = torch.device(device)
     shards = list(layout.shards[rank])
@@ -196,7 +197,7 @@ def run_rank(instance: Instance, layout: RankLayout, rank: int, device: Any, arg
     import torch.distributed as dist
 
     from shardopt.backends.base import summarise
-    from shardopt.backends.cuda import L2Flush, make_timer, device_name
+    from shardopt.backends.timing import L2Flush, device_name, make_timer
 
     dev = torch.device(device)
     cuda = dev.type == "cuda"
@@ -251,7 +252,7 @@ def run_rank(instance: Instance, layout: RankLayout, rank: int, device: Any, arg
     comm = summarise(samples["fwd_comm"], samples["bwd_comm"], "all_to_all_single", name, B)
     return {
         "device": rank,
-        "gpu": name,
+        "hardware": name,
         "kernel": rk.label,
         "shards": len(layout.shards[rank]),
         "pooled_dim": D,
