@@ -78,3 +78,20 @@ def test_cli_calibrate(samples, tmp_path):
     assert r.exit_code == 2 and "no such file" in r.output
     r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--profile", "x100"])
     assert r.exit_code == 2 and "x100" in r.output
+
+
+def test_shipped_cpu_profile_reproduces_its_recorded_figures():
+    """costmodels/profiles/cpu-xeon-2core.json: refitting its committed samples gives the recorded profile and errors."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "costmodels" / "profiles"
+    shipped = json.loads((root / "cpu-xeon-2core.json").read_text())
+    record = shipped["calibration"]
+    profile = load_profile(root / "cpu-xeon-2core.json")
+    samples = list(read_samples(root / "cpu-reference-samples.jsonl", "compute"))
+    assert len(samples) == 200 and {s["backend"] for s in samples} == {"cpu"}
+    result = calibrate(samples, get_profile(record["base"]), holdout=0.25, seed=0, name=profile.name)
+    for field, value in record["fitted"].items():
+        assert getattr(result.profile, field) == pytest.approx(value, rel=1e-6)
+    assert result.holdout_after.to_dict() == pytest.approx(record["holdout_after"], rel=1e-6)
+    assert record["holdout_after"]["median_abs_rel_error_fwd"] < 0.2
