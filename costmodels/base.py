@@ -114,6 +114,15 @@ class BoundCostModel(ABC):
         """fwd + bwd comm in ms per device: [..., D] -> [..., D]. Solvers' hot path; predictors may specialise it."""
         return self.comm_costs(dim_sums).sum(axis=-1)
 
+    def compute_after_adding(self, states: np.ndarray, table: int) -> np.ndarray:
+        """[D, 2]: every device's compute if whole table `table` were added to it — no re-encoding of the rest:
+        the state is a sum, so this is one vector addition and one batched call."""
+        return self.compute_costs(np.asarray(states) + self.table_states[table])
+
+    def compute_after_removing(self, states: np.ndarray, table: int) -> np.ndarray:
+        """[D, 2]: every device's compute if whole table `table` were removed from it (it must hold it)."""
+        return self.compute_costs(np.asarray(states) - self.table_states[table])
+
     def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """[k, D]: every device's fwd + bwd comm if `width` were added to device candidates[i] (the greedy
         solvers' question). This default asks `comm_totals` about k whole dim-sum vectors; predictors may answer

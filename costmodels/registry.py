@@ -1,5 +1,6 @@
 """Cost models by name: `--cost-model analytic` (the topology's profile), `analytic:h100` (a fixed profile) or
-`analytic:PROFILE.json` (a profile file, e.g. from `shardopt calibrate`)."""
+`analytic:PROFILE.json` (a profile file, e.g. from `shardopt calibrate`), `neural` (the shipped neural model) or
+`MODEL.npz` (weights from `shardopt costmodel train`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class UnknownCostModelError(KeyError):
 def cost_model_names() -> list[str]:
     from shardopt.hardware import PROFILES
 
-    return ["analytic"] + [f"analytic:{p}" for p in sorted(PROFILES)]
+    return ["analytic"] + [f"analytic:{p}" for p in sorted(PROFILES)] + ["neural", "MODEL.npz"]
 
 
 def get_cost_model(name: str = DEFAULT_COST_MODEL) -> CostModel:
@@ -34,4 +35,11 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL) -> CostModel:
             return AnalyticCostModel(profile)
         except (KeyError, ValueError) as exc:
             raise UnknownCostModelError(name, f"cost model {name!r}: {exc.args[0]}") from None
+    if name == "neural" or name.endswith(".npz"):
+        from costmodels.neural import NeuralCostModel
+
+        try:
+            return NeuralCostModel(None if name == "neural" else name)
+        except ValueError as exc:
+            raise UnknownCostModelError(name, f"cost model {name!r}: {exc}") from None
     raise UnknownCostModelError(name)

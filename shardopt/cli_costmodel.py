@@ -22,9 +22,12 @@ def collect_cmd(
     samples: Annotated[int, typer.Option("--samples", "-n", help="Total samples wanted in the file (ids 0..N-1).")] = 1000,
     out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE.jsonl", help="Appended to; a rerun resumes.")] = Path("costdata.jsonl"),
     max_tables: Annotated[int, typer.Option("--max-tables", help="At most this many tables per device sample.")] = 20,
+    min_tables: Annotated[int, typer.Option("--min-tables", help="At least this many tables per device sample.")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Sample k is drawn from (seed, k).")] = 0,
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample [default: the pool's].")] = None,
+    vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072.")] = False,
+    augment: Annotated[bool, typer.Option("--augment", help="Also scale tables' rows and pooling factors (not only dims).")] = False,
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd | rowwise_adagrad | adam.")] = "rowwise_adagrad",
     memory_cap: Annotated[Optional[int], typer.Option("--memory-cap", min=1, help="Bytes per device sample [default: the profile's memory].")] = None,
     comm_fraction: Annotated[float, typer.Option("--comm-fraction", help="Share of communication samples.")] = 0.2,
@@ -46,7 +49,7 @@ def collect_cmd(
             raise CLIError(f"--optimizer: {optimizer!r} is not one of {', '.join(Optimizer.__members__)}")
         table_pool = load_pool(pool_file or standard_pool_path(pool))
         settings = CollectSettings(
-            backend=backend, samples=samples, max_tables=max_tables, seed=seed, hardware=hardware, batch_size=batch_size,
+            backend=backend, samples=samples, max_tables=max_tables, min_tables=min_tables, seed=seed, hardware=hardware, batch_size=batch_size, vary_batch=vary_batch, augment=augment,
             optimizer=optimizer, memory_cap=memory_cap, comm_fraction=comm_fraction, repeats=repeats, warmup=warmup,
             max_rows=max_rows,
         )
@@ -128,3 +131,91 @@ def calibrate(
         if "sim" in backends:
             _print_lines(console, ["warning: some samples were judged by the simulator, not measured"])
         _print_lines(console, [f"wrote {_esc(str(out))} (use it with --cost-model analytic:{_esc(str(out))})"])
+
+
+def _read_data(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    from shardopt.collect import read_samples
+
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file")
+    try:
+        return list(read_samples(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CLIError(f"{path}: not a JSONL file of samples ({exc})") from None
+
+
+@costmodel_app.command("train")
+def train_cmd(
+    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples from `shardopt costmodel collect`.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="MODEL.npz", help="Where to write the weights.")],
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs (each network).")] = 60,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Samples per step.")] = 256,
+    learning_rate: Annotated[float, typer.Option("--learning-rate", help="Adam's initial learning rate (cosine decay).")] = 2e-3,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation, validation split and batches.")] = 0,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")] = 2,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train the neural compute and communication models on collected cost data."""
+    with _guard(json_out):
+        import sys
+
+        from costmodels.train import TrainError, TrainSettings, train
+
+        samples = _read_data(data)
+        settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, threads=threads)
+        meta = {"data": str(data), "command": "shardopt " + " ".join(sys.argv[1:])}
+        with _progress("training", enabled=not json_out) as tick:
+            def report(name: str, epoch: int, total: int, val: float) -> None:
+                if tick is not None:
+                    tick(epoch, total)
+
+            try:
+                weights = train(samples, settings, progress=report, meta=meta)
+            except TrainError as exc:
+                raise CLIError(f"{data}: {exc}") from None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        weights.save(out)
+        rec = weights.meta["train"]
+        if json_out:
+            _emit_json({"out": str(out), **rec})
+        else:
+            _print_lines(_console(), [
+                f"wrote {_esc(str(out))}: {rec['compute_samples']} compute samples, {rec['comm_device_rows']} comm device rows",
+                f"best validation log-MSE: compute {rec['best_val_log_mse_compute']:.5f}, comm {rec['best_val_log_mse_comm']:.5f}",
+            ])
+
+
+@costmodel_app.command("eval")
+def eval_cmd(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="A weights file, `neural` (the shipped model) or `analytic[:PROFILE]`.", show_default=False)],
+    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples to judge it on (e.g. from the test pool).", show_default=False)],
+    json_out: JsonOpt = False,
+) -> None:
+    """MAPE, RMSE and Kendall tau per cost column of a cost model on collected samples."""
+    with _guard(json_out):
+        from costmodels.neural import SHIPPED, NeuralWeights
+        from costmodels.train import TrainError, evaluate
+
+        path = SHIPPED if model == "neural" else Path(model)
+        try:
+            weights = NeuralWeights.load(path)
+        except ValueError as exc:
+            raise CLIError(f"MODEL: {exc}") from None
+        samples = _read_data(data)
+        try:
+            result = evaluate(weights, samples)
+        except TrainError as exc:
+            raise CLIError(f"{data}: {exc}") from None
+        if json_out:
+            _emit_json({"model": str(path), "data": str(data), "columns": result})
+            return
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=f"{_esc(path.name)} on {_esc(data.name)}")
+        for col in ("column", "samples", "MAPE", "median APE", "RMSE ms", "Kendall tau"):
+            table.add_column(col, justify="left" if col == "column" else "right")
+        for name, m in result.items():
+            table.add_row(name, str(m["n"]), f"{m['mape']:.2%}", f"{m['median_ape']:.2%}", f"{m['rmse_ms']:.4f}", f"{m['kendall_tau']:.4f}")
+        _console().print(table)

@@ -33,6 +33,13 @@ from shardopt.pools import TablePool
 AUG_DIMS = tuple(range(4, 257, 4))  # every multiple of 4 up to 256
 POW2_DIMS = (4, 8, 16, 32, 64, 128, 256)
 COMM_DEVICES = (2, 4, 8, 16, 32, 64, 128)
+BATCH_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def _batch(pool: TablePool, settings: CollectSettings, rng: np.random.Generator) -> int:
+    if settings.vary_batch:
+        return int(rng.choice(BATCH_CHOICES))
+    return settings.batch_size or pool.batch_size
 
 
 @dataclass(frozen=True)
@@ -40,9 +47,12 @@ class CollectSettings:
     backend: str = "sim"
     samples: int = 1000
     max_tables: int = 20
+    min_tables: int = 1
     seed: int = 0
     hardware: str = "v100"
     batch_size: int | None = None  # None: the pool's batch
+    vary_batch: bool = False  # draw each sample's batch from BATCH_CHOICES instead (for models used across workloads)
+    augment: bool = False  # also scale each table's rows (x 10^U(-3, 0.3), at least 100) and pooling (x 2^U(-2, 2))
     optimizer: str = "rowwise_adagrad"
     memory_cap: int | None = None  # bytes per device set; None: the hardware's memory
     comm_fraction: float = 0.2
@@ -84,10 +94,22 @@ def _dims(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.where(rng.random(n) < 0.5, pow2, anyd)
 
 
-def _table(pool: TablePool, i: int, dim: int, max_rows: int | None = None) -> Table:
+def _table(pool: TablePool, i: int, dim: int, max_rows: int | None = None, scale: tuple[float, float] = (1.0, 1.0)) -> Table:
     pt = pool.tables[i]
-    rows = pt.rows if max_rows is None else min(pt.rows, max_rows)
-    return Table(name=pt.name, rows=rows, dim=int(dim), pooling_factor=pt.pooling_factor, access=AccessProfile(histogram=pt.access.histogram, zipf=pt.access.zipf))
+    rows = pt.rows if scale[0] == 1.0 else max(100, int(round(pt.rows * scale[0])))
+    rows = rows if max_rows is None else min(rows, max_rows)
+    pooling = pt.pooling_factor if scale[1] == 1.0 else round(pt.pooling_factor * scale[1], 4)
+    return Table(name=pt.name, rows=rows, dim=int(dim), pooling_factor=pooling, access=AccessProfile(histogram=pt.access.histogram, zipf=pt.access.zipf))
+
+
+def _scales(rng: np.random.Generator, n: int, augment: bool) -> list[tuple[float, float]]:
+    """Rows and pooling-factor multipliers: the published collectors varied only dims, so their models never saw
+    a small table or a light one; with `augment` every table is also seen at other sizes and loads."""
+    if not augment:
+        return [(1.0, 1.0)] * n
+    rows = 10.0 ** rng.uniform(-3.0, 0.3, size=n)
+    pooling = 2.0 ** rng.uniform(-2.0, 2.0, size=n)
+    return list(zip(rows.tolist(), pooling.tolist()))
 
 
 def table_features(t: Table, dtype: str) -> dict[str, Any]:
@@ -99,22 +121,23 @@ def compute_instance(pool: TablePool, settings: CollectSettings, k: int) -> Inst
     from shardopt.hardware import get_profile
 
     rng = np.random.default_rng([settings.seed, k, 1])
-    n = int(rng.integers(1, min(settings.max_tables, len(pool.tables)) + 1))
+    n = int(rng.integers(min(settings.min_tables, len(pool.tables)), min(settings.max_tables, len(pool.tables)) + 1))
     chosen = rng.choice(len(pool.tables), size=n, replace=False)
     dims = _dims(rng, n)
+    scales = _scales(rng, n, settings.augment)
     cap = settings.memory_cap or get_profile(settings.hardware).memory_bytes
-    workload = Workload(batch_size=settings.batch_size or pool.batch_size, optimizer=settings.optimizer)
+    workload = Workload(batch_size=_batch(pool, settings, rng), optimizer=settings.optimizer)
     tables: list[Table] = []
-    probe = Instance(tables=[_table(pool, int(chosen[0]), int(dims[0]), settings.max_rows)], topology=Topology(num_devices=1, devices_per_host=1, memory_bytes=cap, hardware=settings.hardware), workload=workload)
+    probe = Instance(tables=[_table(pool, int(chosen[0]), int(dims[0]), settings.max_rows, scales[0])], topology=Topology(num_devices=1, devices_per_host=1, memory_bytes=cap, hardware=settings.hardware), workload=workload)
     used = 0
-    for i, d in zip(chosen, dims):
-        t = _table(pool, int(i), int(d), settings.max_rows)
+    for i, d, sc in zip(chosen, dims, scales):
+        t = _table(pool, int(i), int(d), settings.max_rows, sc)
         size = table_bytes(probe, t)
         if used + size <= cap:
             tables.append(t)
             used += size
     if not tables:  # the first table alone exceeds the cap: shrink its dim until it fits (at least 4)
-        t = _table(pool, int(chosen[0]), 4, settings.max_rows)
+        t = _table(pool, int(chosen[0]), 4, settings.max_rows, scales[0])
         tables.append(t)
     return probe.model_copy(update={"tables": tables, "name": f"collect-{settings.seed}-{k}"})
 
@@ -131,7 +154,7 @@ def comm_sample(pool: TablePool, settings: CollectSettings, k: int) -> dict[str,
     dims = _dims(rng, len(chosen))
     tables = [_table(pool, int(i), int(d)).model_copy(update={"name": f"x{j}"}) for j, (i, d) in enumerate(zip(chosen, dims))]
     topo = Topology(num_devices=n_dev, devices_per_host=per_host, memory_bytes=10**15, hardware=settings.hardware)
-    inst = Instance(tables=tables, topology=topo, workload=Workload(batch_size=settings.batch_size or pool.batch_size, optimizer=settings.optimizer))
+    inst = Instance(tables=tables, topology=topo, workload=Workload(batch_size=_batch(pool, settings, rng), optimizer=settings.optimizer))
     device_of = rng.integers(0, n_dev, size=len(tables))
     costs = AnalyticCostModel().plan_costs(inst, [Shard(table=t.name, device=int(d)) for t, d in zip(tables, device_of)])
     dim_sums = np.zeros(n_dev)
@@ -190,6 +213,8 @@ def collect(
         raise CollectError(f"samples: {settings.samples} must be >= 1")
     if settings.max_tables < 1:
         raise CollectError(f"max_tables: {settings.max_tables} must be >= 1")
+    if not 1 <= settings.min_tables <= settings.max_tables:
+        raise CollectError(f"min_tables: {settings.min_tables} must be between 1 and max_tables ({settings.max_tables})")
     if not 0 <= settings.comm_fraction <= 1:
         raise CollectError(f"comm_fraction: {settings.comm_fraction} must be in [0, 1]")
     if settings.backend not in ("sim", "cpu", "cuda"):

@@ -1,0 +1,189 @@
+"""The neural cost model: DreamShard / NeuroShard-shaped, with inference in numpy.
+
+Compute: a per-shard encoder (MLP on `costmodels.features.shard_features`, normalised with the training data's
+statistics), summed over a device's shards, then a head (MLP) giving forward and backward ms. The sum is the model's
+additive device *state* (plus a shard count), so it plugs into the BoundCostModel interface the solvers use: adding
+or removing a table is adding or subtracting its encoding, and thousands of candidate devices are one matrix product.
+
+Communication: one model for any cluster: an MLP applied to each device's all-to-all features (bytes over each link
+kind divided by its bandwidth, latencies, cluster shape; `costmodels.features.comm_features`), which are symmetric in
+the other devices' widths, so the prediction is permutation-equivariant over devices and defined for any count.
+
+Weights live in one `.npz` (arrays plus a JSON record of the architecture, the data and the command that made them);
+training is in `costmodels.train` (torch). Here nothing imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel, CostModel
+from costmodels.features import comm_features, comm_features_after_adding, instance_shard_features
+from shardopt.hardware import HardwareProfile, get_profile
+from shardopt.ir import Instance
+
+SHIPPED = Path(__file__).resolve().parent / "weights" / "neural-v100.npz"
+
+
+def mlp(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]], last_relu: bool) -> np.ndarray:
+    """ReLU MLP in numpy: `layers` = [(W [in, out], b [out]), ...]."""
+    for i, (w, b) in enumerate(layers):
+        x = x @ w + b
+        if i < len(layers) - 1 or last_relu:
+            np.maximum(x, 0.0, out=x)
+    return x
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+def normalise(weights: NeuralWeights, prefix: str, x: np.ndarray) -> np.ndarray:
+    """Features standardised with the training statistics, clamped to the range seen in training: a table unlike
+    any training table is treated as the nearest seen one instead of being extrapolated wildly."""
+    a = weights.arrays
+    mean, std = (a["feat_mean"], a["feat_std"]) if prefix == "feat" else (a["comm_mean"], a["comm_std"])
+    z = (x - mean) / std
+    lo, hi = a.get(f"{prefix}_lo"), a.get(f"{prefix}_hi")
+    if lo is not None and hi is not None:
+        z = np.clip(z, lo, hi)
+    return z
+
+
+def encode_shards(weights: NeuralWeights, x: np.ndarray) -> np.ndarray:
+    """Shard features [n, F] -> encodings [n, E] (the additive part of a device's state)."""
+    return mlp(normalise(weights, "feat", x), weights.layers("enc"), last_relu=True)
+
+
+def head_costs(weights: NeuralWeights, pooled: np.ndarray) -> np.ndarray:
+    """Pooled states [n, E + 1] (encodings summed, shard count last) -> fwd, bwd compute ms [n, 2]."""
+    return softplus(mlp(pooled, weights.layers("head"), last_relu=False))
+
+
+def comm_head(weights: NeuralWeights, x: np.ndarray) -> np.ndarray:
+    """Per-device all-to-all features [n, Fc] -> fwd, bwd comm ms [n, 2]."""
+    return softplus(mlp(normalise(weights, "comm", x), weights.layers("comm"), last_relu=False))
+
+
+class NeuralWeights:
+    """The arrays of a trained model and its record; `load` / `save` a single .npz."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]):
+        self.arrays = arrays
+        self.meta = meta
+
+    def layers(self, prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        out, i = [], 0
+        while f"{prefix}.{i}.w" in self.arrays:
+            out.append((self.arrays[f"{prefix}.{i}.w"], self.arrays[f"{prefix}.{i}.b"]))
+            i += 1
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path) -> NeuralWeights:
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"{p}: no such file")
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                arrays = {k: z[k].astype(np.float64) for k in z.files if k != "meta"}
+                meta = json.loads(bytes(z["meta"]).decode())
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"{p}: not a shardopt neural cost model ({exc.__class__.__name__}: {exc})") from None
+        if meta.get("kind") != "shardopt-neural-cost-model":
+            raise ValueError(f"{p}: not a shardopt neural cost model (kind {meta.get('kind')!r})")
+        return cls(arrays, meta)
+
+    def save(self, path: str | Path) -> None:
+        meta = np.frombuffer(json.dumps(self.meta).encode(), dtype=np.uint8)
+        np.savez_compressed(Path(path), meta=meta, **{k: v.astype(np.float32) for k, v in self.arrays.items()})
+
+
+class BoundNeural(BoundCostModel):
+    def __init__(self, instance: Instance, weights: NeuralWeights):
+        super().__init__(instance)
+        self.w = weights
+        self._encoding_size = weights.layers("enc")[-1][0].shape[1]
+        self._hist = np.stack([self._histogram(i) for i in range(len(instance.tables))])
+        topo = instance.topology
+        self.profile: HardwareProfile = get_profile(topo.hardware)
+        host = np.arange(topo.num_devices) // topo.devices_per_host
+        self._same_host = (host[:, None] == host[None, :]).astype(np.float64)
+        self._intra = topo.intra_host_bandwidth or self.profile.nvlink_bandwidth
+        self._inter = topo.inter_host_bandwidth or self.profile.network_bandwidth
+
+    def _histogram(self, i: int) -> np.ndarray:
+        t = self.instance.tables[i]
+        if t.access.histogram is not None:
+            h = np.asarray(t.access.histogram, dtype=np.float64)
+            return h / h.sum()
+        from shardopt.stats import histogram_from_zipf
+
+        return np.asarray(histogram_from_zipf(t.rows, t.pooling_factor, float(t.access.zipf), self.instance.workload.batch_size))
+
+    @property
+    def state_size(self) -> int:
+        return self._encoding_size + 1
+
+    def encode(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
+        x = instance_shard_features(self.instance, np.asarray(tables), np.asarray(cols, dtype=np.float64), np.asarray(row_fraction, dtype=np.float64), np.asarray(batch_fraction, dtype=np.float64), self._hist)
+        z = encode_shards(self.w, x)
+        return np.concatenate([z, np.ones((len(z), 1))], axis=1)
+
+    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
+        return self.encode(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
+
+    @cached_property
+    def table_states(self) -> np.ndarray:
+        n = len(self.instance.tables)
+        return self.encode(np.arange(n), self.table_dims, np.ones(n), np.ones(n))
+
+    def compute_costs(self, states: np.ndarray) -> np.ndarray:
+        s = np.asarray(states, dtype=np.float64)
+        flat = s.reshape(-1, s.shape[-1])
+        out = head_costs(self.w, flat)
+        out[flat[:, -1] < 0.5] = 0.0  # no shard, no kernel
+        return out.reshape(s.shape[:-1] + (2,))
+
+    def comm_costs(self, dim_sums: np.ndarray) -> np.ndarray:
+        dims = np.asarray(dim_sums, dtype=np.float64)
+        if self.num_devices == 1:
+            return np.zeros(dims.shape + (2,))
+        x = comm_features(dims, self._same_host, self.instance.workload.batch_size, self._intra, self._inter, self.profile)
+        flat = x.reshape(-1, x.shape[-1])
+        out = comm_head(self.w, flat)
+        return out.reshape(dims.shape + (2,))
+
+
+    def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
+        """The greedy solvers' question in O(D) model evaluations: each device has three possible new inputs."""
+        dims = np.asarray(dim_sums, dtype=np.float64)
+        cands = np.asarray(candidates)
+        if self.num_devices == 1:
+            return np.zeros((len(cands), 1))
+        own, same, other = comm_features_after_adding(dims, float(width), self._same_host, self.instance.workload.batch_size, self._intra, self._inter, self.profile)
+        t_own, t_same, t_other = (comm_head(self.w, f).sum(axis=1) for f in (own, same, other))
+        out = np.where(self._same_host[cands] > 0, t_same, t_other)
+        out[np.arange(len(cands)), cands] = t_own[cands]
+        return out
+
+
+class NeuralCostModel(CostModel):
+    """`path`: a weights file from `shardopt costmodel train` (default: the shipped model)."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else SHIPPED
+        self.weights = NeuralWeights.load(self.path)
+        self.name = "neural" if path is None else f"neural:{self.path.name}"
+
+    def bind(self, instance: Instance) -> BoundNeural:
+        return BoundNeural(instance, self.weights)
+
+    def describe(self) -> str:
+        trained = self.weights.meta.get("hardware")
+        return f"{self.name} (trained on {trained} data)" if trained else self.name
