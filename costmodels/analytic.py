@@ -42,8 +42,8 @@ BIN_COUNTS = np.array(
 assert len(BIN_COUNTS) == ACCESS_BINS
 
 # state layout
-_FOOT = slice(0, ACCESS_BINS)  # cache footprint (sector bytes of unique rows) per bin
-_REUSE = slice(ACCESS_BINS, 2 * ACCESS_BINS)  # bytes of re-reads per bin (accesses after the first)
+_FOOT = slice(0, ACCESS_BINS)  # cache footprint (sector bytes of unique rows) per bin, hottest bin (>2^15) first
+_REUSE = slice(ACCESS_BINS, 2 * ACCESS_BINS)  # bytes of re-reads per bin (accesses after the first), same order
 _GATHER = 2 * ACCESS_BINS  # all gathered bytes (lookups x sector bytes)
 _FWD_STREAM = _GATHER + 1  # forward streamed bytes: indices, offsets, pooled output writes
 _BWD_STREAM = _GATHER + 2  # backward HBM bytes: output grads, sort, unique-row weight + optimizer update
@@ -66,13 +66,15 @@ def mean_count(histogram: np.ndarray) -> np.ndarray:
 def cache_hits(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     """Bytes of re-reads served by L2: the hottest bins' rows (across all tables on the device) are cached first,
     until the shared cache is full. [..., F] -> [...]."""
-    foot = states[..., _FOOT][..., ::-1]  # hottest bin first
-    reuse = states[..., _REUSE][..., ::-1]
+    foot = states[..., _FOOT]  # stored hottest bin first
+    reuse = states[..., _REUSE]
     capacity = profile.l2_bytes * CACHE_SHARE
-    before = np.cumsum(foot, axis=-1) - foot  # footprint of hotter bins
-    room = np.clip(capacity - before, 0.0, None)
-    frac = np.minimum(room, foot) / np.where(foot > 0, foot, 1.0)  # clipped before dividing: no overflow
-    return (frac * reuse).sum(axis=-1)
+    # cached bytes of each bin: what is left of the cache after the hotter bins, at most the bin's footprint
+    cached = np.clip(capacity - np.cumsum(foot, axis=-1) + foot, 0.0, None)
+    np.minimum(cached, foot, out=cached)
+    # hits = sum of reuse x cached / foot (0 where a bin is empty): reuse / foot is the bin's re-reads per byte
+    ratio = np.divide(reuse, foot, out=np.zeros_like(foot), where=foot > 0)
+    return np.einsum("...b,...b->...", cached, ratio)
 
 
 def occupancy(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
@@ -160,8 +162,8 @@ class BoundAnalytic(BoundCostModel):
         uniq = hist * unique[:, None]
         sb = sector_bytes(w, elem, p.sector_bytes)
         out = np.zeros((len(tables), STATE_SIZE))
-        out[:, _FOOT] = uniq * sb[:, None]
-        out[:, _REUSE] = np.maximum(acc - uniq, 0.0) * sb[:, None]
+        out[:, _FOOT] = (uniq * sb[:, None])[:, ::-1]  # hottest bin first: the order the cache fills in
+        out[:, _REUSE] = (np.maximum(acc - uniq, 0.0) * sb[:, None])[:, ::-1]
         out[:, _GATHER] = lookups * sb
         out[:, _FWD_STREAM] = (lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
         row_bytes = w * elem

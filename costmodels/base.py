@@ -101,6 +101,12 @@ class BoundCostModel(ABC):
         """The additive state contribution of a shard of table `table` (index) that is `cols` wide and holds
         `row_fraction` of its rows, serving `batch_fraction` of the global batch (1/D for a data-parallel replica)."""
 
+    def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
+        """States of many shards: [n] arrays -> [n, state_size]. Predictors vectorise this; the default loops."""
+        rf = np.broadcast_to(np.asarray(row_fraction, dtype=np.float64), np.shape(tables))
+        bf = np.broadcast_to(np.asarray(batch_fraction, dtype=np.float64), np.shape(tables))
+        return np.stack([self.shard_state(int(t), int(c), float(r), float(b)) for t, c, r, b in zip(tables, cols, rf, bf)])
+
     @abstractmethod
     def compute_costs(self, states: np.ndarray) -> np.ndarray:
         """fwd and bwd compute in ms for each state: [..., state_size] -> [..., 2]. The empty state costs 0."""

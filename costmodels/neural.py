@@ -130,18 +130,18 @@ class BoundNeural(BoundCostModel):
     def state_size(self) -> int:
         return self._encoding_size + 1
 
-    def encode(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
+    def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
         x = instance_shard_features(self.instance, np.asarray(tables), np.asarray(cols, dtype=np.float64), np.asarray(row_fraction, dtype=np.float64), np.asarray(batch_fraction, dtype=np.float64), self._hist)
         z = encode_shards(self.w, x)
         return np.concatenate([z, np.ones((len(z), 1))], axis=1)
 
     def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
-        return self.encode(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
+        return self.shard_states(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
 
     @cached_property
     def table_states(self) -> np.ndarray:
         n = len(self.instance.tables)
-        return self.encode(np.arange(n), self.table_dims, np.ones(n), np.ones(n))
+        return self.shard_states(np.arange(n), self.table_dims, np.ones(n), np.ones(n))
 
     def compute_costs(self, states: np.ndarray) -> np.ndarray:
         s = np.asarray(states, dtype=np.float64)

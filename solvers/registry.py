@@ -58,3 +58,5 @@ register("size", _H, "SizeSolver", "heuristic", "proxy = table bytes; largest fi
 register("dim", _H, "DimSolver", "heuristic", "proxy = dim")
 register("lookup", _H, "LookupSolver", "heuristic", "proxy = dim x pooling factor")
 register("size_lookup", _H, "SizeLookupSolver", "heuristic", "proxy = dim x pooling factor x log10(rows)")
+register("neuroshard", "solvers.neuroshard", "NeuroShardSolver", "search", "NeuroShard beam search over column splits + grid-searched greedy, improved (halves apart, comm-aware, de-duplicated, polished, anytime)")
+register("neuroshard_faithful", "solvers.neuroshard", "NeuroShardFaithfulSolver", "search", "NeuroShard as published (beam 3, top-10 size/cost candidates, 10 halvings, dim-cap grid 1.0..1.5)")

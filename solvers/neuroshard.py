@@ -1,0 +1,424 @@
+"""NeuroShard (MLSys 2023): beam search over column-wise splits, an inner greedy under a grid of dimension caps.
+
+Faithful mode (`neuroshard_faithful`) is the published algorithm: beam width 3; the split candidates of a state are
+its 10 largest pieces by bytes and its 10 most expensive by predicted single-piece cost; a split halves a piece's
+columns (only where the half stays a multiple of 4), up to 10 steps; every state is scored by the best of an inner
+greedy run under each dimension-cap scale 1.0, 1.05, ..., 1.5 (cap = scale x total dims / devices): pieces by
+predicted cost, largest first, onto the feasible device (memory and dim cap) whose predicted compute after adding
+it is lowest; every grid plan is scored by the full cost model (compute + both all-to-alls, max over devices).
+
+`neuroshard` (the default solver) adds, each a switch in NeuroShardConfig whose effect is measured in
+docs/benchmarks.md:
+- `split_apart`: the two halves of a split table never share a device (halving on one device only adds work);
+- `comm_aware`: the best beam states are re-run with an inner greedy that picks the device minimising the
+  predicted *plan* cost (compute and all-to-all, max over devices) after the move, not just that device's compute;
+- `dedup`: a state reached twice (the same multiset of pieces) is scored once;
+- `polish`: a local search (moves and swaps off the bottleneck device) on the best plan;
+- `anytime`: the time limit is honoured and the best plan so far returned (status `timeout`).
+
+The grid's 11 greedy runs of every beam state of a step go in lock-step: one batched cost-model call per piece
+position for all (state, scale) lanes, using the cost models' additive device states (no re-encoding of a
+device's other pieces).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel, CostModel
+from shardopt.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.memory import slice_bytes
+from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+
+Piece = tuple[int, int, int]  # (table index, column offset, columns)
+BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
+LANE_DEVICES = 40_000  # and at most about this many (state x scale x device) rows per batched call
+
+
+@dataclass(frozen=True)
+class NeuroShardConfig:
+    beam_width: int = 3
+    candidates_by_size: int = 10
+    candidates_by_cost: int = 10
+    max_steps: int = 10
+    scales: tuple[float, ...] = tuple(round(1.0 + 0.05 * i, 2) for i in range(11))
+    split_apart: bool = True
+    comm_aware: bool = True
+    dedup: bool = True
+    polish: bool = True
+    anytime: bool = True
+
+
+FAITHFUL = NeuroShardConfig(split_apart=False, comm_aware=False, dedup=False, polish=False, anytime=False)
+
+
+@dataclass
+class GridResult:
+    cost: float
+    device_of: np.ndarray | None  # device per piece (None: no scale gave a feasible plan)
+    scale: float | None
+
+
+class PieceModel:
+    """Per-piece states, widths, bytes and single costs of one instance, cached across beam states."""
+
+    def __init__(self, instance: Instance, bm: BoundCostModel):
+        self.instance, self.bm = instance, bm
+        self._cache: dict[Piece, tuple[np.ndarray, int, float]] = {}
+        self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+
+    def info(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(states [P, F], widths [P], bytes [P], single compute costs [P]) of `pieces`."""
+        missing = [p for p in pieces if p not in self._cache]
+        if missing:
+            t = np.array([p[0] for p in missing])
+            c = np.array([p[2] for p in missing])
+            states = self.bm.shard_states(t, c, np.ones(len(missing)), np.ones(len(missing)))
+            single = self.bm.compute_costs(states).sum(axis=-1)
+            for k, p in enumerate(missing):
+                table = self.instance.tables[p[0]]
+                self._cache[p] = (states[k], slice_bytes(self.instance, table, table.rows, p[2]), float(single[k]))
+        rows = [self._cache[p] for p in pieces]
+        return (
+            np.stack([r[0] for r in rows]),
+            np.array([p[2] for p in pieces], dtype=np.float64),
+            np.array([r[1] for r in rows], dtype=np.int64),
+            np.array([r[2] for r in rows]),
+        )
+
+
+def grid_greedy(
+    pm: PieceModel,
+    states_list: list[list[Piece]],
+    cfg: NeuroShardConfig,
+    comm_aware: bool = False,
+    clock: Stopwatch | None = None,
+    deadline: float | None = None,
+) -> list[GridResult] | None:
+    """The inner greedy for several beam states (same piece count) under every dim-cap scale, all in lock-step:
+    one batched cost-model call per piece position for every (state, scale) lane. Returns each state's best grid
+    plan by the full cost model, or None when the deadline passed first."""
+    bm = pm.bm
+    n_states, n_scales, n_dev = len(states_list), len(cfg.scales), bm.num_devices
+    n_pieces = len(states_list[0])
+    infos = [pm.info(pieces) for pieces in states_list]
+    F = infos[0][0].shape[1]
+    # per state: pieces in greedy order (largest predicted single cost first; ties by position)
+    orders = [np.argsort(-info[3], kind="stable") for info in infos]
+    st = np.stack([info[0][o] for info, o in zip(infos, orders)])  # [B, P, F]
+    wd = np.stack([info[1][o] for info, o in zip(infos, orders)])  # [B, P]
+    sz = np.stack([info[2][o] for info, o in zip(infos, orders)])  # [B, P]
+    own = np.stack([np.array([p[0] for p in pieces])[o] for pieces, o in zip(states_list, orders)])  # [B, P]
+    # siblings (earlier pieces of the same table, in greedy order) for split_apart: [B, P, K] positions, -1 padded
+    k_max = 1
+    sib_lists = []
+    for b in range(n_states):
+        first: dict[int, list[int]] = {}
+        rows = []
+        for i in range(n_pieces):
+            rows.append(list(first.get(int(own[b, i]), [])))
+            first.setdefault(int(own[b, i]), []).append(i)
+        k_max = max(k_max, max((len(r) for r in rows), default=0))
+        sib_lists.append(rows)
+    sib = np.full((n_states, n_pieces, k_max), -1, dtype=np.int64)
+    for b, rows in enumerate(sib_lists):
+        for i, r in enumerate(rows):
+            sib[b, i, : len(r)] = r
+
+    L = n_states * n_scales
+    lane_state = np.repeat(np.arange(n_states), n_scales)
+    cap = np.tile(np.array(cfg.scales), n_states) * wd.sum(axis=1)[lane_state] / n_dev  # [L]
+    S = np.zeros((L, n_dev, F))
+    dims = np.zeros((L, n_dev))
+    free = np.broadcast_to(pm.caps, (L, n_dev)).copy()
+    compute = np.zeros((L, n_dev))
+    alive = np.ones(L, dtype=bool)
+    placed_on = np.full((L, n_pieces), -1, dtype=np.int64)  # device per greedy position
+    lanes = np.arange(L)
+    for i in range(n_pieces):
+        if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
+            return None
+        x = st[lane_state, i]  # [L, F]
+        w = wd[lane_state, i]
+        size = sz[lane_state, i]
+        ok = (free >= size[:, None]) & (dims + w[:, None] <= cap[:, None] + 1e-9) & alive[:, None]
+        if cfg.split_apart:
+            sibs = sib[lane_state, i]  # [L, K]
+            has = sibs >= 0
+            if has.any():
+                devs = np.where(has, placed_on[lanes[:, None], np.maximum(sibs, 0)], -1)
+                apart = ok.copy()
+                rr, kk = np.nonzero(devs >= 0)
+                apart[rr, devs[rr, kk]] = False
+                use = apart.any(axis=1)  # apart when possible; together only if nothing else has room
+                ok[use] = apart[use]
+        new = bm.compute_costs(S + x[:, None, :]).sum(axis=-1)  # [L, D]
+        score = np.where(ok, new, np.inf)
+        if comm_aware:
+            for lane in np.flatnonzero(ok.any(axis=1)):
+                cands = np.flatnonzero(ok[lane])
+                totals = bm.comm_totals_after_adding(dims[lane], w[lane], cands)  # [k, D]
+                totals += compute[lane]
+                totals[np.arange(len(cands)), cands] += new[lane, cands] - compute[lane, cands]
+                own_total = totals[np.arange(len(cands)), cands]
+                score[lane, cands] = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
+        best = np.argmin(score, axis=1)
+        alive &= np.isfinite(score[lanes, best])
+        live = lanes[alive]
+        d = best[live]
+        S[live, d] += x[live]
+        dims[live, d] += w[live]
+        free[live, d] -= size[live]
+        compute[live, d] = new[live, d]
+        placed_on[live, i] = d
+    lane_cost = np.full(L, np.inf)
+    if alive.any():
+        live = lanes[alive]
+        lane_cost[live] = (compute[live] + bm.comm_totals(dims[live])).max(axis=1)
+    results = []
+    for b in range(n_states):
+        block = lane_cost[b * n_scales : (b + 1) * n_scales]
+        s_best = int(np.argmin(block))
+        if not np.isfinite(block[s_best]):
+            results.append(GridResult(np.inf, None, None))
+            continue
+        device_of = np.empty(n_pieces, dtype=np.int64)
+        device_of[orders[b]] = placed_on[b * n_scales + s_best]
+        results.append(GridResult(float(block[s_best]), device_of, cfg.scales[s_best]))
+    return results
+
+
+def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray) -> tuple[float, np.ndarray]:
+    S = np.zeros((bm.num_devices, states.shape[1]))
+    dims = np.zeros(bm.num_devices)
+    np.add.at(S, device_of, states)
+    np.add.at(dims, device_of, widths)
+    totals = bm.compute_costs(S).sum(axis=-1) + bm.comm_totals(dims)
+    return float(totals.max()), totals
+
+
+def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None) -> tuple[np.ndarray, int]:
+    """First-improvement local search: move a piece off the bottleneck device, or swap it with a piece elsewhere,
+    while memory holds (and halves stay apart with `split_apart`)."""
+    bm = pm.bm
+    states, widths, sizes, _ = pm.info(pieces)
+    owner = np.array([p[0] for p in pieces])
+    device_of = device_of.copy()
+    n_dev = bm.num_devices
+    used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
+    cost, totals = plan_cost(bm, states, widths, device_of)
+    moves = 0
+    improved = True
+    while improved and (deadline is None or clock.elapsed < deadline):
+        improved = False
+        hot = int(np.argmax(totals))
+        for p in np.flatnonzero(device_of == hot):
+            siblings = set(device_of[(owner == owner[p]) & (np.arange(len(pieces)) != p)].tolist()) if cfg.split_apart else set()
+            # moves
+            for d in range(n_dev):
+                if d == hot or d in siblings or used[d] + sizes[p] > pm.caps[d]:
+                    continue
+                trial = device_of.copy()
+                trial[p] = d
+                c, t = plan_cost(bm, states, widths, trial)
+                if c < cost - 1e-12:
+                    used[hot] -= sizes[p]
+                    used[d] += sizes[p]
+                    device_of, cost, totals, improved = trial, c, t, True
+                    moves += 1
+                    break
+            if improved:
+                break
+            # swaps
+            for q in np.flatnonzero(device_of != hot):
+                d = int(device_of[q])
+                if cfg.split_apart and (d in siblings or owner[q] == owner[p]):
+                    continue
+                q_sib = set(device_of[(owner == owner[q]) & (np.arange(len(pieces)) != q)].tolist()) if cfg.split_apart else set()
+                if hot in q_sib:
+                    continue
+                if used[d] - sizes[q] + sizes[p] > pm.caps[d] or used[hot] - sizes[p] + sizes[q] > pm.caps[hot]:
+                    continue
+                trial = device_of.copy()
+                trial[p], trial[q] = d, hot
+                c, t = plan_cost(bm, states, widths, trial)
+                if c < cost - 1e-12:
+                    used[hot] += sizes[q] - sizes[p]
+                    used[d] += sizes[p] - sizes[q]
+                    device_of, cost, totals, improved = trial, c, t, True
+                    moves += 1
+                    break
+            if improved or (deadline is not None and clock.elapsed >= deadline):
+                break
+    return device_of, moves
+
+
+def split(piece: Piece) -> tuple[Piece, Piece] | None:
+    t, off, cols = piece
+    half = cols // 2
+    if cols % 2 or half % DIM_ALIGNMENT or half < DIM_ALIGNMENT:
+        return None
+    return (t, off, half), (t, off + half, half)
+
+
+class NeuroShardSolver(Solver):
+    name = "neuroshard"
+    family = "search"
+    description = "NeuroShard beam search over column splits + grid-searched greedy, with improvements (split halves apart, comm-aware greedy, de-duplicated beam, local-search polish, anytime budget)"
+
+    def __init__(self, config: NeuroShardConfig | None = None, **overrides: Any):
+        base = config or NeuroShardConfig()
+        self.config = replace(base, **overrides) if overrides else base
+
+    def params(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        cfg = self.config
+        reason = split_infeasibility(instance)
+        if reason:
+            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "memory"})
+        bm = cost_model.bind(instance)
+        pm = PieceModel(instance, bm)
+        deadline = time_limit if (cfg.anytime and time_limit is not None) else None
+
+        start: tuple[Piece, ...] = tuple(sorted((i, 0, t.dim) for i, t in enumerate(instance.tables)))
+        seen: dict[tuple[Piece, ...], GridResult] = {}
+        evaluated = 0
+        # states per lock-step batch: bounded lanes x devices keeps each batched call in cache-friendly sizes
+        batch = max(1, min(BATCH_STATES, LANE_DEVICES // (len(cfg.scales) * instance.topology.num_devices)))
+
+        def score_all(states: list[tuple[Piece, ...]]) -> list[GridResult | None]:
+            """Grid results aligned with `states`, new ones scored in lock-step batches (with dedup, a state seen
+            before is not scored again); None for states the time budget left unscored."""
+            nonlocal evaluated
+            results: list[GridResult | None] = [seen.get(st) if cfg.dedup else None for st in states]
+            todo = [i for i, r in enumerate(results) if r is None]
+            if cfg.dedup:
+                todo = list({states[i]: i for i in reversed(todo)}.values())[::-1]  # first occurrence of each
+            for lo in range(0, len(todo), batch):
+                chunk = todo[lo : lo + batch]
+                scored = grid_greedy(pm, [list(states[i]) for i in chunk], cfg, clock=clock, deadline=deadline)
+                if scored is None:
+                    break
+                for i, r in zip(chunk, scored):
+                    evaluated += 1
+                    results[i] = r
+                    if cfg.dedup:
+                        seen[states[i]] = r
+                if deadline is not None and clock.elapsed >= deadline:
+                    break
+            if cfg.dedup:
+                results = [seen.get(st) for st in states]
+            return results
+
+        (first,) = score_all([start])
+        if first is None:
+            return fail(self, SolveStatus.no_solution, f"the time limit of {time_limit:g} s ended the search before the first grid plan was scored", clock)
+        best, best_state = first, start
+        no_split_cost = best.cost
+        beam = [(best.cost, start)]
+        timed_out = False
+        steps = 0
+        for _ in range(cfg.max_steps):
+            proposals: list[tuple[Piece, ...]] = []
+            for _, state in beam:
+                pieces = list(state)
+                _, _, sizes, single = pm.info(pieces)
+                splittable = [k for k, p in enumerate(pieces) if split(p) is not None]
+                by_size = heapq.nlargest(cfg.candidates_by_size, splittable, key=lambda k: (sizes[k], -k))
+                by_cost = heapq.nlargest(cfg.candidates_by_cost, splittable, key=lambda k: (single[k], -k))
+                for k in sorted(set(by_size) | set(by_cost)):
+                    a, b = split(pieces[k])  # type: ignore[misc]
+                    proposals.append(tuple(sorted(pieces[:k] + pieces[k + 1 :] + [a, b])))
+            if not proposals:
+                break
+            results = score_all(proposals)
+            steps += 1
+            children = [(r.cost, st) for st, r in zip(proposals, results) if r is not None]
+            for (c, st), r in zip(children, [r for r in results if r is not None]):
+                if c < best.cost:
+                    best, best_state = r, st
+            if len(children) < len(proposals) or (deadline is not None and clock.elapsed >= deadline):
+                timed_out = True
+                break
+            children.sort(key=lambda c: (c[0], c[1]))
+            if cfg.dedup:  # distinct states only
+                uniq, keep = set(), []
+                for c in children:
+                    if c[1] not in uniq:
+                        uniq.add(c[1])
+                        keep.append(c)
+                children = keep
+            beam = children[: cfg.beam_width]
+
+        comm_refined = False
+        if cfg.comm_aware and best.device_of is not None and not timed_out:
+            # re-run the grid for the best few states with the comm-aware greedy; keep whatever is best
+            finalists = list(dict.fromkeys([best_state] + [st for _, st in beam]))[: cfg.beam_width]
+            for st in finalists:
+                refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, clock=clock, deadline=deadline)
+                if refined is None:
+                    timed_out = True
+                    break
+                (r,) = refined
+                if r.cost < best.cost:
+                    best, best_state, comm_refined = r, st, True
+                if deadline is not None and clock.elapsed >= deadline:
+                    timed_out = True
+                    break
+
+        if best.device_of is None:
+            return fail(self, SolveStatus.no_solution, "no dimension-cap scale gave a plan that fits in memory, split or not; the instance is not proven infeasible", clock, {"states": evaluated})
+        pieces = list(best_state)
+        device_of = best.device_of
+        moves = 0
+        if cfg.polish and not timed_out:
+            device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
+            timed_out = deadline is not None and clock.elapsed >= deadline
+        shards = []
+        for (t, off, cols), d in zip(pieces, device_of):
+            table = instance.tables[t]
+            whole = off == 0 and cols == table.dim
+            shards.append(Shard(table=table.name, device=int(d)) if whole else Shard(table=table.name, device=int(d), col_offset=off, cols=cols))
+        info = {
+            "states_scored": evaluated,
+            "beam_steps": steps,
+            "no_split_grid_cost": no_split_cost,
+            "best_grid_cost": best.cost,
+            "best_scale": best.scale,
+            "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
+            "polish_moves": moves,
+            "comm_refined": comm_refined,
+        }
+        status = SolveStatus.timeout if timed_out else SolveStatus.feasible
+        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm)
+
+
+class NeuroShardFaithfulSolver(NeuroShardSolver):
+    name = "neuroshard_faithful"
+    description = "NeuroShard as published: beam width 3, top-10 size / cost split candidates, 10 halvings, dim-cap grid 1.0..1.5"
+
+    def __init__(self, config: NeuroShardConfig | None = None, **overrides: Any):
+        super().__init__(config or FAITHFUL, **overrides)
+
+
+def split_infeasibility(instance: Instance) -> str | None:
+    """Why no plan exists even with column splits: total memory short, or a table whose narrowest slice (4
+    columns) fits on no device."""
+    from shardopt.memory import table_bytes_array
+
+    caps = instance.topology.capacities()
+    total = int(table_bytes_array(instance).sum())
+    if total > sum(caps):
+        return f"the tables need {total:,} bytes in all but the {len(caps)} devices hold {sum(caps):,}: short by {total - sum(caps):,} bytes"
+    for t in instance.tables:
+        narrow = slice_bytes(instance, t, t.rows, DIM_ALIGNMENT)
+        if narrow > max(caps):
+            return f"table {t.name!r}: even a {DIM_ALIGNMENT}-column slice needs {narrow:,} bytes, more than the largest device's {max(caps):,}"
+    return None
