@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from costmodels.base import DeviceCosts
     from shardopt.ir import Instance, Plan, Shard
 
-DEFAULT_SOLVER = "greedy"  # the one place the default lives (a later issue makes it "neuroshard")
+DEFAULT_SOLVER = "neuroshard"  # the one place the default lives
 DEBUG_ENV = "SHARDOPT_DEBUG"
 
 EXIT_OK = 0

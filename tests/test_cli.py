@@ -183,10 +183,12 @@ def test_invalid_plan_exits_2_listing_violations(tmp_path: Path, small_plan: str
 
 
 def test_table_that_fits_nowhere_exits_3() -> None:
-    result = run("solve", INFEASIBLE)
+    result = run("solve", INFEASIBLE, "--solver", "greedy")
     assert result.exit_code == 3
     assert "table 'huge' needs 5,160,000,000 bytes" in result.stderr and "fits on no device" in result.stderr
-    result, doc = run_json("solve", INFEASIBLE)
+    result = run("solve", INFEASIBLE)  # the default solver may split tables: the proof is the total
+    assert result.exit_code == 3 and "short by 3,112,561,032 bytes" in result.stderr
+    result, doc = run_json("solve", INFEASIBLE, "--solver", "greedy")
     assert result.exit_code == 3
     assert doc["status"] == "infeasible" and "'huge'" in doc["reason"] and doc["error"]["exit_status"] == 3
 
@@ -204,7 +206,7 @@ def test_no_plan_found_exits_3(tmp_path: Path) -> None:
     inst = instance_doc([(1500, 4, 1.0)] * 3, [40_000, 40_000])
     path = tmp_path / "packing.json"
     save(inst, path)
-    result = run("solve", path)
+    result = run("solve", path, "--solver", "greedy")
     assert result.exit_code == 3
     assert "could not place table" in result.stderr and "not proven infeasible" in result.stderr
 
@@ -229,7 +231,7 @@ def test_solve_evaluate_inspect_round_trip(tmp_path: Path) -> None:
     assert "judged by analytic (v100 profile), simulated" in result.stdout and result.stderr == ""
 
     result = run("inspect", out)
-    assert result.exit_code == 0 and "shards per device" in result.stdout and "20 table-wise" in result.stdout
+    assert result.exit_code == 0 and "shards per device" in result.stdout and "table-wise" in result.stdout
     result = run("inspect", out, "--instance", SMALL)
     assert result.exit_code == 0 and "memory used / capacity" in result.stdout and "imbalance" in result.stdout
     result = run("inspect", SMALL)
@@ -239,10 +241,11 @@ def test_solve_evaluate_inspect_round_trip(tmp_path: Path) -> None:
 
 
 def test_json_outputs_parse_and_agree(small_plan: str) -> None:
-    result, solved = run_json("solve", SMALL)
+    result, solved = run_json("solve", SMALL, "--solver", "greedy")  # the solver small_plan was made with
     assert result.exit_code == 0
     assert solved["status"] == "feasible" and solved["cost_model"] == "analytic (v100 profile)"
-    assert len(solved["predicted"]["devices"]) == 4 and len(solved["plan"]["shards"]) == 20
+    assert len(solved["predicted"]["devices"]) == 4 and len(solved["plan"]["shards"]) >= 20
+    assert {s["table"] for s in solved["plan"]["shards"]} == {f"t{i:02d}" for i in range(20)}
     result, judged = run_json("evaluate", SMALL, small_plan)
     assert result.exit_code == 0 and judged["backend"] == "sim" and judged["hash_matches"]
     # the simulator and the solver's cost model are the same analytic model here: the costs agree
