@@ -18,13 +18,12 @@ incremental solver API and the cache competition cheap: everything is a few nump
 
 from __future__ import annotations
 
-from functools import cached_property
 
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.hardware import HardwareProfile, get_profile, load_profile
-from shardopt.ir import ACCESS_BINS, Instance, Optimizer, Table
+from shardopt.ir import ACCESS_BINS, Instance, Optimizer
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
 INDEX_BYTES = 8  # int64 indices and offsets
@@ -114,7 +113,6 @@ class BoundAnalytic(BoundCostModel):
         self._rows = np.array([t.rows for t in tables], dtype=np.float64)
         self._pool = np.array([t.pooling_factor for t in tables], dtype=np.float64)
         self._elem = np.array([instance.table_dtype(t).nbytes for t in tables], dtype=np.float64)
-        self._hist = np.stack([self._histogram(t) for t in tables])
         self._optimizer = instance.workload.optimizer
         host = np.arange(topo.num_devices) // topo.devices_per_host
         self._host = host
@@ -127,14 +125,6 @@ class BoundAnalytic(BoundCostModel):
         self._local_scale = per_peer / self.intra_bw * MS
         self._remote_scale = per_peer / self.inter_bw * MS
         self._latency_ms = (profile.alltoall_latency_s + (profile.network_latency_s if not self._single_host else 0.0)) * MS
-
-    def _histogram(self, t: Table) -> np.ndarray:
-        if t.access.histogram is not None:
-            h = np.asarray(t.access.histogram, dtype=np.float64)
-            return h / h.sum()
-        from shardopt.stats import histogram_from_zipf
-
-        return np.asarray(histogram_from_zipf(t.rows, t.pooling_factor, float(t.access.zipf), self.batch), dtype=np.float64)
 
     @property
     def state_size(self) -> int:
@@ -149,7 +139,7 @@ class BoundAnalytic(BoundCostModel):
         bf = np.broadcast_to(np.asarray(batch_fraction, dtype=np.float64), w.shape)
         p = self.profile
         elem = self._elem[tables]
-        hist = self._hist[tables]  # [n, 17]
+        hist = self.histograms[tables]  # [n, 17]
         bags = self.batch * bf
         lookups = bags * self._pool[tables] * rf  # a row shard sees its share of every bag's lookups
         rows = self._rows[tables] * rf
@@ -179,14 +169,6 @@ class BoundAnalytic(BoundCostModel):
         out[:, _BAGS] = bags
         out[:, _SHARDS] = 1.0
         return out
-
-    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
-        return self.shard_states(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
-
-    @cached_property
-    def table_states(self) -> np.ndarray:
-        n = len(self.instance.tables)
-        return self.shard_states(np.arange(n), self.table_dims, np.ones(n), np.ones(n))
 
     # ---- state -> time ---------------------------------------------------------------------------------------
     def cache_hits(self, states: np.ndarray) -> np.ndarray:

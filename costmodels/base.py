@@ -97,15 +97,27 @@ class BoundCostModel(ABC):
         """Length of the additive per-device state vector."""
 
     @abstractmethod
-    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
-        """The additive state contribution of a shard of table `table` (index) that is `cols` wide and holds
-        `row_fraction` of its rows, serving `batch_fraction` of the global batch (1/D for a data-parallel replica)."""
-
     def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
-        """States of many shards: [n] arrays -> [n, state_size]. Predictors vectorise this; the default loops."""
-        rf = np.broadcast_to(np.asarray(row_fraction, dtype=np.float64), np.shape(tables))
-        bf = np.broadcast_to(np.asarray(batch_fraction, dtype=np.float64), np.shape(tables))
-        return np.stack([self.shard_state(int(t), int(c), float(r), float(b)) for t, c, r, b in zip(tables, cols, rf, bf)])
+        """The additive state contributions of many shards ([n] arrays -> [n, state_size]): shard k is a slice of
+        table `tables[k]` (index) that is `cols[k]` wide, holds `row_fraction[k]` of its rows and serves
+        `batch_fraction[k]` of the global batch (1/D for a data-parallel replica)."""
+
+    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
+        return self.shard_states(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
+
+    @cached_property
+    def histograms(self) -> np.ndarray:
+        """Each table's 17-bin access histogram [T, 17]: as given, or derived from its Zipf exponent at the batch."""
+        from shardopt.stats import histogram_from_zipf
+
+        rows = []
+        for t in self.instance.tables:
+            if t.access.histogram is not None:
+                h = np.asarray(t.access.histogram, dtype=np.float64)
+                rows.append(h / h.sum())
+            else:
+                rows.append(np.asarray(histogram_from_zipf(t.rows, t.pooling_factor, float(t.access.zipf), self.instance.workload.batch_size)))
+        return np.stack(rows)
 
     @abstractmethod
     def compute_costs(self, states: np.ndarray) -> np.ndarray:
@@ -142,7 +154,8 @@ class BoundCostModel(ABC):
     @cached_property
     def table_states(self) -> np.ndarray:
         """State of each whole table placed table-wise: [T, state_size]."""
-        return np.stack([self.shard_state(i, t.dim) for i, t in enumerate(self.instance.tables)])
+        n = len(self.instance.tables)
+        return self.shard_states(np.arange(n), self.table_dims, np.ones(n), np.ones(n))
 
     @cached_property
     def table_dims(self) -> np.ndarray:

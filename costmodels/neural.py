@@ -16,7 +16,6 @@ training is in `costmodels.train` (torch). Here nothing imports torch.
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +108,6 @@ class BoundNeural(BoundCostModel):
         super().__init__(instance)
         self.w = weights
         self._encoding_size = weights.layers("enc")[-1][0].shape[1]
-        self._hist = np.stack([self._histogram(i) for i in range(len(instance.tables))])
         topo = instance.topology
         self.profile: HardwareProfile = get_profile(topo.hardware)
         host = np.arange(topo.num_devices) // topo.devices_per_host
@@ -117,31 +115,14 @@ class BoundNeural(BoundCostModel):
         self._intra = topo.intra_host_bandwidth or self.profile.nvlink_bandwidth
         self._inter = topo.inter_host_bandwidth or self.profile.network_bandwidth
 
-    def _histogram(self, i: int) -> np.ndarray:
-        t = self.instance.tables[i]
-        if t.access.histogram is not None:
-            h = np.asarray(t.access.histogram, dtype=np.float64)
-            return h / h.sum()
-        from shardopt.stats import histogram_from_zipf
-
-        return np.asarray(histogram_from_zipf(t.rows, t.pooling_factor, float(t.access.zipf), self.instance.workload.batch_size))
-
     @property
     def state_size(self) -> int:
         return self._encoding_size + 1
 
     def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
-        x = instance_shard_features(self.instance, np.asarray(tables), np.asarray(cols, dtype=np.float64), np.asarray(row_fraction, dtype=np.float64), np.asarray(batch_fraction, dtype=np.float64), self._hist)
+        x = instance_shard_features(self.instance, np.asarray(tables), np.asarray(cols, dtype=np.float64), np.asarray(row_fraction, dtype=np.float64), np.asarray(batch_fraction, dtype=np.float64), self.histograms)
         z = encode_shards(self.w, x)
         return np.concatenate([z, np.ones((len(z), 1))], axis=1)
-
-    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
-        return self.shard_states(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
-
-    @cached_property
-    def table_states(self) -> np.ndarray:
-        n = len(self.instance.tables)
-        return self.shard_states(np.arange(n), self.table_dims, np.ones(n), np.ones(n))
 
     def compute_costs(self, states: np.ndarray) -> np.ndarray:
         s = np.asarray(states, dtype=np.float64)
