@@ -762,6 +762,8 @@ def _root(
 
 import shardopt.cli_suites  # noqa: E402,F401  (registers generate, make-pool, import-dlrm on `app`)
 import shardopt.cli_costmodel  # noqa: E402,F401  (registers the costmodel commands)
+import shardopt.cli_rl  # noqa: E402,F401  (registers rl train)
+import shardopt.cli_torchrec  # noqa: E402,F401  (registers export and import-torchrec)
 
 
 def main(argv: list[str] | None = None) -> None:

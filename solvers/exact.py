@@ -1,0 +1,1215 @@
+"""Exact solvers: the min-max assignment with hard memory capacities, solved by CP-SAT or a MILP solver under a
+linearisation of the cost model, re-linearised around every better plan.
+
+Model (one binary x[t, d] per table and device where the table fits; solvers.linearize for the cost terms)::
+
+    minimise z
+    sum_d x[t, d] = 1                                   every table on exactly one device
+    sum_t bytes_t x[t, d] <= capacity_d                 weights + optimizer state (shardopt.memory)
+    u_d = sum_t dim_t x[t, d]                           pooled width of device d
+    m_d >= k0[d, k] + k1[d, k] u_d + k2[d, k] v_h(d)    comm planes (v_h = sum of u over host h)
+    y_d >= x[t, d], y_d <= sum_t x[t, d]                y_d: device d holds a table (an empty device computes nothing)
+    z >= c0[d] y_d + sum_t a[t, d] x[t, d] + m_d        device cost, every device
+
+The loop (`ExactSolver.solve`): warm start = the best plan of the heuristics (greedy and the proxy greedies, judged
+by the full cost model); linearise around it; solve the linear model (CP-SAT gets a complete hint: every x, u, m
+and z; CBC a warm-start solution; scipy's HiGHS takes none); judge the plan with the full model; if it is better,
+re-linearise around it and solve again; stop when a plan is no better, when the plans repeat, or at the time limit.
+The best plan by the *full* model is returned, so the result is never worse than the warm start. The reported
+lower bound is the best bound of the last linearised problem (around the returned plan once the loop has
+converged): a bound of the linear model, not of the full cost model.
+
+CP-SAT needs integers: every cost is in units of 1e-4 ms (`COST_SCALE`: 0.1 us, so each rounded coefficient is
+within 5e-5 ms of its real value and a device's linearised cost within 5e-5 ms x (its tables + 2)); a comm plane
+constraint is multiplied by a further power of ten so that its per-unit-width slopes keep at least 6 significant
+digits (`plane_scale` in `info`). The MILPs use the real coefficients.
+
+Symmetry: devices on one host with the same capacity are interchangeable in the full model; when their linearised
+cost terms are identical too (e.g. devices that are empty at the expansion point), the devices of such a class are
+ordered by the largest table they hold: the i-th device of a class may only hold tables of rank >= i in the
+bytes-descending order (valid: sort the class's devices by the best-ranked table each holds). The hint is permuted
+to match. Classes whose linear terms differ are left alone (breaking them would cut off better plans).
+
+Infeasibility: shardopt.feasibility's necessary conditions first (status `infeasible` with the table or the byte
+count); then a solver that proves the bin packing impossible gives `infeasible` with a reason naming the capacity
+problem.
+
+Exact neural mode (`milp_exact_neural`, the neural cost model only, at most EXACT_NEURAL_MAX_TABLES tables x
+EXACT_NEURAL_MAX_DEVICES devices): the compute model's head is encoded exactly (see `_neural_head_rows`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel, CostModel
+from shardopt.feasibility import infeasibility_reason
+from shardopt.ir import Instance, Shard
+from shardopt.memory import table_bytes_array
+from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.linearize import COMM_FORMS, Linearization, linearize
+
+COST_SCALE = 10_000  # CP-SAT cost unit: 1e-4 ms
+MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
+DEFAULT_TIME_LIMIT = 60.0
+WARM_START_SOLVERS = ("greedy", "size", "dim", "lookup", "size_lookup", "round_robin")
+EXACT_NEURAL_MAX_TABLES = 12
+EXACT_NEURAL_MAX_DEVICES = 4
+LARGE_MODEL = 20_000  # CP-SAT: above this many (table, device) variables, no presolve (see solve_cpsat)
+
+
+class _Bound(CostModel):
+    """A cost model that hands back one binding (heuristics for the warm start reuse the solver's)."""
+
+    def __init__(self, bm: BoundCostModel, name: str):
+        self.bm = bm
+        self.name = name
+
+    def bind(self, instance: Instance) -> BoundCostModel:
+        return self.bm
+
+    def describe(self) -> str:
+        return self.name
+
+
+@dataclass
+class Problem:
+    """What every backend needs besides the linearisation: memory, the allowed (table, device) pairs, symmetry."""
+
+    instance: Instance
+    sizes: np.ndarray  # [T] bytes
+    caps: np.ndarray  # [D] bytes
+    allowed: np.ndarray  # [T, D] bool: the table fits and symmetry breaking allows it
+    classes: list[list[int]]  # symmetry classes used (devices, in order), each of >= 2 devices
+    rank: np.ndarray  # [T] rank of each table in bytes-descending order
+    center: np.ndarray | None = None  # the plan in hand: ties in z go to the solution that moves fewest tables from it
+    radius: int | None = None  # trust region: at most `radius` tables may leave their device in `center`
+    tiebreak: bool = True
+    table_cuts: bool = True
+    lb: np.ndarray | None = None  # [T, D] table_lower_bounds of the linearisation (for the cuts), when computed
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.caps)
+
+
+@dataclass
+class LinearSolve:
+    """One backend call on one linearised model."""
+
+    status: str  # optimal | feasible (time limit, solution found) | infeasible | unknown (time limit, none)
+    device_of: np.ndarray | None
+    objective: float | None  # linearised cost of the solution (ms)
+    bound: float | None  # best bound of the linearised problem (ms)
+    build_s: float
+    solve_s: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _symmetry(instance: Instance, lin: Linearization, fits: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
+    """The allowed mask after symmetry breaking, and the classes it used."""
+    D = instance.topology.num_devices
+    caps = instance.topology.capacities()
+    host = lin.host
+    groups: dict[tuple, list[int]] = {}
+    for d in range(D):
+        key = (
+            int(host[d]),
+            int(caps[d]),
+            lin.a[:, d].round(12).tobytes(),
+            round(float(lin.c0[d]), 12),
+            np.stack([lin.k0[d], lin.k1[d], lin.k2[d]]).round(12).tobytes(),
+        )
+        groups.setdefault(key, []).append(d)
+    classes = [g for g in groups.values() if len(g) > 1]
+    allowed = fits.copy()
+    for cls in classes:
+        for i, d in enumerate(cls):
+            allowed[rank < i, d] = False  # the i-th device of a class holds no table ranked before i
+    return allowed, classes
+
+
+def _canonical(device_of: np.ndarray, classes: list[list[int]], rank: np.ndarray) -> np.ndarray:
+    """Permute the devices of each class so that the plan meets the symmetry-breaking rule (same costs)."""
+    out = device_of.copy()
+    for cls in classes:
+        best = []
+        for d in cls:
+            on = np.flatnonzero(device_of == d)
+            best.append(int(rank[on].min()) if len(on) else 10**12)
+        order = [cls[i] for i in np.argsort(best, kind="stable")]  # devices by best-ranked table held
+        for new, old in zip(cls, order):
+            out[device_of == old] = new
+    return out
+
+
+def _packing_reason(instance: Instance, prover: str) -> str:
+    sizes = table_bytes_array(instance)
+    caps = np.array(instance.topology.capacities(), dtype=np.int64)
+    order = np.argsort(-sizes, kind="stable")
+    largest = ", ".join(f"{instance.tables[i].name!r} {int(sizes[i]):,}" for i in order[:5])
+    why = (
+        f"{prover} proved that no assignment of whole tables fits in memory: the tables need {int(sizes.sum()):,} bytes "
+        f"(weights and {instance.workload.optimizer.value} state) against {int(caps.sum()):,} bytes on {len(caps)} devices, "
+        f"but they do not pack (largest tables: {largest}; largest device {int(caps.max()):,} bytes)"
+    )
+    half = int((sizes * 2 > caps.max()).sum())
+    if half > len(caps):
+        why += f"; {half} tables each need more than half of the largest device, so no two share one, and there are {len(caps)} devices"
+    return why
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# backends
+
+
+def _device_plane_bounds(lin: Linearization, total: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per device: a valid lower bound of max_k plane_k(u, v) over 0 <= u, v <= total, and its maximum there."""
+    corners = [(0.0, 0.0), (0.0, total), (total, 0.0), (total, total)]
+    vals = np.stack([lin.k0 + lin.k1 * u + lin.k2 * v for u, v in corners])  # [4, D, K]
+    lo = vals.min(axis=0).max(axis=1)  # each plane's minimum is at a corner; m >= every plane
+    hi = vals.max(axis=0).max(axis=1)  # a max of planes is convex: its maximum is at a corner
+    return lo, hi
+
+
+def width_caps(lin: Linearization, sizes: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([D], [D]): upper bounds of the pooled width a device, and its whole host, can hold in memory: the
+    fractional-knapsack bound (tables by dim per byte, the last one cut) of the device's / host's capacity."""
+    order = np.argsort(-(lin.dims / np.maximum(sizes, 1)), kind="stable")
+    cum_bytes = np.cumsum(sizes[order].astype(np.float64))
+    cum_dims = np.cumsum(lin.dims[order])
+
+    def most(cap: float) -> float:
+        k = int(np.searchsorted(cum_bytes, cap, side="right"))  # whole tables that fit
+        if k >= len(order):
+            return float(cum_dims[-1])
+        done_b = cum_bytes[k - 1] if k else 0.0
+        done_d = cum_dims[k - 1] if k else 0.0
+        return float(done_d + lin.dims[order[k]] * (cap - done_b) / max(float(sizes[order[k]]), 1.0))
+
+    host_cap = np.bincount(lin.host, weights=caps.astype(np.float64))
+    umax = np.array([most(float(c)) for c in caps])
+    vmax = np.array([most(float(host_cap[h])) for h in lin.host])
+    return umax, vmax
+
+
+def comm_floor(lin: Linearization, widths: np.ndarray, umax: np.ndarray | None = None, vmax: np.ndarray | None = None) -> np.ndarray:
+    """[len(widths), D]: a lower bound of each device's linearised comm when its own pooled width is at least
+    `widths[i]`: min of max_k plane_k(u, v) over {widths[i] <= u <= umax, u <= v <= vmax} (v: its host's width;
+    umax / vmax: what memory lets the device / host hold, `width_caps`), one tiny LP per (width, device), solved
+    together as one block-diagonal LP by HiGHS (scipy.optimize.linprog); less 1e-6 ms and 1e-7 relative for the
+    LP tolerances."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_array
+
+    widths = np.asarray(widths, dtype=np.float64)
+    D, K = lin.num_devices, lin.num_planes
+    total = float(lin.dims.sum())
+    umax = np.full(D, total) if umax is None else np.maximum(np.minimum(umax, total), 0.0)
+    vmax = np.full(D, total) if vmax is None else np.maximum(np.minimum(vmax, total), umax)
+    if K == 1 and not lin.k2.any():  # one plane in u alone: its minimum is at an end of the range
+        lo = np.minimum(lin.k0[:, 0] + lin.k1[:, 0] * widths[:, None], lin.k0[:, 0] + lin.k1[:, 0] * np.maximum(umax, widths[:, None]))
+        return lo - 1e-6 - 1e-7 * np.abs(lo)
+    planes = [np.unique(np.stack([lin.k0[d], lin.k1[d], lin.k2[d]], axis=1), axis=0) for d in range(D)]
+    rows, cols, vals, rhs = [], [], [], []
+    nb = len(widths) * D
+    r = 0
+    for i in range(len(widths)):
+        for d in range(D):
+            b = 3 * (i * D + d)  # variables (w, u, v) of this block
+            for k0, k1, k2 in planes[d]:  # k1 u + k2 v - w <= -k0
+                rows += [r, r, r]
+                cols += [b, b + 1, b + 2]
+                vals += [-1.0, k1, k2]
+                rhs.append(-k0)
+                r += 1
+            rows += [r, r]  # u - v <= 0
+            cols += [b + 1, b + 2]
+            vals += [1.0, -1.0]
+            rhs.append(0.0)
+            r += 1
+    A = coo_array((vals, (rows, cols)), shape=(r, 3 * nb)).tocsr()
+    c = np.zeros(3 * nb)
+    c[0::3] = 1.0
+    lo = np.zeros(3 * nb)
+    hi = np.full(3 * nb, total)
+    lo[0::3], hi[0::3] = -np.inf, np.inf
+    lo[1::3] = np.repeat(np.minimum(widths, total), D)
+    hi[1::3] = np.maximum(np.tile(umax, len(widths)), lo[1::3])  # (a table wider than umax: its u is its width)
+    hi[2::3] = np.maximum(np.tile(vmax, len(widths)), hi[1::3])
+    res = linprog(c, A_ub=A, b_ub=np.array(rhs), bounds=np.stack([lo, hi], axis=1), method="highs")
+    if res.status != 0 or res.x is None:  # (never seen) fall back to the weakest valid bound: each plane's own minimum
+        verts = [(widths[:, None, None], widths[:, None, None]), (widths[:, None, None], total), (total, total)]
+        out = np.min([lin.k0[None] + lin.k1[None] * uu + lin.k2[None] * vv for uu, vv in verts], axis=0).max(axis=2)
+    else:
+        out = res.x[0::3].reshape(len(widths), D)
+    return out - 1e-6 - 1e-7 * np.abs(out)
+
+
+def table_lower_bounds(lin: Linearization, allowed: np.ndarray, sizes: np.ndarray | None = None, caps: np.ndarray | None = None) -> np.ndarray:
+    """[T, D]: a lower bound of device d's linearised cost whenever table t is on it (inf where not allowed).
+
+    Device d with t on it costs c0[d] + a[t, d] + (the other tables' terms, >= the sum of d's negative ones) + its
+    comm, whose own width is at least dim_t (`comm_floor`; every shipped comm model grows with the own width).
+    Hence the valid inequalities ``z >= sum_d lb[t, d] x[t, d]``: the LP relaxation spreads a big table over
+    devices and forgets that one device must carry all of it; these cuts remember (on a plan whose slowest device
+    holds one huge table they lift the bound from the average load to that device's cost)."""
+    neg = np.where(allowed, np.minimum(lin.a, 0.0), 0.0).sum(axis=0)  # [D]
+    uniq, inv = np.unique(lin.dims, return_inverse=True)
+    umax, vmax = width_caps(lin, sizes, caps) if sizes is not None and caps is not None else (None, None)
+    floor = comm_floor(lin, uniq, umax, vmax)[inv]  # [T, D]
+    lb = lin.c0[None, :] + lin.a + (neg[None, :] - np.minimum(lin.a, 0.0)) + floor
+    return np.where(allowed, lb, np.inf)
+
+
+def _useful_cuts(lb: np.ndarray) -> np.ndarray:
+    """Tables whose cut may bind: the least cost of holding them is at least half the largest such cost."""
+    least = np.where(np.isfinite(lb), lb, np.inf).min(axis=1)
+    top = least.max()
+    return np.flatnonzero(least >= 0.5 * top) if np.isfinite(top) and top > 0 else np.arange(0)
+
+
+def _hint_values(lin: Linearization, hint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    dimsum, hostsum = lin.widths(hint)
+    return dimsum, hostsum
+
+
+def solve_cpsat(
+    prob: Problem,
+    lin: Linearization,
+    hint: np.ndarray | None,
+    time_limit: float,
+    seed: int,
+    workers: int,
+    deterministic: bool,
+    cutoff: bool = True,
+    log: bool = False,
+    params: dict[str, Any] | None = None,
+) -> LinearSolve:
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    T, D = prob.num_tables, prob.num_devices
+    S = COST_SCALE
+    a_int = np.floor(lin.a * S).astype(np.int64)
+    c0_int = np.floor(lin.c0 * S).astype(np.int64)
+    dims = lin.dims.astype(np.int64)
+    total = int(dims.sum())
+    # plane constraints get their own extra factor so that small slopes (ms per unit width) keep their digits
+    slopes = np.abs(np.concatenate([lin.k1.ravel(), lin.k2.ravel()]))
+    small = slopes[slopes > 0].min() if (slopes > 0).any() else 1.0
+    biggest = float(np.abs(lin.k0).max() + (np.abs(lin.k1).max() + np.abs(lin.k2).max()) * max(total, 1)) * S + 1.0
+    plane_scale = 1
+    while small * S * plane_scale < 1e6 and biggest * plane_scale * 10 < 2**50:
+        plane_scale *= 10
+    P = S * plane_scale
+    k0_int = np.floor(lin.k0 * P).astype(np.int64)
+    k1_int = np.floor(lin.k1 * P).astype(np.int64)
+    k2_int = np.floor(lin.k2 * P).astype(np.int64)
+    m_lo, m_hi = _device_plane_bounds(lin, float(total))
+
+    model = cp_model.CpModel()
+    x: dict[tuple[int, int], Any] = {}
+    by_table: list[list[tuple[int, Any]]] = [[] for _ in range(T)]
+    by_device: list[list[tuple[int, Any]]] = [[] for _ in range(D)]
+    for t, d in zip(*np.nonzero(prob.allowed)):
+        v = model.new_bool_var(f"x{t}_{d}")
+        x[int(t), int(d)] = v
+        by_table[t].append((int(d), v))
+        by_device[d].append((int(t), v))
+    for t in range(T):
+        model.add_exactly_one([v for _, v in by_table[t]])
+    for d in range(D):
+        ts = [t for t, _ in by_device[d]]
+        if ts and int(prob.sizes[ts].sum()) > int(prob.caps[d]):
+            model.add(cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(prob.sizes[t]) for t in ts]) <= int(prob.caps[d]))
+    u = [model.new_int_var(0, total, f"u{d}") for d in range(D)]
+    for d in range(D):
+        model.add(u[d] == cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(dims[t]) for t, _ in by_device[d]]))
+    host_members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
+    m = [model.new_int_var(math.floor(m_lo[d] * S) - 1, math.ceil(m_hi[d] * S) + 1, f"m{d}") for d in range(D)]
+    for d in range(D):
+        members = host_members[lin.host[d]]
+        for k in range(lin.num_planes):
+            terms = [m[d], u[d]] + [u[j] for j in members]
+            coefs = [plane_scale, -int(k1_int[d, k])] + [-int(k2_int[d, k])] * len(members)
+            if k2_int[d, k] == 0:
+                terms, coefs = terms[:2], coefs[:2]
+            model.add(cp_model.LinearExpr.weighted_sum(terms, coefs) >= int(k0_int[d, k]))
+    y = [model.new_bool_var(f"y{d}") for d in range(D)]
+    for d in range(D):
+        for _, v in by_device[d]:
+            model.add_implication(v, y[d])
+        model.add_bool_or([v for _, v in by_device[d]] + [y[d].Not()])
+    dev_lo = np.array([min(0, int(c0_int[d])) + sum(min(0, int(a_int[t, d])) for t, _ in by_device[d]) for d in range(D)]) + np.floor(m_lo * S) - 1
+    dev_hi = np.array([max(0, int(c0_int[d])) + sum(max(0, int(a_int[t, d])) for t, _ in by_device[d]) for d in range(D)]) + np.ceil(m_hi * S) + 1
+    z_lo, z_hi = int(dev_lo.max()), int(dev_hi.max())
+
+    hint_z = None
+    if hint is not None:
+        dimsum, hostsum = _hint_values(lin, hint)
+        m_hint = []
+        for d in range(D):
+            rhs = k0_int[d] + k1_int[d] * int(dimsum[d]) + k2_int[d] * int(hostsum[d])
+            m_hint.append(max(int(-(-int(rhs.max()) // plane_scale)), math.floor(m_lo[d] * S) - 1))
+        used = np.bincount(hint, minlength=D) > 0
+        comp = np.where(used, c0_int, 0) + np.array([int(a_int[np.flatnonzero(hint == d), d].sum()) for d in range(D)])
+        hint_z = int((comp + np.array(m_hint)).max())
+        z_hi = max(z_hi, hint_z)
+    z = model.new_int_var(z_lo, z_hi, "z")
+    for d in range(D):
+        ts = [t for t, _ in by_device[d]]
+        model.add(
+            z - m[d] - int(c0_int[d]) * y[d] - cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(a_int[t, d]) for t in ts]) >= 0
+        )
+    if hint is not None:
+        for (t, d), v in x.items():
+            model.add_hint(v, bool(hint[t] == d))
+        for d in range(D):
+            model.add_hint(u[d], int(dimsum[d]))
+            model.add_hint(y[d], bool(used[d]))
+            model.add_hint(m[d], m_hint[d])
+        model.add_hint(z, hint_z)
+        if cutoff:
+            model.add(z <= hint_z)  # nothing worse than the hint (in the linear model) is of any use
+    cuts = 0
+    if prob.table_cuts:
+        # table_lower_bounds in the integer model: the other tables' terms >= d's negative a_int; m_d >= the least
+        # ceil(plane_int / plane_scale) over {dim_t <= u <= v <= total}
+        lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
+        neg_int = np.where(prob.allowed, np.minimum(a_int, 0), 0).sum(axis=0)  # [D]
+        for t in _useful_cuts(lb):
+            ds = np.array([d for d, _ in by_table[t]], dtype=np.int64)
+            ut = int(dims[t])
+            verts = [(ut, ut), (ut, total), (total, total)]
+            low = np.min([k0_int[ds] + k1_int[ds] * uu + k2_int[ds] * vv for uu, vv in verts], axis=0)  # [n, K]
+            m_min = -((-low) // plane_scale)  # ceil division, exact in integers
+            coefs = c0_int[ds] + a_int[t, ds] + neg_int[ds] - np.minimum(a_int[t, ds], 0) + m_min.max(axis=1)
+            model.add(z >= cp_model.LinearExpr.weighted_sum([v for _, v in by_table[t]], [int(c) for c in coefs]))
+            cuts += 1
+    tie = prob.center is not None and prob.tiebreak
+    if tie:
+        stay = [x[t, int(prob.center[t])] for t in range(T)]
+        if prob.radius is not None:
+            model.add(sum(stay) >= T - int(prob.radius))
+        # lexicographic: z first (one unit of z outweighs every move), then the fewest tables moved -- of the many
+        # plans with the same max, the one nearest the expansion point, where the linearisation is accurate
+        model.minimize((T + 1) * z - sum(stay))
+    else:
+        model.minimize(z)
+    build_s = time.perf_counter() - t0
+
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = max(0.01, float(time_limit) - build_s)  # the limit covers building the model too
+    if len(x) > LARGE_MODEL:
+        prm.cp_model_presolve = False  # presolve of ~1e5 Booleans takes tens of seconds before the hint is used
+    prm.num_workers = max(1, int(workers))
+    prm.random_seed = int(seed) % (2**31)
+    prm.log_search_progress = bool(log)
+    for k, v in (params or {}).items():
+        setattr(prm, k, v)
+    if deterministic and workers > 1:
+        prm.interleave_search = True  # deterministic whatever the thread timing (up to the wall-clock limit)
+    t1 = time.perf_counter()
+    code = solver.solve(model)
+    solve_s = time.perf_counter() - t1
+    name = solver.status_name(code)
+    info = {
+        "variables": len(x) + 3 * D + 1,
+        "cost_unit_ms": 1.0 / S,
+        "plane_scale": plane_scale,
+        "planes": lin.num_planes,
+        "cpsat_status": name,
+        "branches": solver.num_branches,
+        "conflicts": solver.num_conflicts,
+        "hint_objective": hint_z / S if hint_z is not None else None,
+        "table_cuts": cuts,
+    }
+    if code == cp_model.INFEASIBLE:
+        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if code == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"CP-SAT rejected the model: {model.validate()}")
+        bound = (_z_bound(solver.best_objective_bound, T, tie) - 1) / S if math.isfinite(solver.best_objective_bound) else None
+        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+    device_of = np.full(T, -1, dtype=np.int64)
+    for t in range(T):
+        for d, v in by_table[t]:
+            if solver.boolean_value(v):
+                device_of[t] = d
+                break
+    status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+    # the integer model never over-states a cost (coefficients rounded down) except for m_d's own integrality
+    # (< 1 unit): one unit below its bound is a bound of the real-coefficient linear model
+    bound = (_z_bound(solver.best_objective_bound, T, tie) - 1) / S
+    return LinearSolve(status, device_of, solver.value(z) / S, bound, build_s, solve_s, info)
+
+
+def _z_bound(bound: float, T: int, tie: bool) -> float:
+    """A bound on z from CP-SAT's bound on (T + 1) z - stay (0 <= stay <= T, z integer): z >= ceil(bound / (T + 1))."""
+    return float(math.ceil(bound / (T + 1) - 1e-9)) if tie else float(bound)
+
+
+@dataclass
+class _Rows:
+    """A sparse MILP in scipy's form: variables x (pairs), u [D], m [D], z; rows lo <= A v <= hi."""
+
+    pairs: np.ndarray  # [n, 2] (t, d)
+    n_vars: int
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+
+    def add(self, cols: np.ndarray, vals: np.ndarray, lo: float, hi: float) -> None:
+        r = len(self.lo)
+        self.rows.extend([r] * len(cols))
+        self.cols.extend(int(c) for c in cols)
+        self.vals.extend(float(v) for v in vals)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+
+def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tuple[_Rows, dict[str, Any]]:
+    """The linearised model as sparse rows (shared by CBC through PuLP and HiGHS through scipy)."""
+    T, D = prob.num_tables, prob.num_devices
+    pairs = np.argwhere(prob.allowed)  # [n, 2] sorted by table then device
+    n = len(pairs)
+    U, M, Y, Z = n, n + D, n + 2 * D, n + 3 * D
+    rows = _Rows(pairs, n + 3 * D + 1)
+    total = float(lin.dims.sum())
+    starts = np.searchsorted(pairs[:, 0], np.arange(T + 1))  # pairs are sorted by table
+    for t in range(T):
+        idx = np.arange(starts[t], starts[t + 1])
+        rows.add(idx, np.ones(len(idx)), 1.0, 1.0)
+    order = np.argsort(pairs[:, 1], kind="stable")
+    dev_starts = np.searchsorted(pairs[order, 1], np.arange(D + 1))
+    by_dev = [order[dev_starts[d] : dev_starts[d + 1]] for d in range(D)]
+    # numerics: memory rows are in units of the device's capacity (bytes would put 1e10 beside 1e-5 in one model,
+    # which CBC 2.10 cannot take); widths in units of W = the mean device width. Plans are checked exactly after.
+    for d in range(D):
+        idx = by_dev[d]
+        sz = prob.sizes[pairs[idx, 0]].astype(np.float64)
+        if sz.sum() > prob.caps[d]:
+            rows.add(idx, sz / float(prob.caps[d]), -np.inf, 1.0)
+    W = max(1.0, total / D)
+    for d in range(D):
+        idx = by_dev[d]
+        rows.add(np.append(idx, U + d), np.append(lin.dims[pairs[idx, 0]] / W, -1.0), 0.0, 0.0)
+    members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
+    for d in range(D):
+        for k in range(lin.num_planes):
+            cols = [M + d, U + d]
+            vals = [1.0, -float(lin.k1[d, k]) * W]
+            if lin.k2[d, k] != 0:
+                cols += [U + j for j in members[lin.host[d]]]
+                vals += [-float(lin.k2[d, k]) * W] * len(members[lin.host[d]])
+            # merge the duplicate u_d column (d is one of its host's members)
+            merged: dict[int, float] = {}
+            for c, v in zip(cols, vals):
+                merged[c] = merged.get(c, 0.0) + v
+            rows.add(np.array(list(merged)), np.array(list(merged.values())), float(lin.k0[d, k]), np.inf)
+    for d in range(D):
+        idx = by_dev[d]
+        if len(idx):  # y_d = 1 iff device d holds a table (aggregated: one row each way)
+            rows.add(np.append(idx, Y + d), np.append(np.ones(len(idx)), -float(len(idx))), -np.inf, 0.0)
+        rows.add(np.append(idx, Y + d), np.append(-np.ones(len(idx)), 1.0), -np.inf, 0.0)
+        rows.add(
+            np.concatenate([idx, [M + d, Y + d, Z]]), np.concatenate([-lin.a[pairs[idx, 0], d], [-1.0, -float(lin.c0[d]), 1.0]]), 0.0, np.inf
+        )
+    cuts = 0
+    if prob.table_cuts:  # z >= sum_d lb[t, d] x[t, d] (table_lower_bounds), less a hair for the solvers' tolerances
+        lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
+        for t in _useful_cuts(lb):
+            idx = np.arange(starts[t], starts[t + 1])
+            coef = lb[t, pairs[idx, 1]] - 1e-7 * np.maximum(1.0, np.abs(lb[t, pairs[idx, 1]]))
+            rows.add(np.append(idx, Z), np.append(-coef, 1.0), 0.0, np.inf)
+            cuts += 1
+    stay = None
+    if prob.center is not None:
+        stay = starts[:-1] + np.array([int(np.searchsorted(pairs[starts[t] : starts[t + 1], 1], prob.center[t])) for t in range(T)])
+        if prob.radius is not None:
+            rows.add(stay, np.ones(T), float(T - prob.radius), np.inf)
+    m_lo, m_hi = _device_plane_bounds(lin, total)
+    bounds_lo = np.concatenate([np.zeros(n), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
+    bounds_hi = np.concatenate([np.ones(n), np.full(D, total / W), m_hi + 1.0, np.ones(D), [np.inf if hint_cost is None else hint_cost + 1e-6]])
+    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "M": M, "Y": Y, "Z": Z, "W": W, "stay": stay, "integer": np.arange(Y, Y + D), "cuts": cuts}
+
+
+def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.ndarray, D: int) -> np.ndarray:
+    n = len(rows.pairs)
+    v = np.zeros(rows.n_vars)
+    v[:n] = (hint[rows.pairs[:, 0]] == rows.pairs[:, 1]).astype(np.float64)
+    dimsum, hostsum = lin.widths(hint)
+    v[b["U"] : b["U"] + D] = dimsum / b["W"]
+    v[b["M"] : b["M"] + D] = (lin.k0 + lin.k1 * dimsum[:, None] + lin.k2 * hostsum[:, None]).max(axis=1)
+    v[b["Y"] : b["Y"] + D] = np.bincount(hint, minlength=D) > 0
+    v[b["Z"]] = lin.cost(hint)
+    return v
+
+
+def _device_of_from(rows: _Rows, xv: np.ndarray, T: int) -> np.ndarray:
+    n = len(rows.pairs)
+    device_of = np.full(T, -1, dtype=np.int64)
+    on = xv[:n] > 0.5
+    device_of[rows.pairs[on, 0]] = rows.pairs[on, 1]
+    return device_of
+
+
+def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
+    """scipy.optimize.milp (HiGHS). It takes no starting solution: the warm start only serves as the cutoff z <= its
+    linearised cost and as the plan to keep if HiGHS finds nothing better."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_array
+
+    t0 = time.perf_counter()
+    hint_cost = lin.cost(hint) if hint is not None else None
+    rows, b = _milp_rows(prob, lin, hint_cost)
+    if extra is not None:
+        rows, b = extra(rows, b)
+    n = len(rows.pairs)
+    A = csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), rows.n_vars))
+    c = np.zeros(rows.n_vars)
+    c[b["Z"]] = 1.0
+    if b["stay"] is not None and prob.tiebreak:
+        c[b["stay"]] = -MOVE_TIEBREAK_MS
+    integrality = np.zeros(rows.n_vars)
+    integrality[:n] = 1
+    if "integer" in b:
+        integrality[b["integer"]] = 1
+    build_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    res = milp(
+        c,
+        integrality=integrality,
+        bounds=Bounds(b["lo"], b["hi"]),
+        constraints=LinearConstraint(A, np.array(rows.lo), np.array(rows.hi)),
+        options={"time_limit": max(0.01, float(time_limit) - build_s), "mip_rel_gap": 1e-9, "disp": False, "presolve": True},
+    )
+    solve_s = time.perf_counter() - t1
+    info = {"variables": rows.n_vars, "rows": len(rows.lo), "table_cuts": b.get("cuts", 0), "highs_status": int(res.status), "highs_message": str(res.message), "planes": lin.num_planes}
+    bound = getattr(res, "mip_dual_bound", None)
+    bound = float(bound) if bound is not None and np.isfinite(bound) else None
+    if res.status == 2:
+        if hint is not None:  # only the cutoff z <= the hint's cost makes it so: nothing better than the hint exists
+            return LinearSolve("optimal", hint.copy(), hint_cost, hint_cost, build_s, solve_s, {**info, "cutoff_proof": True})
+        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+    if res.x is None:
+        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+    device_of = _device_of_from(rows, res.x, prob.num_tables)
+    info["solution"] = res.x
+    status = "optimal" if res.status == 0 else "feasible"
+    zval = float(res.x[b["Z"]])
+    return LinearSolve(status, device_of, zval, bound if bound is not None else (zval if status == "optimal" else None), build_s, solve_s, info)
+
+
+_CBC_RESULT = re.compile(r"Result - (.+)")
+_CBC_BOUND = re.compile(r"Lower bound:\s+(-?[\d.eE+-]+)")
+_CBC_OBJ = re.compile(r"Objective value:\s+(-?[\d.eE+-]+)")
+
+
+def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
+    """PuLP + CBC, warm-started from the hint (CBC's mipstart); the bound is read from CBC's log."""
+    import pulp
+
+    t0 = time.perf_counter()
+    # no cutoff row here: with its incumbent at the cutoff, CBC 2.10 ends with "Problem proven infeasible"
+    rows, b = _milp_rows(prob, lin, None)
+    if extra is not None:
+        rows, b = extra(rows, b)
+    n = len(rows.pairs)
+    integer = set(np.flatnonzero(np.arange(rows.n_vars) < n).tolist()) | set(np.asarray(b.get("integer", []), dtype=int).tolist())
+    variables = []
+    for j in range(rows.n_vars):
+        lo = None if not np.isfinite(b["lo"][j]) else float(b["lo"][j])
+        hi = None if not np.isfinite(b["hi"][j]) else float(b["hi"][j])
+        if j < n:
+            variables.append(pulp.LpVariable(f"x{rows.pairs[j, 0]}_{rows.pairs[j, 1]}", cat=pulp.LpBinary))
+        else:
+            variables.append(pulp.LpVariable(f"v{j}", lowBound=lo, upBound=hi, cat=pulp.LpInteger if j in integer else pulp.LpContinuous))
+    prob_lp = pulp.LpProblem("shardopt", pulp.LpMinimize)
+    if b["stay"] is not None and prob.tiebreak:
+        prob_lp += variables[b["Z"]] - MOVE_TIEBREAK_MS * pulp.lpSum(variables[j] for j in b["stay"])
+    else:
+        prob_lp += variables[b["Z"]]
+    r_cols: list[list[tuple[int, float]]] = [[] for _ in range(len(rows.lo))]
+    for r, c, v in zip(rows.rows, rows.cols, rows.vals):
+        r_cols[r].append((c, v))
+    for r, terms in enumerate(r_cols):
+        expr = pulp.LpAffineExpression([(variables[c], v) for c, v in terms])
+        lo, hi = rows.lo[r], rows.hi[r]
+        if lo == hi:
+            prob_lp += expr == lo, f"r{r}"
+        else:
+            if np.isfinite(lo):
+                prob_lp += expr >= lo, f"r{r}_lo"
+            if np.isfinite(hi):
+                prob_lp += expr <= hi, f"r{r}_hi"
+    warm = hint is not None
+    if warm:
+        values = _hint_vector(rows, b, lin, hint, prob.num_devices)
+        if "hint" in b:
+            values = b["hint"](values)
+        for j, (var, val) in enumerate(zip(variables, values)):
+            val = min(max(float(val), b["lo"][j]), b["hi"][j])  # (float noise must not put a start value out of bounds)
+            var.setInitialValue(float(round(val)) if var.cat != pulp.LpContinuous else val)
+    build_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="shardopt-cbc-") as tmp:
+        log = Path(tmp) / "cbc.log"
+        cmd = pulp.PULP_CBC_CMD(
+            msg=False,
+            timeLimit=max(1, int(math.floor(time_limit - build_s))),
+            # CBC's deterministic parallel mode is its thread count + 100
+            threads=max(1, int(workers)) + (100 if deterministic and workers > 1 else 0),
+            warmStart=warm,
+            logPath=str(log) if not os.environ.get("CBCDEBUG") else "/tmp/cbc_debug.log",
+            gapRel=0.0,
+            keepFiles=False,
+            options=[f"randomCbcSeed {int(seed) % (2**31 - 1) + 1}"],
+        )
+        t1 = time.perf_counter()
+        prob_lp.solve(cmd)
+        solve_s = time.perf_counter() - t1
+        text = log.read_text() if log.exists() else ""
+    result = _CBC_RESULT.findall(text)
+    bound_m = _CBC_BOUND.findall(text)
+    info = {"variables": rows.n_vars, "rows": len(rows.lo), "table_cuts": b.get("cuts", 0), "cbc_result": result[-1].strip() if result else None, "planes": lin.num_planes, "pulp_status": pulp.LpStatus.get(prob_lp.status)}
+    bound = float(bound_m[-1]) if bound_m else None
+    if prob_lp.status == pulp.LpStatusInfeasible or (result and "infeasible" in result[-1].lower()):
+        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+    if prob_lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+    xv = np.array([v.varValue if v.varValue is not None else 0.0 for v in variables])
+    device_of = _device_of_from(rows, xv, prob.num_tables)
+    info["solution"] = xv
+    proven = prob_lp.sol_status == pulp.LpSolutionOptimal and bool(result) and result[-1].strip().startswith("Optimal")
+    objective = float(variables[b["Z"]].varValue)
+    if proven and bound is None:
+        bound = objective
+    return LinearSolve("optimal" if proven else "feasible", device_of, objective, bound, build_s, solve_s, info)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exact neural mode: the compute head of the neural cost model inside the MILP
+
+SOFTPLUS_STEP = 0.15  # tangent spacing of the softplus under-approximation: error <= STEP^2 / 32 (+ 1e-5) ms
+SOFTPLUS_RANGE = 12.0  # tangents at points in [-12, 12] (beyond, softplus is 0 or its argument to within 6e-6)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def softplus_tangents(lo: float, hi: float, step: float = SOFTPLUS_STEP) -> np.ndarray:
+    """Tangent points whose lines' max under-approximates softplus on [lo, hi] within step^2 / 32 (softplus'' <=
+    1/4, so between two tangents `step` apart the gap is at most step^2 / 32) plus 1e-5 outside [-12, 12]."""
+    a, b = max(lo, -SOFTPLUS_RANGE), min(hi, SOFTPLUS_RANGE)
+    pts = list(np.linspace(a, b, max(2, int(math.ceil((b - a) / step)) + 1))) if b > a else []
+    pts += [lo, hi]
+    return np.unique(np.array(pts, dtype=np.float64))
+
+
+def softplus_error(step: float = SOFTPLUS_STEP) -> float:
+    return step * step / 32.0 + 1e-5
+
+
+def _widen(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A hair of slack on enumerated bounds (float summation order differs between the enumeration and a solver)."""
+    pad = 1e-9 * (1.0 + np.maximum(np.abs(lo), np.abs(hi)))
+    return lo - pad, hi + pad
+
+
+def _subsets_that_fit(sizes: np.ndarray, cap: int) -> np.ndarray:
+    """[S, n] 0/1 rows: every subset of n tables (n <= EXACT_NEURAL_MAX_TABLES) whose bytes fit in `cap`."""
+    n = len(sizes)
+    masks = ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1).astype(np.float64)
+    return masks[masks @ sizes.astype(np.float64) <= cap]
+
+
+def neural_head_extra(bm: BoundCostModel, prob: Problem) -> tuple[Any, dict[str, Any]]:
+    """A `_milp_rows` extension that adds each device's exact neural compute cost c_d and the rows z >= m_d + c_d.
+
+    The neural compute model (costmodels.neural) pools a device's tables by summing their encodings e_t (the state,
+    shard count last), then runs a ReLU MLP head and a softplus per output (fwd, bwd ms). With x[t, d] binary the
+    first layer's pre-activations are linear in x: a1 = b1 + sum_t (e_t W1) x[t, d]. Each ReLU unit becomes
+    h >= a, h >= 0, h <= a - lo (1 - s), h <= hi s with a binary s and [lo, hi] the unit's range over the possible
+    pooled states (every subset of the tables that fit on d); units whose range is one-signed need no
+    binary (always off: dropped; always on: h = a). The bounds are exact: a forward pass over every subset of the
+tables that fits in the device's memory (at most 2^12 of them). The second layer likewise.
+    Softplus is convex and only bounded below here (z is minimised), so its epigraph is the max of tangent lines:
+    an under-approximation within softplus_error() ms per output. An empty device computes nothing:
+    c_d >= fwd + bwd - M (1 - y_d), c_d >= 0."""
+    layers = bm.w.layers("head")  # type: ignore[attr-defined]
+    if len(layers) != 3:
+        raise ValueError(f"exact neural mode encodes a head of 3 layers; this model has {len(layers)}")
+    (W1, b1), (W2, b2), (W3, b3) = layers
+    E = np.asarray(bm.table_states, dtype=np.float64)  # [T, E + 1]
+    stats = {"relu_binaries": 0, "relu_linear": 0, "relu_off": 0, "tangents": 0, "softplus_error_ms": softplus_error()}
+
+    def extend(rows: _Rows, b: dict[str, Any]) -> tuple[_Rows, dict[str, Any]]:
+        pairs = rows.pairs
+        D = prob.num_devices
+        lo_b, hi_b = list(b["lo"]), list(b["hi"])
+        integer = list(np.asarray(b.get("integer", []), dtype=int))
+        hi_b[b["Z"]] = np.inf  # the linear model's cutoff does not apply to this model
+        plan: list[dict[str, Any]] = []  # per device: what the hint needs to fill the new columns in
+
+        def new_var(lo: float, hi: float, is_int: bool = False) -> int:
+            j = rows.n_vars
+            rows.n_vars += 1
+            lo_b.append(lo)
+            hi_b.append(hi)
+            if is_int:
+                integer.append(j)
+            return j
+
+        def relu_layer(cols: np.ndarray, coef: np.ndarray, bias: np.ndarray, lo: np.ndarray, hi: np.ndarray, rec: list) -> tuple[list, np.ndarray, np.ndarray]:
+            """Units j: a_j = bias_j + coef[:, j] . cols. Returns (per unit: column or None (always 0)), h lo / hi."""
+            out: list[int | None] = []
+            for j in range(len(bias)):
+                c = coef[:, j]
+                keep = c != 0
+                cc, cv = cols[keep], c[keep]
+                if hi[j] <= 0:
+                    out.append(None)
+                    stats["relu_off"] += 1
+                    rec.append(("off",))
+                    continue
+                h = new_var(0.0, float(hi[j]))
+                if lo[j] >= 0:  # h = a
+                    rows.add(np.append(cc, h), np.append(-cv, 1.0), float(bias[j]), float(bias[j]))
+                    stats["relu_linear"] += 1
+                    rec.append(("lin", h))
+                else:
+                    sv = new_var(0.0, 1.0, True)
+                    rows.add(np.append(cc, h), np.append(-cv, 1.0), float(bias[j]), np.inf)  # h >= a
+                    rows.add(np.concatenate([cc, [h, sv]]), np.concatenate([-cv, [1.0, -float(lo[j])]]), -np.inf, float(bias[j] - lo[j]))
+                    rows.add(np.array([h, sv]), np.array([1.0, -float(hi[j])]), -np.inf, 0.0)  # h <= hi s
+                    stats["relu_binaries"] += 1
+                    rec.append(("bin", h, sv))
+                out.append(h)
+            return out, np.maximum(lo, 0.0), np.maximum(hi, 0.0)
+
+        for d in range(D):
+            idx = np.flatnonzero(pairs[:, 1] == d)
+            ts = pairs[idx, 0]
+            rec: dict[str, Any] = {"d": d, "l1": [], "l2": [], "sp": []}
+            C1 = E[ts] @ W1  # [n, H1]
+            # the bounds of every unit: exact, from a forward pass over every subset of the tables that fits on d
+            # (empty included) -- the tightest big-Ms there are; interval arithmetic is far looser
+            sub = _subsets_that_fit(prob.sizes[ts], int(prob.caps[d]))  # [S, n] 0/1
+            A1 = sub @ C1 + b1  # [S, H1]
+            lo1, hi1 = _widen(A1.min(axis=0), A1.max(axis=0))
+            h1, _, _ = relu_layer(idx, C1, b1, lo1, hi1, rec["l1"])
+            on1 = [j for j, c in enumerate(h1) if c is not None]
+            cols1 = np.array([h1[j] for j in on1], dtype=np.int64)
+            W2a = W2[on1] if on1 else np.zeros((0, W2.shape[1]))
+            A2 = np.maximum(A1[:, on1], 0.0) @ W2a + b2  # [S, H2]
+            lo2, hi2 = _widen(A2.min(axis=0), A2.max(axis=0))
+            h2, _, _ = relu_layer(cols1, W2a, b2, lo2, hi2, rec["l2"])
+            on2 = [k for k, c in enumerate(h2) if c is not None]
+            cols2 = np.array([h2[k] for k in on2], dtype=np.int64)
+            W3a = W3[on2] if on2 else np.zeros((0, W3.shape[1]))
+            O = np.maximum(A2[:, on2], 0.0) @ W3a + b3  # [S, 2]
+            stats["subsets"] = stats.get("subsets", 0) + len(sub)
+            sp_cols, sp_max = [], 0.0
+            for m_out in range(W3.shape[1]):
+                w = W3a[:, m_out]
+                olo, ohi = (float(v) for v in _widen(O[:, m_out].min(), O[:, m_out].max()))
+                sp = new_var(0.0, float(_softplus(np.array(ohi))) + 1.0)
+                for p in softplus_tangents(olo, ohi):  # sp >= softplus(p) + sigmoid(p) (o - p)
+                    g = float(_sigmoid(np.array(p)))
+                    rows.add(np.append(cols2, sp), np.append(-g * w, 1.0), float(_softplus(np.array(p)) + g * (b3[m_out] - p)), np.inf)
+                    stats["tangents"] += 1
+                sp_cols.append(sp)
+                sp_max += float(_softplus(np.array(ohi)))
+                rec["sp"].append((sp, w, float(b3[m_out]), olo, ohi))
+            M = sp_max + 1.0
+            cd = new_var(0.0, M)
+            y = b["Y"] + d
+            rows.add(np.array([cd, *sp_cols, y]), np.array([1.0, *([-1.0] * len(sp_cols)), -M]), -M, np.inf)
+            rows.add(np.array([b["Z"], b["M"] + d, cd]), np.array([1.0, -1.0, -1.0]), 0.0, np.inf)
+            rec.update(cd=cd, on1=on1, on2=on2)
+            plan.append(rec)
+
+        def hint(values: np.ndarray) -> np.ndarray:
+            """The new columns' values at the hint plan: a forward pass of the head per device."""
+            v = np.zeros(rows.n_vars)
+            v[: len(values)] = values
+            n = len(pairs)
+            zmax = -np.inf
+            for rec in plan:
+                d = rec["d"]
+                on = [j for j in range(n) if pairs[j, 1] == d and values[j] > 0.5]
+                pooled = E[pairs[on, 0]].sum(axis=0) if on else np.zeros(E.shape[1])
+                a1 = b1 + pooled @ W1
+                for j, r in enumerate(rec["l1"]):
+                    if r[0] != "off":
+                        v[r[1]] = max(a1[j], 0.0)
+                        if r[0] == "bin":
+                            v[r[2]] = float(a1[j] > 0)
+                h1 = np.maximum(a1, 0.0)
+                a2 = b2 + h1 @ W2
+                for k, r in enumerate(rec["l2"]):
+                    if r[0] != "off":
+                        v[r[1]] = max(a2[k], 0.0)
+                        if r[0] == "bin":
+                            v[r[2]] = float(a2[k] > 0)
+                h2 = np.maximum(a2, 0.0)
+                total = 0.0
+                for sp, w, bias, olo, ohi in rec["sp"]:
+                    o = float(bias + h2[rec["on2"]] @ w)
+                    val = max(0.0, max(float(_softplus(np.array(p)) + _sigmoid(np.array(p)) * (o - p)) for p in softplus_tangents(olo, ohi)))
+                    v[sp] = val
+                    total += val
+                v[rec["cd"]] = total if on else 0.0
+                zmax = max(zmax, v[b["M"] + d] + v[rec["cd"]])
+            v[b["Z"]] = zmax
+            return v
+
+        b = {**b, "lo": np.array(lo_b), "hi": np.array(hi_b), "integer": np.array(integer, dtype=np.int64), "hint": hint}
+        return rows, b
+
+    return extend, stats
+
+
+BACKENDS = {"cpsat": solve_cpsat, "cbc": solve_cbc, "highs": solve_highs}
+BACKEND_LABEL = {"cpsat": "CP-SAT", "cbc": "CBC", "highs": "HiGHS"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the solvers
+
+
+class ExactSolver(Solver):
+    """Linearise -> solve exactly -> judge with the full model -> re-linearise, from the best heuristic's plan."""
+
+    family = "exact"
+    backend = "cpsat"
+
+    def __init__(
+        self,
+        comm: str = "planes",
+        max_iterations: int = 30,
+        workers: int | None = None,
+        deterministic: bool = True,
+        symmetry: bool = True,
+        warm_start: bool = True,
+        default_time_limit: float = DEFAULT_TIME_LIMIT,
+        cutoff: bool = True,
+        trust_region: bool = True,
+        tiebreak: bool = True,
+        table_cuts: bool = True,
+        exact_neural: bool = False,
+    ):
+        if comm not in COMM_FORMS:
+            raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
+        if max_iterations < 1:
+            raise ValueError(f"max_iterations: {max_iterations} must be >= 1")
+        self.comm = comm
+        self.max_iterations = int(max_iterations)
+        self.workers = int(workers) if workers else (os.cpu_count() or 1)
+        self.deterministic = bool(deterministic)
+        self.symmetry = bool(symmetry)
+        self.warm_start = bool(warm_start)
+        self.default_time_limit = float(default_time_limit)
+        self.cutoff = bool(cutoff)
+        self.trust_region = bool(trust_region)
+        self.tiebreak = bool(tiebreak)
+        self.exact_neural = bool(exact_neural)
+        if self.exact_neural and self.backend == "cpsat":
+            raise ValueError("exact_neural: the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
+        self.table_cuts = bool(table_cuts) and not self.exact_neural  # (the cuts bound the linearised compute)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "layout": "table-wise",
+            "comm": self.comm,
+            "max_iterations": self.max_iterations,
+            "workers": self.workers,
+            "deterministic": self.deterministic,
+            "symmetry": self.symmetry,
+            "warm_start": self.warm_start,
+            "trust_region": self.trust_region,
+            "tiebreak": self.tiebreak,
+            "table_cuts": self.table_cuts,
+            "exact_neural": self.exact_neural,
+            "cost_unit_ms": 1.0 / COST_SCALE if self.backend == "cpsat" else None,
+        }
+
+    # -- pieces a subclass may change ------------------------------------------------------------------------
+    def check(self, instance: Instance, bm: BoundCostModel) -> str | None:
+        """A reason to refuse this instance / cost model (None: go ahead)."""
+        if not self.exact_neural:
+            return None
+        T, D = len(instance.tables), instance.topology.num_devices
+        if T > EXACT_NEURAL_MAX_TABLES or D > EXACT_NEURAL_MAX_DEVICES:
+            return (
+                f"{self.name}: exact neural mode is for small instances only (at most {EXACT_NEURAL_MAX_TABLES} tables on "
+                f"at most {EXACT_NEURAL_MAX_DEVICES} devices: the head's ReLUs cost up to 192 binaries per device); this "
+                f"instance has {T} tables on {D} devices. Use milp / cpsat (linearised) instead."
+            )
+        if not (hasattr(bm, "w") and hasattr(bm.w, "layers") and bm.w.layers("head")):
+            return f"{self.name}: exact neural mode needs the neural cost model (--cost-model neural or a MODEL.npz), not {type(bm).__name__}"
+        return None
+
+    def linear_solve(self, prob: Problem, lin: Linearization, bm: BoundCostModel, hint: np.ndarray | None, time_limit: float, seed: int) -> LinearSolve:
+        fn = BACKENDS[self.backend]
+        if self.exact_neural:  # the compute terms come from the encoded head; the comm planes stay
+            zero = dataclasses.replace(lin, a=np.zeros_like(lin.a), c0=np.zeros_like(lin.c0))
+            extra, stats = neural_head_extra(bm, prob)
+            res = fn(prob, zero, hint, time_limit, seed, self.workers, self.deterministic, extra)
+            res.info.update(stats)
+            return res
+        if self.backend == "cpsat":
+            return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic, self.cutoff)
+        return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic)
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int) -> list[dict[str, Any]]:
+        from solvers.registry import get_solver
+
+        model = _Bound(bm, label)
+        index = instance.table_index()
+        out = []
+        for name in WARM_START_SOLVERS:
+            r = get_solver(name).solve(instance, model, seed=seed)
+            if r.plan is None:
+                out.append({"solver": name, "status": r.status.value, "cost": None})
+                continue
+            device_of = np.empty(len(instance.tables), dtype=np.int64)
+            for s in r.plan.shards:
+                device_of[index[s.table]] = s.device
+            out.append({"solver": name, "status": r.status.value, "cost": float(bm.assignment_costs(device_of).max_cost), "device_of": device_of})
+        return out
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        budget = self.default_time_limit if time_limit is None else float(time_limit)
+        reason = infeasibility_reason(instance)
+        if reason is not None:
+            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+        bm = cost_model.bind(instance)
+        refuse = self.check(instance, bm)
+        if refuse is not None:
+            return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
+        T, D = len(instance.tables), instance.topology.num_devices
+        sizes = table_bytes_array(instance)
+        caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        fits = sizes[:, None] <= caps[None, :]
+        rank = np.empty(T, dtype=np.int64)
+        rank[np.argsort(-sizes, kind="stable")] = np.arange(T)
+
+        info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
+        best: np.ndarray | None = None
+        best_cost = math.inf
+        if self.warm_start:
+            starts = self.warm_starts(instance, bm, cost_model.describe(), seed)
+            info["warm_starts"] = {s["solver"]: s["cost"] for s in starts}
+            good = [s for s in starts if s["cost"] is not None]
+            if good:
+                pick = min(good, key=lambda s: s["cost"])  # ties: the first in WARM_START_SOLVERS order
+                best, best_cost = pick["device_of"], pick["cost"]
+                info["warm_start"] = {"solver": pick["solver"], "cost": best_cost}
+        info["warm_start_s"] = clock.elapsed
+        if best is None:
+            info["warm_start"] = None
+
+        point = best if best is not None else np.full(T, -1, dtype=np.int64)
+        lin: Linearization | None = None
+        radius: int | None = None  # trust region: None = unrestricted
+        tried: dict[int | None, bool] = {}  # radii tried around the current point -> proven (no repeats)
+        final = False  # the last unrestricted solve around the current point, with all the time left
+        bound: dict[str, Any] | None = None  # the last unrestricted solve: its bound and its expansion point
+        timed_out = converged = proven_infeasible = False
+        reserve = 0.1 + 0.02 * budget  # for extracting, judging and checking the last plan
+        lb: np.ndarray | None = None
+        cut_bound = -math.inf
+        for it in range(self.max_iterations):
+            if budget - reserve - clock.elapsed <= 0.05:
+                timed_out = True
+                break
+            lin_s = 0.0
+            if lin is None or not np.array_equal(lin.device_of, point):
+                t_lin = time.perf_counter()
+                lin = linearize(bm, point, self.comm)
+                if self.table_cuts:
+                    lb = table_lower_bounds(lin, fits, sizes, caps)
+                    # every plan puts each table somewhere: a bound of the linear model by itself
+                    cut_bound = float(np.where(np.isfinite(lb), lb, np.inf).min(axis=1).max())
+                lin_s = time.perf_counter() - t_lin
+            restricted = radius is not None
+            if self.symmetry and not restricted:
+                allowed, classes = _symmetry(instance, lin, fits, rank)
+            else:  # (a trust region around a plan is not symmetric in the devices)
+                allowed, classes = fits.copy(), []
+            hint = _canonical(best, classes, rank) if best is not None else None
+            if hint is not None and not allowed[np.arange(T), hint].all():
+                hint = None  # (cannot happen: the canonical form meets the rule) never hand a solver a bad hint
+            prob = Problem(
+                instance, sizes, caps, allowed, classes, rank, hint, radius if hint is not None else None, self.tiebreak, self.table_cuts, lb
+            )
+            remaining = budget - reserve - clock.elapsed
+            # an unrestricted solve of a plan in hand leaves time for the trust-region steps that may follow
+            # (on a large model one solve is all the time allows: it gets all of it)
+            small = int(fits.sum()) <= LARGE_MODEL
+            share = 0.5 if (self.trust_region and small and best is not None and not restricted and T > 1 and not final) else 1.0
+            res = self.linear_solve(prob, lin, bm, hint, max(0.05, remaining * share), seed)
+            tried[radius] = res.status in ("optimal", "infeasible")
+            row: dict[str, Any] = {
+                "iteration": it,
+                "radius": radius,
+                "linear_status": res.status,
+                "linear_objective": res.objective,
+                "linear_bound": res.bound if not restricted else None,
+                "table_cut_bound": cut_bound if math.isfinite(cut_bound) else None,
+                "expansion_cost": best_cost if best is not None else None,
+                "linearize_s": round(lin_s, 4),
+                "build_s": round(res.build_s, 4),
+                "solve_s": round(res.solve_s, 4),
+                "symmetry_classes": len(classes),
+                **{k: v for k, v in res.info.items() if k != "solution"},
+            }
+            info["iterations"].append(row)
+            if not restricted and res.status in ("optimal", "feasible", "unknown"):
+                value = max(res.bound if res.bound is not None else -math.inf, cut_bound)
+                same = bound is not None and np.array_equal(bound["point"], point)
+                if math.isfinite(value) and (not same or value > bound["value"] or res.status == "optimal"):
+                    bound = {"value": value, "point": point.copy(), "proven": res.status == "optimal" or (same and bound["proven"])}
+            if res.status == "infeasible":
+                if best is None:
+                    proven_infeasible = True
+                    break
+                res = LinearSolve("optimal", best.copy(), lin.cost(best), None, res.build_s, res.solve_s)  # (cutoff)
+            usable = res.device_of is not None and bool((res.device_of >= 0).all())
+            if usable and not self._memory_ok(res.device_of, sizes, caps):  # (MILP tolerances; never seen)
+                row["rejected"] = "memory over capacity after rounding the solver's values"
+                usable = False
+            if not usable:
+                if best is None:  # nothing in hand and nothing found: the time is gone
+                    timed_out = True
+                    break
+                full, moved, improved = math.inf, T, False  # no solution in this solve's time: look closer
+            else:
+                full = float(bm.assignment_costs(res.device_of).max_cost)
+                moved = int((res.device_of != point).sum()) if best is not None else T
+                row["full_cost"] = full
+                row["moved_tables"] = moved
+                improved = best is None or full < best_cost - 1e-9 * max(1.0, abs(best_cost))
+            row["improved"] = bool(improved)
+            if improved:
+                assert res.device_of is not None
+                best, best_cost = res.device_of.copy(), full
+                point, tried, final = best, {}, False
+                if radius is not None:
+                    radius = None if 2 * radius >= T else 2 * radius
+                continue
+            if not self.trust_region or best is None:
+                converged = True
+                break
+            # no better by the full model: the linear model misled us; look closer (halve the trust region)
+            radius = max(0, (moved if radius is None else min(radius, moved)) // 2)
+            while radius in tried:
+                radius //= 2
+            if radius < 1:
+                # the bound of the linear model around this plan needs an unrestricted solve; one that ended on its
+                # time share without a proof gets the rest of the time
+                if None not in tried or (not tried[None] and not final and budget - clock.elapsed > 0.5):
+                    final = None in tried
+                    radius = None
+                    continue
+                converged = True
+                break
+        if proven_infeasible:
+            return fail(self, SolveStatus.infeasible, _packing_reason(instance, BACKEND_LABEL[self.backend]), clock, {**info, "proof": self.backend})
+        if best is None:
+            why = (
+                f"{self.name}: no plan found within the time limit of {budget:g} s (no heuristic packed the tables and "
+                f"{BACKEND_LABEL[self.backend]} found no assignment in time); the instance is not proven infeasible"
+            )
+            return fail(self, SolveStatus.no_solution, why, clock, info)
+        lower = bound["value"] if bound is not None else None
+        around_best = bound is not None and np.array_equal(bound["point"], best)
+        info.update(
+            best_full_cost=best_cost,
+            linear_bound=lower,
+            linear_bound_proven_optimal=bool(bound and bound["proven"]),
+            bound_is_for=None if bound is None else (
+                "the linearised model around the returned plan" if around_best else "the linearised model around an earlier plan"
+            ),
+            converged=converged,
+            iterations_run=len(info["iterations"]),
+        )
+        if lower is not None and best_cost > 0:
+            info["gap_to_linear_bound"] = (best_cost - lower) / best_cost
+        over = clock.elapsed > budget
+        if converged and not over and around_best and bound is not None and bound["proven"]:
+            status = SolveStatus.optimal
+        elif timed_out or over:
+            status = SolveStatus.timeout
+        else:
+            status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
+        shards = [Shard(table=t.name, device=int(best[i])) for i, t in enumerate(instance.tables)]
+        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, lower_bound=lower, info=info, bound=bm)
+
+    @staticmethod
+    def _memory_ok(device_of: np.ndarray, sizes: np.ndarray, caps: np.ndarray) -> bool:
+        use = np.bincount(device_of, weights=sizes.astype(np.float64), minlength=len(caps))
+        exact = np.zeros(len(caps), dtype=np.int64)
+        np.add.at(exact, device_of, sizes)
+        return bool((exact <= caps).all()) and bool((use <= caps + 0.5).all())
+
+
+class CpSatSolver(ExactSolver):
+    name = "cpsat"
+    backend = "cpsat"
+    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), hard memory capacities, warm start, bound"
+
+
+class MilpSolver(ExactSolver):
+    name = "milp"
+    backend = "cbc"
+    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), hard memory capacities, warm start, bound"
+
+
+class MilpExactNeuralSolver(ExactSolver):
+    name = "milp_exact_neural"
+    backend = "highs"
+    description = (
+        f"MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents); the neural "
+        f"cost model only, at most {EXACT_NEURAL_MAX_TABLES} tables x {EXACT_NEURAL_MAX_DEVICES} devices"
+    )
+
+    def __init__(self, **options: Any):
+        options.setdefault("exact_neural", True)
+        super().__init__(**options)
+
+
+class MilpHighsSolver(ExactSolver):
+    name = "milp_highs"
+    backend = "highs"
+    description = "MILP (scipy.optimize.milp = HiGHS) on the linearised cost, re-linearised until no improvement; no warm start (HiGHS via scipy takes none)"
+
+
+__all__ = ["CpSatSolver", "MilpSolver", "MilpHighsSolver", "MilpExactNeuralSolver", "ExactSolver", "COST_SCALE", "DEFAULT_TIME_LIMIT"]

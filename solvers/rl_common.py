@@ -1,0 +1,818 @@
+"""What the RL solvers share: the sequential-placement core (batched over rollout lanes), its features, numpy
+policy inference, rollouts, the solve driver, and the checkpoint formats.
+
+Sequential table-wise placement: the tables of an instance are visited in a fixed order (DreamShard's: predicted
+single-table cost, descending) and each is put on one device. The state of a device is what the cost model needs
+to price it: its summed additive state (BoundCostModel.table_states), its pooled width, its free memory. Every
+question a policy's features ask ("what would device d cost with this table?", "what would the plan cost be?") is
+one batched call of the bound cost model, for all devices of all lanes at once, so K rollouts of one instance run
+in lock-step at about the price of one.
+
+Features are in units of an instance *scale* (ideal per-device compute share plus the all-to-all of an even
+split), so one policy serves any table count, device count and cost model:
+
+- table features (per step, shared by the lanes): TABLE_FEATURES;
+- device features (per lane and device): DEVICE_FEATURES - the device's current compute / comm / total, its cost
+  and the plan's cost if the table went there (a one-step look-ahead in the estimated MDP), the regret of that
+  choice against the best device, its memory before and after.
+
+Masks: a device is valid when the table fits in its free memory; with `safe=True` (the policies' default) it must
+also leave a completion: the remaining tables (bytes descending) must still fit by worst-fit from the state after
+the move. That is checked exactly only when it can fail: when the total free memory after the move minus the
+remaining bytes is at least D x the largest remaining table, any placement of the rest fits (at a failure every
+device would have less free memory than that table). When no valid device passes the check the plain room mask is
+used. A lane whose table fits on no device fails at that step.
+
+numpy only: torch is imported by the training code (`solvers.dreamshard.train`, `solvers.autoshard.train`) and to
+read a `.pt` checkpoint, never to solve with an exported `.npz`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel, CostModel
+from shardopt.feasibility import infeasibility_reason
+from shardopt.ir import Instance, Shard
+from shardopt.memory import table_bytes_array
+from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+FEATURE_VERSION = 1
+TABLE_FEATURES = (
+    "single_cost", "bytes_share", "dim_rel", "log1p_pooling", "progress", "remaining_cost", "remaining_bytes_share",
+)
+DEVICE_FEATURES = (
+    "compute", "comm", "total", "slack_to_max", "plan_max", "own_after", "own_increase", "plan_after",
+    "plan_increase", "plan_regret", "free_share", "free_after_share", "table_vs_free", "count_rel", "dims_rel",
+    "own_regret",
+)
+FT, FD = len(TABLE_FEATURES), len(DEVICE_FEATURES)
+FAIL_COST = 2.0  # a lane that cannot place a table costs its partial plan + this many scales (always worse)
+BATCHED_COMM_LIMIT = 4096  # lanes x candidates x devices up to this: one comm_totals call, else per lane (O(D) each)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one instance's static data
+
+
+class Context:
+    """An instance bound to a cost model: per-table states, sizes, orders, scale and static table features."""
+
+    def __init__(self, instance: Instance, bm: BoundCostModel):
+        self.instance, self.bm = instance, bm
+        self.T, self.D = len(instance.tables), instance.topology.num_devices
+        self.states = np.asarray(bm.table_states, dtype=np.float64)
+        self.widths = np.asarray(bm.table_dims, dtype=np.float64)
+        self.sizes = table_bytes_array(instance)
+        self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        self.single = np.asarray(bm.single_table_costs, dtype=np.float64)
+        # DreamShard's order: predicted single-table cost, descending (ties: table index)
+        self.cost_order = np.argsort(-self.single, kind="stable")
+        self.bytes_order = np.argsort(-self.sizes, kind="stable")
+        even = np.full(self.D, self.widths.sum() / self.D)
+        comm = float(np.mean(bm.comm_totals(even))) if self.D > 1 else 0.0
+        self.scale = max(float(self.single.sum()) / self.D + comm, 1e-6)
+        self.empty_comm = np.asarray(bm.comm_totals(np.zeros(self.D)), dtype=np.float64)
+        mean_cap = float(self.caps.mean())
+        pooling = np.array([t.pooling_factor for t in instance.tables], dtype=np.float64)
+        self.tab_static = np.stack(
+            [self.single / self.scale, self.sizes / mean_cap, self.widths / max(self.widths.mean(), 1.0), np.log1p(pooling) / 5.0], axis=1
+        )
+        self.total_width = float(self.widths.sum())
+
+    def order(self, kind: str) -> np.ndarray:
+        return self.cost_order if kind == "cost" else self.bytes_order
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# K lanes placing the same table sequence
+
+
+@dataclass
+class Observation:
+    table: int
+    tab: np.ndarray  # [FT]
+    dev: np.ndarray  # [K, D, FD]
+    mask: np.ndarray  # [K, D] bool: valid actions (dummy all-True on dead lanes)
+    room: np.ndarray  # [K, D] bool: devices with room
+    alive: np.ndarray  # [K] bool: lanes still placing
+    new_compute: np.ndarray  # [K, D]
+    comm_after: np.ndarray  # [K, D(candidate), D]
+    plan_after: np.ndarray  # [K, D]
+
+
+class Lanes:
+    """K placements of one instance advancing in lock-step through one table order."""
+
+    def __init__(self, ctx: Context, k: int, order: np.ndarray, safe: bool = True):
+        self.ctx, self.K, self.order, self.safe = ctx, int(k), np.asarray(order), safe
+        D, F = ctx.D, ctx.states.shape[1]
+        self.S = np.zeros((self.K, D, F))
+        self.dims = np.zeros((self.K, D))
+        self.free = np.broadcast_to(ctx.caps, (self.K, D)).copy()
+        self.compute = np.zeros((self.K, D))
+        self.comm = np.broadcast_to(ctx.empty_comm, (self.K, D)).copy()
+        self.count = np.zeros((self.K, D))
+        self.device_of = np.full((self.K, ctx.T), -1, dtype=np.int64)
+        self.alive = np.ones(self.K, dtype=bool)
+        self.fail_step = np.full(self.K, -1, dtype=np.int64)
+        self.fail_largest_free = np.zeros(self.K, dtype=np.int64)
+        self.i = 0
+        self._eye = np.eye(D)
+        self._rem_cost = float(ctx.single[self.order].sum())
+        self._rem_bytes = int(ctx.sizes[self.order].sum())
+
+    @property
+    def done(self) -> bool:
+        return self.i >= len(self.order)
+
+    def plan_max(self) -> np.ndarray:
+        """[K] current plan cost (max over devices of compute + comm) of each lane's partial plan."""
+        return (self.compute + self.comm).max(axis=1)
+
+    def _comm_after(self, width: float) -> np.ndarray:
+        K, D = self.K, self.ctx.D
+        bm = self.ctx.bm
+        if K * D * D <= BATCHED_COMM_LIMIT:
+            dims = self.dims[:, None, :] + width * self._eye[None]
+            return np.asarray(bm.comm_totals(dims), dtype=np.float64)
+        cand = np.arange(D)
+        return np.stack([np.asarray(bm.comm_totals_after_adding(self.dims[k], width, cand), dtype=np.float64) for k in range(K)])
+
+    def _safe_mask(self, room: np.ndarray, size: int) -> np.ndarray:
+        rest = np.sort(self.ctx.sizes[self.order[self.i + 1 :]])[::-1]
+        if len(rest) == 0:
+            return room
+        D = self.ctx.D
+        slack = float(self.free[0].sum() - size - rest.sum())  # total free is the same in every lane
+        need = rest > slack / D  # only tables this large can fail to fit (see the module docstring)
+        n = int(need.sum())  # rest is descending: the first n
+        if n == 0:
+            return room
+        fa = np.broadcast_to(self.free[:, None, :], (self.K, D, D)).astype(np.int64)
+        fa = fa - size * self._eye.astype(np.int64)[None]
+        ok = room.copy()
+        for s in rest[:n]:
+            j = fa.argmax(axis=2)  # worst fit: the device with the most free memory
+            v = np.take_along_axis(fa, j[..., None], axis=2)[..., 0]
+            ok &= v >= s
+            np.put_along_axis(fa, j[..., None], (v - s)[..., None], axis=2)
+        has = ok.any(axis=1, keepdims=True)
+        return np.where(has, ok, room)
+
+    def observe(self) -> Observation:
+        ctx, K, D = self.ctx, self.K, self.ctx.D
+        t = int(self.order[self.i])
+        size = int(ctx.sizes[t])
+        s = ctx.scale
+        room = self.free >= size
+        newly_dead = self.alive & ~room.any(axis=1)
+        if newly_dead.any():
+            self.fail_step[newly_dead] = self.i
+            self.fail_largest_free[newly_dead] = self.free[newly_dead].max(axis=1)
+            self.alive &= ~newly_dead
+        mask = self._safe_mask(room, size) if self.safe else room
+        mask = np.where(self.alive[:, None], mask, True)
+        new_compute = np.asarray(ctx.bm.compute_costs(self.S + ctx.states[t]), dtype=np.float64).sum(axis=-1)  # [K, D]
+        comm_after = self._comm_after(float(ctx.widths[t]))  # [K, c, D]
+        totals = comm_after + self.compute[:, None, :]
+        ar = np.arange(D)
+        totals[:, ar, ar] += new_compute - self.compute
+        plan_after = totals.max(axis=2)  # [K, c]
+        own_after = totals[:, ar, ar]
+        total = self.compute + self.comm
+        cur_max = total.max(axis=1, keepdims=True)
+        big = np.where(mask, 0.0, np.inf)
+        best_plan = (plan_after + big).min(axis=1, keepdims=True)
+        best_own = (own_after + big).min(axis=1, keepdims=True)
+        cap = ctx.caps[None, :].astype(np.float64)
+        dev = np.empty((K, D, FD))
+        dev[..., 0] = self.compute / s
+        dev[..., 1] = self.comm / s
+        dev[..., 2] = total / s
+        dev[..., 3] = (total - cur_max) / s
+        dev[..., 4] = cur_max / s
+        dev[..., 5] = own_after / s
+        dev[..., 6] = (own_after - total) / s
+        dev[..., 7] = plan_after / s
+        dev[..., 8] = (plan_after - cur_max) / s
+        dev[..., 9] = np.minimum(plan_after - best_plan, 10 * s) / s
+        dev[..., 10] = self.free / cap
+        dev[..., 11] = (self.free - size) / cap
+        dev[..., 12] = np.minimum(size / np.maximum(self.free, 1.0), 4.0) / 4.0
+        dev[..., 13] = self.count * D / ctx.T
+        dev[..., 14] = self.dims * D / max(ctx.total_width, 1.0)
+        dev[..., 15] = np.minimum(own_after - best_own, 10 * s) / s
+        total_free = float(self.free[0].sum())
+        tab = np.concatenate([ctx.tab_static[t], [self.i / ctx.T, self._rem_cost / (ctx.D * s), self._rem_bytes / max(total_free, 1.0)]])
+        return Observation(t, tab, dev, mask, room, self.alive.copy(), new_compute, comm_after, plan_after)
+
+    def apply(self, actions: np.ndarray, ob: Observation) -> None:
+        ctx = self.ctx
+        t = ob.table
+        lanes = np.flatnonzero(self.alive)
+        a = np.asarray(actions)[lanes]
+        if np.any(~ob.room[lanes, a]):
+            raise AssertionError("an action chose a device without room")  # masks make this impossible
+        self.S[lanes, a] += ctx.states[t]
+        self.dims[lanes, a] += ctx.widths[t]
+        self.free[lanes, a] -= ctx.sizes[t]
+        self.count[lanes, a] += 1
+        self.compute[lanes, a] = ob.new_compute[lanes, a]
+        self.comm[lanes] = ob.comm_after[lanes, a]
+        self.device_of[lanes, t] = a
+        self._rem_cost -= float(ctx.single[t])
+        self._rem_bytes -= int(ctx.sizes[t])
+        self.i += 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numpy policies
+
+
+def mlp_np(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    for i, (w, b) in enumerate(layers):
+        x = x @ w + b
+        if i < len(layers) - 1:
+            x = np.maximum(x, 0.0)
+    return x
+
+
+def layers_from(arrays: dict[str, np.ndarray], prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """[(W [in, out], b [out]), ...] from arrays named `prefix.{i}.w` / `.b`."""
+    out, i = [], 0
+    while f"{prefix}.{i}.w" in arrays:
+        out.append((np.ascontiguousarray(arrays[f"{prefix}.{i}.w"]), np.ascontiguousarray(arrays[f"{prefix}.{i}.b"])))
+        i += 1
+    return out
+
+
+def pooled(dev: np.ndarray) -> np.ndarray:
+    """[..., D, FD] -> [..., 2 FD]: mean and max over devices (a device-count-free summary of the cluster)."""
+    return np.concatenate([dev.mean(axis=-2), dev.max(axis=-2)], axis=-1)
+
+
+class NumpyPolicy:
+    """Inference of a trained policy: `start(K)` -> recurrent state; `step(state, obs)` -> (logits [K, D], new state,
+    anything the training update wants recorded for the step)."""
+
+    algo = ""
+
+    def __init__(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]):
+        self.arrays, self.meta = arrays, meta
+
+    def start(self, k: int) -> Any:
+        return None
+
+    def step(self, state: Any, ob: Observation) -> tuple[np.ndarray, Any]:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rollouts
+
+
+@dataclass
+class Rollout:
+    device_of: np.ndarray  # [K, T]
+    costs: np.ndarray  # [K] plan cost in ms (inf for failed lanes)
+    failed: np.ndarray  # [K] bool
+    fail_step: np.ndarray  # [K]
+    fail_largest_free: np.ndarray  # [K]
+    order: np.ndarray
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_actions(logits: np.ndarray, mask: np.ndarray, u: np.ndarray, greedy: np.ndarray, temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Masked softmax sampling (inverse CDF on uniforms `u` [K]) or argmax on `greedy` lanes -> (actions, probs)."""
+    z = np.where(mask, logits / max(temperature, 1e-6), -np.inf)
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    cdf = np.cumsum(p, axis=1)
+    sampled = np.minimum((cdf < u[:, None] * cdf[:, -1:]).sum(axis=1), p.shape[1] - 1)
+    # a sampled index must be valid (float noise at the cdf's end could point at a masked device)
+    bad = ~mask[np.arange(len(sampled)), sampled]
+    if bad.any():
+        sampled[bad] = np.argmax(np.where(mask[bad], p[bad], -1.0), axis=1)
+    a = np.where(greedy, np.argmax(np.where(mask, logits, -np.inf), axis=1), sampled)
+    return a, p
+
+
+def rollout(
+    ctx: Context,
+    policy: NumpyPolicy,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    greedy_lanes: int = 0,
+    order: str = "cost",
+    record: bool = False,
+    safe: bool = True,
+    temperature: float = 1.0,
+) -> Rollout:
+    """K lanes of `policy` on one instance; the first `greedy_lanes` take the argmax, the others sample."""
+    lanes = Lanes(ctx, k, ctx.order(order), safe)
+    state = policy.start(k)
+    greedy = np.arange(k) < greedy_lanes
+    rec: dict[str, list[Any]] = {"tab": [], "dev": [], "mask": [], "actions": [], "alive": [], "plan_max": [], "extra": []}
+    prev_max = lanes.plan_max()
+    while not lanes.done:
+        ob = lanes.observe()
+        logits, state, extra = policy.step(state, ob)
+        u = rng.random(k)
+        a, _ = sample_actions(logits, ob.mask, u, greedy, temperature)
+        lanes.apply(a, ob)
+        if record:
+            rec["tab"].append(ob.tab)
+            rec["dev"].append(ob.dev.astype(np.float32))
+            rec["mask"].append(ob.mask)
+            rec["actions"].append(a)
+            rec["alive"].append(ob.alive)
+            rec["plan_max"].append(lanes.plan_max())
+            rec["extra"].append(extra)
+        if not lanes.alive.any():
+            break
+    failed = ~lanes.alive
+    costs = np.where(failed, np.inf, lanes.plan_max())
+    out = Rollout(lanes.device_of, costs, failed, lanes.fail_step, lanes.fail_largest_free, lanes.order)
+    if record:
+        out.record = {key: np.stack(v) if v and key != "extra" else v for key, v in rec.items()}
+        out.record["start_max"] = prev_max
+        out.record["scale"] = ctx.scale
+    return out
+
+
+def lane_costs_in_scales(ctx: Context, ro: Rollout) -> np.ndarray:
+    """[K] each lane's final plan cost in scale units; a failed lane costs its partial plan + FAIL_COST."""
+    rec = ro.record
+    pm = rec["plan_max"]  # [T', K]
+    last = np.zeros(len(ro.costs))
+    for k in range(len(ro.costs)):
+        alive_steps = np.flatnonzero(rec["alive"][:, k])
+        last[k] = pm[alive_steps[-1], k] if len(alive_steps) else rec["start_max"][k]
+    out = last / ctx.scale
+    return np.where(ro.failed, out + FAIL_COST, out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# policy files: `.npz` (inference export, numpy) and `.pt` (resumable training checkpoint, torch)
+
+POLICY_KIND = "shardopt-rl-policy"
+CHECKPOINT_KIND = "shardopt-rl-checkpoint"
+
+
+def save_policy_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    body = np.frombuffer(json.dumps({"kind": POLICY_KIND, **meta}).encode(), dtype=np.uint8)
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp.npz")
+    np.savez_compressed(tmp, meta=body, **{k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()})
+    tmp.replace(p)
+
+
+def load_policy_file(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, meta) of an exported `.npz` or of a training checkpoint `.pt`; ValueError when it is neither."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{p}: no such file")
+    if p.suffix == ".npz":
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                arrays = {k: z[k].astype(np.float64) for k in z.files if k != "meta"}
+                meta = json.loads(bytes(z["meta"]).decode())
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"{p}: not a shardopt RL policy ({exc.__class__.__name__}: {exc})") from None
+        if meta.get("kind") != POLICY_KIND:
+            raise ValueError(f"{p}: not a shardopt RL policy (kind {meta.get('kind')!r})")
+        return arrays, meta
+    ckpt = load_checkpoint(p)
+    return export_arrays(ckpt["algo"], ckpt["model"]), {"kind": POLICY_KIND, **ckpt["meta"]}
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    import torch
+
+    try:
+        ckpt = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input error
+        raise ValueError(f"{path}: not a shardopt RL checkpoint ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
+        raise ValueError(f"{path}: not a shardopt RL checkpoint")
+    return ckpt
+
+
+def export_arrays(algo: str, state_dict: dict[str, Any]) -> dict[str, np.ndarray]:
+    """A torch state_dict of one of the policy networks -> the numpy arrays the inference code reads."""
+    out: dict[str, np.ndarray] = {}
+    for name, tensor in state_dict.items():
+        a = tensor.detach().cpu().numpy().astype(np.float64)
+        parts = name.split(".")
+        if parts[-1] == "weight" and parts[0] in ("mlp", "actor", "critic"):
+            idx = _linear_index(state_dict, parts[0], int(parts[1]))
+            out[f"{parts[0]}.{idx}.w"] = a.T
+        elif parts[-1] == "bias" and parts[0] in ("mlp", "actor", "critic"):
+            idx = _linear_index(state_dict, parts[0], int(parts[1]))
+            out[f"{parts[0]}.{idx}.b"] = a
+        else:  # lstm.weight_ih_l0 etc.
+            out[name] = a
+    return out
+
+
+def _linear_index(state_dict: dict[str, Any], prefix: str, seq_index: int) -> int:
+    """nn.Sequential indices count the ReLUs too: the k-th Linear of `prefix`."""
+    seq = sorted({int(k.split(".")[1]) for k in state_dict if k.startswith(prefix + ".") and k.endswith(".weight")})
+    return seq.index(seq_index)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the solve driver both RL solvers use
+
+
+class PolicySolver(Solver):
+    """Greedy (argmax) rollout of a trained policy, plus `samples` sampled rollouts (seeded); the best plan wins.
+
+    Options: `checkpoint` (a `.npz` export or a `.pt` training checkpoint; default: the shipped one, or the file
+    named by the environment variable SHARDOPT_<ALGO>_CHECKPOINT), `samples`, `temperature` (of the sampled
+    rollouts), `safe_mask`.
+
+    Tables in the policy's order (predicted cost descending); if no rollout can place every table, the rollouts are
+    repeated with tables by bytes descending (the heuristics' memory-first order). Infeasibility is proven by
+    shardopt.feasibility first; a policy that places no plan returns `no_solution` naming the table."""
+
+    family = "rl"
+    algo = ""
+    default_checkpoint = ""
+    policy_cls: type[NumpyPolicy] = NumpyPolicy
+
+    def __init__(self, checkpoint: str | Path | None = None, samples: int = 16, temperature: float = 1.0, safe_mask: bool = True):
+        import os
+
+        if checkpoint is None:  # the CLI has no solver options: an environment variable names another checkpoint
+            checkpoint = os.environ.get(f"SHARDOPT_{self.algo.upper()}_CHECKPOINT") or None
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR / self.default_checkpoint
+        if int(samples) < 0:
+            raise ValueError(f"samples: {samples} must be >= 0")
+        self.samples = int(samples)
+        self.temperature = float(temperature)
+        self.safe_mask = bool(safe_mask)
+        self._policy: NumpyPolicy | None = None
+
+    @property
+    def policy(self) -> NumpyPolicy:
+        if self._policy is None:
+            self._policy = load_policy(self.checkpoint, self.policy_cls, self.algo)
+        return self._policy
+
+    def params(self) -> dict[str, Any]:
+        meta = self.policy.meta
+        return {
+            "layout": "table-wise",
+            "checkpoint": self.checkpoint.name,
+            "samples": self.samples,
+            "temperature": self.temperature,
+            "safe_mask": self.safe_mask,
+            "order": "predicted single-table cost descending; fallback: bytes descending",
+            "trained_on": meta.get("suite"),
+            "trained_episodes": meta.get("episodes"),
+            "uses_seed": self.samples > 0,
+        }
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        policy = self.policy  # loaded (and cached) before the clock starts: loading is not solving
+        clock = Stopwatch()
+        reason = infeasibility_reason(instance)
+        if reason is not None:
+            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+        bm = cost_model.bind(instance)
+        ctx = Context(instance, bm)
+        rng = np.random.default_rng(seed)
+        best: tuple[float, np.ndarray] | None = None
+        tried: list[str] = []
+        last: Rollout | None = None
+        info: dict[str, Any] = {}
+        for stage in ("cost", "bytes"):
+            tried.append("primary" if stage == "cost" else "memory_order")
+            ro = rollout(ctx, policy, 1, rng, greedy_lanes=1, order=stage, safe=self.safe_mask, temperature=self.temperature)
+            last = ro
+            cands = [(float(ro.costs[0]), ro.device_of[0])] if not ro.failed[0] else []
+            info["greedy_cost"] = float(ro.costs[0]) if not ro.failed[0] else None
+            sampled_best = None
+            if self.samples > 0 and (time_limit is None or clock.elapsed < 0.5 * time_limit):
+                rs = rollout(ctx, policy, self.samples, rng, greedy_lanes=0, order=stage, safe=self.safe_mask, temperature=self.temperature)
+                ok = np.flatnonzero(~rs.failed)
+                if len(ok):
+                    j = int(ok[np.argmin(rs.costs[ok])])
+                    cands.append((float(rs.costs[j]), rs.device_of[j]))
+                    sampled_best = float(rs.costs[j])
+                info["samples_failed"] = int(rs.failed.sum())
+                if last.failed[0] and len(ok) == 0:
+                    last = rs
+            info["sampled_best_cost"] = sampled_best
+            if cands:
+                best = min(cands, key=lambda c: c[0])  # min keeps the first of equals: the greedy rollout
+                break
+        info["stages_tried"] = tried
+        if best is None:
+            assert last is not None
+            k = 0
+            step = int(last.fail_step[k])
+            t = int(last.order[step])
+            name = instance.tables[t].name
+            why = (
+                f"{self.name}: could not place table {name!r} ({int(ctx.sizes[t]):,} bytes): the largest free space on any "
+                f"device at that moment was {int(last.fail_largest_free[k]):,} bytes (after placing {step} of {ctx.T} tables; "
+                f"stages tried: {', '.join(tried)}). The instance is not proven infeasible: every table fits on some device "
+                f"and the total memory suffices."
+            )
+            info.update(failed_table=name, failed_table_bytes=int(ctx.sizes[t]), largest_free=int(last.fail_largest_free[k]))
+            return fail(self, SolveStatus.no_solution, why, clock, info)
+        device_of = best[1]
+        shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
+        over = time_limit is not None and clock.elapsed > time_limit
+        info["fallback_used"] = tried[-1] != "primary"
+        return finish(
+            self, instance, cost_model, shards, clock, seed=seed, bound=bm, info=info,
+            status=SolveStatus.timeout if over else SolveStatus.feasible,
+            extra_params={"fallback_used": tried[-1] if tried[-1] != "primary" else None},
+        )
+
+
+_POLICIES: dict[tuple[str, float, int, str], NumpyPolicy] = {}
+
+
+def load_policy(path: Path, cls: type[NumpyPolicy], algo: str) -> NumpyPolicy:
+    """A policy file, checked to be of `algo`, cached by (path, mtime, size)."""
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError:
+        raise ValueError(f"checkpoint {path}: no such file") from None
+    key = (str(p), st.st_mtime, st.st_size, algo)
+    hit = _POLICIES.get(key)
+    if hit is None:
+        arrays, meta = load_policy_file(p)
+        if meta.get("algo") != algo:
+            raise ValueError(f"checkpoint {path}: a {meta.get('algo')!r} policy, expected {algo!r}")
+        if meta.get("feature_version") != FEATURE_VERSION:
+            raise ValueError(f"checkpoint {path}: feature version {meta.get('feature_version')!r}, this shardopt reads {FEATURE_VERSION}")
+        hit = cls(arrays, meta)
+        _POLICIES[key] = hit
+    return hit
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# training (torch): the loop both algorithms share; `solvers.dreamshard` / `solvers.autoshard` give the network
+# and the update
+
+
+class RLTrainError(ValueError):
+    """Unusable training input or settings (a user error)."""
+
+
+@dataclass
+class TrainSettings:
+    algo: str = "dreamshard"
+    episodes: int = 8000  # total rollouts (one rollout = one placement of one instance)
+    rollouts: int = 16  # rollouts per update, all on one instance, in lock-step
+    learning_rate: float = 1e-3
+    entropy: float = 0.01
+    seed: int = 0
+    threads: int = 1
+    hidden: int = 64
+    value_coef: float = 0.5  # autoshard's critic loss weight
+    gae_lambda: float = 0.95  # autoshard
+    cost_updates: bool = True  # dreamshard with a neural cost model: fine-tune it on judged plans
+    cost_update_every: int = 25  # updates between cost-network rounds
+    save_every_s: float = 60.0
+
+
+def load_suite(path: str | Path, shapes: list[tuple[int, int]] | None = None) -> list[tuple[str, Instance]]:
+    """(file name, instance) of every instance file in a suite directory (suite.json aside), optionally only
+    those of the given (tables, devices) shapes."""
+    from shardopt.ir import load_instance
+
+    d = Path(path)
+    if not d.is_dir():
+        raise RLTrainError(f"{d}: not a directory of instances")
+    files = sorted(p for p in d.glob("*.json") if p.name != "suite.json")
+    out = [(f.name, load_instance(f)) for f in files]
+    if shapes:
+        out = [(n, i) for n, i in out if (len(i.tables), i.topology.num_devices) in shapes]
+    if not out:
+        raise RLTrainError(f"{d}: no instances" + (f" of shape {', '.join(f'{t}x{dv}' for t, dv in shapes)}" if shapes else ""))
+    return out
+
+
+def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    st = rng.bit_generator.state
+    return {"bit_generator": st["bit_generator"], "state": str(st["state"]["state"]), "inc": str(st["state"]["inc"]),
+            "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}
+
+
+def _rng_from(d: dict[str, Any]) -> np.random.Generator:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = {"bit_generator": d["bit_generator"], "state": {"state": int(d["state"]), "inc": int(d["inc"])},
+                               "has_uint32": int(d["has_uint32"]), "uinteger": int(d["uinteger"])}
+    return rng
+
+
+def _is_neural(model: CostModel) -> bool:
+    from costmodels.neural import NeuralCostModel
+
+    return isinstance(model, NeuralCostModel)
+
+
+def train_policy(
+    instances: list[tuple[str, Instance]],
+    cost_model: CostModel,
+    settings: TrainSettings,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    progress: ProgressFn | None = None,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train (or, with `resume`, continue training) a policy; writes the checkpoint `out` (.pt: weights, optimizer,
+    episode counter, RNG states) and its inference export (`out` with suffix .npz). Returns a summary."""
+    import datetime
+    import time
+
+    import torch
+
+    from solvers import autoshard, dreamshard
+
+    algos = {"dreamshard": dreamshard, "autoshard": autoshard}
+    if settings.algo not in algos:
+        raise RLTrainError(f"algo: {settings.algo!r} is not one of {', '.join(algos)}")
+    if settings.rollouts < 2:
+        raise RLTrainError(f"rollouts: {settings.rollouts} must be >= 2 (the rollouts of an update are each other's baseline)")
+    mod = algos[settings.algo]
+    out = Path(out)
+    torch.set_num_threads(max(1, settings.threads))
+    torch.manual_seed(settings.seed)  # the initial weights (a resumed run overwrites them)
+    net = mod.make_net(settings.hidden)
+    opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
+    episodes, updates, history = 0, 0, []
+    elapsed_before = 0.0
+    costnet = None  # fine-tuned neural cost model (dreamshard + neural): NeuralWeights
+    if resume and out.exists():
+        ckpt = load_checkpoint(out)
+        if ckpt["algo"] != settings.algo:
+            raise RLTrainError(f"{out}: a {ckpt['algo']} checkpoint; --algo is {settings.algo}")
+        if ckpt["hidden"] != settings.hidden:
+            settings.hidden = int(ckpt["hidden"])
+            net = mod.make_net(settings.hidden)
+            opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
+        net.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        episodes, updates = int(ckpt["episodes"]), int(ckpt["updates"])
+        history = list(ckpt.get("history", []))
+        elapsed_before = float(ckpt.get("train_seconds", 0.0))
+        rng = _rng_from(ckpt["rng"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        if ckpt.get("costnet"):
+            costnet = dreamshard.costnet_from_checkpoint(ckpt)
+    else:
+        rng = np.random.default_rng(settings.seed)
+    fine_tune = settings.algo == "dreamshard" and settings.cost_updates and _is_neural(cost_model)
+    if costnet is not None and fine_tune:
+        cost_model = dreamshard.neural_from_weights(costnet, cost_model)
+    judge = dreamshard.JudgedPlans(cost_model) if fine_tune else None
+    contexts: dict[int, Context] = {}
+
+    def context(i: int) -> Context:
+        if i not in contexts:
+            contexts[i] = Context(instances[i][1], cost_model.bind(instances[i][1]))
+        return contexts[i]
+
+    started = time.perf_counter()
+    last_save = started
+    record = {
+        "suite": (meta or {}).get("suite"),
+        "instances": [n for n, _ in instances],
+        "cost_model": cost_model.describe(),
+        **{k: v for k, v in (meta or {}).items() if k != "suite"},
+    }
+
+    def save() -> None:
+        state = {
+            "kind": CHECKPOINT_KIND,
+            "algo": settings.algo,
+            "hidden": settings.hidden,
+            "model": net.state_dict(),
+            "optimizer": opt.state_dict(),
+            "episodes": episodes,
+            "updates": updates,
+            "rng": _rng_state(rng),
+            "torch_rng": torch.get_rng_state(),
+            "history": history,
+            "train_seconds": elapsed_before + time.perf_counter() - started,
+            "settings": {k: v for k, v in settings.__dict__.items()},
+            "meta": policy_meta(),
+        }
+        if costnet is not None:
+            state.update(dreamshard.costnet_to_checkpoint(costnet))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(out)
+        save_policy_npz(out.with_suffix(".npz"), export_arrays(settings.algo, net.state_dict()), policy_meta())
+        if costnet is not None:  # the fine-tuned cost network, usable as --cost-model PATH
+            costnet.save(costnet_path(out))
+
+    def policy_meta() -> dict[str, Any]:
+        return {
+            "algo": settings.algo,
+            "feature_version": FEATURE_VERSION,
+            "table_features": list(TABLE_FEATURES),
+            "device_features": list(DEVICE_FEATURES),
+            "hidden": settings.hidden,
+            "episodes": episodes,
+            "updates": updates,
+            "seed": settings.seed,
+            "date": datetime.date.today().isoformat(),
+            "cost_network_fine_tuned": costnet is not None,
+            **record,
+        }
+
+    if progress is not None:
+        progress(min(episodes, settings.episodes), settings.episodes)
+    while episodes < settings.episodes:
+        i = int(rng.integers(len(instances)))
+        ctx = context(i)
+        policy = mod.numpy_policy(net, settings.hidden)
+        stats = mod.update(net, opt, ctx, policy, rng, settings)
+        episodes += settings.rollouts
+        updates += 1
+        history.append(round(float(stats["mean_cost_scales"]), 5))
+        if judge is not None:
+            judge.add(ctx, stats["best_device_of"])
+            if updates % settings.cost_update_every == 0:
+                costnet = judge.fine_tune(rng)
+                cost_model = dreamshard.neural_from_weights(costnet, cost_model)
+                judge.model = cost_model
+                contexts.clear()
+        if progress is not None:
+            progress(min(episodes, settings.episodes), settings.episodes)
+        if time.perf_counter() - last_save > settings.save_every_s:
+            save()
+            last_save = time.perf_counter()
+    save()
+    tail = history[-max(1, len(history) // 10):]
+    return {
+        "out": str(out),
+        "export": str(out.with_suffix(".npz")),
+        "algo": settings.algo,
+        "episodes": episodes,
+        "updates": updates,
+        "train_seconds": round(elapsed_before + time.perf_counter() - started, 2),
+        "mean_cost_scales_first": float(np.mean(history[: max(1, len(history) // 10)])) if history else None,
+        "mean_cost_scales_last": float(np.mean(tail)) if history else None,
+        "cost_model": cost_model.describe(),
+        "cost_network_fine_tuned": costnet is not None,
+        "cost_network": str(costnet_path(out)) if costnet is not None else None,
+        "cost_network_rounds": judge.history if judge is not None else None,
+    }
+
+
+def costnet_path(out: str | Path) -> Path:
+    """Where training writes a fine-tuned neural cost network beside checkpoint `out`."""
+    p = Path(out)
+    return p.with_name(p.stem + "-costnet.npz")
+
+
+def evaluate_policy(policy: NumpyPolicy, instances: list[Instance], cost_model: CostModel, *, samples: int = 0, seed: int = 0) -> np.ndarray:
+    """Plan cost (ms, the cost model's) of the best of the greedy rollout and `samples` sampled ones, per instance
+    (inf where no rollout placed every table)."""
+    out = []
+    for inst in instances:
+        ctx = Context(inst, cost_model.bind(inst))
+        rng = np.random.default_rng(seed)
+        ro = rollout(ctx, policy, 1, rng, greedy_lanes=1)
+        best = float(ro.costs[0])
+        if samples:
+            rs = rollout(ctx, policy, samples, rng)
+            best = min(best, float(rs.costs.min()))
+        out.append(best)
+    return np.array(out)
+
+
+def mean_sampled_cost(policy: NumpyPolicy, instances: list[Instance], cost_model: CostModel, *, k: int = 16, seed: int = 0) -> float:
+    """The policy's expected plan cost, estimated: the mean over instances of the mean cost (ms) of `k` sampled
+    rollouts (seeded). A lane that fails counts its partial plan + FAIL_COST scales."""
+    means = []
+    for inst in instances:
+        ctx = Context(inst, cost_model.bind(inst))
+        ro = rollout(ctx, policy, k, np.random.default_rng(seed), record=True)
+        means.append(float(lane_costs_in_scales(ctx, ro).mean()) * ctx.scale)
+    return float(np.mean(means))

@@ -1,0 +1,356 @@
+"""TorchRec's planner as a baseline solver: `EmbeddingShardingPlanner.plan()` on the instance, its plan in our IR.
+
+What the solver hands TorchRec (docs/torchrec.md has the full account):
+
+- the tables as `EmbeddingBagConfig`s of an `EmbeddingBagCollection` on the meta device (nothing is allocated),
+  with the instance's optimizer attached to the weights so that TorchRec's storage estimator counts its state;
+- a `Topology` built by TorchRec's `TopologyFactory`: world size = devices, local world size = devices per host,
+  HBM capacity = each device's memory (per device through `CustomTopologyData` when the memory differs between
+  devices), the hardware profile's HBM, intra-host (NVLink) and inter-host (network) bandwidths in bytes/ms, and
+  compute device "cuda" by default: TorchRec's perf model for GPUs, used on a machine without one (planning does no
+  CUDA call; tests/test_torchrec.py checks that CUDA is never initialised);
+- `ParameterConstraints` per table: its pooling factor, the sharding types asked for (default table_wise and
+  column_wise), the compute kernel "fused" (TBE in device memory, the only kernel the IR models; "dense" for
+  data_parallel, the only one TorchRec allows there), and `min_partition` for column-wise splits (TorchRec's default
+  128: tables of dim <= 128 are never split unless it is lowered);
+- the per-rank batch, ceil(global batch / devices) (TorchRec's batch_size is per rank, ours is global);
+- a storage reservation of 0 % by default (our memory_bytes is memory for the embeddings; TorchRec's default keeps
+  15 % back for the dense part of the model), configurable.
+
+The plan comes back through shardopt.torchrec_io.from_torchrec_plan and the plan checker. TorchRec's storage model
+is not ours (it adds input/output buffers; rowwise_adagrad state is counted as 1/dim of a shard's weights, where
+fbgemm keeps one fp32 per row of *every* column shard); when its plan overflows our memory model on a device, the
+result is `no_solution` naming the device and the bytes, never a hidden or repaired plan. TorchRec's own per-rank
+perf and storage estimates are kept in `info`.
+
+`--time-limit` maps to the planner's `timeout_seconds` (an integer, rounded up, at least 1). TorchRec checks it
+between proposals only: enumerating the search space and partitioning one proposal are not interrupted, and when it
+fires (TorchRec logs "Exceeded time limit", which the solver listens for) the best plan so far is kept (status
+`timeout`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import time
+import warnings
+from collections import Counter
+from typing import Any, Iterator
+
+from costmodels.base import CostModel
+from shardopt.ir import Instance
+from shardopt.plan_check import check_plan
+from shardopt.torchrec_io import (
+    DATA_PARALLEL,
+    DENSE,
+    FUSED,
+    SUPPORTED_SHARDING_TYPES,
+    TorchRecUnavailableError,
+    apply_optimizer,
+    embedding_bag_configs,
+    from_torchrec_plan,
+    per_rank_batch,
+    require_torchrec,
+    topology_bandwidths,
+)
+from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.registry import UnknownSolverError
+
+DEFAULT_SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise")
+ALIAS = "table_"
+
+
+def _real_names(text: str, instance: Instance) -> str:
+    """TorchRec's messages name the aliases: put the instance's table names back."""
+    names = [t.name for t in instance.tables]
+    return re.sub(rf"\b{ALIAS}(\d+)\b", lambda m: repr(names[int(m.group(1))]) if int(m.group(1)) < len(names) else m.group(0), text)
+
+
+def aliased(instance: Instance) -> Instance:
+    """The instance with tables renamed table_0, table_1, ...: TorchRec keeps tables in a torch ModuleDict, which
+    refuses names with a dot and names of its own attributes ("keys", "values", "training", ...), and the IR allows
+    any name. The plan is renamed back after planning."""
+    tables = [t.model_copy(update={"name": f"{ALIAS}{i}"}) for i, t in enumerate(instance.tables)]
+    return instance.model_copy(update={"tables": tables})
+
+
+ALL_SHARDING_TYPES: tuple[str, ...] = SUPPORTED_SHARDING_TYPES
+
+
+class TorchRecNotInstalledError(UnknownSolverError):
+    """The solver exists but its extra is not installed: bad input (exit 2) with the install commands."""
+
+    def __init__(self, name: str, cause: TorchRecUnavailableError):
+        KeyError.__init__(self, f"solver {name!r} needs TorchRec. {cause}")
+        self.name = name
+        self.cause = cause
+
+
+class _TimeoutWatch(logging.Handler):
+    """Catches the planner's own "Exceeded time limit" record: whether its timeout actually cut the search short."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.fired = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Exceeded time limit" in record.getMessage():
+            self.fired = True
+
+
+@contextlib.contextmanager
+def _watch_timeout() -> Iterator[_TimeoutWatch]:
+    lg = logging.getLogger("torchrec.distributed.planner.planners")
+    watch = _TimeoutWatch()
+    level, propagate = lg.level, lg.propagate
+    lg.setLevel(logging.INFO)
+    lg.propagate = False  # the planner's info records stay off the user's terminal
+    lg.addHandler(watch)
+    try:
+        yield watch
+    finally:
+        lg.removeHandler(watch)
+        lg.setLevel(level)
+        lg.propagate = propagate
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """TorchRec logs warnings per table (kernels filtered out by our constraints, a Topology note) and fbgemm warns
+    at import: keep them off the user's terminal while planning, restoring the levels afterwards."""
+    names = ["torchrec", "torchrec.distributed.planner", "torchrec.distributed.planner.enumerators", "torchrec.distributed.planner.types"]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    # TorchRec also warns through the root logger ("Sharding spec not found" for every data-parallel table), and the
+    # module-level logging.warning() would install a stderr handler on a root without one (basicConfig): a
+    # placeholder handler prevents that, a filter drops those records, both removed afterwards
+    root = logging.getLogger()
+    placeholder = logging.NullHandler() if not root.handlers else None
+    drop = logging.Filter("torchrec")  # passes only records of the torchrec loggers: drops root's own
+    if placeholder is not None:
+        root.addHandler(placeholder)
+    root.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lvl in zip(loggers, levels):
+            lg.setLevel(lvl)
+        root.removeFilter(drop)
+        if placeholder is not None:
+            root.removeHandler(placeholder)
+
+
+class TorchRecSolver(Solver):
+    """TorchRec's `EmbeddingShardingPlanner` (default proposers, greedy perf partitioner) on the instance."""
+
+    name = "torchrec"
+    family = "baseline"
+    description = "TorchRec's EmbeddingShardingPlanner (analytic perf/storage estimators, proposers, greedy partitioner); needs the [torchrec] extra"
+
+    def __init__(
+        self,
+        sharding_types: tuple[str, ...] | list[str] | str = DEFAULT_SHARDING_TYPES,
+        min_partition: int | None = None,
+        compute_device: str = "cuda",
+        storage_reservation: float = 0.0,
+        name: str | None = None,
+    ):
+        if isinstance(sharding_types, str):
+            sharding_types = [x.strip() for x in sharding_types.split(",") if x.strip()]
+        bad = [t for t in sharding_types if t not in SUPPORTED_SHARDING_TYPES]
+        if bad or not sharding_types:
+            raise ValueError(f"sharding_types: {bad[0] if bad else '(none)'!r} is not one of {', '.join(SUPPORTED_SHARDING_TYPES)}")
+        if min_partition is not None and (min_partition < 4 or min_partition % 4):
+            raise ValueError(f"min_partition: {min_partition} is not a multiple of 4 (fbgemm's alignment)")
+        if compute_device not in ("cuda", "cpu"):
+            raise ValueError(f"compute_device: {compute_device!r} is not 'cuda' or 'cpu'")
+        if not 0.0 <= storage_reservation < 1.0:
+            raise ValueError(f"storage_reservation: {storage_reservation} is not a share in [0, 1)")
+        if name is not None:
+            self.name = name
+        self.sharding_types = tuple(sharding_types)
+        self.min_partition = min_partition
+        self.compute_device = compute_device
+        self.storage_reservation = float(storage_reservation)
+        try:  # fail at construction (before any file is read), like an unknown solver name
+            self._torchrec = require_torchrec()
+        except TorchRecUnavailableError as exc:
+            raise TorchRecNotInstalledError(self.name, exc) from None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "sharding_types": list(self.sharding_types),
+            "min_partition": self.min_partition if self.min_partition is not None else "torchrec default (128)",
+            "compute_device": self.compute_device,
+            "storage_reservation": self.storage_reservation,
+            "compute_kernel": FUSED,
+            "uses_seed": False,
+        }
+
+    # -- TorchRec's inputs -----------------------------------------------------------------------------------------
+
+    def _topology(self, instance: Instance) -> tuple[Any, dict[str, Any]]:
+        from torchrec.distributed.planner.types import CustomTopologyData, HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
+
+        topo = instance.topology
+        caps = topo.capacities()
+        bw = topology_bandwidths(topo)
+        extra: dict[str, Any] = {}
+        note = {"hbm_cap_bytes": caps[0] if len(set(caps)) == 1 else caps}
+        if len(set(caps)) > 1:
+            extra["custom_topology_data"] = CustomTopologyData(data={"hbm_cap": list(caps)}, world_size=topo.num_devices)
+            note["heterogeneous_memory"] = "per-device HBM capacities passed through TorchRec's CustomTopologyData"
+        hardware = HardwareConfig(hbm_cap_bytes=min(caps), **bw)
+        trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, additional_params=extra)
+        kernel = KernelConfig(compute_device=self.compute_device, use_hardware_based_bandwidth=True)
+        topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
+        note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": self.compute_device,
+                     **{f"{k}_bytes_per_ms": v for k, v in bw.items()}})
+        return topology, note
+
+    def _constraints(self, instance: Instance) -> dict[str, Any]:
+        from torchrec.distributed.planner import ParameterConstraints
+
+        out = {}
+        for t in instance.tables:
+            kernels = [FUSED] + ([DENSE] if DATA_PARALLEL in self.sharding_types else [])
+            out[t.name] = ParameterConstraints(
+                sharding_types=list(self.sharding_types),
+                compute_kernels=kernels,
+                min_partition=self.min_partition,
+                pooling_factors=[float(t.pooling_factor)],
+            )
+        return out
+
+    # -- the solve -------------------------------------------------------------------------------------------------
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        import torch
+        from torchrec import EmbeddingBagCollection
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+        from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+        from torchrec.distributed.planner.types import PlannerError
+
+        timeout = None if time_limit is None else max(1, math.ceil(time_limit))
+        batch = per_rank_batch(instance)
+        planned = aliased(instance)
+        with _quiet():
+            ebc = EmbeddingBagCollection(tables=embedding_bag_configs(planned), device=torch.device("meta"))
+            apply_optimizer(planned, ebc)
+            topology, topo_note = self._topology(planned)
+            planner = EmbeddingShardingPlanner(
+                topology=topology,
+                batch_size=batch,
+                constraints=self._constraints(planned),
+                storage_reservation=FixedPercentageStorageReservation(self.storage_reservation),
+                stats=[],
+                debug=False,
+                timeout_seconds=timeout,
+            )
+            t0 = time.perf_counter()
+            with _watch_timeout() as watch:
+                try:
+                    sharding_plan = planner.plan(module=ebc, sharders=[EmbeddingBagCollectionSharder()])
+                    error = None
+                except PlannerError as exc:
+                    sharding_plan, error = None, exc
+            plan_s = time.perf_counter() - t0
+        info: dict[str, Any] = {
+            "torchrec_version": getattr(self._torchrec, "__version__", "?"),
+            "topology": topo_note,
+            "batch_size_per_rank": batch,
+            "planner_seconds": plan_s,
+            "num_proposals": planner._num_proposals,
+            "num_plans": planner._num_plans,
+            "time_limit": (
+                f"TorchRec's timeout_seconds={timeout} (checked between proposals only)" if timeout is not None else "none (the planner runs all its proposers)"
+            ),
+        }
+        timed_out = watch.fired  # TorchRec logged that its timeout stopped a proposer
+        info["timed_out"] = timed_out
+        if sharding_plan is None:
+            msg = _real_names(" ".join(str(error).split()), instance)
+            info["planner_error"] = msg
+            head = msg.split(" Planner evaluated", 1)[0]
+            last = msg.split("Last planner error:", 1)[1].strip() if "Last planner error:" in msg else ""
+            kind = getattr(getattr(error, "error_type", None), "name", "error")
+            reason = f"TorchRec's planner found no plan ({kind}, after {planner._num_proposals} proposals): {head}"
+            if last:
+                reason += f" Last error: {last[:400]}"
+            if timed_out:
+                reason += f" The planner's timeout ({timeout} s, from --time-limit) stopped its search."
+            return fail(self, SolveStatus.no_solution, reason + " (full message in info['planner_error']); the instance is not proven infeasible", clock, info)
+
+        best = planner._best_plan or []
+        info.update(self._estimates(instance, best))
+        names = [t.name for t in instance.tables]
+        shards = [s.model_copy(update={"table": names[int(s.table[len(ALIAS):])]}) for s in from_torchrec_plan(planned, sharding_plan, module_path="")]
+        check = check_plan(instance, shards)
+        over = [v for v in check.violations if v.kind == "memory"]
+        if over:
+            est = {r["rank"]: r["hbm_bytes"] for r in info["per_rank"]}
+            info["overflow"] = [
+                {"device": d, "used_bytes": int(check.memory_use[d]), "capacity_bytes": instance.topology.capacity(d), "torchrec_hbm_estimate_bytes": est.get(d)}
+                for d in range(instance.topology.num_devices)
+                if check.memory_use[d] > instance.topology.capacity(d)
+            ]
+            first = info["overflow"][0]
+            reason = (
+                f"TorchRec's plan overflows shardopt's memory model on {len(over)} device(s): device {first['device']} needs "
+                f"{first['used_bytes']:,} bytes (weights + {instance.workload.optimizer.value} state) of its "
+                f"{first['capacity_bytes']:,} (over by {first['used_bytes'] - first['capacity_bytes']:,}); TorchRec's own "
+                f"storage estimate for that rank was {first['torchrec_hbm_estimate_bytes']:,} bytes. The plan is not "
+                "repaired; the instance is not proven infeasible"
+            )
+            info["violations"] = [v.message for v in over]
+            return fail(self, SolveStatus.no_solution, reason, clock, info)
+        return finish(
+            self, instance, cost_model, shards, clock, seed=seed,
+            status=SolveStatus.timeout if timed_out else SolveStatus.feasible,
+            info=info,
+            extra_params={"batch_size_per_rank": batch, "timeout_seconds": timeout},
+        )
+
+    @staticmethod
+    def _estimates(instance: Instance, best: list[Any]) -> dict[str, Any]:
+        """TorchRec's own per-rank perf (ms) and storage (bytes) estimates of its chosen plan."""
+        n = instance.topology.num_devices
+        keys = ("fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "input_dist_comms", "prefetch_compute")
+        perf = [{k: 0.0 for k in keys} for _ in range(n)]
+        hbm = [0] * n
+        for so in best:
+            for sh in so.shards:
+                if sh.rank is None or not 0 <= sh.rank < n:
+                    continue
+                if sh.perf is not None:
+                    for k in keys:
+                        perf[sh.rank][k] += float(getattr(sh.perf, k, 0.0) or 0.0)
+                if sh.storage is not None:
+                    hbm[sh.rank] += int(sh.storage.hbm)
+        per_rank = [{"rank": r, **{f"{k}_ms": v for k, v in perf[r].items()}, "total_ms": sum(perf[r].values()), "hbm_bytes": hbm[r]} for r in range(n)]
+        return {
+            "per_rank": per_rank,
+            "torchrec_perf_rating_ms": max(r["total_ms"] for r in per_rank) if per_rank else None,
+            "sharding_types_chosen": dict(Counter(so.sharding_type for so in best)),
+            "estimates_note": "TorchRec's own analytic estimates (its perf model for the compute device above), not shardopt's cost model",
+        }
+
+
+class TorchRecAllTypesSolver(TorchRecSolver):
+    """TorchRec's planner allowed every sharding type the IR expresses."""
+
+    name = "torchrec_all"
+    description = "TorchRec's planner with every sharding type the IR expresses (table/column/row-wise, table-row/column-wise, grid, data-parallel); needs [torchrec]"
+
+    def __init__(self, **options: Any):
+        options.setdefault("sharding_types", ALL_SHARDING_TYPES)
+        super().__init__(**options)

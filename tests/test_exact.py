@@ -1,0 +1,370 @@
+"""The exact solvers (cpsat, milp, milp_highs) and the linearisation they solve.
+
+- the linearisation is exact at its expansion point (compute and comm, both comm forms, both cost models), and its
+  comm planes reproduce the analytic all-to-all (a max of linear pieces) away from the point too;
+- on a tiny instance whose costs are nearly additive (uniform access, saturated occupancy) every exact solver finds
+  the optimum that brute-force enumeration of all assignments finds under the full cost model, and beats the
+  heuristics there; on a small instance with strong cache / floor effects they are at least as good as every
+  heuristic;
+- infeasible instances are proven infeasible: total memory short (the feasibility check) and a bin packing that
+  fails although the total fits (the solver's own proof), with the reason naming the capacity problem;
+- the time limit returns a valid plan quickly; the same seed gives the same plan; the CLI maps infeasible to exit 3.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+from conftest import instance_doc, make_instance
+
+from costmodels.analytic import AnalyticCostModel
+from shardopt.ir import Instance, instance_from_dict
+from shardopt.memory import table_bytes_array
+from shardopt.plan_check import check_plan
+from solvers.base import SolveStatus
+from solvers.exact import comm_floor, table_lower_bounds, width_caps
+from solvers.linearize import linearize
+from solvers.registry import get_solver
+
+EXACT = ["cpsat", "milp", "milp_highs"]
+HEURISTICS = ["greedy", "size", "dim", "lookup", "size_lookup", "round_robin"]
+CM = AnalyticCostModel()
+
+
+def device_of(instance: Instance, plan) -> np.ndarray:
+    index = instance.table_index()
+    out = np.empty(len(instance.tables), dtype=np.int64)
+    for s in plan.shards:
+        out[index[s.table]] = s.device
+    return out
+
+
+def additive_instance(seed: int = 0, n_tables: int = 9, n_devices: int = 3, mem_factor: float = 1.05) -> Instance:
+    """Tables whose device costs nearly add up: uniform access (no cache reuse), batch 65536 (every kernel fully
+    occupied), large rows (far above the kernel floor); tight memory so that the heuristics' packing is not best."""
+    rng = np.random.default_rng(seed)
+    tables = [
+        {
+            "name": f"t{i}",
+            "rows": int(rng.integers(200_000, 2_000_000)),
+            "dim": int(rng.choice([32, 64, 128])),
+            "pooling_factor": float(rng.integers(5, 40)),
+            "access": {"zipf": 0.0},
+        }
+        for i in range(n_tables)
+    ]
+    doc = {
+        "name": f"additive-{seed}",
+        "tables": tables,
+        "topology": {"num_devices": n_devices, "devices_per_host": n_devices, "memory_bytes": 1, "hardware": "v100"},
+        "workload": {"batch_size": 65536, "optimizer": "sgd", "weight_dtype": "fp32"},
+    }
+    sizes = table_bytes_array(instance_from_dict(doc))
+    doc["topology"]["memory_bytes"] = int(max(sizes.max(), mem_factor * sizes.sum() / n_devices))
+    return instance_from_dict(doc)
+
+
+def brute_force(instance: Instance, cost_model=CM) -> tuple[float, np.ndarray]:
+    """The best plan cost under the full model over every assignment that fits in memory (vectorised)."""
+    bm = cost_model.bind(instance)
+    T, D = len(instance.tables), instance.topology.num_devices
+    sizes = table_bytes_array(instance)
+    caps = np.array(instance.topology.capacities())
+    every = np.array(list(itertools.product(range(D), repeat=T)))
+    rows = np.arange(len(every))
+    use = np.zeros((len(every), D))
+    for t in range(T):
+        use[rows, every[:, t]] += sizes[t]
+    every = every[(use <= caps).all(axis=1)]
+    rows = np.arange(len(every))
+    states = np.zeros((len(every), D, bm.state_size))
+    dims = np.zeros((len(every), D))
+    for t in range(T):
+        states[rows, every[:, t]] += bm.table_states[t]
+        dims[rows, every[:, t]] += bm.table_dims[t]
+    cost = (bm.compute_costs(states).sum(axis=-1) + bm.comm_totals(dims)).max(axis=1)
+    i = int(np.argmin(cost))
+    return float(cost[i]), every[i]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the linearisation
+
+
+def _neural():
+    from costmodels.neural import NeuralCostModel
+
+    return NeuralCostModel()
+
+
+@pytest.mark.parametrize("model", ["analytic", "neural"])
+@pytest.mark.parametrize("comm", ["planes", "linear"])
+def test_linearisation_is_exact_at_its_expansion_point(model: str, comm: str) -> None:
+    cm = CM if model == "analytic" else _neural()
+    for inst in (make_instance(10, 4, seed=2), make_instance(24, 16, seed=3, per_host=4), make_instance(7, 5, seed=4, per_host=2)):
+        bm = cm.bind(inst)
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            P = rng.integers(0, inst.topology.num_devices, len(inst.tables))
+            lin = linearize(bm, P, comm)
+            full = bm.assignment_costs(P)
+            np.testing.assert_allclose(lin.compute_costs(P), full.fwd_compute + full.bwd_compute, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(lin.comm_costs(P), full.fwd_comm + full.bwd_comm, rtol=1e-9, atol=1e-12)
+            assert lin.cost(P) == pytest.approx(full.max_cost, rel=1e-9)
+
+
+def test_marginals_are_one_table_steps() -> None:
+    """a[t, d] is what device d's compute changes by when t alone arrives (or leaves): exact for one move."""
+    inst = make_instance(9, 3, seed=5)
+    bm = CM.bind(inst)
+    P = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
+    lin = linearize(bm, P)
+    for t, d in [(0, 1), (4, 2), (8, 0)]:
+        moved = P.copy()
+        moved[t] = d
+        full = bm.assignment_costs(moved)
+        np.testing.assert_allclose(lin.compute_costs(moved), full.fwd_compute + full.bwd_compute, atol=1e-12)
+
+
+def test_comm_planes_reproduce_the_analytic_all_to_all() -> None:
+    """The analytic all-to-all is a max of linear pieces in (own width, host width): the max of tangent planes
+    sampled around the point finds the pieces, so the comm stays exact after moves that keep the widths within the
+    sampled range (up to 4 mean dims) -- nearly always for a few moves; one plane is off after the first kink."""
+    inst = make_instance(40, 16, seed=6, per_host=4)
+    bm = CM.bind(inst)
+    rng = np.random.default_rng(1)
+    P = rng.integers(0, 16, 40)
+    planes, line = linearize(bm, P, "planes"), linearize(bm, P, "linear")
+    for k, share in ((2, 0.95), (8, 0.8)):
+        err_planes, err_line = [], []
+        for _ in range(100):
+            x = P.copy()
+            moved = rng.choice(40, k, replace=False)
+            x[moved] = rng.integers(0, 16, k)
+            full = bm.assignment_costs(x)
+            truth = full.fwd_comm + full.bwd_comm
+            err_planes.append(np.abs(planes.comm_costs(x) - truth).max())
+            err_line.append(np.abs(line.comm_costs(x) - truth).max())
+        assert np.mean(np.array(err_planes) < 1e-9) >= share
+        assert np.mean(err_planes) < 0.1 * np.mean(err_line)
+
+
+def test_partial_plan_linearisation() -> None:
+    """-1 = a table on no device (the solvers' start when no heuristic packs the tables): marginals from the
+    empty device are the single-table costs."""
+    inst = make_instance(6, 3, seed=7)
+    bm = CM.bind(inst)
+    lin = linearize(bm, np.full(6, -1))
+    np.testing.assert_allclose(lin.a[:, 0], bm.single_table_costs, rtol=1e-12)
+    assert np.all(lin.c0 == 0)
+    with pytest.raises(ValueError, match="shape"):
+        linearize(bm, np.zeros(5, dtype=int))
+
+
+def test_table_cuts_are_valid_lower_bounds() -> None:
+    """z >= sum_d lb[t, d] x[t, d]: lb[t, d] never exceeds device d's linearised cost in any plan with t on d."""
+    inst = make_instance(20, 8, seed=8, per_host=4, mem_factor=1.5)
+    bm = CM.bind(inst)
+    sizes = table_bytes_array(inst)
+    caps = np.array(inst.topology.capacities())
+    P = np.random.default_rng(2).integers(0, 8, 20)
+    lin = linearize(bm, P)
+    lb = table_lower_bounds(lin, sizes[:, None] <= caps[None, :], sizes, caps)
+    umax, vmax = width_caps(lin, sizes, caps)
+    assert np.all(umax <= vmax + 1e-9) and np.all(comm_floor(lin, np.array([4.0]), umax, vmax) <= lin.comm_costs(P) + 1e-9)
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        x = rng.integers(0, 8, 20)
+        use = np.bincount(x, weights=sizes, minlength=8)
+        if (use > caps).any():
+            continue
+        cost = lin.device_costs(x)
+        assert np.all(lb[np.arange(20), x] <= cost[x] + 1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optimality on tiny instances
+
+
+@pytest.fixture(scope="module")
+def additive() -> tuple[Instance, float, dict[str, float]]:
+    inst = additive_instance(seed=0)
+    best, _ = brute_force(inst)
+    heuristics = {h: get_solver(h).solve(inst, CM).predicted_cost for h in HEURISTICS}
+    return inst, best, heuristics
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_finds_the_enumerated_optimum(name: str, additive) -> None:
+    inst, best, heuristics = additive
+    assert min(heuristics.values()) > best * (1 + 1e-3)  # the instance is not one the heuristics already solve
+    r = get_solver(name).solve(inst, CM, time_limit=30, seed=0)
+    assert r.status is SolveStatus.optimal, r.info
+    assert check_plan(inst, r.plan).ok
+    assert r.predicted_cost == pytest.approx(best, rel=1e-9)
+    # the bound is the linear model's around the returned plan, which is exact there: it cannot exceed the cost
+    assert r.lower_bound is not None and r.lower_bound <= r.predicted_cost + 1e-6
+    assert r.plan.lower_bound == r.lower_bound and r.plan.status.value == "optimal"
+    info = r.info
+    assert info["iterations"] and info["warm_start"]["cost"] == pytest.approx(min(heuristics.values()))
+    assert all("full_cost" in it or not it.get("improved") for it in info["iterations"])
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_never_worse_than_any_heuristic(name: str) -> None:
+    """With cache competition and kernel floors the first-order model is rougher (no optimality claim); the loop
+    still keeps the best plan by the full model, so it never loses to the heuristics it starts from."""
+    inst = make_instance(8, 4, seed=5, mem_factor=1.2)
+    best, _ = brute_force(inst)
+    heuristic = min(get_solver(h).solve(inst, CM).predicted_cost for h in HEURISTICS)
+    r = get_solver(name).solve(inst, CM, time_limit=30)
+    assert r.status.has_plan and check_plan(inst, r.plan).ok
+    assert best - 1e-12 <= r.predicted_cost <= heuristic + 1e-12
+
+
+def test_neural_cost_model() -> None:
+    cm = _neural()
+    inst = make_instance(10, 4, seed=9, mem_factor=1.3)
+    heuristic = min(get_solver(h).solve(inst, cm).predicted_cost for h in HEURISTICS)
+    r = get_solver("cpsat").solve(inst, cm, time_limit=20)
+    assert r.status.has_plan and check_plan(inst, r.plan).ok
+    assert r.predicted_cost <= heuristic + 1e-12
+    assert r.predicted_cost == pytest.approx(cm.plan_costs(inst, r.plan).max_cost)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# infeasibility
+
+
+def test_total_memory_short_is_infeasible() -> None:
+    inst = instance_doc([(1000, 4, 1.0)] * 3, [20_000, 20_000])  # 3 x 16,000 bytes > 40,000
+    for name in EXACT:
+        r = get_solver(name).solve(inst, CM, time_limit=10)
+        assert r.status is SolveStatus.infeasible and r.plan is None
+        assert "short by 8,000 bytes" in r.reason
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_bin_packing_proven_infeasible(name: str) -> None:
+    """3 tables of 6 units on 2 devices of 10: the total fits (18 <= 20), no two tables share a device."""
+    inst = instance_doc([(1500, 4, 1.0)] * 3, [40_000] * 2)  # each table 1500 x 4 x 4 = 24,000 bytes (sgd, fp32)
+    assert all(get_solver(h).solve(inst, CM).plan is None for h in HEURISTICS)
+    t0 = time.perf_counter()
+    r = get_solver(name).solve(inst, CM, time_limit=20)
+    assert time.perf_counter() - t0 < 20
+    assert r.status is SolveStatus.infeasible and r.plan is None
+    assert "no assignment of whole tables fits" in r.reason and "72,000" in r.reason and "80,000" in r.reason
+    assert "3 tables each need more than half of the largest device" in r.reason
+
+
+@pytest.mark.parametrize("name", ["cpsat", "milp_highs"])
+def test_packs_what_the_heuristics_cannot(name: str) -> None:
+    """Bins of 10 and items 5, 5, 4, 4, 3, 3, 3, 3: first-, best- and worst-fit decreasing all fail; a perfect
+    packing exists ({5, 5}, {4, 3, 3}, {4, 3, 3}). The start is the empty plan, where the three devices are
+    interchangeable, so symmetry breaking is on."""
+    unit = 4000  # rows: x 4 cols x 4 bytes (sgd, fp32) = 64,000 bytes
+    inst = instance_doc([(k * unit, 4, 1.0) for k in (5, 5, 4, 4, 3, 3, 3, 3)], [10 * unit * 16] * 3)
+    assert all(get_solver(h).solve(inst, CM).plan is None for h in HEURISTICS)
+    r = get_solver(name).solve(inst, CM, time_limit=20)
+    assert r.status.has_plan and check_plan(inst, r.plan).ok
+    assert r.info["warm_start"] is None and r.info["iterations"][0]["symmetry_classes"] == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# time limit, determinism, options, CLI
+
+
+@pytest.mark.parametrize("name", ["cpsat", "milp_highs"])
+def test_time_limit_returns_a_valid_plan_quickly(name: str) -> None:
+    inst = make_instance(80, 8, seed=11, mem_factor=1.3)
+    heuristic = min(get_solver(h).solve(inst, CM).predicted_cost for h in HEURISTICS)
+    t0 = time.perf_counter()
+    r = get_solver(name).solve(inst, CM, time_limit=2.0)
+    wall = time.perf_counter() - t0
+    assert wall < 6.0
+    assert r.status in (SolveStatus.timeout, SolveStatus.optimal, SolveStatus.feasible)
+    assert check_plan(inst, r.plan).ok and r.predicted_cost <= heuristic + 1e-12
+    assert r.plan.wall_time_s == pytest.approx(r.wall_time_s, abs=0.05)
+
+
+def test_same_seed_same_plan() -> None:
+    inst = make_instance(9, 3, seed=12, mem_factor=1.3)
+    for name in EXACT:
+        a = get_solver(name).solve(inst, CM, time_limit=20, seed=4)
+        b = get_solver(name).solve(inst, CM, time_limit=20, seed=4)
+        assert a.status is b.status is SolveStatus.optimal
+        assert [s.model_dump() for s in a.plan.shards] == [s.model_dump() for s in b.plan.shards]
+
+
+def test_registry_and_params() -> None:
+    for name in EXACT:
+        s = get_solver(name)
+        assert s.name == name and s.family == "exact" and s.description
+        p = s.params()
+        assert p["layout"] == "table-wise" and p["comm"] == "planes" and p["workers"] >= 1
+    with pytest.raises(ValueError, match="comm"):
+        get_solver("cpsat", comm="cubic")
+
+
+def test_cli_solve_and_infeasible_exit_status(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from shardopt.cli import app
+    from shardopt.ir import save
+
+    ok = tmp_path / "ok.json"
+    save(additive_instance(seed=1, n_tables=6), ok)
+    result = CliRunner().invoke(app, ["solve", str(ok), "--solver", "cpsat", "--time-limit", "20", "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["status"] in ("optimal", "feasible") and doc["lower_bound"] is not None
+    bad = tmp_path / "bad.json"
+    save(instance_doc([(1500, 4, 1.0)] * 3, [40_000] * 2), bad)
+    result = CliRunner().invoke(app, ["solve", str(bad), "--solver", "cpsat"])
+    assert result.exit_code == 3
+    assert "no assignment of whole tables fits" in result.stderr
+
+
+def test_lower_bound_is_reported_with_its_meaning() -> None:
+    inst = make_instance(10, 4, seed=13, mem_factor=1.3)
+    r = get_solver("cpsat").solve(inst, CM, time_limit=20)
+    info = r.info
+    assert info["linear_bound"] == r.lower_bound
+    assert info["bound_is_for"].startswith("the linearised model")
+    assert not math.isnan(info["gap_to_linear_bound"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exact neural mode
+
+
+def test_exact_neural_finds_the_optimum_under_the_learned_cost() -> None:
+    """The head encoded exactly (big-M ReLUs, softplus by tangents): on a tiny instance the optimum under the full
+    neural model is found and proven, and the bound is within the softplus tangent error of it."""
+    from solvers.exact import softplus_error
+
+    cm = _neural()
+    inst = make_instance(5, 2, seed=1, mem_factor=1.3)
+    best, _ = brute_force(inst, cm)
+    r = get_solver("milp_exact_neural").solve(inst, cm, time_limit=30)
+    assert r.status is SolveStatus.optimal and check_plan(inst, r.plan).ok
+    assert r.predicted_cost == pytest.approx(best, rel=1e-9)
+    assert r.lower_bound <= r.predicted_cost + 1e-9
+    assert r.predicted_cost - r.lower_bound < 2 * softplus_error() + 1e-3  # (and the comm planes' error)
+    assert r.info["iterations"][0]["relu_binaries"] > 0 and r.plan.params["exact_neural"] is True
+
+
+def test_exact_neural_refuses_what_it_cannot_do() -> None:
+    big = make_instance(13, 2, seed=1)
+    r = get_solver("milp_exact_neural").solve(big, _neural(), time_limit=5)
+    assert r.status is SolveStatus.no_solution and "at most 12 tables on at most 4 devices" in r.reason
+    r = get_solver("milp_exact_neural").solve(make_instance(4, 2, seed=1), CM, time_limit=5)
+    assert r.status is SolveStatus.no_solution and "needs the neural cost model" in r.reason
+    with pytest.raises(ValueError, match="MILP backends"):
+        get_solver("cpsat", exact_neural=True)
