@@ -381,7 +381,8 @@ def solve(
         status += f", time limit {time_limit:g} s)" if time_limit is not None else ")"
         if result.lower_bound is not None:
             gap = (costs.max_cost - result.lower_bound) / costs.max_cost if costs.max_cost > 0 else 0.0
-            status += f" · lower bound {result.lower_bound:.3f} ms (gap {100 * gap:.1f}%)"
+            what = result.info.get("bound_is_for") or "the solver's model"
+            status += f" · lower bound {result.lower_bound:.3f} ms of {what} (gap {100 * gap:.1f}%)"
         lines.append(status)
         lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
         _print_lines(console, lines)

@@ -11,18 +11,22 @@ Model (one binary x[t, d] per table and device where the table fits; solvers.lin
     y_d >= x[t, d], y_d <= sum_t x[t, d]                y_d: device d holds a table (an empty device computes nothing)
     z >= c0[d] y_d + sum_t a[t, d] x[t, d] + m_d        device cost, every device
 
-The loop (`ExactSolver.solve`): warm start = the best plan of the heuristics (greedy and the proxy greedies, judged
-by the full cost model); linearise around it; solve the linear model (CP-SAT gets a complete hint: every x, u, m
-and z; CBC a warm-start solution; scipy's HiGHS takes none); judge the plan with the full model; if it is better,
-re-linearise around it and solve again; stop when a plan is no better, when the plans repeat, or at the time limit.
-The best plan by the *full* model is returned, so the result is never worse than the warm start. The reported
-lower bound is the best bound of the last linearised problem (around the returned plan once the loop has
-converged): a bound of the linear model, not of the full cost model.
+The loop (`ExactSolver.solve`): warm start = the best plan of the heuristics (greedy, the proxy greedies and
+round-robin, judged by the full cost model); linearise around it; solve the linear model (CP-SAT gets a complete
+hint -- every x, u, m, y and z -- and the cutoff z <= the hint's cost; CBC a warm-start solution; scipy's HiGHS takes
+none), preferring among equal z the plan that moves the fewest tables (the linearisation is accurate near its point);
+judge the plan with the full model; if it is better, re-linearise around it and solve again; if not, solve again in
+a trust region (at most R tables move, R halved each time) until R < 1; stop there or at the time limit. The best
+plan by the *full* model is returned, so the result is never worse than the warm start. The reported lower bound is
+the best bound of the linearised problem around the returned plan (raised by the table-cut bound): a bound of the
+linear model, not of the full cost model (docs/exact-solvers.md).
 
-CP-SAT needs integers: every cost is in units of 1e-4 ms (`COST_SCALE`: 0.1 us, so each rounded coefficient is
-within 5e-5 ms of its real value and a device's linearised cost within 5e-5 ms x (its tables + 2)); a comm plane
-constraint is multiplied by a further power of ten so that its per-unit-width slopes keep at least 6 significant
-digits (`plane_scale` in `info`). The MILPs use the real coefficients.
+CP-SAT needs integers: every cost coefficient is rounded down to units of 1e-4 ms (`COST_SCALE`), so the integer
+model never over-states a plan's linear cost and its bound less one unit is a bound of the real-coefficient model; a
+comm plane constraint is multiplied by a further power of ten so that its per-unit-width slopes keep at least 6
+significant digits (`plane_scale` in `info`). The MILPs use the real coefficients.
+
+Valid cuts: ``z >= sum_d lb[t, d] x[t, d]`` (`table_lower_bounds`) for the tables whose cost alone may bind.
 
 Symmetry: devices on one host with the same capacity are interchangeable in the full model; when their linearised
 cost terms are identical too (e.g. devices that are empty at the expansion point), the devices of such a class are
@@ -35,7 +39,7 @@ count); then a solver that proves the bin packing impossible gives `infeasible` 
 problem.
 
 Exact neural mode (`milp_exact_neural`, the neural cost model only, at most EXACT_NEURAL_MAX_TABLES tables x
-EXACT_NEURAL_MAX_DEVICES devices): the compute model's head is encoded exactly (see `_neural_head_rows`).
+EXACT_NEURAL_MAX_DEVICES devices): the compute model's head is encoded exactly (see `neural_head_extra`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +61,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.feasibility import infeasibility_reason
 from shardopt.ir import Instance, Shard
 from shardopt.memory import table_bytes_array
-from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.linearize import COMM_FORMS, Linearization, linearize
 
 COST_SCALE = 10_000  # CP-SAT cost unit: 1e-4 ms
@@ -626,6 +631,12 @@ _CBC_OBJ = re.compile(r"Objective value:\s+(-?[\d.eE+-]+)")
 
 def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
     """PuLP + CBC, warm-started from the hint (CBC's mipstart); the bound is read from CBC's log."""
+    with warnings.catch_warnings():  # PuLP 3.3 announces its 4.0 API on every variable
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _solve_cbc(prob, lin, hint, time_limit, seed, workers, deterministic, extra)
+
+
+def _solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
     import pulp
 
     t0 = time.perf_counter()
@@ -670,13 +681,16 @@ def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_l
             val = min(max(float(val), b["lo"][j]), b["hi"][j])  # (float noise must not put a start value out of bounds)
             var.setInitialValue(float(round(val)) if var.cat != pulp.LpContinuous else val)
     build_s = time.perf_counter() - t0
+    if time_limit - build_s < 1.0:  # CBC's time limit is in whole seconds: less than one left is none
+        return LinearSolve("unknown", None, None, None, build_s, 0.0, {"skipped": "under 1 s left"})
     with tempfile.TemporaryDirectory(prefix="shardopt-cbc-") as tmp:
         log = Path(tmp) / "cbc.log"
         cmd = pulp.PULP_CBC_CMD(
             msg=False,
             timeLimit=max(1, int(math.floor(time_limit - build_s))),
-            # CBC's deterministic parallel mode is its thread count + 100
-            threads=max(1, int(workers)) + (100 if deterministic and workers > 1 else 0),
+            # deterministic: one thread (CBC 2.10.3's deterministic parallel mode, threads + 100, crashes on some
+            # of these models)
+            threads=1 if deterministic else max(1, int(workers)),
             warmStart=warm,
             logPath=str(log) if not os.environ.get("CBCDEBUG") else "/tmp/cbc_debug.log",
             gapRel=0.0,
@@ -684,7 +698,10 @@ def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_l
             options=[f"randomCbcSeed {int(seed) % (2**31 - 1) + 1}"],
         )
         t1 = time.perf_counter()
-        prob_lp.solve(cmd)
+        try:
+            prob_lp.solve(cmd)
+        except pulp.PulpSolverError as exc:  # CBC died: this solve found nothing; the loop keeps its best plan
+            return LinearSolve("unknown", None, None, None, build_s, time.perf_counter() - t1, {"cbc_error": str(exc)[:300]})
         solve_s = time.perf_counter() - t1
         text = log.read_text() if log.exists() else ""
     result = _CBC_RESULT.findall(text)
@@ -1014,7 +1031,7 @@ class ExactSolver(Solver):
         refuse = self.check(instance, bm)
         if refuse is not None:
             return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
-        T, D = len(instance.tables), instance.topology.num_devices
+        T = len(instance.tables)
         sizes = table_bytes_array(instance)
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
         fits = sizes[:, None] <= caps[None, :]
@@ -1212,4 +1229,4 @@ class MilpHighsSolver(ExactSolver):
     description = "MILP (scipy.optimize.milp = HiGHS) on the linearised cost, re-linearised until no improvement; no warm start (HiGHS via scipy takes none)"
 
 
-__all__ = ["CpSatSolver", "MilpSolver", "MilpHighsSolver", "MilpExactNeuralSolver", "ExactSolver", "COST_SCALE", "DEFAULT_TIME_LIMIT"]
+__all__ = ["COST_SCALE", "DEFAULT_TIME_LIMIT", "CpSatSolver", "ExactSolver", "MilpExactNeuralSolver", "MilpHighsSolver", "MilpSolver"]

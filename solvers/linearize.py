@@ -321,7 +321,7 @@ def linearize_comm(
             continue
         mv = moves[d]
         u_ax = mv.both if mv.alone else mv.own
-        ok = lambda i: i >= 0  # noqa: E731
+        ok = lambda i: i >= 0
         # one-sided where the step leaves the reachable region (own width below 0, host width below own)
         su = _slope(vals[iup] if iup >= 0 else np.nan, vals[ium] if ium >= 0 else np.nan, f0, h, ok(iup), ok(ium) and uq - h >= 0) if u_ax else 0.0
         sv = _slope(vals[ivp] if ivp >= 0 else np.nan, vals[ivm] if ivm >= 0 else np.nan, f0, h, ok(ivp) and vq + h <= total + 1e-9, ok(ivm) and vq - h >= uq) if ivp >= 0 or ivm >= 0 else 0.0
@@ -361,4 +361,4 @@ def linearize(bm: BoundCostModel, device_of: np.ndarray, comm: str = "planes") -
     return Linearization(device_of, a, c0, k0, k1, k2, dims, host, compute, comm_base, comm)
 
 
-__all__ = ["Linearization", "linearize", "linearize_compute", "linearize_comm", "COMM_FORMS"]
+__all__ = ["COMM_FORMS", "Linearization", "linearize", "linearize_comm", "linearize_compute"]
