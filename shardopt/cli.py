@@ -765,6 +765,7 @@ import shardopt.cli_suites  # noqa: E402,F401  (registers generate, make-pool, i
 import shardopt.cli_costmodel  # noqa: E402,F401  (registers the costmodel commands)
 import shardopt.cli_rl  # noqa: E402,F401  (registers rl train)
 import shardopt.cli_torchrec  # noqa: E402,F401  (registers export and import-torchrec)
+import shardopt.cli_leaderboard  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
