@@ -334,6 +334,7 @@ class SuiteReport:
     common: int  # (instance, seed) pairs every solver solved
     pairs: int
     points: list[dict[str, Any]]  # per row with a plan: solver, ratio, solve time
+    gap_points: list[dict[str, Any]] = field(default_factory=list)  # per row with a plan and a bound: solver, pair, gap
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -363,7 +364,8 @@ def build_reports(rows: list[dict[str, Any]]) -> list[SuiteReport]:
                  for k, v in by_pair.items()}
         common = [k for k, v in by_pair.items()
                   if all(s in v and v[s]["max_cost_ms"] is not None for s in solvers)]
-        stats, points = [], []
+        stats, points, gap_points = [], [], []
+        pair_index = {k: i for i, k in enumerate(sorted(k for k, b in bound.items() if b))}
         for s in solvers:
             mine = [r for r in rs if r["solver"] == s]
             ratios, gaps, wins = [], [], 0
@@ -379,6 +381,7 @@ def build_reports(rows: list[dict[str, Any]]) -> list[SuiteReport]:
                     wins += 1
                 if bound[k]:
                     gaps.append(c / bound[k])
+                    gap_points.append({"solver": s, "pair": pair_index[k], "gap": c / bound[k]})
             stats.append(SolverStats(
                 solver=s, runs=len(mine), failed=sum(r["max_cost_ms"] is None for r in mine),
                 mean_cost_ms=_mean([by_pair[k][s]["max_cost_ms"] for k in common]),
@@ -387,7 +390,7 @@ def build_reports(rows: list[dict[str, Any]]) -> list[SuiteReport]:
             ))
         judge = next((r["judge"] for r in rs if r["judge"]), f"{cm}, {backend}")
         instances = sorted({r["instance_file"] for r in rs})
-        reports.append(SuiteReport(suite, backend, cm, judge, instances, stats, len(common), len(by_pair), points))
+        reports.append(SuiteReport(suite, backend, cm, judge, instances, stats, len(common), len(by_pair), points, gap_points))
     return reports
 
 
@@ -529,6 +532,45 @@ def svg_scatter(rep: SuiteReport) -> str:
     return "\n".join(parts)
 
 
+def svg_gaps(rep: SuiteReport) -> str:
+    """Per instance (those with a reported lower bound): each solver's cost / the best bound, one column each."""
+    w, h, left, bottom, top, right = 640, 300, 60, 40, 20, 140
+    pts = rep.gap_points
+    if not pts:
+        return f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="40"><text x="10" y="25">no solver reported a lower bound</text></svg>'
+    n = max(p["pair"] for p in pts) + 1
+    y0, y1 = min(p["gap"] for p in pts), max(p["gap"] for p in pts)
+    if y1 - y0 < 1e-9:
+        y0, y1 = y0 - 0.05, y1 + 0.05
+    pw, ph = w - left - right, h - top - bottom
+    colour = {s.solver: PALETTE[i % len(PALETTE)] for i, s in enumerate(rep.solvers)}
+
+    def px(i: int) -> float:
+        return left + pw * (i + 0.5) / n
+
+    def py(v: float) -> float:
+        return top + ph * (1 - (v - y0) / (y1 - y0))
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>']
+    if y0 <= 1.0 <= y1:
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(1.0):.1f}" y2="{py(1.0):.1f}" stroke="#999" stroke-dasharray="4 3"/>')
+    for i in range(5):
+        vy = y0 + (y1 - y0) * i / 4
+        parts.append(f'<text x="{left - 5}" y="{py(vy) + 4:.1f}" text-anchor="end">{vy:.2f}</text>')
+    for p in pts:
+        parts.append(f'<circle cx="{px(p["pair"]):.1f}" cy="{py(p["gap"]):.1f}" r="3.5" fill="{colour[p["solver"]]}" fill-opacity="0.7">'
+                     f'<title>{html.escape(p["solver"])}: {p["gap"]:.3f} x the bound (instance {p["pair"] + 1})</title></circle>')
+    for i, (s, c) in enumerate(colour.items()):
+        ly = top + 10 + i * 16
+        parts.append(f'<circle cx="{w - right + 15}" cy="{ly}" r="5" fill="{c}"/>')
+        parts.append(f'<text x="{w - right + 25}" y="{ly + 4}">{html.escape(s)}</text>')
+    parts.append(f'<text x="{left + pw / 2:.0f}" y="{h - 12}" text-anchor="middle">instance (those with a lower bound)</text>')
+    parts.append(f'<text x="14" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {top + ph / 2:.0f})">cost / best bound</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 STYLE = (
     "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
     "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px}"
@@ -553,6 +595,8 @@ def html_report(reports: list[SuiteReport], command: str = "") -> str:
         out.append(svg_bars(rep))
         out.append("<h3>Cost against solve time</h3>")
         out.append(svg_scatter(rep))
+        out.append("<h3>Per-instance gap to the best reported lower bound</h3>")
+        out.append(svg_gaps(rep))
         out.append("<h3>Wins (best plan on an instance, ties count for each)</h3>")
         out.append(svg_wins(rep))
         out.append(f'<p class="cap">Instances: {html.escape(", ".join(rep.instances))}</p>')

@@ -82,7 +82,7 @@ def test_run_and_report_end_to_end(tmp_path, suite):
     import xml.etree.ElementTree as ET
 
     svgs = re.findall(r"<svg.*?</svg>", page, re.DOTALL)
-    assert len(svgs) == 3 and all(ET.fromstring(svg) is not None for svg in svgs)  # well-formed, drawn inline
+    assert len(svgs) == 4 and all(ET.fromstring(svg) is not None for svg in svgs)  # well-formed, drawn inline
 
 
 def test_interrupted_run_resumes_to_the_same_rows(tmp_path, suite):
