@@ -490,6 +490,18 @@ def svg_wins(rep: SuiteReport) -> str:
     return "\n".join(parts)
 
 
+def _legend_and_labels(colour: dict[str, str], w: int, h: int, left: int, top: int, right: int, pw: int, ph: int, xlabel: str, ylabel: str) -> list[str]:
+    """The solver legend beside a plot frame, and its two axis labels (shared by the point plots)."""
+    parts = []
+    for i, (s, c) in enumerate(colour.items()):
+        ly = top + 10 + i * 16
+        parts.append(f'<circle cx="{w - right + 15}" cy="{ly}" r="5" fill="{c}"/>')
+        parts.append(f'<text x="{w - right + 25}" y="{ly + 4}">{html.escape(s)}</text>')
+    parts.append(f'<text x="{left + pw / 2:.0f}" y="{h - 12}" text-anchor="middle">{html.escape(xlabel)}</text>')
+    parts.append(f'<text x="14" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {top + ph / 2:.0f})">{html.escape(ylabel)}</text>')
+    return parts
+
+
 def svg_scatter(rep: SuiteReport) -> str:
     """Normalised cost against solve time (log scale), one point per solved (instance, solver, seed)."""
     w, h, left, bottom, top, right = 640, 320, 60, 50, 20, 140
@@ -522,12 +534,7 @@ def svg_scatter(rep: SuiteReport) -> str:
     for p, lx in zip(pts, xs):
         parts.append(f'<circle cx="{px(lx):.1f}" cy="{py(p["ratio"]):.1f}" r="3.5" fill="{colour[p["solver"]]}" fill-opacity="0.7">'
                      f'<title>{html.escape(p["solver"])}: {p["ratio"]:.3f} in {p["solve_s"]:.4f} s</title></circle>')
-    for i, (s, c) in enumerate(colour.items()):
-        ly = top + 10 + i * 16
-        parts.append(f'<circle cx="{w - right + 15}" cy="{ly}" r="5" fill="{c}"/>')
-        parts.append(f'<text x="{w - right + 25}" y="{ly + 4}">{html.escape(s)}</text>')
-    parts.append(f'<text x="{left + pw / 2:.0f}" y="{h - 12}" text-anchor="middle">solve time (s, log scale)</text>')
-    parts.append(f'<text x="14" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {top + ph / 2:.0f})">cost / best</text>')
+    parts += _legend_and_labels(colour, w, h, left, top, right, pw, ph, "solve time (s, log scale)", "cost / best")
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -561,12 +568,7 @@ def svg_gaps(rep: SuiteReport) -> str:
     for p in pts:
         parts.append(f'<circle cx="{px(p["pair"]):.1f}" cy="{py(p["gap"]):.1f}" r="3.5" fill="{colour[p["solver"]]}" fill-opacity="0.7">'
                      f'<title>{html.escape(p["solver"])}: {p["gap"]:.3f} x the bound (instance {p["pair"] + 1})</title></circle>')
-    for i, (s, c) in enumerate(colour.items()):
-        ly = top + 10 + i * 16
-        parts.append(f'<circle cx="{w - right + 15}" cy="{ly}" r="5" fill="{c}"/>')
-        parts.append(f'<text x="{w - right + 25}" y="{ly + 4}">{html.escape(s)}</text>')
-    parts.append(f'<text x="{left + pw / 2:.0f}" y="{h - 12}" text-anchor="middle">instance (those with a lower bound)</text>')
-    parts.append(f'<text x="14" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {top + ph / 2:.0f})">cost / best bound</text>')
+    parts += _legend_and_labels(colour, w, h, left, top, right, pw, ph, "instance (those with a lower bound)", "cost / best bound")
     parts.append("</svg>")
     return "\n".join(parts)
 
