@@ -1,0 +1,755 @@
+"""A certified lower bound of the *analytic* cost model over table-wise and column-wise plans.
+
+The exact solvers' bound (solvers/exact.py) is a bound of a model linearised around one plan: a plan better than it
+under the real analytic model can exist. This module bounds the analytic model itself: `analytic_lower_bound`
+returns a number B such that every plan of the instance made of table-wise and column-wise shards (any column split
+into shards whose widths are multiples of DIM_ALIGNMENT, several shards of one table on one device included; not
+row-wise or data-parallel shards) has an analytic max-device cost >= B.
+
+How: a mixed-integer *relaxation* of the placement problem in which every cost term is replaced by a proven
+under-estimate (every inequality and its proof: docs/analytic-bound.md), solved by HiGHS (scipy.optimize.milp). The
+relaxation's optimum is <= the cost of every such plan, and any *dual* bound a branch-and-bound solver proves for
+it is <= that optimum; so whatever HiGHS proves by the time limit is a bound, not only a proven optimum.
+
+Variables, per pair (table t, device d) where a 4-column shard of t fits in d's memory::
+
+    n[t, d]  integer in [0, nmax]   t's columns on d, in units of DIM_ALIGNMENT
+    x[t, d]  binary                 d holds some of t      (x <= n <= nmax x)
+    s[t, d]  >= 0                   sector bytes per row read, summed over t's shards on d (>= the hull pieces)
+
+and per device y_d (busy), f_d / b_d (forward / backward kernel, ms), h_d (ms of forward time saved by L2 hits),
+m_d (fwd + bwd all-to-all, ms); and z. Minimise z subject to::
+
+    sum_d n[t, d] = dim_t / 4                                   every column of every table placed
+    s[t, d] >= a_k x[t, d] + b_k 4 n[t, d]                      lower convex hull of ceil(w e / 32) 32 (sector waste)
+    sum_t mem_col_t 4 n[t, d] + mem_fixed_t x[t, d] <= cap_d    weights + optimizer state
+    y_d >= x[t, d]
+    h_d <= kappa (lam C y_d + sum_t G_t(lam) s[t, d])           every lam in a set of knapsack multipliers
+    f_d >= min_kernel y_d,  f_d >= sum_t (fwd per shard x + per column 4 n + per sector byte s) - h_d
+    b_d >= min_kernel y_d,  b_d >= sum_t (bwd per shard x + per column 4 n + per sector byte s)
+    m_d >= every linear piece of the all-to-all (it is a max of linear pieces: exact)
+    z >= 4 launch y_d + f_d + b_d + m_d
+
+It is exact (to float rounding) for a device that holds one whole table with occupancy 1; the slack is in the
+competition of several tables for the cache (a fractional knapsack instead of the model's hottest-first fill), the
+sector rounding of split shards, occupancy below 1 and the kernel floors of the LP relaxation.
+
+The coefficients are derived from the model's constants, then *checked* against `BoundAnalytic.shard_states` for
+every table at every shard width (`_verify_terms`): if the analytic model changes, the bound refuses to run rather
+than bound a model it no longer matches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from costmodels.analytic import (
+    BWD_LAUNCHES,
+    CACHE_SHARE,
+    INDEX_BYTES,
+    MS,
+    OUTPUT_BYTES,
+    SORT_BYTES_PER_LOOKUP,
+    AnalyticCostModel,
+    BoundAnalytic,
+    mean_count,
+    sector_bytes,
+)
+from costmodels.base import CostModel
+from shardopt.ir import DIM_ALIGNMENT, Instance, Optimizer, Plan
+
+COVERS = (
+    "every plan of table-wise and column-wise shards (any split into shards whose widths are multiples of "
+    f"{DIM_ALIGNMENT}, several shards of one table on one device included), under the analytic cost model; not "
+    "row-wise or data-parallel shards, not other cost models"
+)
+COVERS_TABLE_WISE = (
+    "every table-wise plan (each table whole on one device), under the analytic cost model; not column-, row-wise or "
+    "data-parallel shards, not other cost models"
+)
+MAX_MULTIPLIERS = 64  # knapsack multipliers (lam) per device: rows of the cache bound
+MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
+MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
+_VERIFY_RTOL = 1e-9
+
+
+class BoundError(ValueError):
+    """A request the bound cannot serve (a cost model other than the analytic one, an unknown backend)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# per-table coefficients
+
+
+@dataclass(frozen=True)
+class ShardTerms:
+    """What one shard of each table adds to its device, split into what the relaxation can express linearly.
+
+    For a shard of table t, `w` columns wide, with `sb = ceil(w e / 32) 32` sector bytes per row read, the analytic
+    state is (docs/analytic-model.md):  foot_b = foot_per_sb[t, b] sb, reuse_b = reuse_per_sb[t, b] sb,
+    gather = lookups sb, fwd_stream = fwd0 + fwd1 w, bwd_stream = bwd0 + bwd1 w + bwd2 sb, bwd_l2 = l2_1 w,
+    bags = batch, shards = 1. The *_ms arrays turn those bytes into kernel milliseconds (occupancy 1).
+    """
+
+    dims: np.ndarray  # [T] columns
+    elem: np.ndarray  # [T] bytes per element
+    fwd_fixed_ms: np.ndarray  # [T] per shard (indices and offsets)
+    fwd_col_ms: np.ndarray  # [T] per column (pooled output write)
+    fwd_sb_ms: np.ndarray  # [T] per sector byte of row (gather, every lookup from HBM)
+    bwd_fixed_ms: np.ndarray  # [T] per shard (sort; rowwise_adagrad's state sector per unique row)
+    bwd_col_ms: np.ndarray  # [T] per column (output gradient, adam's moments, on-chip accumulation)
+    bwd_sb_ms: np.ndarray  # [T] per sector byte (unique-row weight read + write)
+    foot_per_sb: np.ndarray  # [T, 17] cache footprint of each bin per sector byte of row width (hottest first)
+    reuse_per_sb: np.ndarray  # [T, 17] re-read bytes of each bin per sector byte
+    mem_col: np.ndarray  # [T] bytes per column (weights, adam moments)
+    mem_fixed: np.ndarray  # [T] bytes per shard (rowwise_adagrad: one fp32 per row)
+    kappa_ms: float  # ms of forward time saved per byte served by L2 instead of HBM
+    cache_bytes: float  # L2 share for embedding rows
+    launch_ms: float  # launches of one busy device (fwd + bwd)
+    min_kernel_ms: float
+    sector: int
+
+
+def shard_terms(bm: BoundAnalytic) -> ShardTerms:
+    """The coefficients of `ShardTerms` from the analytic model's constants (checked by `_verify_terms`)."""
+    p = bm.profile
+    inst = bm.instance
+    n = len(inst.tables)
+    batch = float(bm.batch)
+    hbm_bw = p.hbm_bandwidth * p.gather_efficiency
+    l2_bw = p.hbm_bandwidth * p.l2_bandwidth_ratio
+    bwd_scale = MS / hbm_bw / p.bwd_bandwidth_factor
+    probe = bm.shard_states(np.arange(n), np.full(n, DIM_ALIGNMENT), np.ones(n), np.ones(n))
+    probe_sb = sector_bytes(np.full(n, float(DIM_ALIGNMENT)), bm._elem, p.sector_bytes)
+    from costmodels.analytic import _FOOT, _GATHER, _REUSE
+
+    lookups = probe[:, _GATHER] / probe_sb  # batch x pooling factor
+    unique = np.minimum(np.minimum(bm._rows, lookups / np.maximum(mean_count(bm.histograms), 1.0)), lookups)
+    opt = bm._optimizer
+    opt_fixed = np.full(n, float(p.sector_bytes) * 2) if opt is Optimizer.rowwise_adagrad else np.zeros(n)  # ceil(4/32) 32, read + written
+    opt_col = np.full(n, 2 * 8.0) if opt is Optimizer.adam else np.zeros(n)  # 8 w bytes of moments (w % 4 == 0), read + written
+    mem_col = np.array([float(inst.table_dtype(t).nbytes) * t.rows for t in inst.tables])
+    mem_fixed = np.zeros(n)
+    if opt is Optimizer.adam:
+        mem_col += np.array([8.0 * t.rows for t in inst.tables])
+    elif opt is Optimizer.rowwise_adagrad:
+        mem_fixed = np.array([4.0 * t.rows for t in inst.tables])
+    return ShardTerms(
+        dims=bm.table_dims.copy(),
+        elem=bm._elem.copy(),
+        fwd_fixed_ms=(lookups + batch) * INDEX_BYTES / hbm_bw * MS,
+        fwd_col_ms=np.full(n, batch * OUTPUT_BYTES / hbm_bw * MS),
+        fwd_sb_ms=lookups / hbm_bw * MS,
+        bwd_fixed_ms=(lookups * SORT_BYTES_PER_LOOKUP + unique * opt_fixed) * bwd_scale,
+        bwd_col_ms=(batch * OUTPUT_BYTES + unique * opt_col) * bwd_scale + lookups * OUTPUT_BYTES / l2_bw * MS / p.bwd_bandwidth_factor,
+        bwd_sb_ms=2 * unique * bwd_scale,
+        foot_per_sb=probe[:, _FOOT] / probe_sb[:, None],
+        reuse_per_sb=probe[:, _REUSE] / probe_sb[:, None],
+        mem_col=mem_col,
+        mem_fixed=mem_fixed,
+        kappa_ms=(1.0 / hbm_bw - 1.0 / l2_bw) * MS,
+        cache_bytes=p.l2_bytes * CACHE_SHARE,
+        launch_ms=(1 + BWD_LAUNCHES) * p.launch_overhead_s * MS,
+        min_kernel_ms=p.min_kernel_s * MS,
+        sector=p.sector_bytes,
+    )
+
+
+def _terms_kernels(terms: ShardTerms, table: np.ndarray, width: np.ndarray, hits_ms: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """fwd and bwd kernel ms (occupancy 1, no floor) of single shards from the terms, with `hits_ms` saved."""
+    sb = sector_bytes(width, terms.elem[table], terms.sector)
+    fwd = terms.fwd_fixed_ms[table] + terms.fwd_col_ms[table] * width + terms.fwd_sb_ms[table] * sb - hits_ms
+    bwd = terms.bwd_fixed_ms[table] + terms.bwd_col_ms[table] * width + terms.bwd_sb_ms[table] * sb
+    return fwd, bwd
+
+
+def _verify_terms(bm: BoundAnalytic, terms: ShardTerms) -> None:
+    """Refuse to bound a model the terms do not reproduce: every table at every width, alone on a device with
+    occupancy forced to 1, must cost what the analytic model says (forward with no hits, backward)."""
+    from costmodels.analytic import _BAGS, _FOOT, _REUSE
+
+    tables, widths = [], []
+    for t, dim in enumerate(terms.dims.astype(int)):
+        ws = np.arange(DIM_ALIGNMENT, dim + 1, DIM_ALIGNMENT)
+        tables.append(np.full(len(ws), t))
+        widths.append(ws)
+    table = np.concatenate(tables)
+    width = np.concatenate(widths).astype(np.float64)
+    states = bm.shard_states(table, width, np.ones(len(table)), np.ones(len(table)))
+    sb = sector_bytes(width, terms.elem[table], terms.sector)
+    ok = np.allclose(states[:, _FOOT], terms.foot_per_sb[table] * sb[:, None], rtol=_VERIFY_RTOL, atol=0)
+    ok &= np.allclose(states[:, _REUSE], terms.reuse_per_sb[table] * sb[:, None], rtol=_VERIFY_RTOL, atol=0)
+    states = states.copy()
+    states[:, _FOOT] = 0.0  # no cache: the forward is then all HBM traffic
+    states[:, _BAGS] = bm.profile.sm_count * bm.profile.warps_per_sm  # occupancy 1
+    model = bm.compute_costs(states)
+    fwd, bwd = _terms_kernels(terms, table, width)
+    floor = terms.min_kernel_ms
+    launch = bm.profile.launch_overhead_s * MS
+    ok &= np.allclose(model[:, 0], launch + np.maximum(floor, fwd), rtol=_VERIFY_RTOL, atol=1e-15)
+    ok &= np.allclose(model[:, 1], BWD_LAUNCHES * launch + np.maximum(floor, bwd), rtol=_VERIFY_RTOL, atol=1e-15)
+    if not ok:
+        raise BoundError(
+            "the analytic cost model no longer matches the bound's coefficients (solvers/analytic_bound.py): "
+            "refusing to report a bound of a model it does not reproduce"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sector waste: the lower convex hull of ceil(w e / 32) 32 over w = 4, 8, ..., dim
+
+
+def sector_hull(dim: int, elem: float, sector: int) -> np.ndarray:
+    """Lines (a, b), as rows of a [k, 2] array, of the lower convex hull of the points (W, sb(W)) for W = 4, 8,
+    ..., dim: for every such W, sb(W) >= a + b W, with equality at W = dim (an extreme point).
+
+    Why this bounds a *split* table too: sb is subadditive (ceil(p) + ceil(q) >= ceil(p + q)), so shards of widths
+    w_1..w_k of one table on one device read sum_i sb(w_i) >= sb(sum_i w_i) >= a + b sum_i w_i sector bytes per row.
+    """
+    ws = np.arange(DIM_ALIGNMENT, dim + 1, DIM_ALIGNMENT, dtype=np.float64)
+    sb = sector_bytes(ws, np.full(len(ws), float(elem)), sector)
+    hull: list[tuple[float, float]] = []
+    for p in zip(ws.tolist(), sb.tolist()):  # Andrew's monotone chain, lower half
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) <= 0:
+            hull.pop()
+        hull.append(p)
+    if len(hull) == 1:
+        return np.array([[hull[0][1], 0.0]])
+    lines = []
+    for (w0, s0), (w1, s1) in zip(hull[:-1], hull[1:]):
+        b = (s1 - s0) / (w1 - w0)
+        lines.append((s1 - b * w1, b))  # through the right end point: exact at W = dim for the last line
+    return np.array(lines)
+
+
+def _cross(o: tuple[float, float], a: tuple[float, float], b: tuple[float, float]) -> float:
+    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+
+def hull_value(lines: np.ndarray, width: float) -> float:
+    """The hull's value at `width` (columns): a lower bound of the sector bytes of shards that wide in all."""
+    return float(np.max(lines[:, 0] + lines[:, 1] * width)) if width > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cache hits: the dual of the fractional knapsack
+
+
+def knapsack_multipliers(terms: ShardTerms, max_count: int = MAX_MULTIPLIERS) -> np.ndarray:
+    """The multipliers lam of the cache bound: 0 and the re-reads-per-byte ratios of the tables' bins.
+
+    For any lam >= 0, the bytes served by L2 on a device are <= lam C + sum over its shards' bins of
+    (reuse - lam foot)^+ (weak duality of the fractional knapsack; docs/analytic-bound.md). The bound is exact for
+    one table when lam is the ratio of the bin the cache fills up in, so every distinct ratio is kept when there are
+    at most `max_count`; otherwise a log-spaced subset (any subset is valid, fewer are looser)."""
+    foot, reuse = terms.foot_per_sb, terms.reuse_per_sb
+    ratios = np.divide(reuse, foot, out=np.zeros_like(foot), where=foot > 0)
+    vals = np.unique(ratios[(foot > 0) & (ratios > 0)])
+    keep: list[float] = []
+    for v in vals:  # merge ratios equal up to float rounding
+        if not keep or v > keep[-1] * (1 + 1e-12):
+            keep.append(float(v))
+    if len(keep) > max_count - 1:
+        idx = np.unique(np.round(np.geomspace(1, len(keep), max_count - 1)).astype(int) - 1)
+        keep = [keep[i] for i in idx]
+    return np.array([0.0] + keep)
+
+
+def hit_slopes(terms: ShardTerms, lams: np.ndarray) -> np.ndarray:
+    """G[t, k] = sum_b (reuse_per_sb[t, b] - lams[k] foot_per_sb[t, b])^+ : bytes of the dual bound per sector byte
+    of t's rows on the device."""
+    diff = terms.reuse_per_sb[:, None, :] - lams[None, :, None] * terms.foot_per_sb[:, None, :]
+    return np.clip(diff, 0.0, None).sum(axis=2)
+
+
+def hits_upper_bound(terms: ShardTerms, lams: np.ndarray, slopes: np.ndarray, sector_sums: dict[int, float]) -> float:
+    """Upper bound (bytes) of the L2 hits of a device whose table t has `sector_sums[t]` sector bytes per row
+    (summed over its shards): min over lam of lam C + sum_t G_t(lam) s_t."""
+    if not sector_sums:
+        return 0.0
+    idx = np.array(list(sector_sums))
+    s = np.array(list(sector_sums.values()))
+    return float(np.min(lams * terms.cache_bytes + s @ slopes[idx]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# per-device bounds for a given set of shards (what the relaxation charges a device at that point)
+
+
+@dataclass(frozen=True)
+class DeviceComputeBound:
+    """Lower bounds (ms) of one device's analytic fwd and bwd compute for a set of shards, and the parts."""
+
+    fwd_ms: float
+    bwd_ms: float
+    hits_bytes_upper: float  # the relaxation's upper bound of the device's L2 hits
+    sector_bytes_lower: dict[int, float] = field(default_factory=dict)  # per table index
+
+    @property
+    def total_ms(self) -> float:
+        return self.fwd_ms + self.bwd_ms
+
+
+def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
+    """The analytic model bound to `instance`; BoundError naming the model for anything else."""
+    model = cost_model if cost_model is not None else AnalyticCostModel()
+    if not isinstance(model, AnalyticCostModel):
+        name = getattr(model, "name", type(model).__name__)
+        raise BoundError(
+            f"cost model {name!r}: the certified bound is for the analytic cost model only (analytic or "
+            "analytic:PROFILE); its inequalities are proven for the analytic formulas, not for a learned model"
+        )
+    bm = model.bind(instance)
+    if type(bm) is not BoundAnalytic:
+        raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
+    return bm
+
+
+class _Context:
+    """Everything per instance the bound needs, computed once (terms, hulls, multipliers, comm pieces)."""
+
+    def __init__(self, bm: BoundAnalytic):
+        self.bm = bm
+        self.terms = shard_terms(bm)
+        _verify_terms(bm, self.terms)
+        self.hulls = [sector_hull(int(d), float(e), self.terms.sector) for d, e in zip(self.terms.dims, self.terms.elem)]
+        self.lams = knapsack_multipliers(self.terms)
+        self.slopes = hit_slopes(self.terms, self.lams)
+
+
+def _device_bound(ctx: _Context, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+    t = ctx.terms
+    if not shards:
+        return DeviceComputeBound(0.0, 0.0, 0.0)
+    width: dict[int, float] = {}
+    for table, w in shards:
+        width[int(table)] = width.get(int(table), 0.0) + float(w)
+    ssum = {i: hull_value(ctx.hulls[i], w) for i, w in width.items()}
+    hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, ssum)) if t.kappa_ms > 0 else 0.0
+    fwd = sum(t.fwd_fixed_ms[i] + t.fwd_col_ms[i] * w + t.fwd_sb_ms[i] * ssum[i] for i, w in width.items()) - t.kappa_ms * hits
+    bwd = sum(t.bwd_fixed_ms[i] + t.bwd_col_ms[i] * w + t.bwd_sb_ms[i] * ssum[i] for i, w in width.items())
+    launch = ctx.bm.profile.launch_overhead_s * MS
+    return DeviceComputeBound(
+        fwd_ms=launch + max(t.min_kernel_ms, fwd),
+        bwd_ms=BWD_LAUNCHES * launch + max(t.min_kernel_ms, bwd),
+        hits_bytes_upper=hits,
+        sector_bytes_lower=ssum,
+    )
+
+
+def device_compute_lower_bound(
+    instance: Instance, shards: Sequence[tuple[int, int]], cost_model: CostModel | None = None
+) -> DeviceComputeBound:
+    """What the relaxation charges one device holding `shards` ((table index, width in columns) pairs; a table may
+    appear several times): lower bounds of its analytic fwd and bwd compute. Exact for one whole table alone at
+    occupancy 1. Tests compare it with `BoundAnalytic.compute_costs` of the shards' summed states."""
+    return _device_bound(_Context(_analytic_binding(instance, cost_model)), shards)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the all-to-all: a max of linear pieces in (own width u, host width v), exact
+
+
+@dataclass(frozen=True)
+class CommPiece:
+    """fwd + bwd all-to-all of device d >= const + cu u_d + cv v_host(d) (ms); the max over pieces is exact."""
+
+    const: float
+    cu: float
+    cv: float
+
+
+def comm_pieces(bm: BoundAnalytic, device: int, total_width: float) -> list[CommPiece]:
+    """The linear pieces of `BoundAnalytic.comm_time` for `device` (x2: backward equals forward). One device: none
+    (no all-to-all). One host: send D-1 shares vs receive everyone else's. Several hosts: NVLink send / receive and
+    network send / receive, each a piece."""
+    if bm.num_devices == 1:
+        return [CommPiece(0.0, 0.0, 0.0)]
+    lat = 2 * bm._latency_ms
+    ls, rs = 2 * bm._local_scale, 2 * bm._remote_scale
+    nl, nr = float(bm._local_peers[device]), float(bm._remote_peers[device])
+    if bm._single_host:
+        return [CommPiece(lat, ls * nl, 0.0), CommPiece(lat + ls * total_width, -ls, 0.0)]
+    return [
+        CommPiece(lat, ls * nl, 0.0),
+        CommPiece(lat, -ls, ls),
+        CommPiece(lat, rs * nr, 0.0),
+        CommPiece(lat + rs * total_width, 0.0, -rs),
+    ]
+
+
+def relaxed_device_costs(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None) -> np.ndarray:
+    """Per device, what the relaxation charges a plan given as (table index, device, width) triples:
+    compute lower bound + all-to-all (exact). [D] ms; every entry <= the analytic model's device total."""
+    bm = _analytic_binding(instance, cost_model)
+    ctx = _Context(bm)
+    per_dev: list[list[tuple[int, int]]] = [[] for _ in range(bm.num_devices)]
+    u = np.zeros(bm.num_devices)
+    for t, d, w in shards:
+        per_dev[d].append((t, w))
+        u[d] += w
+    total = float(ctx.terms.dims.sum())
+    host = np.arange(bm.num_devices) // instance.topology.devices_per_host
+    v = np.array([u[host == host[d]].sum() for d in range(bm.num_devices)])
+    out = np.zeros(bm.num_devices)
+    for d in range(bm.num_devices):
+        comm = max(p.const + p.cu * u[d] + p.cv * v[d] for p in comm_pieces(bm, d, total))
+        out[d] = _device_bound(ctx, per_dev[d]).total_ms + comm
+    return out
+
+
+def comm_floor(bm: BoundAnalytic, width: float) -> float:
+    """A lower bound (ms, fwd + bwd) of the all-to-all of *any* device whose pooled width is >= `width`: the least,
+    over devices, of the pieces that do not decrease with the device's own width (its sends), and on one host
+    also the receive piece, since max(n_l u, total - u) >= max(n_l width, n_l total / (n_l + 1)) for u >= width."""
+    if bm.num_devices == 1:
+        return 0.0
+    total = float(bm.table_dims.sum())
+    best = math.inf
+    for d in range(bm.num_devices):
+        nl, nr = float(bm._local_peers[d]), float(bm._remote_peers[d])
+        if bm._single_host:
+            t = bm._local_scale * max(nl * width, nl * total / (nl + 1))
+        else:
+            t = max(bm._local_scale * nl * width, bm._remote_scale * nr * width)
+        best = min(best, 2 * (bm._latency_ms + t))
+    return best
+
+
+def table_cut_values(ctx: _Context, table: int, max_devices: int) -> np.ndarray:
+    """Psi_t(k), k = 1..max_devices: a lower bound of the plan cost when table t lies on k devices.
+
+    One of those devices holds >= W_k = 4 ceil(units / k) of t's columns; its compute is >= what the relaxation
+    charges t's part alone (adding shards never lowers the per-device bound: docs/analytic-bound.md), which does
+    not decrease with the width, and its all-to-all >= `comm_floor(W_k)`."""
+    units = int(ctx.terms.dims[table]) // DIM_ALIGNMENT
+    vals = []
+    for k in range(1, max(1, min(max_devices, units)) + 1):
+        w = DIM_ALIGNMENT * math.ceil(units / k)
+        vals.append(_device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w))
+    return np.array(vals)
+
+
+def table_cut_lines(ctx: _Context, table: int, max_devices: int) -> list[tuple[float, float]]:
+    """Lines z >= alpha + beta k of the lower convex hull of the points (k, Psi_t(k)): valid at every integer k
+    (the number of devices holding t is sum_d x[t, d])."""
+    vals = table_cut_values(ctx, table, max_devices)
+    pts = list(zip(range(1, len(vals) + 1), vals.tolist()))
+    if len(pts) == 1:
+        return [(pts[0][1], 0.0)]
+    hull: list[tuple[float, float]] = []
+    for p in pts:
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) <= 0:
+            hull.pop()
+        hull.append(p)
+    lines = []
+    for (k0, v0), (k1, v1) in zip(hull[:-1], hull[1:]):
+        beta = (v1 - v0) / (k1 - k0)
+        lines.append((v0 - beta * k0, beta))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the relaxation as a MILP
+
+
+@dataclass
+class _Model:
+    """A MILP in scipy.optimize.milp's form, built row by row, with the variable layout kept for reporting."""
+
+    n_vars: int = 0
+    lb: list[float] = field(default_factory=list)
+    ub: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    row_lo: list[float] = field(default_factory=list)
+    row_hi: list[float] = field(default_factory=list)
+
+    def var(self, lo: float, hi: float, integer: bool = False) -> int:
+        self.lb.append(lo)
+        self.ub.append(hi)
+        self.integer.append(1 if integer else 0)
+        self.n_vars += 1
+        return self.n_vars - 1
+
+    def row(self, coefs: dict[int, float] | list[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(self.row_lo)
+        items = coefs.items() if isinstance(coefs, dict) else coefs
+        for c, v in items:
+            if v != 0.0:
+                self.rows.append(r)
+                self.cols.append(c)
+                self.vals.append(float(v))
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.row_lo)
+
+
+@dataclass
+class _Layout:
+    pairs: list[tuple[int, int]]
+    x: dict[tuple[int, int], int]
+    n: dict[tuple[int, int], int]
+    s: dict[tuple[int, int], int]
+    z: int
+
+
+def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
+    """(t, d) pairs where t can have a shard on d, and the most units of 4 columns of t that d can hold."""
+    caps = instance.topology.capacities()
+    pairs: list[tuple[int, int]] = []
+    nmax: dict[tuple[int, int], int] = {}
+    for t, dim in enumerate(terms.dims.astype(int)):
+        units = dim // DIM_ALIGNMENT
+        per_unit = terms.mem_col[t] * DIM_ALIGNMENT
+        for d, cap in enumerate(caps):
+            room = cap - terms.mem_fixed[t]  # what is left for columns after one shard's fixed bytes
+            fit = int(min(units, math.floor(room / per_unit))) if room >= 0 else 0
+            if table_wise and fit < units:
+                continue
+            if fit >= 1:
+                pairs.append((t, d))
+                nmax[(t, d)] = fit
+    return pairs, nmax
+
+
+def _symmetry_classes(instance: Instance) -> list[list[int]]:
+    """Devices on one host with equal capacity: permuting them permutes the devices' costs and nothing else."""
+    topo = instance.topology
+    groups: dict[tuple[int, int], list[int]] = {}
+    for d in range(topo.num_devices):
+        groups.setdefault((topo.host_of(d), topo.capacity(d)), []).append(d)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def build_relaxation(ctx: _Context, table_wise: bool = False, symmetry: bool = True) -> tuple[_Model, _Layout]:
+    """The MILP of the module docstring (every row's proof: docs/analytic-bound.md)."""
+    bm, t = ctx.bm, ctx.terms
+    inst = bm.instance
+    n_dev = bm.num_devices
+    caps = inst.topology.capacities()
+    pairs, nmax = _pairs(inst, t, table_wise)
+    m = _Model()
+    x = {p: m.var(0, 1, True) for p in pairs}
+    n = {p: m.var(0, nmax[p], True) for p in pairs}
+    s = {p: m.var(0, math.inf) for p in pairs}
+    y = [m.var(0, 1) for _ in range(n_dev)]  # integral at any integral x (y = max x): left continuous
+    f = [m.var(0, math.inf) for _ in range(n_dev)]
+    b = [m.var(0, math.inf) for _ in range(n_dev)]
+    use_hits = t.kappa_ms > 0
+    h = [m.var(0, math.inf if use_hits else 0.0) for _ in range(n_dev)]
+    comm = [m.var(-math.inf, math.inf) for _ in range(n_dev)]
+    z = m.var(-math.inf, math.inf)
+    by_dev: list[list[tuple[int, int]]] = [[] for _ in range(n_dev)]
+    by_table: list[list[tuple[int, int]]] = [[] for _ in range(len(t.dims))]
+    for p in pairs:
+        by_table[p[0]].append(p)
+        by_dev[p[1]].append(p)
+    for ti, ps in enumerate(by_table):  # every column placed
+        units = int(t.dims[ti]) // DIM_ALIGNMENT
+        m.row([(n[p], 1.0) for p in ps], units, units)
+    for p in pairs:
+        ti = p[0]
+        units = int(t.dims[ti]) // DIM_ALIGNMENT
+        if table_wise:
+            m.row({n[p]: 1.0, x[p]: -float(units)}, 0.0, 0.0)
+        else:
+            m.row({n[p]: 1.0, x[p]: -float(nmax[p])}, -math.inf, 0.0)
+            m.row({x[p]: 1.0, n[p]: -1.0}, -math.inf, 0.0)
+        for a, slope in ctx.hulls[ti]:  # s >= a x + slope W, W = 4 n
+            m.row({s[p]: 1.0, x[p]: -a, n[p]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+        m.row({y[p[1]]: 1.0, x[p]: -1.0}, 0.0, math.inf)
+    for d in range(n_dev):
+        ps = by_dev[d]
+        mem = [(n[p], t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps] + [(x[p], t.mem_fixed[p[0]] / caps[d]) for p in ps]
+        m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
+        if use_hits:
+            for k, lam in enumerate(ctx.lams):
+                coefs = [(h[d], 1.0), (y[d], -t.kappa_ms * lam * t.cache_bytes)]
+                coefs += [(s[p], -t.kappa_ms * ctx.slopes[p[0], k]) for p in ps]
+                m.row(coefs, -math.inf, 0.0)
+        fwd = [(f[d], 1.0), (h[d], 1.0)]
+        bwd = [(b[d], 1.0)]
+        for p in ps:
+            ti = p[0]
+            fwd += [(x[p], -t.fwd_fixed_ms[ti]), (n[p], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (s[p], -t.fwd_sb_ms[ti])]
+            bwd += [(x[p], -t.bwd_fixed_ms[ti]), (n[p], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (s[p], -t.bwd_sb_ms[ti])]
+        m.row(fwd, 0.0, math.inf)
+        m.row(bwd, 0.0, math.inf)
+        m.row({f[d]: 1.0, y[d]: -t.min_kernel_ms}, 0.0, math.inf)
+        m.row({b[d]: 1.0, y[d]: -t.min_kernel_ms}, 0.0, math.inf)
+    total = float(t.dims.sum())
+    host = np.arange(n_dev) // inst.topology.devices_per_host
+    for d in range(n_dev):
+        mates = [e for e in range(n_dev) if host[e] == host[d]]
+        for piece in comm_pieces(bm, d, total):
+            coefs: dict[int, float] = {comm[d]: 1.0}
+            for e in mates if piece.cv else [d]:
+                w = piece.cv + (piece.cu if e == d else 0.0)
+                for p in by_dev[e]:
+                    coefs[n[p]] = coefs.get(n[p], 0.0) - w * DIM_ALIGNMENT
+            m.row(coefs, piece.const, math.inf)
+        m.row({z: 1.0, y[d]: -t.launch_ms, f[d]: -1.0, b[d]: -1.0, comm[d]: -1.0}, 0.0, math.inf)
+    for ti, ps in enumerate(by_table):  # the device with t's widest part: z >= Psi_t(k_t), k_t devices hold t
+        lines = table_cut_lines(ctx, ti, 1 if table_wise else len(ps))
+        if len(lines) == 1 and lines[0][1] == 0.0:  # one device at most: a constant
+            m.row({z: 1.0}, lines[0][0], math.inf)
+            continue
+        k = m.var(1, min(len(ps), int(t.dims[ti]) // DIM_ALIGNMENT), True)  # an integer to branch on
+        m.row([(k, 1.0)] + [(x[p], -1.0) for p in ps], 0.0, 0.0)
+        for alpha, beta in lines:
+            m.row({z: 1.0, k: -beta}, alpha, math.inf)
+    if symmetry:  # within a class, order devices by pooled width (any plan can be permuted so)
+        for cls in _symmetry_classes(inst):
+            for d0, d1 in zip(cls[:-1], cls[1:]):
+                coefs = {}
+                for p in by_dev[d0]:
+                    coefs[n[p]] = coefs.get(n[p], 0.0) + 1.0
+                for p in by_dev[d1]:
+                    coefs[n[p]] = coefs.get(n[p], 0.0) - 1.0
+                m.row(coefs, 0.0, math.inf)
+    return m, _Layout(pairs=pairs, x=x, n=n, s=s, z=z)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the result and the entry point
+
+
+@dataclass
+class AnalyticBound:
+    """A certified lower bound of the analytic plan cost (ms) over the plans `covers` names.
+
+    status: "optimal" (the relaxation was solved to HiGHS's gap MIP_REL_GAP; value = its dual bound), "bound" (the
+    time limit came first; value = the dual bound proven by then, still a bound), "infeasible" (the relaxation has no
+    solution: no covered plan fits in memory; `reason` says why; value = +inf).
+    """
+
+    value_ms: float
+    status: str
+    table_wise: bool
+    solver: str
+    time_s: float
+    covers: str
+    cost_model: str = "analytic"
+    relaxation_primal_ms: float | None = None  # the best solution of the relaxation found (>= value_ms)
+    variables: int = 0
+    rows: int = 0
+    integer_variables: int = 0
+    multipliers: int = 0  # knapsack multipliers per device
+    reason: str | None = None
+    solver_message: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not math.isfinite(self.value_ms):
+            d["value_ms"] = None
+        return d
+
+
+def analytic_lower_bound(
+    instance: Instance,
+    cost_model: CostModel | None = None,
+    *,
+    time_limit: float = 10.0,
+    table_wise: bool = False,
+    backend: str = "highs",
+) -> AnalyticBound:
+    """A certified lower bound of the analytic max-device cost of every table- and column-wise plan of `instance`
+    (with `table_wise`: of every table-wise plan, a tighter bound of fewer plans). BoundError for a cost model other
+    than the analytic one or an unknown backend. The bound is HiGHS's dual bound of the relaxation at the time
+    limit, a bound whether or not the relaxation was solved to optimality."""
+    if backend != "highs":
+        raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
+    start = time.perf_counter()
+    bm = _analytic_binding(instance, cost_model)
+    model_name = (cost_model or AnalyticCostModel()).name
+    ctx = _Context(bm)
+    covers = COVERS_TABLE_WISE if table_wise else COVERS
+    reason = _memory_reason(instance, ctx.terms, table_wise)
+    if reason is not None:
+        return AnalyticBound(math.inf, "infeasible", table_wise, "none (a counting argument)", time.perf_counter() - start, covers,
+                             model_name, reason=reason)
+    model, layout = build_relaxation(ctx, table_wise)
+    left = max(0.1, time_limit - (time.perf_counter() - start))
+    res = _solve_highs(model, layout, left)
+    elapsed = time.perf_counter() - start
+    sizes = dict(variables=model.n_vars, rows=model.n_rows, integer_variables=int(sum(model.integer)), multipliers=len(ctx.lams))
+    solver = "HiGHS (scipy.optimize.milp)"
+    if res["status"] == "infeasible":
+        why = ("no assignment of whole tables fits in the devices' memory (HiGHS proved the bin packing infeasible)" if table_wise else
+               "no split of the tables into column shards (widths multiples of 4) fits in the devices' memory "
+               "(HiGHS proved the memory rows of the relaxation infeasible)")
+        return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, reason=why,
+                             solver_message=res["message"], **sizes)
+    return AnalyticBound(
+        value_ms=res["bound"], status=res["status"], table_wise=table_wise, solver=solver, time_s=elapsed, covers=covers,
+        cost_model=model_name, relaxation_primal_ms=res["primal"], solver_message=res["message"], **sizes,
+    )
+
+
+def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str, Any]:
+    """Solve with HiGHS; the dual bound at the time limit (or at optimality) is the bound."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    c = np.zeros(model.n_vars)
+    c[layout.z] = 1.0
+    a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
+    res = milp(
+        c,
+        constraints=LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi)),
+        integrality=np.array(model.integer),
+        bounds=Bounds(np.array(model.lb), np.array(model.ub)),
+        options={"time_limit": float(time_limit), "mip_rel_gap": MIP_REL_GAP, "disp": False},
+    )
+    primal = float(res.fun) if res.x is not None and res.fun is not None else None
+    dual = getattr(res, "mip_dual_bound", None)
+    if res.status == 2:
+        return {"status": "infeasible", "bound": math.inf, "primal": None, "message": res.message}
+    if res.status == 0:
+        bound = float(dual) if dual is not None and math.isfinite(dual) else float(primal)
+        return {"status": "optimal", "bound": min(bound, primal) if primal is not None else bound, "primal": primal, "message": res.message}
+    bound = float(dual) if dual is not None and np.isfinite(dual) else -math.inf
+    return {"status": "bound", "bound": bound, "primal": primal, "message": res.message}
+
+
+def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:
+    """Counting arguments that prove no covered plan fits: a table none of whose shards fits anywhere; the tables'
+    least bytes (one shard each) beyond the devices' total."""
+    caps = instance.topology.capacities()
+    opt = instance.workload.optimizer.value
+    for i, tab in enumerate(instance.tables):
+        need = terms.mem_col[i] * (tab.dim if table_wise else DIM_ALIGNMENT) + terms.mem_fixed[i]
+        if need > max(caps):
+            what = "the whole table" if table_wise else f"even a {DIM_ALIGNMENT}-column shard"
+            return (f"table {tab.name!r}: {what} needs {int(need):,} bytes (weights and {opt} state) but the largest device "
+                    f"holds {max(caps):,} bytes")
+    least = float((terms.mem_col * terms.dims + terms.mem_fixed).sum())
+    if least > sum(caps):
+        return (f"the tables need at least {int(least):,} bytes (weights and {opt} state, one shard each) but the "
+                f"{len(caps)} devices hold {sum(caps):,}: short by {int(least - sum(caps)):,} bytes")
+    return None
+
+
+def plan_gap(instance: Instance, plan_cost: float | Plan, bound: AnalyticBound | float, cost_model: CostModel | None = None) -> float:
+    """(cost - bound) / cost: how far a plan can at most be from the best covered plan. `plan_cost` may be a Plan,
+    judged by the analytic model (`cost_model`, else the one the bound was computed for)."""
+    if isinstance(plan_cost, Plan):
+        if cost_model is None:
+            from costmodels.registry import get_cost_model
+
+            cost_model = get_cost_model(bound.cost_model if isinstance(bound, AnalyticBound) else "analytic")
+        plan_cost = cost_model.plan_costs(instance, plan_cost).max_cost
+    value = bound.value_ms if isinstance(bound, AnalyticBound) else float(bound)
+    return (float(plan_cost) - value) / float(plan_cost) if plan_cost > 0 else 0.0
