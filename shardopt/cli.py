@@ -766,6 +766,7 @@ import shardopt.cli_costmodel  # noqa: E402,F401  (registers the costmodel comma
 import shardopt.cli_rl  # noqa: E402,F401  (registers rl train)
 import shardopt.cli_torchrec  # noqa: E402,F401  (registers export and import-torchrec)
 import shardopt.cli_leaderboard  # noqa: E402,F401
+import shardopt.cli_bound  # noqa: E402,F401  (registers bound)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -182,8 +182,9 @@ def _verify_terms(bm: BoundAnalytic, terms: ShardTerms) -> None:
     width = np.concatenate(widths).astype(np.float64)
     states = bm.shard_states(table, width, np.ones(len(table)), np.ones(len(table)))
     sb = sector_bytes(width, terms.elem[table], terms.sector)
-    ok = np.allclose(states[:, _FOOT], terms.foot_per_sb[table] * sb[:, None], rtol=_VERIFY_RTOL, atol=0)
-    ok &= np.allclose(states[:, _REUSE], terms.reuse_per_sb[table] * sb[:, None], rtol=_VERIFY_RTOL, atol=0)
+    scale = np.abs(states).max(axis=1, keepdims=True)  # acc - unique cancels: compare against the row's scale
+    ok = bool(np.all(np.abs(states[:, _FOOT] - terms.foot_per_sb[table] * sb[:, None]) <= _VERIFY_RTOL * scale))
+    ok &= bool(np.all(np.abs(states[:, _REUSE] - terms.reuse_per_sb[table] * sb[:, None]) <= _VERIFY_RTOL * scale))
     states = states.copy()
     states[:, _FOOT] = 0.0  # no cache: the forward is then all HBM traffic
     states[:, _BAGS] = bm.profile.sm_count * bm.profile.warps_per_sm  # occupancy 1
@@ -241,23 +242,43 @@ def hull_value(lines: np.ndarray, width: float) -> float:
 
 
 def knapsack_multipliers(terms: ShardTerms, max_count: int = MAX_MULTIPLIERS) -> np.ndarray:
-    """The multipliers lam of the cache bound: 0 and the re-reads-per-byte ratios of the tables' bins.
+    """The multipliers lam of the cache bound: 0, the ratio at which each whole table alone fills the cache, and
+    (up to `max_count` in all) the other re-reads-per-byte ratios of the tables' bins.
 
     For any lam >= 0, the bytes served by L2 on a device are <= lam C + sum over its shards' bins of
-    (reuse - lam foot)^+ (weak duality of the fractional knapsack; docs/analytic-bound.md). The bound is exact for
-    one table when lam is the ratio of the bin the cache fills up in, so every distinct ratio is kept when there are
-    at most `max_count`; otherwise a log-spaced subset (any subset is valid, fewer are looser)."""
+    (reuse - lam foot)^+ (weak duality of the fractional knapsack; docs/analytic-bound.md). Any set of lam is
+    valid; more is tighter. The bound is exact for one table alone when lam is the ratio of the bin the cache fills
+    up in (`critical_ratio`), so those are always kept; of the other ratios, a log-spaced subset when too many."""
     foot, reuse = terms.foot_per_sb, terms.reuse_per_sb
     ratios = np.divide(reuse, foot, out=np.zeros_like(foot), where=foot > 0)
-    vals = np.unique(ratios[(foot > 0) & (ratios > 0)])
+    required = _merge([0.0] + [critical_ratio(terms, t) for t in range(len(terms.dims))])
+    others = [v for v in _merge(ratios[(foot > 0) & (ratios > 0)].tolist()) if v not in required]
+    room = max(0, max_count - len(required))
+    if len(others) > room:
+        idx = np.unique(np.round(np.geomspace(1, len(others), room)).astype(int) - 1) if room else []
+        others = [others[i] for i in idx]
+    return np.array(_merge(required + others))
+
+
+def critical_ratio(terms: ShardTerms, table: int) -> float:
+    """Re-reads per byte of the bin in which the cache fills up when the whole table is alone on a device (0 when
+    all of it fits): the optimal dual multiplier of that device's knapsack."""
+    sb = float(sector_bytes(terms.dims[table : table + 1], terms.elem[table : table + 1], terms.sector)[0])
+    foot = terms.foot_per_sb[table] * sb  # hottest bin first, which is also the order of the ratios (one table)
+    full = np.nonzero(np.cumsum(foot) >= terms.cache_bytes)[0]
+    if len(full) == 0:
+        return 0.0
+    b = int(full[0])
+    return float(terms.reuse_per_sb[table, b] / terms.foot_per_sb[table, b])
+
+
+def _merge(values: list[float]) -> list[float]:
+    """Sorted distinct values, those equal up to float rounding (1e-12 relative) merged."""
     keep: list[float] = []
-    for v in vals:  # merge ratios equal up to float rounding
-        if not keep or v > keep[-1] * (1 + 1e-12):
+    for v in sorted(values):
+        if not keep or v > keep[-1] * (1 + 1e-12) + 1e-300:
             keep.append(float(v))
-    if len(keep) > max_count - 1:
-        idx = np.unique(np.round(np.geomspace(1, len(keep), max_count - 1)).astype(int) - 1)
-        keep = [keep[i] for i in idx]
-    return np.array([0.0] + keep)
+    return keep
 
 
 def hit_slopes(terms: ShardTerms, lams: np.ndarray) -> np.ndarray:
@@ -310,10 +331,12 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
     return bm
 
 
-class _Context:
-    """Everything per instance the bound needs, computed once (terms, hulls, multipliers, comm pieces)."""
+class AnalyticRelaxation:
+    """Everything per instance the bound needs, computed once (terms, hulls, multipliers), and what the relaxation
+    charges a device or a plan at a given point (for tests, and to see where the slack is)."""
 
-    def __init__(self, bm: BoundAnalytic):
+    def __init__(self, instance: Instance, cost_model: CostModel | None = None):
+        bm = _analytic_binding(instance, cost_model)
         self.bm = bm
         self.terms = shard_terms(bm)
         _verify_terms(bm, self.terms)
@@ -321,8 +344,16 @@ class _Context:
         self.lams = knapsack_multipliers(self.terms)
         self.slopes = hit_slopes(self.terms, self.lams)
 
+    def device_bound(self, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+        """See `device_compute_lower_bound`."""
+        return _device_bound(self, shards)
 
-def _device_bound(ctx: _Context, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+    def device_costs(self, shards: Sequence[tuple[int, int, int]]) -> np.ndarray:
+        """See `relaxed_device_costs`."""
+        return _relaxed_device_costs(self, shards)
+
+
+def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
     t = ctx.terms
     if not shards:
         return DeviceComputeBound(0.0, 0.0, 0.0)
@@ -348,7 +379,7 @@ def device_compute_lower_bound(
     """What the relaxation charges one device holding `shards` ((table index, width in columns) pairs; a table may
     appear several times): lower bounds of its analytic fwd and bwd compute. Exact for one whole table alone at
     occupancy 1. Tests compare it with `BoundAnalytic.compute_costs` of the shards' summed states."""
-    return _device_bound(_Context(_analytic_binding(instance, cost_model)), shards)
+    return AnalyticRelaxation(instance, cost_model).device_bound(shards)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -386,8 +417,12 @@ def comm_pieces(bm: BoundAnalytic, device: int, total_width: float) -> list[Comm
 def relaxed_device_costs(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None) -> np.ndarray:
     """Per device, what the relaxation charges a plan given as (table index, device, width) triples:
     compute lower bound + all-to-all (exact). [D] ms; every entry <= the analytic model's device total."""
-    bm = _analytic_binding(instance, cost_model)
-    ctx = _Context(bm)
+    return AnalyticRelaxation(instance, cost_model).device_costs(shards)
+
+
+def _relaxed_device_costs(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    bm = ctx.bm
+    instance = bm.instance
     per_dev: list[list[tuple[int, int]]] = [[] for _ in range(bm.num_devices)]
     u = np.zeros(bm.num_devices)
     for t, d, w in shards:
@@ -421,7 +456,7 @@ def comm_floor(bm: BoundAnalytic, width: float) -> float:
     return best
 
 
-def table_cut_values(ctx: _Context, table: int, max_devices: int) -> np.ndarray:
+def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> np.ndarray:
     """Psi_t(k), k = 1..max_devices: a lower bound of the plan cost when table t lies on k devices.
 
     One of those devices holds >= W_k = 4 ceil(units / k) of t's columns; its compute is >= what the relaxation
@@ -435,7 +470,7 @@ def table_cut_values(ctx: _Context, table: int, max_devices: int) -> np.ndarray:
     return np.array(vals)
 
 
-def table_cut_lines(ctx: _Context, table: int, max_devices: int) -> list[tuple[float, float]]:
+def table_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> list[tuple[float, float]]:
     """Lines z >= alpha + beta k of the lower convex hull of the points (k, Psi_t(k)): valid at every integer k
     (the number of devices holding t is sum_d x[t, d])."""
     vals = table_cut_values(ctx, table, max_devices)
@@ -532,7 +567,7 @@ def _symmetry_classes(instance: Instance) -> list[list[int]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def build_relaxation(ctx: _Context, table_wise: bool = False, symmetry: bool = True) -> tuple[_Model, _Layout]:
+def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry: bool = True) -> tuple[_Model, _Layout]:
     """The MILP of the module docstring (every row's proof: docs/analytic-bound.md)."""
     bm, t = ctx.bm, ctx.terms
     inst = bm.instance
@@ -642,6 +677,8 @@ class AnalyticBound:
     covers: str
     cost_model: str = "analytic"
     relaxation_primal_ms: float | None = None  # the best solution of the relaxation found (>= value_ms)
+    plan_cost_ms: float | None = None  # analytic cost of the plan that solution describes (>= value_ms: a real plan)
+    plan: Plan | None = None  # that plan (`relaxation_plan`)
     variables: int = 0
     rows: int = 0
     integer_variables: int = 0
@@ -652,6 +689,7 @@ class AnalyticBound:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("plan")
         if not math.isfinite(self.value_ms):
             d["value_ms"] = None
         return d
@@ -672,13 +710,12 @@ def analytic_lower_bound(
     if backend != "highs":
         raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
     start = time.perf_counter()
-    bm = _analytic_binding(instance, cost_model)
+    ctx = AnalyticRelaxation(instance, cost_model)
     model_name = (cost_model or AnalyticCostModel()).name
-    ctx = _Context(bm)
     covers = COVERS_TABLE_WISE if table_wise else COVERS
     reason = _memory_reason(instance, ctx.terms, table_wise)
     if reason is not None:
-        return AnalyticBound(math.inf, "infeasible", table_wise, "none (a counting argument)", time.perf_counter() - start, covers,
+        return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
                              model_name, reason=reason)
     model, layout = build_relaxation(ctx, table_wise)
     left = max(0.1, time_limit - (time.perf_counter() - start))
@@ -692,10 +729,36 @@ def analytic_lower_bound(
                "(HiGHS proved the memory rows of the relaxation infeasible)")
         return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, reason=why,
                              solver_message=res["message"], **sizes)
+    plan = relaxation_plan(ctx, layout, res["x"], model_name) if res["x"] is not None else None
+    plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
     return AnalyticBound(
         value_ms=res["bound"], status=res["status"], table_wise=table_wise, solver=solver, time_s=elapsed, covers=covers,
-        cost_model=model_name, relaxation_primal_ms=res["primal"], solver_message=res["message"], **sizes,
+        cost_model=model_name, relaxation_primal_ms=res["primal"], plan_cost_ms=plan_cost, plan=plan,
+        solver_message=res["message"], **sizes,
     )
+
+
+def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarray, cost_model: str = "analytic") -> Plan | None:
+    """The plan the relaxation's best point describes (n[t, d] x 4 columns of t on d, one shard each): a real plan
+    that fits in memory (the memory rows are exact for one shard per pair), judged by the full model. With the
+    bound it gives a plan whose distance from the best covered plan is certified. None if it fails the checker."""
+    from shardopt.ir import Shard
+    from shardopt.plan_check import check_plan
+
+    inst = ctx.bm.instance
+    shards = []
+    offset = [0] * len(inst.tables)
+    for t, d in layout.pairs:
+        units = int(round(solution[layout.n[(t, d)]]))
+        if units <= 0:
+            continue
+        table = inst.tables[t]
+        width = units * DIM_ALIGNMENT
+        whole = offset[t] == 0 and width == table.dim
+        shards.append(Shard(table=table.name, device=d) if whole else Shard(table=table.name, device=d, col_offset=offset[t], cols=width))
+        offset[t] += width
+    plan = Plan(solver="analytic_bound", cost_model=cost_model, shards=shards, instance=inst.content_hash())
+    return plan if check_plan(inst, plan).ok else None
 
 
 def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str, Any]:
@@ -716,12 +779,13 @@ def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str,
     primal = float(res.fun) if res.x is not None and res.fun is not None else None
     dual = getattr(res, "mip_dual_bound", None)
     if res.status == 2:
-        return {"status": "infeasible", "bound": math.inf, "primal": None, "message": res.message}
+        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": res.message}
     if res.status == 0:
         bound = float(dual) if dual is not None and math.isfinite(dual) else float(primal)
-        return {"status": "optimal", "bound": min(bound, primal) if primal is not None else bound, "primal": primal, "message": res.message}
+        return {"status": "optimal", "bound": min(bound, primal) if primal is not None else bound, "primal": primal,
+                "x": res.x, "message": res.message}
     bound = float(dual) if dual is not None and np.isfinite(dual) else -math.inf
-    return {"status": "bound", "bound": bound, "primal": primal, "message": res.message}
+    return {"status": "bound", "bound": bound, "primal": primal, "x": res.x, "message": res.message}
 
 
 def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:

@@ -1,0 +1,302 @@
+"""The certified lower bound of the analytic cost model (solvers/analytic_bound.py).
+
+What could go wrong, and what each test checks:
+- an inequality of the relaxation over-estimates some device: the per-device bound is compared with the model's
+  compute on many random shard sets (column splits, several shards of a table on one device, hot / uniform access,
+  fp16 / fp32, every optimizer, occupancy < 1, two profiles), and equal to it for one whole table alone;
+- the relaxation cuts off a real plan: the bound is compared with the plans of greedy, neuroshard and cpsat, and with
+  the enumerated table-wise optimum (and must be close to it, or it is useless);
+- infeasibility and refusals say why; the CLI follows the exit-status contract.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from conftest import ROOT, make_instance
+
+from costmodels.analytic import AnalyticCostModel
+from costmodels.base import BoundCostModel, CostModel
+from shardopt.ir import Instance, instance_from_dict, to_dict
+from shardopt.memory import table_bytes_array
+from solvers.analytic_bound import (
+    AnalyticRelaxation,
+    BoundError,
+    analytic_lower_bound,
+    comm_pieces,
+    device_compute_lower_bound,
+    plan_gap,
+    sector_hull,
+)
+from solvers.registry import get_solver
+
+CM = AnalyticCostModel()
+RTOL = 1e-12  # float slack of "<=": the bound and the model add the same terms in different orders
+
+
+def variant(seed: int, *, n_tables: int = 8, hardware: str = "v100", optimizer: str = "rowwise_adagrad", batch: int = 65536,
+            dtype: str = "fp32", access: str = "zipf", max_rows: int = 10**6, n_devices: int = 3, per_host: int | None = None,
+            mem_factor: float = 2.0) -> Instance:
+    """make_instance with a chosen dtype and access: 'zipf' (as drawn), 'hot' (Zipf 1.4), 'uniform' (Zipf 0),
+    'histogram' (a fixed 17-bin histogram with very hot rows)."""
+    base = make_instance(n_tables, n_devices, seed=seed, hardware=hardware, optimizer=optimizer, batch_size=batch,
+                         max_rows=max_rows, per_host=per_host, mem_factor=mem_factor)
+    doc = to_dict(base)
+    doc["workload"]["weight_dtype"] = dtype
+    hist = [0.5, 0.2, 0.1, 0.05, 0.05, 0.04, 0.03, 0.01, 0.01, 0.005, 0.003, 0.001, 0.0005, 0.0002, 0.0002, 0.0001, 0.0]
+    hist[-1] = 1.0 - sum(hist[:-1])
+    for i, t in enumerate(doc["tables"]):
+        if access == "hot":
+            t["access"] = {"zipf": 1.4}
+        elif access == "uniform":
+            t["access"] = {"zipf": 0.0}
+        elif access == "histogram":
+            t["access"] = {"histogram": hist}
+        if dtype == "fp16" and i % 2:
+            t["dtype"] = "fp32"  # mixed dtypes on one device
+    return instance_from_dict(doc)
+
+
+def random_composition(rng: np.random.Generator, total: int) -> list[int]:
+    """A random split of `total` units into ordered positive parts."""
+    k = int(rng.integers(1, min(total, 4) + 1))
+    cuts = sorted(rng.choice(np.arange(1, total), size=k - 1, replace=False).tolist()) if k > 1 else []
+    edges = [0, *cuts, total]
+    return [b - a for a, b in zip(edges[:-1], edges[1:])]
+
+
+def random_device_shards(rng: np.random.Generator, inst: Instance) -> list[tuple[int, int]]:
+    """Shards of a few tables on one device: any number of columns of each, split into up to 4 shards."""
+    n = len(inst.tables)
+    shards: list[tuple[int, int]] = []
+    for t in rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False):
+        units = inst.tables[t].dim // 4
+        take = int(rng.integers(1, units + 1))
+        shards += [(int(t), 4 * p) for p in random_composition(rng, take)]
+    return shards
+
+
+def model_compute(bm: BoundCostModel, shards: list[tuple[int, int]]) -> np.ndarray:
+    state = sum(bm.shard_state(t, w) for t, w in shards)
+    return bm.compute_costs(state)
+
+
+CONFIGS = [
+    dict(seed=0),
+    dict(seed=1, access="hot", max_rows=20_000),  # hot sets that fill (and fight over) the 4.5 MiB cache
+    dict(seed=2, access="uniform", optimizer="sgd"),
+    dict(seed=3, dtype="fp16", optimizer="adam", access="histogram"),
+    dict(seed=4, batch=512, access="hot", max_rows=5_000),  # occupancy < 1
+    dict(seed=5, hardware="a100", optimizer="adam", access="hot", max_rows=300_000),
+    dict(seed=6, hardware="a100", dtype="fp16", batch=2048, optimizer="sgd"),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[str(i) for i in range(len(CONFIGS))])
+def test_device_bound_never_exceeds_the_model(cfg: dict) -> None:
+    inst = variant(**cfg)
+    rel = AnalyticRelaxation(inst)
+    bm = rel.bm
+    rng = np.random.default_rng(cfg["seed"])
+    below_occupancy = 0
+    for _ in range(60):
+        shards = random_device_shards(rng, inst)
+        lb = rel.device_bound(shards)
+        true = model_compute(bm, shards)
+        assert lb.fwd_ms <= true[0] * (1 + RTOL), (shards, lb, true)
+        assert lb.bwd_ms <= true[1] * (1 + RTOL), (shards, lb, true)
+        state = sum(bm.shard_state(t, w) for t, w in shards)
+        below_occupancy += bm.occupancy(state) < 1
+        # adding shards never lowers the bound (the table cuts rely on it)
+        more = shards + random_device_shards(rng, inst)
+        assert rel.device_bound(more).total_ms >= lb.total_ms * (1 - RTOL)
+    if cfg.get("batch", 65536) < 5120:  # v100: 80 SMs x 64 warps
+        assert below_occupancy > 0
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.get("batch", 65536) >= 6912], ids=lambda c: str(c["seed"]))
+def test_device_bound_is_exact_for_one_whole_table(cfg: dict) -> None:
+    inst = variant(**cfg)
+    rel = AnalyticRelaxation(inst)
+    for t, table in enumerate(inst.tables):
+        true = model_compute(rel.bm, [(t, table.dim)])
+        lb = rel.device_bound([(t, table.dim)])
+        assert lb.fwd_ms == pytest.approx(true[0], rel=1e-9)
+        assert lb.bwd_ms == pytest.approx(true[1], rel=1e-9)
+
+
+def test_hot_tables_compete_for_the_cache_and_the_bound_sees_it() -> None:
+    """Two hot tables on one device hit less than each alone: the knapsack dual keeps most of that, so the
+    two-table bound stays close to the model (the slack is the documented cache competition)."""
+    inst = variant(1, access="hot", max_rows=20_000)
+    rel = AnalyticRelaxation(inst)
+    pair = [(0, inst.tables[0].dim), (1, inst.tables[1].dim)]
+    true = model_compute(rel.bm, pair).sum()
+    alone = sum(model_compute(rel.bm, [s]).sum() for s in pair)
+    lb = rel.device_bound(pair).total_ms
+    assert lb <= true * (1 + RTOL)
+    assert lb >= 0.9 * true and true > alone - 2 * 4 * 6e-3  # not just the sum of two launches shared
+
+
+def test_sector_hull() -> None:
+    # fp32, 12 columns: 48 bytes -> 64; the hull of (4, 32), (8, 32), (12, 64) is exact at 12
+    lines = sector_hull(12, 4, 32)
+    assert max(a + b * 12 for a, b in lines) == pytest.approx(64)
+    for dim, elem in [(4, 4), (12, 4), (20, 2), (128, 4), (36, 2), (100, 4)]:
+        lines = sector_hull(dim, elem, 32)
+        for w in range(4, dim + 1, 4):
+            sb = math.ceil(w * elem / 32) * 32
+            assert max(a + b * w for a, b in lines) <= sb + 1e-9
+        assert max(a + b * dim for a, b in lines) == pytest.approx(math.ceil(dim * elem / 32) * 32)
+
+
+def test_comm_pieces_reproduce_the_all_to_all() -> None:
+    for inst in (make_instance(10, 8, seed=3, per_host=4), make_instance(10, 7, seed=4, per_host=3), make_instance(6, 4, seed=5)):
+        bm = CM.bind(inst)
+        total = float(bm.table_dims.sum())
+        rng = np.random.default_rng(0)
+        host = np.arange(bm.num_devices) // inst.topology.devices_per_host
+        for _ in range(20):
+            u = rng.dirichlet(np.ones(bm.num_devices)) * total
+            v = np.array([u[host == host[d]].sum() for d in range(bm.num_devices)])
+            model = 2 * bm.comm_time(u)
+            mine = [max(p.const + p.cu * u[d] + p.cv * v[d] for p in comm_pieces(bm, d, total)) for d in range(bm.num_devices)]
+            np.testing.assert_allclose(mine, model, rtol=1e-12)
+
+
+def plan_triples(inst: Instance, plan) -> list[tuple[int, int, int]]:
+    idx = inst.table_index()
+    return [(idx[s.table], s.device, s.width(inst.tables[idx[s.table]])) for s in plan.shards]
+
+
+@pytest.mark.parametrize("seed,n_tables,n_devices,per_host", [(0, 10, 4, None), (1, 12, 4, 2), (2, 8, 3, None)])
+def test_bound_below_every_solver_plan(seed: int, n_tables: int, n_devices: int, per_host: int | None) -> None:
+    inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.3, per_host=per_host, batch_size=65536)
+    bound = analytic_lower_bound(inst, CM, time_limit=5)
+    assert bound.status in ("optimal", "bound") and math.isfinite(bound.value_ms)
+    rel = AnalyticRelaxation(inst)
+    costs = {}
+    for name, limit in (("greedy", None), ("neuroshard", 2.0), ("cpsat", 3.0)):
+        r = get_solver(name).solve(inst, CM, seed=0, time_limit=limit)
+        cost = CM.plan_costs(inst, r.plan)
+        costs[name] = cost.max_cost
+        assert bound.value_ms <= cost.max_cost * (1 + 1e-7), (name, bound, cost.max_cost)
+        # the relaxation at the plan's own point is below the plan, device by device
+        assert np.all(rel.device_costs(plan_triples(inst, r.plan)) <= cost.total * (1 + RTOL))
+    # the relaxation's own solution is a real plan, at or above the bound
+    assert bound.plan is not None and bound.plan_cost_ms == pytest.approx(CM.plan_costs(inst, bound.plan).max_cost)
+    assert bound.plan_cost_ms >= bound.value_ms * (1 - 1e-7)
+    best = min(*costs.values(), bound.plan_cost_ms)
+    # a bound worth having: the best of these plans is certified within (measured) 2.9 %, 0.4 %, 1.9 % (the
+    # relaxation's own plan on the third: neuroshard there is 9.3 % above the bound, and 7.6 % above that plan)
+    assert plan_gap(inst, best, bound) < 0.05
+
+
+def enumerate_table_wise(inst: Instance) -> float:
+    """The best table-wise plan by brute force (every assignment that fits in memory)."""
+    bm = CM.bind(inst)
+    n, d = len(inst.tables), inst.topology.num_devices
+    sizes = table_bytes_array(inst)
+    caps = np.array(inst.topology.capacities())
+    assign = np.array(list(itertools.product(range(d), repeat=n)))
+    use = np.zeros((len(assign), d))
+    for t in range(n):
+        np.add.at(use, (np.arange(len(assign)), assign[:, t]), sizes[t])
+    best = math.inf
+    for a in assign[(use <= caps).all(axis=1)]:
+        best = min(best, bm.assignment_costs(a).max_cost)
+    return best
+
+
+@pytest.mark.parametrize("seed,n_devices", [(0, 2), (1, 3), (2, 3), (3, 2)])
+def test_table_wise_bound_against_enumeration(seed: int, n_devices: int) -> None:
+    inst = make_instance(6, n_devices, seed=seed, mem_factor=1.2, batch_size=65536)
+    opt = enumerate_table_wise(inst)
+    tw = analytic_lower_bound(inst, CM, time_limit=10, table_wise=True)
+    assert tw.status == "optimal"
+    assert tw.value_ms <= opt * (1 + 1e-7)
+    assert tw.value_ms >= 0.99 * opt, (tw.value_ms, opt)  # measured: equal (to 1e-15) on all four
+    split = analytic_lower_bound(inst, CM, time_limit=10)
+    assert split.value_ms <= tw.value_ms * (1 + 1e-7)  # more plans, a lower bound
+    assert "column-wise" in split.covers and "table-wise" in tw.covers
+
+
+def test_infeasible_with_a_reason() -> None:
+    inst = make_instance(4, 2, seed=0, mem_factor=0.3)  # every device far below the tables' total
+    b = analytic_lower_bound(inst, CM, time_limit=5)
+    assert b.status == "infeasible" and b.value_ms == math.inf
+    assert "short by" in b.reason or "needs" in b.reason
+    # the counting argument is not enough here; HiGHS proves that the whole tables do not pack
+    packing = instance_from_dict({
+        "tables": [{"name": f"t{i}", "rows": 1000, "dim": 8, "pooling_factor": 1.0, "access": {"zipf": 1.0}} for i in range(3)],
+        "topology": {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 48_000, "hardware": "v100"},
+        "workload": {"batch_size": 1024, "optimizer": "sgd"},
+    })  # 32,000 bytes each: two devices of 48,000 hold 96,000 >= 96,000 bytes, but no two whole tables share one
+    b = analytic_lower_bound(packing, CM, time_limit=5, table_wise=True)
+    assert b.status == "infeasible" and "whole tables" in b.reason
+    assert analytic_lower_bound(packing, CM, time_limit=5).status in ("optimal", "bound")  # split, they fit
+
+
+def test_refuses_other_cost_models() -> None:
+    class Other(CostModel):
+        name = "neural"
+
+        def bind(self, instance: Instance) -> BoundCostModel:
+            raise AssertionError("never bound")
+
+    with pytest.raises(BoundError, match="neural.*analytic"):
+        analytic_lower_bound(make_instance(3, 2), Other())
+    with pytest.raises(BoundError, match="neural"):
+        device_compute_lower_bound(make_instance(3, 2), [(0, 16)], Other())
+    assert analytic_lower_bound(make_instance(4, 2, seed=1), AnalyticCostModel("a100"), time_limit=5).cost_model == "analytic:a100"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI
+
+
+def run_cli(args: list[str]):
+    from typer.testing import CliRunner
+
+    from shardopt.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+SMALL = str(ROOT / "instances" / "examples" / "small.json")
+
+
+def test_cli_bound(tmp_path) -> None:
+    r = run_cli(["bound", SMALL, "--time-limit", "1"])
+    assert r.exit_code == 0, r.output
+    assert "certified lower bound" in r.output and "column-wise" in r.output
+    r = run_cli(["bound", SMALL, "--time-limit", "1", "--json", "--table-wise"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["bound"]["table_wise"] is True and doc["bound"]["status"] in ("optimal", "bound")
+    assert doc["bound"]["value_ms"] > 0 and "covers" in doc["bound"]
+    plan_path = tmp_path / "plan.json"
+    assert run_cli(["solve", SMALL, "--solver", "greedy", "--out", str(plan_path)]).exit_code == 0
+    r = run_cli(["bound", SMALL, "--time-limit", "1", "--plan", str(plan_path), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["cost_ms"] >= doc["bound"]["value_ms"]
+    assert doc["plan"]["gap"] == pytest.approx((doc["plan"]["cost_ms"] - doc["bound"]["value_ms"]) / doc["plan"]["cost_ms"])
+    r = run_cli(["bound", SMALL, "--time-limit", "1", "--plan", str(plan_path)])
+    assert r.exit_code == 0 and "gap" in r.output
+
+
+def test_cli_bound_errors(tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = run_cli(["bound", str(bad)])
+    assert r.exit_code == 2 and "not valid JSON" in r.output
+    r = run_cli(["bound", SMALL, "--cost-model", "neural"])
+    assert r.exit_code == 2 and "analytic" in r.output and "neural" in r.output
+    r = run_cli(["bound", str(ROOT / "instances" / "examples" / "infeasible.json"), "--json"])
+    assert r.exit_code == 3
+    assert "short by" in json.loads(r.stdout)["error"]["message"]
