@@ -59,10 +59,11 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import Instance, Shard
-from shardopt.memory import table_bytes_array
+from shardopt.ir import DIM_ALIGNMENT, Instance
+from shardopt.memory import slice_bytes, table_bytes_array
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.linearize import COMM_FORMS, Linearization, linearize
+from solvers.split_items import Items, build_items, split_candidates, split_counts
 
 COST_SCALE = 10_000  # CP-SAT cost unit: 1e-4 ms
 MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
@@ -70,7 +71,9 @@ DEFAULT_TIME_LIMIT = 60.0
 WARM_START_SOLVERS = ("greedy", "size", "dim", "lookup", "size_lookup", "round_robin")
 EXACT_NEURAL_MAX_TABLES = 12
 EXACT_NEURAL_MAX_DEVICES = 4
-LARGE_MODEL = 20_000  # CP-SAT: above this many (table, device) variables, no presolve (see solve_cpsat)
+LARGE_MODEL = 20_000  # CP-SAT: above this many (item, device) variables, no presolve (see solve_cpsat)
+DEFAULT_MAX_SPLIT = 4  # column splits offered: into 2 and 4 equal shards
+DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
 
 
 class _Bound(CostModel):
@@ -89,27 +92,42 @@ class _Bound(CostModel):
 
 @dataclass
 class Problem:
-    """What every backend needs besides the linearisation: memory, the allowed (table, device) pairs, symmetry."""
+    """What every backend needs besides the linearisation: the items (whole tables and their column splits), memory,
+    the allowed (item, device) pairs, symmetry, the plan in hand."""
 
     instance: Instance
-    sizes: np.ndarray  # [T] bytes
+    items: Items
+    sizes: np.ndarray  # [I] bytes of one shard of each item
     caps: np.ndarray  # [D] bytes
-    allowed: np.ndarray  # [T, D] bool: the table fits and symmetry breaking allows it
+    allowed: np.ndarray  # [I, D] bool: a shard fits and symmetry breaking allows it
     classes: list[list[int]]  # symmetry classes used (devices, in order), each of >= 2 devices
-    rank: np.ndarray  # [T] rank of each table in bytes-descending order
-    center: np.ndarray | None = None  # the plan in hand: ties in z go to the solution that moves fewest tables from it
-    radius: int | None = None  # trust region: at most `radius` tables may leave their device in `center`
+    rank: np.ndarray  # [I] position of each item in bytes-descending order (symmetry breaking, `_canonical`)
+    center: np.ndarray | None = None  # [I, D] the plan in hand: ties in z go to the solution that moves fewest shards from it
+    radius: int | None = None  # trust region: at most `radius` shards of `center` may leave their device
     tiebreak: bool = True
     table_cuts: bool = True
-    lb: np.ndarray | None = None  # [T, D] table_lower_bounds of the linearisation (for the cuts), when computed
+    lb: np.ndarray | None = None  # [I, D] table_lower_bounds of the linearisation (for the cuts), when computed
 
     @property
     def num_tables(self) -> int:
+        return self.items.num_tables
+
+    @property
+    def num_items(self) -> int:
         return len(self.sizes)
 
     @property
     def num_devices(self) -> int:
         return len(self.caps)
+
+    @property
+    def upper(self) -> np.ndarray:
+        """[I] the most shards of an item one device may hold: 1, or all of them when splits need not be apart."""
+        return _upper(self.items)
+
+
+def _upper(items: Items) -> np.ndarray:
+    return np.where(items.apart, 1, items.parts).astype(np.int64)
 
 
 @dataclass
@@ -117,7 +135,7 @@ class LinearSolve:
     """One backend call on one linearised model."""
 
     status: str  # optimal | feasible (time limit, solution found) | infeasible | unknown (time limit, none)
-    device_of: np.ndarray | None
+    counts: np.ndarray | None  # [I, D] shards of each item on each device
     objective: float | None  # linearised cost of the solution (ms)
     bound: float | None  # best bound of the linearised problem (ms)
     build_s: float
@@ -125,8 +143,14 @@ class LinearSolve:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _symmetry(instance: Instance, lin: Linearization, fits: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
-    """The allowed mask after symmetry breaking, and the classes it used."""
+def _symmetry(instance: Instance, lin: Linearization, fits: np.ndarray, items: Items) -> tuple[np.ndarray, list[list[int]], np.ndarray]:
+    """(allowed mask after symmetry breaking, the classes it used, each item's rank in bytes-descending order).
+
+    Rule: give item i ``parts_i`` consecutive slots in rank order; the p-th device of a class may hold only items
+    whose last slot is >= p. Valid: sort a class's devices by the best-ranked item each holds; an item is on at most
+    parts_i devices, so the devices up to position p hold, as their best items, items whose slots number >= p + 1 --
+    the p-th device's best item (and every worse one) ends at slot >= p. Whole tables only: the i-th device holds
+    no table ranked before i."""
     D = instance.topology.num_devices
     caps = instance.topology.capacities()
     host = lin.host
@@ -141,39 +165,44 @@ def _symmetry(instance: Instance, lin: Linearization, fits: np.ndarray, rank: np
         )
         groups.setdefault(key, []).append(d)
     classes = [g for g in groups.values() if len(g) > 1]
+    order = np.argsort(-items.size, kind="stable")
+    rank = np.empty(items.num_items, dtype=np.int64)
+    rank[order] = np.arange(items.num_items)
+    last_slot = np.empty(items.num_items, dtype=np.int64)
+    last_slot[order] = np.cumsum(items.parts[order]) - 1
     allowed = fits.copy()
     for cls in classes:
-        for i, d in enumerate(cls):
-            allowed[rank < i, d] = False  # the i-th device of a class holds no table ranked before i
-    return allowed, classes
+        for pos, d in enumerate(cls):
+            allowed[last_slot < pos, d] = False
+    return allowed, classes, rank
 
 
-def _canonical(device_of: np.ndarray, classes: list[list[int]], rank: np.ndarray) -> np.ndarray:
+def _canonical(counts: np.ndarray, classes: list[list[int]], rank: np.ndarray) -> np.ndarray:
     """Permute the devices of each class so that the plan meets the symmetry-breaking rule (same costs)."""
-    out = device_of.copy()
+    out = counts.copy()
     for cls in classes:
         best = []
         for d in cls:
-            on = np.flatnonzero(device_of == d)
+            on = np.flatnonzero(counts[:, d] > 0)
             best.append(int(rank[on].min()) if len(on) else 10**12)
-        order = [cls[i] for i in np.argsort(best, kind="stable")]  # devices by best-ranked table held
-        for new, old in zip(cls, order):
-            out[device_of == old] = new
+        order = [cls[i] for i in np.argsort(best, kind="stable")]  # devices by best-ranked item held
+        out[:, cls] = counts[:, order]
     return out
 
 
-def _packing_reason(instance: Instance, prover: str) -> str:
+def _packing_reason(instance: Instance, prover: str, max_split: int = 1) -> str:
     sizes = table_bytes_array(instance)
     caps = np.array(instance.topology.capacities(), dtype=np.int64)
     order = np.argsort(-sizes, kind="stable")
     largest = ", ".join(f"{instance.tables[i].name!r} {int(sizes[i]):,}" for i in order[:5])
+    what = "whole tables" if max_split < 2 else f"whole tables or their column splits (into up to {max_split} shards, on the tables offered splits)"
     why = (
-        f"{prover} proved that no assignment of whole tables fits in memory: the tables need {int(sizes.sum()):,} bytes "
+        f"{prover} proved that no assignment of {what} fits in memory: the tables need {int(sizes.sum()):,} bytes "
         f"(weights and {instance.workload.optimizer.value} state) against {int(caps.sum()):,} bytes on {len(caps)} devices, "
         f"but they do not pack (largest tables: {largest}; largest device {int(caps.max()):,} bytes)"
     )
     half = int((sizes * 2 > caps.max()).sum())
-    if half > len(caps):
+    if half > len(caps) and max_split < 2:
         why += f"; {half} tables each need more than half of the largest device, so no two share one, and there are {len(caps)} devices"
     return why
 
@@ -194,9 +223,11 @@ def _device_plane_bounds(lin: Linearization, total: float) -> tuple[np.ndarray, 
 def width_caps(lin: Linearization, sizes: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """([D], [D]): upper bounds of the pooled width a device, and its whole host, can hold in memory: the
     fractional-knapsack bound (tables by dim per byte, the last one cut) of the device's / host's capacity."""
-    order = np.argsort(-(lin.dims / np.maximum(sizes, 1)), kind="stable")
+    whole = lin.items.whole if lin.items is not None else np.arange(len(lin.dims))
+    dims, sizes = lin.dims[whole], sizes[whole]  # (a column shard holds no more width per byte than its table)
+    order = np.argsort(-(dims / np.maximum(sizes, 1)), kind="stable")
     cum_bytes = np.cumsum(sizes[order].astype(np.float64))
-    cum_dims = np.cumsum(lin.dims[order])
+    cum_dims = np.cumsum(dims[order])
 
     def most(cap: float) -> float:
         k = int(np.searchsorted(cum_bytes, cap, side="right"))  # whole tables that fit
@@ -204,7 +235,7 @@ def width_caps(lin: Linearization, sizes: np.ndarray, caps: np.ndarray) -> tuple
             return float(cum_dims[-1])
         done_b = cum_bytes[k - 1] if k else 0.0
         done_d = cum_dims[k - 1] if k else 0.0
-        return float(done_d + lin.dims[order[k]] * (cap - done_b) / max(float(sizes[order[k]]), 1.0))
+        return float(done_d + dims[order[k]] * (cap - done_b) / max(float(sizes[order[k]]), 1.0))
 
     host_cap = np.bincount(lin.host, weights=caps.astype(np.float64))
     umax = np.array([most(float(c)) for c in caps])
@@ -223,7 +254,7 @@ def comm_floor(lin: Linearization, widths: np.ndarray, umax: np.ndarray | None =
 
     widths = np.asarray(widths, dtype=np.float64)
     D, K = lin.num_devices, lin.num_planes
-    total = float(lin.dims.sum())
+    total = lin.total_width
     umax = np.full(D, total) if umax is None else np.maximum(np.minimum(umax, total), 0.0)
     vmax = np.full(D, total) if vmax is None else np.maximum(np.minimum(vmax, total), umax)
     if K == 1 and not lin.k2.any():  # one plane in u alone: its minimum is at an end of the range
@@ -266,31 +297,38 @@ def comm_floor(lin: Linearization, widths: np.ndarray, umax: np.ndarray | None =
 
 
 def table_lower_bounds(lin: Linearization, allowed: np.ndarray, sizes: np.ndarray | None = None, caps: np.ndarray | None = None) -> np.ndarray:
-    """[T, D]: a lower bound of device d's linearised cost whenever table t is on it (inf where not allowed).
+    """[I, D]: a lower bound of device d's linearised cost whenever it holds a shard of item i (inf where not
+    allowed; table-wise models: item = table).
 
-    Device d with t on it costs c0[d] + a[t, d] + (the other tables' terms, >= the sum of d's negative ones) + its
-    comm, whose own width is at least dim_t (`comm_floor`; every shipped comm model grows with the own width).
-    Hence the valid inequalities ``z >= sum_d lb[t, d] x[t, d]``: the LP relaxation spreads a big table over
-    devices and forgets that one device must carry all of it; these cuts remember (on a plan whose slowest device
-    holds one huge table they lift the bound from the average load to that device's cost)."""
-    neg = np.where(allowed, np.minimum(lin.a, 0.0), 0.0).sum(axis=0)  # [D]
+    Device d with a shard of i on it costs c0[d] + a[i, d] + (its other terms, >= the sum of d's negative ones, each
+    as many times as d may hold that item) + its comm, whose own width is at least the shard's width (`comm_floor`;
+    every shipped comm model grows with the own width). Hence the valid inequalities (`_useful_cuts`)
+    ``z >= sum_{i of t} sum_d lb[i, d] x[i, d] / parts_i``: the LP relaxation spreads a big table over devices and
+    forgets that one device must carry all of it (or a whole shard of it); these cuts remember (on a plan whose
+    slowest device holds one huge table they lift the bound from the average load to that device's cost)."""
+    upper = _upper(lin.items) if lin.items is not None else np.ones(lin.num_items, dtype=np.int64)
+    neg_terms = np.where(allowed, np.minimum(lin.a, 0.0), 0.0)
+    neg = (neg_terms * upper[:, None]).sum(axis=0)  # [D]
     uniq, inv = np.unique(lin.dims, return_inverse=True)
     umax, vmax = width_caps(lin, sizes, caps) if sizes is not None and caps is not None else (None, None)
-    floor = comm_floor(lin, uniq, umax, vmax)[inv]  # [T, D]
+    floor = comm_floor(lin, uniq, umax, vmax)[inv]  # [I, D]
     lb = lin.c0[None, :] + lin.a + (neg[None, :] - np.minimum(lin.a, 0.0)) + floor
     return np.where(allowed, lb, np.inf)
 
 
-def _useful_cuts(lb: np.ndarray) -> np.ndarray:
-    """Tables whose cut may bind: the least cost of holding them is at least half the largest such cost."""
-    least = np.where(np.isfinite(lb), lb, np.inf).min(axis=1)
-    top = least.max()
+def table_cut_bound(lb: np.ndarray, items: Items) -> float:
+    """A bound of the linear model by itself: every table puts a shard somewhere, so z >= max_t min over t's items
+    and devices of lb."""
+    least = np.where(np.isfinite(lb), lb, np.inf).min(axis=1)  # [I]
+    per_table = np.minimum.reduceat(least, items.first[:-1])
+    return float(per_table.max()) if len(per_table) else -math.inf
+
+
+def _useful_cuts(lb: np.ndarray, items: Items) -> np.ndarray:
+    """Tables whose cut may bind: the least cost of holding (a shard of) them is at least half the largest such cost."""
+    least = np.minimum.reduceat(np.where(np.isfinite(lb), lb, np.inf).min(axis=1), items.first[:-1])
+    top = least.max() if len(least) else -np.inf
     return np.flatnonzero(least >= 0.5 * top) if np.isfinite(top) and top > 0 else np.arange(0)
-
-
-def _hint_values(lin: Linearization, hint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    dimsum, hostsum = lin.widths(hint)
-    return dimsum, hostsum
 
 
 def solve_cpsat(
@@ -305,15 +343,19 @@ def solve_cpsat(
     log: bool = False,
     params: dict[str, Any] | None = None,
 ) -> LinearSolve:
+    """CP-SAT on the linear model: one variable per allowed (item, device) -- a Boolean, or a count when the shards
+    of a split need not be apart -- and one Boolean per item of a table with splits (its chosen cut)."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
-    T, D = prob.num_tables, prob.num_devices
+    items = prob.items
+    T, I, D = prob.num_tables, prob.num_items, prob.num_devices
+    upper = prob.upper
     S = COST_SCALE
     a_int = np.floor(lin.a * S).astype(np.int64)
     c0_int = np.floor(lin.c0 * S).astype(np.int64)
     dims = lin.dims.astype(np.int64)
-    total = int(dims.sum())
+    total = int(round(lin.total_width))
     # plane constraints get their own extra factor so that small slopes (ms per unit width) keep their digits
     slopes = np.abs(np.concatenate([lin.k1.ravel(), lin.k2.ravel()]))
     small = slopes[slopes > 0].min() if (slopes > 0).any() else 1.0
@@ -329,22 +371,35 @@ def solve_cpsat(
 
     model = cp_model.CpModel()
     x: dict[tuple[int, int], Any] = {}
-    by_table: list[list[tuple[int, Any]]] = [[] for _ in range(T)]
+    by_item: list[list[tuple[int, Any]]] = [[] for _ in range(I)]
     by_device: list[list[tuple[int, Any]]] = [[] for _ in range(D)]
-    for t, d in zip(*np.nonzero(prob.allowed)):
-        v = model.new_bool_var(f"x{t}_{d}")
-        x[int(t), int(d)] = v
-        by_table[t].append((int(d), v))
-        by_device[d].append((int(t), v))
+    for i, d in zip(*np.nonzero(prob.allowed)):
+        i, d = int(i), int(d)
+        v = model.new_bool_var(f"x{i}_{d}") if upper[i] == 1 else model.new_int_var(0, int(upper[i]), f"x{i}_{d}")
+        x[i, d] = v
+        by_item[i].append((d, v))
+        by_device[d].append((i, v))
+    choice: dict[int, Any] = {}  # item -> its Boolean "this cut is the table's", for tables with splits
     for t in range(T):
-        model.add_exactly_one([v for _, v in by_table[t]])
+        its = range(int(items.first[t]), int(items.first[t + 1]))
+        if len(its) == 1:
+            i = its[0]
+            if items.parts[i] == 1:
+                model.add_exactly_one([v for _, v in by_item[i]])
+            else:
+                model.add(sum(v for _, v in by_item[i]) == int(items.parts[i]))
+            continue
+        for i in its:
+            choice[i] = model.new_bool_var(f"s{i}")
+            model.add(sum(v for _, v in by_item[i]) == int(items.parts[i]) * choice[i])
+        model.add_exactly_one([choice[i] for i in its])
     for d in range(D):
-        ts = [t for t, _ in by_device[d]]
-        if ts and int(prob.sizes[ts].sum()) > int(prob.caps[d]):
-            model.add(cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(prob.sizes[t]) for t in ts]) <= int(prob.caps[d]))
+        its_d = [i for i, _ in by_device[d]]
+        if its_d and int((prob.sizes[its_d] * upper[its_d]).sum()) > int(prob.caps[d]):
+            model.add(cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(prob.sizes[i]) for i in its_d]) <= int(prob.caps[d]))
     u = [model.new_int_var(0, total, f"u{d}") for d in range(D)]
     for d in range(D):
-        model.add(u[d] == cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(dims[t]) for t, _ in by_device[d]]))
+        model.add(u[d] == cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(dims[i]) for i, _ in by_device[d]]))
     host_members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
     m = [model.new_int_var(math.floor(m_lo[d] * S) - 1, math.ceil(m_hi[d] * S) + 1, f"m{d}") for d in range(D)]
     for d in range(D):
@@ -357,35 +412,44 @@ def solve_cpsat(
             model.add(cp_model.LinearExpr.weighted_sum(terms, coefs) >= int(k0_int[d, k]))
     y = [model.new_bool_var(f"y{d}") for d in range(D)]
     for d in range(D):
-        for _, v in by_device[d]:
-            model.add_implication(v, y[d])
-        model.add_bool_or([v for _, v in by_device[d]] + [y[d].Not()])
-    dev_lo = np.array([min(0, int(c0_int[d])) + sum(min(0, int(a_int[t, d])) for t, _ in by_device[d]) for d in range(D)]) + np.floor(m_lo * S) - 1
-    dev_hi = np.array([max(0, int(c0_int[d])) + sum(max(0, int(a_int[t, d])) for t, _ in by_device[d]) for d in range(D)]) + np.ceil(m_hi * S) + 1
+        bools = [v for i, v in by_device[d] if upper[i] == 1]
+        for i, v in by_device[d]:
+            if upper[i] == 1:
+                model.add_implication(v, y[d])
+            else:
+                model.add(v <= int(upper[i]) * y[d])
+        if len(bools) == len(by_device[d]):
+            model.add_bool_or(bools + [y[d].Not()])
+        else:
+            model.add(sum(v for _, v in by_device[d]) >= y[d])
+    dev_lo = np.array([min(0, int(c0_int[d])) + sum(min(0, int(a_int[i, d])) * int(upper[i]) for i, _ in by_device[d]) for d in range(D)]) + np.floor(m_lo * S) - 1
+    dev_hi = np.array([max(0, int(c0_int[d])) + sum(max(0, int(a_int[i, d])) * int(upper[i]) for i, _ in by_device[d]) for d in range(D)]) + np.ceil(m_hi * S) + 1
     z_lo, z_hi = int(dev_lo.max()), int(dev_hi.max())
 
     hint_z = None
     if hint is not None:
-        dimsum, hostsum = _hint_values(lin, hint)
+        dimsum, hostsum = lin.widths(hint)
         m_hint = []
         for d in range(D):
-            rhs = k0_int[d] + k1_int[d] * int(dimsum[d]) + k2_int[d] * int(hostsum[d])
+            rhs = k0_int[d] + k1_int[d] * int(round(dimsum[d])) + k2_int[d] * int(round(hostsum[d]))
             m_hint.append(max(int(-(-int(rhs.max()) // plane_scale)), math.floor(m_lo[d] * S) - 1))
-        used = np.bincount(hint, minlength=D) > 0
-        comp = np.where(used, c0_int, 0) + np.array([int(a_int[np.flatnonzero(hint == d), d].sum()) for d in range(D)])
+        used = hint.sum(axis=0) > 0
+        comp = np.where(used, c0_int, 0) + (hint * a_int).sum(axis=0)
         hint_z = int((comp + np.array(m_hint)).max())
         z_hi = max(z_hi, hint_z)
     z = model.new_int_var(z_lo, z_hi, "z")
     for d in range(D):
-        ts = [t for t, _ in by_device[d]]
+        its_d = [i for i, _ in by_device[d]]
         model.add(
-            z - m[d] - int(c0_int[d]) * y[d] - cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(a_int[t, d]) for t in ts]) >= 0
+            z - m[d] - int(c0_int[d]) * y[d] - cp_model.LinearExpr.weighted_sum([v for _, v in by_device[d]], [int(a_int[i, d]) for i in its_d]) >= 0
         )
     if hint is not None:
-        for (t, d), v in x.items():
-            model.add_hint(v, bool(hint[t] == d))
+        for (i, d), v in x.items():
+            model.add_hint(v, int(hint[i, d]))
+        for i, v in choice.items():
+            model.add_hint(v, bool(hint[i].sum() > 0))
         for d in range(D):
-            model.add_hint(u[d], int(dimsum[d]))
+            model.add_hint(u[d], int(round(dimsum[d])))
             model.add_hint(y[d], bool(used[d]))
             model.add_hint(m[d], m_hint[d])
         model.add_hint(z, hint_z)
@@ -393,27 +457,50 @@ def solve_cpsat(
             model.add(z <= hint_z)  # nothing worse than the hint (in the linear model) is of any use
     cuts = 0
     if prob.table_cuts:
-        # table_lower_bounds in the integer model: the other tables' terms >= d's negative a_int; m_d >= the least
-        # ceil(plane_int / plane_scale) over {dim_t <= u <= v <= total}
+        # table_lower_bounds in the integer model: the other terms >= d's negative a_int (as often as d may hold
+        # each item); m_d >= the least ceil(plane_int / plane_scale) over {width_i <= u <= v <= total}. For a table
+        # with splits: L z >= sum_i (L / parts_i) sum_d coef[i, d] x[i, d], L = the largest parts (powers of two)
         lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
-        neg_int = np.where(prob.allowed, np.minimum(a_int, 0), 0).sum(axis=0)  # [D]
-        for t in _useful_cuts(lb):
-            ds = np.array([d for d, _ in by_table[t]], dtype=np.int64)
-            ut = int(dims[t])
-            verts = [(ut, ut), (ut, total), (total, total)]
-            low = np.min([k0_int[ds] + k1_int[ds] * uu + k2_int[ds] * vv for uu, vv in verts], axis=0)  # [n, K]
-            m_min = -((-low) // plane_scale)  # ceil division, exact in integers
-            coefs = c0_int[ds] + a_int[t, ds] + neg_int[ds] - np.minimum(a_int[t, ds], 0) + m_min.max(axis=1)
-            model.add(z >= cp_model.LinearExpr.weighted_sum([v for _, v in by_table[t]], [int(c) for c in coefs]))
+        neg_int = (np.where(prob.allowed, np.minimum(a_int, 0), 0) * upper[:, None]).sum(axis=0)  # [D]
+        for t in _useful_cuts(lb, items):
+            its = range(int(items.first[t]), int(items.first[t + 1]))
+            L = int(items.parts[list(its)].max())
+            terms, coefs_all = [], []
+            for i in its:
+                if not by_item[i]:
+                    continue
+                ds = np.array([d for d, _ in by_item[i]], dtype=np.int64)
+                ut = int(dims[i])
+                verts = [(ut, ut), (ut, total), (total, total)]
+                low = np.min([k0_int[ds] + k1_int[ds] * uu + k2_int[ds] * vv for uu, vv in verts], axis=0)  # [n, K]
+                m_min = -((-low) // plane_scale)  # ceil division, exact in integers
+                coefs = c0_int[ds] + a_int[i, ds] + neg_int[ds] - np.minimum(a_int[i, ds], 0) + m_min.max(axis=1)
+                terms += [v for _, v in by_item[i]]
+                coefs_all += [int(c) * (L // int(items.parts[i])) for c in coefs]
+            model.add(L * z >= cp_model.LinearExpr.weighted_sum(terms, coefs_all))
             cuts += 1
     tie = prob.center is not None and prob.tiebreak
+    N = 0
     if tie:
-        stay = [x[t, int(prob.center[t])] for t in range(T)]
+        assert prob.center is not None
+        stay = []
+        for i, d in zip(*np.nonzero(prob.center)):
+            v = x.get((int(i), int(d)))
+            if v is None:
+                continue
+            c = int(prob.center[i, d])
+            if upper[i] == 1:
+                stay.append(v)
+            else:  # shards kept = min(x, c): pushed up by the objective
+                kv = model.new_int_var(0, c, f"k{i}_{d}")
+                model.add(kv <= v)
+                stay.append(kv)
+        N = int(prob.center.sum())
         if prob.radius is not None:
-            model.add(sum(stay) >= T - int(prob.radius))
-        # lexicographic: z first (one unit of z outweighs every move), then the fewest tables moved -- of the many
+            model.add(sum(stay) >= N - int(prob.radius))
+        # lexicographic: z first (one unit of z outweighs every move), then the fewest shards moved -- of the many
         # plans with the same max, the one nearest the expansion point, where the linearisation is accurate
-        model.minimize((T + 1) * z - sum(stay))
+        model.minimize((N + 1) * z - sum(stay))
     else:
         model.minimize(z)
     build_s = time.perf_counter() - t0
@@ -435,7 +522,7 @@ def solve_cpsat(
     solve_s = time.perf_counter() - t1
     name = solver.status_name(code)
     info = {
-        "variables": len(x) + 3 * D + 1,
+        "variables": len(x) + len(choice) + 3 * D + 1,
         "cost_unit_ms": 1.0 / S,
         "plane_scale": plane_scale,
         "planes": lin.num_planes,
@@ -450,24 +537,21 @@ def solve_cpsat(
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if code == cp_model.MODEL_INVALID:
             raise RuntimeError(f"CP-SAT rejected the model: {model.validate()}")
-        bound = (_z_bound(solver.best_objective_bound, T, tie) - 1) / S if math.isfinite(solver.best_objective_bound) else None
+        bound = (_z_bound(solver.best_objective_bound, N, tie) - 1) / S if math.isfinite(solver.best_objective_bound) else None
         return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
-    device_of = np.full(T, -1, dtype=np.int64)
-    for t in range(T):
-        for d, v in by_table[t]:
-            if solver.boolean_value(v):
-                device_of[t] = d
-                break
+    counts = np.zeros((I, D), dtype=np.int64)
+    for (i, d), v in x.items():
+        counts[i, d] = int(solver.value(v))
     status = "optimal" if code == cp_model.OPTIMAL else "feasible"
     # the integer model never over-states a cost (coefficients rounded down) except for m_d's own integrality
     # (< 1 unit): one unit below its bound is a bound of the real-coefficient linear model
-    bound = (_z_bound(solver.best_objective_bound, T, tie) - 1) / S
-    return LinearSolve(status, device_of, solver.value(z) / S, bound, build_s, solve_s, info)
+    bound = (_z_bound(solver.best_objective_bound, N, tie) - 1) / S
+    return LinearSolve(status, counts, solver.value(z) / S, bound, build_s, solve_s, info)
 
 
-def _z_bound(bound: float, T: int, tie: bool) -> float:
-    """A bound on z from CP-SAT's bound on (T + 1) z - stay (0 <= stay <= T, z integer): z >= ceil(bound / (T + 1))."""
-    return float(math.ceil(bound / (T + 1) - 1e-9)) if tie else float(bound)
+def _z_bound(bound: float, N: int, tie: bool) -> float:
+    """A bound on z from CP-SAT's bound on (N + 1) z - stay (0 <= stay <= N, z integer): z >= ceil(bound / (N + 1))."""
+    return float(math.ceil(bound / (N + 1) - 1e-9)) if tie else float(bound)
 
 
 @dataclass
@@ -492,17 +576,40 @@ class _Rows:
 
 
 def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tuple[_Rows, dict[str, Any]]:
-    """The linearised model as sparse rows (shared by CBC through PuLP and HiGHS through scipy)."""
-    T, D = prob.num_tables, prob.num_devices
-    pairs = np.argwhere(prob.allowed)  # [n, 2] sorted by table then device
+    """The linearised model as sparse rows (shared by CBC through PuLP and HiGHS through scipy).
+
+    Columns: x (allowed (item, device) pairs, by item then device; binary, or a count 0..parts when the shards of a
+    split need not be apart), s (one per item of a table with splits: the chosen cut), k (shards kept in place, for
+    counts only), then u [D], m [D], y [D], z."""
+    items = prob.items
+    T, I, D = prob.num_tables, prob.num_items, prob.num_devices
+    upper = prob.upper
+    pairs = np.argwhere(prob.allowed)  # [n, 2] sorted by item then device
     n = len(pairs)
-    U, M, Y, Z = n, n + D, n + 2 * D, n + 3 * D
-    rows = _Rows(pairs, n + 3 * D + 1)
-    total = float(lin.dims.sum())
-    starts = np.searchsorted(pairs[:, 0], np.arange(T + 1))  # pairs are sorted by table
+    multi = np.diff(items.first) > 1
+    s_items = np.flatnonzero(multi[items.table])  # items of tables with splits
+    s_col = {int(i): n + j for j, i in enumerate(s_items)}
+    center = prob.center
+    keep_pairs = (
+        np.flatnonzero((center[pairs[:, 0], pairs[:, 1]] > 0) & (upper[pairs[:, 0]] > 1)) if center is not None else np.arange(0)
+    )
+    K0 = n + len(s_items)
+    U = K0 + len(keep_pairs)
+    M, Y, Z = U + D, U + 2 * D, U + 3 * D
+    rows = _Rows(pairs, U + 3 * D + 1)
+    total = lin.total_width
+    starts = np.searchsorted(pairs[:, 0], np.arange(I + 1))  # pairs are sorted by item
     for t in range(T):
-        idx = np.arange(starts[t], starts[t + 1])
-        rows.add(idx, np.ones(len(idx)), 1.0, 1.0)
+        its = range(int(items.first[t]), int(items.first[t + 1]))
+        if len(its) == 1:
+            i = its[0]
+            idx = np.arange(starts[i], starts[i + 1])
+            rows.add(idx, np.ones(len(idx)), float(items.parts[i]), float(items.parts[i]))
+            continue
+        for i in its:  # sum_d x[i, d] = parts_i s_i
+            idx = np.arange(starts[i], starts[i + 1])
+            rows.add(np.append(idx, s_col[i]), np.append(np.ones(len(idx)), -float(items.parts[i])), 0.0, 0.0)
+        rows.add(np.array([s_col[i] for i in its]), np.ones(len(its)), 1.0, 1.0)
     order = np.argsort(pairs[:, 1], kind="stable")
     dev_starts = np.searchsorted(pairs[order, 1], np.arange(D + 1))
     by_dev = [order[dev_starts[d] : dev_starts[d + 1]] for d in range(D)]
@@ -511,7 +618,7 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     for d in range(D):
         idx = by_dev[d]
         sz = prob.sizes[pairs[idx, 0]].astype(np.float64)
-        if sz.sum() > prob.caps[d]:
+        if (sz * upper[pairs[idx, 0]]).sum() > prob.caps[d]:
             rows.add(idx, sz / float(prob.caps[d]), -np.inf, 1.0)
     W = max(1.0, total / D)
     for d in range(D):
@@ -532,49 +639,63 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
             rows.add(np.array(list(merged)), np.array(list(merged.values())), float(lin.k0[d, k]), np.inf)
     for d in range(D):
         idx = by_dev[d]
-        if len(idx):  # y_d = 1 iff device d holds a table (aggregated: one row each way)
-            rows.add(np.append(idx, Y + d), np.append(np.ones(len(idx)), -float(len(idx))), -np.inf, 0.0)
+        if len(idx):  # y_d = 1 iff device d holds a shard (aggregated: one row each way)
+            rows.add(np.append(idx, Y + d), np.append(np.ones(len(idx)), -float(upper[pairs[idx, 0]].sum())), -np.inf, 0.0)
         rows.add(np.append(idx, Y + d), np.append(-np.ones(len(idx)), 1.0), -np.inf, 0.0)
         rows.add(
             np.concatenate([idx, [M + d, Y + d, Z]]), np.concatenate([-lin.a[pairs[idx, 0], d], [-1.0, -float(lin.c0[d]), 1.0]]), 0.0, np.inf
         )
     cuts = 0
-    if prob.table_cuts:  # z >= sum_d lb[t, d] x[t, d] (table_lower_bounds), less a hair for the solvers' tolerances
+    if prob.table_cuts:  # z >= sum_{i of t} sum_d lb[i, d] x[i, d] / parts_i (table_lower_bounds), less a hair for tolerances
         lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
-        for t in _useful_cuts(lb):
-            idx = np.arange(starts[t], starts[t + 1])
-            coef = lb[t, pairs[idx, 1]] - 1e-7 * np.maximum(1.0, np.abs(lb[t, pairs[idx, 1]]))
+        for t in _useful_cuts(lb, items):
+            idx = np.arange(starts[items.first[t]], starts[items.first[t + 1]])
+            lbv = lb[pairs[idx, 0], pairs[idx, 1]]
+            coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) / items.parts[pairs[idx, 0]]
             rows.add(np.append(idx, Z), np.append(-coef, 1.0), 0.0, np.inf)
             cuts += 1
     stay = None
-    if prob.center is not None:
-        stay = starts[:-1] + np.array([int(np.searchsorted(pairs[starts[t] : starts[t + 1], 1], prob.center[t])) for t in range(T)])
+    if center is not None:
+        on = center[pairs[:, 0], pairs[:, 1]] > 0
+        stay_x = np.flatnonzero(on & (upper[pairs[:, 0]] == 1))
+        for j, p in enumerate(keep_pairs):  # k <= x (and k <= the center's count, by its bound)
+            rows.add(np.array([K0 + j, p]), np.array([1.0, -1.0]), -np.inf, 0.0)
+        stay = np.concatenate([stay_x, K0 + np.arange(len(keep_pairs))]).astype(np.int64)
         if prob.radius is not None:
-            rows.add(stay, np.ones(T), float(T - prob.radius), np.inf)
+            rows.add(stay, np.ones(len(stay)), float(int(center.sum()) - prob.radius), np.inf)
     m_lo, m_hi = _device_plane_bounds(lin, total)
-    bounds_lo = np.concatenate([np.zeros(n), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
-    bounds_hi = np.concatenate([np.ones(n), np.full(D, total / W), m_hi + 1.0, np.ones(D), [np.inf if hint_cost is None else hint_cost + 1e-6]])
-    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "M": M, "Y": Y, "Z": Z, "W": W, "stay": stay, "integer": np.arange(Y, Y + D), "cuts": cuts}
+    keep_hi = center[pairs[keep_pairs, 0], pairs[keep_pairs, 1]].astype(np.float64) if center is not None else np.zeros(0)
+    bounds_lo = np.concatenate([np.zeros(n), np.zeros(len(s_items)), np.zeros(len(keep_pairs)), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
+    bounds_hi = np.concatenate(
+        [upper[pairs[:, 0]].astype(np.float64), np.ones(len(s_items)), keep_hi, np.full(D, total / W), m_hi + 1.0, np.ones(D),
+         [np.inf if hint_cost is None else hint_cost + 1e-6]]
+    )
+    integer = np.concatenate([np.arange(n, n + len(s_items)), np.arange(Y, Y + D)]).astype(np.int64)
+    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "M": M, "Y": Y, "Z": Z, "W": W, "stay": stay, "integer": integer, "cuts": cuts,
+                  "s_items": s_items, "keep_pairs": keep_pairs, "K0": K0}
 
 
 def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.ndarray, D: int) -> np.ndarray:
     n = len(rows.pairs)
     v = np.zeros(rows.n_vars)
-    v[:n] = (hint[rows.pairs[:, 0]] == rows.pairs[:, 1]).astype(np.float64)
+    v[:n] = hint[rows.pairs[:, 0], rows.pairs[:, 1]].astype(np.float64)
+    s_items = b["s_items"]
+    v[n : n + len(s_items)] = hint[s_items].sum(axis=1) > 0
+    kp = b["keep_pairs"]
+    v[b["K0"] : b["K0"] + len(kp)] = v[kp]  # (the hint is the center: every shard kept)
     dimsum, hostsum = lin.widths(hint)
     v[b["U"] : b["U"] + D] = dimsum / b["W"]
     v[b["M"] : b["M"] + D] = (lin.k0 + lin.k1 * dimsum[:, None] + lin.k2 * hostsum[:, None]).max(axis=1)
-    v[b["Y"] : b["Y"] + D] = np.bincount(hint, minlength=D) > 0
+    v[b["Y"] : b["Y"] + D] = hint.sum(axis=0) > 0
     v[b["Z"]] = lin.cost(hint)
     return v
 
 
-def _device_of_from(rows: _Rows, xv: np.ndarray, T: int) -> np.ndarray:
+def _counts_from(rows: _Rows, xv: np.ndarray, I: int, D: int) -> np.ndarray:
     n = len(rows.pairs)
-    device_of = np.full(T, -1, dtype=np.int64)
-    on = xv[:n] > 0.5
-    device_of[rows.pairs[on, 0]] = rows.pairs[on, 1]
-    return device_of
+    counts = np.zeros((I, D), dtype=np.int64)
+    counts[rows.pairs[:, 0], rows.pairs[:, 1]] = np.rint(xv[:n]).astype(np.int64)
+    return counts
 
 
 def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
@@ -596,8 +717,7 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
         c[b["stay"]] = -MOVE_TIEBREAK_MS
     integrality = np.zeros(rows.n_vars)
     integrality[:n] = 1
-    if "integer" in b:
-        integrality[b["integer"]] = 1
+    integrality[b["integer"]] = 1
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     res = milp(
@@ -617,11 +737,11 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
         return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
     if res.x is None:
         return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
-    device_of = _device_of_from(rows, res.x, prob.num_tables)
+    counts = _counts_from(rows, res.x, prob.num_items, prob.num_devices)
     info["solution"] = res.x
     status = "optimal" if res.status == 0 else "feasible"
     zval = float(res.x[b["Z"]])
-    return LinearSolve(status, device_of, zval, bound if bound is not None else (zval if status == "optimal" else None), build_s, solve_s, info)
+    return LinearSolve(status, counts, zval, bound if bound is not None else (zval if status == "optimal" else None), build_s, solve_s, info)
 
 
 _CBC_RESULT = re.compile(r"Result - (.+)")
@@ -645,13 +765,14 @@ def _solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_
     if extra is not None:
         rows, b = extra(rows, b)
     n = len(rows.pairs)
-    integer = set(np.flatnonzero(np.arange(rows.n_vars) < n).tolist()) | set(np.asarray(b.get("integer", []), dtype=int).tolist())
+    integer = set(np.asarray(b.get("integer", []), dtype=int).tolist())
     variables = []
     for j in range(rows.n_vars):
         lo = None if not np.isfinite(b["lo"][j]) else float(b["lo"][j])
         hi = None if not np.isfinite(b["hi"][j]) else float(b["hi"][j])
         if j < n:
-            variables.append(pulp.LpVariable(f"x{rows.pairs[j, 0]}_{rows.pairs[j, 1]}", cat=pulp.LpBinary))
+            name = f"x{rows.pairs[j, 0]}_{rows.pairs[j, 1]}"
+            variables.append(pulp.LpVariable(name, cat=pulp.LpBinary) if hi == 1.0 else pulp.LpVariable(name, lowBound=0, upBound=hi, cat=pulp.LpInteger))
         else:
             variables.append(pulp.LpVariable(f"v{j}", lowBound=lo, upBound=hi, cat=pulp.LpInteger if j in integer else pulp.LpContinuous))
     prob_lp = pulp.LpProblem("shardopt", pulp.LpMinimize)
@@ -713,13 +834,13 @@ def _solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_
     if prob_lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
     xv = np.array([v.varValue if v.varValue is not None else 0.0 for v in variables])
-    device_of = _device_of_from(rows, xv, prob.num_tables)
+    counts = _counts_from(rows, xv, prob.num_items, prob.num_devices)
     info["solution"] = xv
     proven = prob_lp.sol_status == pulp.LpSolutionOptimal and bool(result) and result[-1].strip().startswith("Optimal")
     objective = float(variables[b["Z"]].varValue)
     if proven and bound is None:
         bound = objective
-    return LinearSolve("optimal" if proven else "feasible", device_of, objective, bound, build_s, solve_s, info)
+    return LinearSolve("optimal" if proven else "feasible", counts, objective, bound, build_s, solve_s, info)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -938,6 +1059,9 @@ class ExactSolver(Solver):
         tiebreak: bool = True,
         table_cuts: bool = True,
         exact_neural: bool = False,
+        max_split: int = DEFAULT_MAX_SPLIT,
+        split_tables: int = DEFAULT_SPLIT_TABLES,
+        split_apart: bool = True,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -957,11 +1081,22 @@ class ExactSolver(Solver):
         if self.exact_neural and self.backend == "cpsat":
             raise ValueError("exact_neural: the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
         self.table_cuts = bool(table_cuts) and not self.exact_neural  # (the cuts bound the linearised compute)
+        if int(max_split) < 1 or int(max_split) & (int(max_split) - 1):
+            raise ValueError(f"max_split: {max_split} must be a power of two >= 1 (1: whole tables only)")
+        if int(split_tables) < 0:
+            raise ValueError(f"split_tables: {split_tables} must be >= 0")
+        # the exact neural mode encodes whole tables' encodings: it stays table-wise
+        self.max_split = 1 if self.exact_neural else int(max_split)
+        self.split_tables = int(split_tables)
+        self.split_apart = bool(split_apart)
 
     def params(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
-            "layout": "table-wise",
+            "layout": "table-wise" if self.max_split < 2 or self.split_tables == 0 else "table-wise + column splits",
+            "max_split": self.max_split,
+            "split_tables": self.split_tables,
+            "split_apart": self.split_apart,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -1024,7 +1159,7 @@ class ExactSolver(Solver):
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
         budget = self.default_time_limit if time_limit is None else float(time_limit)
-        reason = infeasibility_reason(instance)
+        reason = self._infeasibility(instance)
         if reason is not None:
             return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
         bm = cost_model.bind(instance)
@@ -1032,13 +1167,18 @@ class ExactSolver(Solver):
         if refuse is not None:
             return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
         T = len(instance.tables)
-        sizes = table_bytes_array(instance)
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        items = self.items(instance, bm)
+        sizes = items.size
         fits = sizes[:, None] <= caps[None, :]
-        rank = np.empty(T, dtype=np.int64)
-        rank[np.argsort(-sizes, kind="stable")] = np.arange(T)
 
-        info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
+        info: dict[str, Any] = {
+            "backend": self.backend,
+            "time_limit_s": budget,
+            "iterations": [],
+            "split_tables_offered": [instance.tables[int(t)].name for t in items.split_tables()],
+            "items": items.num_items,
+        }
         best: np.ndarray | None = None
         best_cost = math.inf
         if self.warm_start:
@@ -1047,13 +1187,13 @@ class ExactSolver(Solver):
             good = [s for s in starts if s["cost"] is not None]
             if good:
                 pick = min(good, key=lambda s: s["cost"])  # ties: the first in WARM_START_SOLVERS order
-                best, best_cost = pick["device_of"], pick["cost"]
+                best, best_cost = items.counts_from_device_of(pick["device_of"], len(caps)), pick["cost"]
                 info["warm_start"] = {"solver": pick["solver"], "cost": best_cost}
         info["warm_start_s"] = clock.elapsed
         if best is None:
             info["warm_start"] = None
 
-        point = best if best is not None else np.full(T, -1, dtype=np.int64)
+        point = best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64)
         lin: Linearization | None = None
         radius: int | None = None  # trust region: None = unrestricted
         tried: dict[int | None, bool] = {}  # radii tried around the current point -> proven (no repeats)
@@ -1068,29 +1208,28 @@ class ExactSolver(Solver):
                 timed_out = True
                 break
             lin_s = 0.0
-            if lin is None or not np.array_equal(lin.device_of, point):
+            if lin is None or not np.array_equal(lin.point, point):
                 t_lin = time.perf_counter()
-                lin = linearize(bm, point, self.comm)
+                lin = linearize(bm, point, self.comm, items)
                 if self.table_cuts:
                     lb = table_lower_bounds(lin, fits, sizes, caps)
-                    # every plan puts each table somewhere: a bound of the linear model by itself
-                    cut_bound = float(np.where(np.isfinite(lb), lb, np.inf).min(axis=1).max())
+                    cut_bound = table_cut_bound(lb, items)  # every plan puts each table somewhere
                 lin_s = time.perf_counter() - t_lin
             restricted = radius is not None
-            if self.symmetry and not restricted:
-                allowed, classes = _symmetry(instance, lin, fits, rank)
-            else:  # (a trust region around a plan is not symmetric in the devices)
+            allowed, classes, rank = _symmetry(instance, lin, fits, items)
+            if not self.symmetry or restricted:  # (a trust region around a plan is not symmetric in the devices)
                 allowed, classes = fits.copy(), []
             hint = _canonical(best, classes, rank) if best is not None else None
-            if hint is not None and not allowed[np.arange(T), hint].all():
+            if hint is not None and (hint[~allowed] > 0).any():
                 hint = None  # (cannot happen: the canonical form meets the rule) never hand a solver a bad hint
             prob = Problem(
-                instance, sizes, caps, allowed, classes, rank, hint, radius if hint is not None else None, self.tiebreak, self.table_cuts, lb
+                instance, items, sizes, caps, allowed, classes, rank, hint, radius if hint is not None else None, self.tiebreak, self.table_cuts, lb
             )
             remaining = budget - reserve - clock.elapsed
             # an unrestricted solve of a plan in hand leaves time for the trust-region steps that may follow
             # (on a large model one solve is all the time allows: it gets all of it)
             small = int(fits.sum()) <= LARGE_MODEL
+            n_center = int(best.sum()) if best is not None else T  # shards of the plan in hand
             share = 0.5 if (self.trust_region and small and best is not None and not restricted and T > 1 and not final) else 1.0
             res = self.linear_solve(prob, lin, bm, hint, max(0.05, remaining * share), seed)
             tried[radius] = res.status in ("optimal", "infeasible")
@@ -1119,28 +1258,32 @@ class ExactSolver(Solver):
                     proven_infeasible = True
                     break
                 res = LinearSolve("optimal", best.copy(), lin.cost(best), None, res.build_s, res.solve_s)  # (cutoff)
-            usable = res.device_of is not None and bool((res.device_of >= 0).all())
-            if usable and not self._memory_ok(res.device_of, sizes, caps):  # (MILP tolerances; never seen)
+            usable = res.counts is not None and items.is_complete(res.counts)
+            if res.counts is not None and not usable:  # (never seen) a solver broke a choice row: never use it
+                row["rejected"] = "not one complete cut per table"
+            if usable and not bool((items.device_bytes(res.counts) <= caps).all()):  # (MILP tolerances; never seen)
                 row["rejected"] = "memory over capacity after rounding the solver's values"
                 usable = False
             if not usable:
                 if best is None:  # nothing in hand and nothing found: the time is gone
                     timed_out = True
                     break
-                full, moved, improved = math.inf, T, False  # no solution in this solve's time: look closer
+                full, moved, improved = math.inf, n_center, False  # no solution in this solve's time: look closer
             else:
-                full = float(bm.assignment_costs(res.device_of).max_cost)
-                moved = int((res.device_of != point).sum()) if best is not None else T
+                assert res.counts is not None
+                full = plan_cost(bm, items, res.counts)
+                moved = int(np.maximum(point - res.counts, 0).sum()) if best is not None else n_center  # shards that left
                 row["full_cost"] = full
-                row["moved_tables"] = moved
+                row["moved_shards"] = moved
+                row["split_tables"] = int((res.counts[items.whole].sum(axis=1) == 0).sum())
                 improved = best is None or full < best_cost - 1e-9 * max(1.0, abs(best_cost))
             row["improved"] = bool(improved)
             if improved:
-                assert res.device_of is not None
-                best, best_cost = res.device_of.copy(), full
+                assert res.counts is not None
+                best, best_cost = res.counts.copy(), full
                 point, tried, final = best, {}, False
                 if radius is not None:
-                    radius = None if 2 * radius >= T else 2 * radius
+                    radius = None if 2 * radius >= int(best.sum()) else 2 * radius
                 continue
             if not self.trust_region or best is None:
                 converged = True
@@ -1159,7 +1302,8 @@ class ExactSolver(Solver):
                 converged = True
                 break
         if proven_infeasible:
-            return fail(self, SolveStatus.infeasible, _packing_reason(instance, BACKEND_LABEL[self.backend]), clock, {**info, "proof": self.backend})
+            why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
+            return fail(self, SolveStatus.infeasible, why, clock, {**info, "proof": self.backend})
         if best is None:
             why = (
                 f"{self.name}: no plan found within the time limit of {budget:g} s (no heuristic packed the tables and "
@@ -1177,6 +1321,7 @@ class ExactSolver(Solver):
             ),
             converged=converged,
             iterations_run=len(info["iterations"]),
+            split_tables_used=[instance.tables[t].name for t in np.flatnonzero(best[items.whole].sum(axis=1) == 0)],
         )
         if lower is not None and best_cost > 0:
             info["gap_to_linear_bound"] = (best_cost - lower) / best_cost
@@ -1187,15 +1332,45 @@ class ExactSolver(Solver):
             status = SolveStatus.timeout
         else:
             status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
-        shards = [Shard(table=t.name, device=int(best[i])) for i, t in enumerate(instance.tables)]
+        shards = items.shards(best, instance)
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, lower_bound=lower, info=info, bound=bm)
 
-    @staticmethod
-    def _memory_ok(device_of: np.ndarray, sizes: np.ndarray, caps: np.ndarray) -> bool:
-        use = np.bincount(device_of, weights=sizes.astype(np.float64), minlength=len(caps))
-        exact = np.zeros(len(caps), dtype=np.int64)
-        np.add.at(exact, device_of, sizes)
-        return bool((exact <= caps).all()) and bool((use <= caps + 0.5).all())
+    def items(self, instance: Instance, bm: BoundCostModel) -> Items:
+        """The cuts offered: whole tables, and equal column splits (2, 4, ... <= max_split) of the `split_tables`
+        tables with the highest compute alone -- and of any table too big for every device whole."""
+        split = split_candidates(bm, self.max_split, self.split_tables)
+        caps = instance.topology.capacities()
+        too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
+        if self.max_split > 1 and too_big:
+            split = np.union1d(split, np.array(too_big, dtype=np.int64))
+        return build_items(instance, bm, split, self.max_split, self.split_apart)
+
+    def _infeasibility(self, instance: Instance) -> str | None:
+        """Necessary conditions: shardopt.feasibility's for whole tables; with splits, a table too big for every
+        device must fit once cut into max_split shards."""
+        if self.max_split < 2:
+            return infeasibility_reason(instance)
+        caps = instance.topology.capacities()
+        sizes = table_bytes_array(instance)
+        if int(sizes.sum()) > sum(caps):
+            return infeasibility_reason(instance)
+        for t, size in zip(instance.tables, sizes):
+            if size <= max(caps):
+                continue
+            ks = split_counts(t.dim, self.max_split)
+            if not ks:
+                return (f"table {t.name!r} needs {int(size):,} bytes but the largest device holds {max(caps):,} bytes, and its dim "
+                        f"{t.dim} cannot be cut into equal {DIM_ALIGNMENT}-aligned column shards (max_split {self.max_split})")
+            piece = slice_bytes(instance, t, t.rows, t.dim // ks[-1])
+            if piece > max(caps):
+                return (f"table {t.name!r} needs {int(size):,} bytes; even cut into {ks[-1]} column shards of {t.dim // ks[-1]} each, "
+                        f"a shard needs {piece:,} bytes, more than the largest device's {max(caps):,} (max_split {self.max_split})")
+        return None
+
+
+def plan_cost(bm: BoundCostModel, items: Items, counts: np.ndarray) -> float:
+    """The full cost model's plan cost (max over devices) of a plan given as item counts."""
+    return float(bm.device_costs(items.device_states(counts), items.device_widths(counts)).max_cost)
 
 
 class CpSatSolver(ExactSolver):

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
+from solvers.split_items import Items, table_wise_items
 
 _CHUNK_ROWS = 1 << 18  # states per batched compute_costs call (memory: rows x state size doubles)
 _COMM_ROWS = 1 << 21  # device entries (vectors x D) per batched comm_totals call
@@ -63,27 +64,33 @@ NUDGE = 0.25  # and a quarter of a mean dim away (the pieces active just beside 
 
 @dataclass(frozen=True)
 class Linearization:
-    """The linear cost model around `device_of` (-1: a table on no device, e.g. the empty plan).
+    """The linear cost model around the plan `point` (counts [I, D]: shards of item i on device d; see
+    solvers.split_items -- table-wise models have one item per table, the whole table).
 
-    Device d's linearised cost for an assignment x (one device per table) is
-    ``c0[d] [d holds a table] + sum_{t on d} a[t, d] + max_k (k0[d, k] + k1[d, k] * dimsum_d + k2[d, k] * hostsum of d's host)``
+    Device d's linearised cost for a plan x (counts, or for a table-wise plan one device per table, -1 = nowhere) is
+    ``c0[d] [d holds a shard] + sum_i x[i, d] a[i, d] + max_k (k0[d, k] + k1[d, k] * dimsum_d + k2[d, k] * hostsum of d's host)``
     (K = 1 plane with ``comm="linear"``).
     """
 
-    device_of: np.ndarray  # [T] the expansion point
-    a: np.ndarray  # [T, D] marginal fwd + bwd compute (ms)
+    point: np.ndarray  # [I, D] the expansion point
+    a: np.ndarray  # [I, D] marginal fwd + bwd compute of one shard of item i on device d (ms)
     c0: np.ndarray  # [D] compute constant (ms)
     k0: np.ndarray  # [D, K] comm planes: constant (ms)
     k1: np.ndarray  # [D, K] per unit of own pooled width (ms)
     k2: np.ndarray  # [D, K] per unit of the host's pooled width (ms)
-    dims: np.ndarray  # [T] table dims
+    dims: np.ndarray  # [I] width of one shard of each item (the table dim for a whole table)
     host: np.ndarray  # [D] host index of each device
     compute: np.ndarray  # [D] full-model compute at the point (fwd + bwd, ms)
     comm: np.ndarray  # [D] full-model comm at the point (fwd + bwd, ms)
     comm_form: str = "planes"
+    items: Items | None = None  # None: one whole-table item per table
 
     @property
     def num_tables(self) -> int:
+        return self.items.num_tables if self.items is not None else self.a.shape[0]
+
+    @property
+    def num_items(self) -> int:
         return self.a.shape[0]
 
     @property
@@ -98,32 +105,54 @@ class Linearization:
     def num_hosts(self) -> int:
         return int(self.host.max()) + 1 if len(self.host) else 0
 
-    def widths(self, device_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(dimsum [D], hostsum of each device's host [D]) of an assignment."""
-        device_of = np.asarray(device_of, dtype=np.int64)
-        t = np.flatnonzero(device_of >= 0)
-        dimsum = np.bincount(device_of[t], weights=self.dims[t], minlength=self.num_devices)
+    @property
+    def total_width(self) -> float:
+        """The pooled width of every plan: the sum of the table dims."""
+        return float(self.dims[self.items.whole].sum()) if self.items is not None else float(self.dims.sum())
+
+    @property
+    def device_of(self) -> np.ndarray | None:
+        """The expansion point as one device per table (-1: nowhere), when it is table-wise."""
+        if self.items is not None:
+            return self.items.device_of(self.point)
+        placed = self.point.sum(axis=1) > 0
+        return np.where(placed, self.point.argmax(axis=1), -1)
+
+    def counts(self, x: np.ndarray) -> np.ndarray:
+        """[I, D] counts of a plan given as counts or as one device per table."""
+        x = np.asarray(x, dtype=np.int64)
+        if x.ndim == 2:
+            return x
+        if self.items is not None:
+            return self.items.counts_from_device_of(x, self.num_devices)
+        counts = np.zeros((len(x), self.num_devices), dtype=np.int64)
+        placed = np.flatnonzero(x >= 0)
+        counts[placed, x[placed]] = 1
+        return counts
+
+    def widths(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dimsum [D], hostsum of each device's host [D]) of a plan."""
+        dimsum = self.counts(x).T.astype(np.float64) @ self.dims
         return dimsum, np.bincount(self.host, weights=dimsum, minlength=self.num_hosts)[self.host]
 
-    def compute_costs(self, device_of: np.ndarray) -> np.ndarray:
+    def compute_costs(self, x: np.ndarray) -> np.ndarray:
         """[D] linearised compute of each device."""
-        device_of = np.asarray(device_of, dtype=np.int64)
-        t = np.flatnonzero(device_of >= 0)
-        used = np.bincount(device_of[t], minlength=self.num_devices) > 0
-        return np.where(used, self.c0, 0.0) + np.bincount(device_of[t], weights=self.a[t, device_of[t]], minlength=self.num_devices)
+        c = self.counts(x)
+        used = c.sum(axis=0) > 0
+        return np.where(used, self.c0, 0.0) + (c * self.a).sum(axis=0)
 
-    def comm_costs(self, device_of: np.ndarray) -> np.ndarray:
+    def comm_costs(self, x: np.ndarray) -> np.ndarray:
         """[D] linearised comm of each device (max over its planes)."""
-        dimsum, hostsum = self.widths(device_of)
+        dimsum, hostsum = self.widths(x)
         return (self.k0 + self.k1 * dimsum[:, None] + self.k2 * hostsum[:, None]).max(axis=1)
 
-    def device_costs(self, device_of: np.ndarray) -> np.ndarray:
-        """[D] linearised cost of each device under a complete assignment (or -1 entries: tables nowhere)."""
-        return self.compute_costs(device_of) + self.comm_costs(device_of)
+    def device_costs(self, x: np.ndarray) -> np.ndarray:
+        """[D] linearised cost of each device under a plan."""
+        return self.compute_costs(x) + self.comm_costs(x)
 
-    def cost(self, device_of: np.ndarray) -> float:
+    def cost(self, x: np.ndarray) -> float:
         """The linear model's plan cost: max over devices."""
-        return float(self.device_costs(device_of).max())
+        return float(self.device_costs(x).max())
 
 
 def _compute_totals(bm: BoundCostModel, states: np.ndarray) -> np.ndarray:
@@ -134,27 +163,44 @@ def _compute_totals(bm: BoundCostModel, states: np.ndarray) -> np.ndarray:
     return out
 
 
-def linearize_compute(bm: BoundCostModel, device_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(a [T, D], c0 [D], compute [D]) around `device_of`: marginal compute costs, exact at the point."""
-    device_of = np.asarray(device_of, dtype=np.int64)
-    states = np.asarray(bm.table_states, dtype=np.float64)
-    T, F = states.shape
-    D = bm.num_devices
-    placed = device_of >= 0
-    S = np.zeros((D, F))
-    np.add.at(S, device_of[placed], states[placed])
+def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a [I, D], c0 [D], compute [D]) around the plan `counts`: marginal compute costs, exact at the point.
+
+    a[i, d] is what one shard of item i adds to device d *without the rest of its table*: compute(B + s_i) -
+    compute(B), B = d's state less every shard of i's table on d. For a table-wise plan that is what d saves when
+    the table leaves (if it is on d) or pays when it arrives (if not)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    states = items.states
+    I, F = states.shape
+    D = counts.shape[1]
+    T = items.num_tables
+    S = counts.T.astype(np.float64) @ states  # [D, F]
     base = _compute_totals(bm, S)  # [D]
-    a = np.empty((T, D))
+    # own[t, d]: the state of table t's shards on d; without[t, d]: compute of d without them
+    on_t = np.zeros((T, D), dtype=bool)
+    for i in np.flatnonzero(counts.any(axis=1)):
+        on_t[items.table[i]] |= counts[i] > 0
+    pairs = np.argwhere(on_t)  # (table, device) where the table has shards at the point
+    own = np.zeros((len(pairs), F))
+    for j, (t, d) in enumerate(pairs):
+        lo, hi = items.first[t], items.first[t + 1]
+        own[j] = counts[lo:hi, d].astype(np.float64) @ states[lo:hi]
+    without = np.repeat(base[None, :], T, axis=0)  # [T, D]
+    if len(pairs):
+        without[pairs[:, 0], pairs[:, 1]] = _compute_totals(bm, S[pairs[:, 1]] - own)
+    own_of = {(int(t), int(d)): j for j, (t, d) in enumerate(pairs)}
+    a = np.empty((I, D))
     per_chunk = max(1, _CHUNK_ROWS // max(D, 1))
-    for lo in range(0, T, per_chunk):
-        hi = min(T, lo + per_chunk)
-        on = device_of[lo:hi, None] == np.arange(D)[None, :]  # [n, D]
-        sign = np.where(on, -1.0, 1.0)
-        trial = S[None, :, :] + sign[:, :, None] * states[lo:hi, None, :]  # [n, D, F]
+    for lo in range(0, I, per_chunk):
+        hi = min(I, lo + per_chunk)
+        trial = S[None, :, :] + states[lo:hi, None, :]  # [n, D, F]
+        for r in range(lo, hi):
+            t = int(items.table[r])
+            for d in np.flatnonzero(on_t[t]):
+                trial[r - lo, d] -= own[own_of[t, int(d)]]
         cost = _compute_totals(bm, trial.reshape(-1, F)).reshape(hi - lo, D)
-        a[lo:hi] = np.where(on, base[None, :] - cost, cost - base[None, :])
-    c0 = base.copy()
-    np.subtract.at(c0, device_of[placed], a[np.flatnonzero(placed), device_of[placed]])
+        a[lo:hi] = cost - without[items.table[lo:hi]]
+    c0 = base - (counts * a).sum(axis=0)
     return a, c0, base
 
 
@@ -248,22 +294,17 @@ def _slope(f_plus: float, f_minus: float, f0: float, h: float, ok_plus: bool, ok
 
 
 def linearize_comm(
-    bm: BoundCostModel, device_of: np.ndarray, form: str = "planes", multiples: tuple[float, ...] = PLANE_MULTIPLES
+    bm: BoundCostModel, widths: np.ndarray, form: str = "planes", multiples: tuple[float, ...] = PLANE_MULTIPLES
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(k0, k1, k2 [D, K], comm [D]): comm_d ~ max_k (k0 + k1 dimsum_d + k2 hostsum_d), exact at `device_of`.
-
-    For a partial plan (-1 entries) the expansion point of the comm terms is the placed widths plus the unplaced
-    width spread evenly over the devices (every complete plan has the same total width)."""
+    """(k0, k1, k2 [D, K], comm [D]): comm_d ~ max_k (k0 + k1 dimsum_d + k2 hostsum_d), exact at the per-device
+    pooled widths `widths` [D] (the caller spreads a partial plan's unplaced width: every complete plan has the
+    same total width)."""
     if form not in COMM_FORMS:
         raise ValueError(f"comm form {form!r} is not one of {', '.join(COMM_FORMS)}")
-    device_of = np.asarray(device_of, dtype=np.int64)
     dims_t = np.asarray(bm.table_dims, dtype=np.float64)
     D = bm.num_devices
     host = np.arange(D) // bm.instance.topology.devices_per_host
-    placed = device_of >= 0
-    g = np.bincount(device_of[placed], weights=dims_t[placed], minlength=D).astype(np.float64)
-    if not placed.all():  # a partial plan: spread the unplaced width evenly, so the total is the plans' total
-        g += dims_t[~placed].sum() / D
+    g = np.asarray(widths, dtype=np.float64).copy()
     total = float(g.sum())
     hostsum = np.bincount(host, weights=g)[host]
     base = np.asarray(bm.comm_totals(g), dtype=np.float64)
@@ -347,18 +388,30 @@ def linearize_comm(
     return k0, k1, k2, base
 
 
-def linearize(bm: BoundCostModel, device_of: np.ndarray, comm: str = "planes") -> Linearization:
-    """The linear cost model of `bm` around the table-wise plan `device_of` (one device per table; -1 = none)."""
-    device_of = np.asarray(device_of, dtype=np.int64).copy()
-    if device_of.shape != (len(bm.instance.tables),):
-        raise ValueError(f"device_of has shape {device_of.shape}, expected ({len(bm.instance.tables)},)")
-    if ((device_of < -1) | (device_of >= bm.num_devices)).any():
-        raise ValueError("device_of holds a device index out of range")
-    a, c0, compute = linearize_compute(bm, device_of)
-    k0, k1, k2, comm_base = linearize_comm(bm, device_of, comm)
-    host = np.arange(bm.num_devices) // bm.instance.topology.devices_per_host
-    dims = np.asarray(bm.table_dims, dtype=np.float64).copy()
-    return Linearization(device_of, a, c0, k0, k1, k2, dims, host, compute, comm_base, comm)
+def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items: Items | None = None) -> Linearization:
+    """The linear cost model of `bm` around a plan: one device per table (-1 = none; table-wise), or counts [I, D]
+    over `items` (solvers.split_items; None = whole tables only)."""
+    T = len(bm.instance.tables)
+    D = bm.num_devices
+    point = np.asarray(point, dtype=np.int64)
+    if point.ndim == 1:
+        if point.shape != (T,):
+            raise ValueError(f"device_of has shape {point.shape}, expected ({T},)")
+        if ((point < -1) | (point >= D)).any():
+            raise ValueError("device_of holds a device index out of range")
+    it = items if items is not None else table_wise_items(bm.instance, bm)
+    counts = it.counts_from_device_of(point, D) if point.ndim == 1 else point.copy()
+    if counts.shape != (it.num_items, D) or (counts < 0).any():
+        raise ValueError(f"counts has shape {counts.shape}, expected ({it.num_items}, {D}) with no negative entry")
+    a, c0, compute = linearize_compute(bm, it, counts)
+    g = it.device_widths(counts)
+    placed_tables = np.zeros(T, dtype=bool)
+    placed_tables[it.table[counts.sum(axis=1) > 0]] = True
+    if not placed_tables.all():  # a partial plan: spread the unplaced width evenly (every plan has the same total)
+        g = g + np.asarray(bm.table_dims, dtype=np.float64)[~placed_tables].sum() / D
+    k0, k1, k2, comm_base = linearize_comm(bm, g, comm)
+    host = np.arange(D) // bm.instance.topology.devices_per_host
+    return Linearization(counts, a, c0, k0, k1, k2, it.width.astype(np.float64), host, compute, comm_base, comm, items)
 
 
 __all__ = ["COMM_FORMS", "Linearization", "linearize", "linearize_comm", "linearize_compute"]
