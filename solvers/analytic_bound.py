@@ -603,6 +603,10 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
             m.row({x[p]: 1.0, n[p]: -1.0}, -math.inf, 0.0)
         for a, slope in ctx.hulls[ti]:  # s >= a x + slope W, W = 4 n
             m.row({s[p]: 1.0, x[p]: -a, n[p]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+        if not table_wise:  # s >= 32 c, c integer >= W e / 32: exact ceil for one shard
+            c = m.var(0, math.inf, True)
+            m.row({c: 1.0, n[p]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
+            m.row({s[p]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
         m.row({y[p[1]]: 1.0, x[p]: -1.0}, 0.0, math.inf)
     for d in range(n_dev):
         ps = by_dev[d]
@@ -677,6 +681,7 @@ class AnalyticBound:
     covers: str
     cost_model: str = "analytic"
     relaxation_primal_ms: float | None = None  # the best solution of the relaxation found (>= value_ms)
+    lp_bound_ms: float | None = None  # the LP relaxation's optimum (<= value_ms)
     plan_cost_ms: float | None = None  # analytic cost of the plan that solution describes (>= value_ms: a real plan)
     plan: Plan | None = None  # that plan (`relaxation_plan`)
     variables: int = 0
@@ -718,7 +723,7 @@ def analytic_lower_bound(
         return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
                              model_name, reason=reason)
     model, layout = build_relaxation(ctx, table_wise)
-    left = max(0.1, time_limit - (time.perf_counter() - start))
+    left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
     res = _solve_highs(model, layout, left)
     elapsed = time.perf_counter() - start
     sizes = dict(variables=model.n_vars, rows=model.n_rows, integer_variables=int(sum(model.integer)), multipliers=len(ctx.lams))
@@ -733,7 +738,7 @@ def analytic_lower_bound(
     plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
     return AnalyticBound(
         value_ms=res["bound"], status=res["status"], table_wise=table_wise, solver=solver, time_s=elapsed, covers=covers,
-        cost_model=model_name, relaxation_primal_ms=res["primal"], plan_cost_ms=plan_cost, plan=plan,
+        cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=res["lp_bound"], plan_cost_ms=plan_cost, plan=plan,
         solver_message=res["message"], **sizes,
     )
 
@@ -762,30 +767,37 @@ def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarr
 
 
 def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str, Any]:
-    """Solve with HiGHS; the dual bound at the time limit (or at optimality) is the bound."""
+    """Solve the LP relaxation, then the MILP with the time left; the bound is the larger of the LP optimum and
+    the MILP's dual bound (scipy reports no dual bound when HiGHS found no integer solution in time, so the LP's is
+    the fallback; both are lower bounds of the relaxation's optimum)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix
 
+    start = time.perf_counter()
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
-    res = milp(
-        c,
-        constraints=LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi)),
-        integrality=np.array(model.integer),
-        bounds=Bounds(np.array(model.lb), np.array(model.ub)),
-        options={"time_limit": float(time_limit), "mip_rel_gap": MIP_REL_GAP, "disp": False},
-    )
+    cons = LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi))
+    bounds = Bounds(np.array(model.lb), np.array(model.ub))
+
+    def run(integer: bool, limit: float) -> Any:
+        return milp(c, constraints=cons, integrality=np.array(model.integer) if integer else None, bounds=bounds,
+                    options={"time_limit": float(max(limit, 0.05)), "mip_rel_gap": MIP_REL_GAP, "disp": False})
+
+    lp = run(False, time_limit)
+    if lp.status == 2:
+        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "lp_bound": None, "message": lp.message}
+    lp_bound = float(lp.fun) if lp.status == 0 and lp.fun is not None else -math.inf
+    res = run(True, time_limit - (time.perf_counter() - start))
     primal = float(res.fun) if res.x is not None and res.fun is not None else None
     dual = getattr(res, "mip_dual_bound", None)
+    dual = float(dual) if dual is not None and math.isfinite(dual) else -math.inf
+    out = {"primal": primal, "x": res.x, "lp_bound": lp_bound if math.isfinite(lp_bound) else None, "message": res.message}
     if res.status == 2:
-        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": res.message}
-    if res.status == 0:
-        bound = float(dual) if dual is not None and math.isfinite(dual) else float(primal)
-        return {"status": "optimal", "bound": min(bound, primal) if primal is not None else bound, "primal": primal,
-                "x": res.x, "message": res.message}
-    bound = float(dual) if dual is not None and np.isfinite(dual) else -math.inf
-    return {"status": "bound", "bound": bound, "primal": primal, "x": res.x, "message": res.message}
+        return {**out, "status": "infeasible", "bound": math.inf}
+    if res.status == 0 and primal is not None:
+        return {**out, "status": "optimal", "bound": min(max(dual, lp_bound), primal)}
+    return {**out, "status": "bound", "bound": max(dual, lp_bound)}
 
 
 def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:
