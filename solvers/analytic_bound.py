@@ -72,6 +72,7 @@ COVERS_TABLE_WISE = (
     "every table-wise plan (each table whole on one device), under the analytic cost model; not column-, row-wise or "
     "data-parallel shards, not other cost models"
 )
+ROUNDOFF = 1e-12  # relative float round-off treated as zero in the cache rows
 MAX_MULTIPLIERS = 64  # knapsack multipliers (lam) per device: rows of the cache bound
 MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
 MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
@@ -283,9 +284,12 @@ def _merge(values: list[float]) -> list[float]:
 
 def hit_slopes(terms: ShardTerms, lams: np.ndarray) -> np.ndarray:
     """G[t, k] = sum_b (reuse_per_sb[t, b] - lams[k] foot_per_sb[t, b])^+ : bytes of the dual bound per sector byte
-    of t's rows on the device."""
-    diff = terms.reuse_per_sb[:, None, :] - lams[None, :, None] * terms.foot_per_sb[:, None, :]
-    return np.clip(diff, 0.0, None).sum(axis=2)
+    of t's rows on the device. A bin whose own ratio is lam leaves float round-off (|diff| ~ 1e-16 reuse) that
+    should be 0: terms below ROUNDOFF x reuse are zeroed (docs/analytic-bound.md, "Floating point")."""
+    reuse = terms.reuse_per_sb[:, None, :]
+    diff = reuse - lams[None, :, None] * terms.foot_per_sb[:, None, :]
+    diff[diff <= ROUNDOFF * reuse] = 0.0
+    return diff.sum(axis=2)
 
 
 def hits_upper_bound(terms: ShardTerms, lams: np.ndarray, slopes: np.ndarray, sector_sums: dict[int, float]) -> float:

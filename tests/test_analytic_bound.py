@@ -286,8 +286,9 @@ def test_cli_bound(tmp_path) -> None:
     doc = json.loads(r.stdout)
     assert doc["plan"]["cost_ms"] >= doc["bound"]["value_ms"]
     assert doc["plan"]["gap"] == pytest.approx((doc["plan"]["cost_ms"] - doc["bound"]["value_ms"]) / doc["plan"]["cost_ms"])
-    r = run_cli(["bound", SMALL, "--time-limit", "1", "--plan", str(plan_path)])
+    r = run_cli(["bound", SMALL, "--time-limit", "1", "--plan", str(plan_path), "--out", str(tmp_path / "relaxed.json")])
     assert r.exit_code == 0 and "gap" in r.output
+    assert run_cli(["evaluate", SMALL, str(tmp_path / "relaxed.json")]).exit_code == 0  # the relaxation's plan is valid
 
 
 def test_cli_bound_errors(tmp_path) -> None:
