@@ -54,7 +54,7 @@ def run_one(instance_path: str, solver: str, time_limit: float, cost_model: str,
             k: it.get(k)
             for k in (
                 "iteration", "radius", "linear_status", "linear_objective", "linear_bound", "table_cut_bound", "full_cost",
-                "improved", "moved_tables", "linearize_s", "build_s", "solve_s", "variables", "planes", "table_cuts",
+                "improved", "moved_shards", "split_tables", "linearize_s", "build_s", "solve_s", "variables", "planes", "table_cuts",
             )
         }
         for it in info.get("iterations", [])
@@ -79,6 +79,8 @@ def run_one(instance_path: str, solver: str, time_limit: float, cost_model: str,
         "bound_is_for": info.get("bound_is_for"),
         "gap_to_linear_bound": info.get("gap_to_linear_bound"),
         "converged": info.get("converged"),
+        "split_tables_offered": len(info.get("split_tables_offered") or []),
+        "split_tables_used": info.get("split_tables_used"),
         "iterations": its,
         "reason": r.reason,
     }
@@ -95,13 +97,14 @@ def show(row: dict) -> None:
     print(
         f"  status {row['status']} in {row['wall_s']:.2f} s; warm start {row['warm_start_solver']} {f(row['warm_start_cost'])} ms "
         f"-> best {f(row['best_cost'])} ms; linear bound {f(row['linear_bound'])} ms "
-        f"(proven optimal: {row['linear_bound_proven_optimal']}); gap {f(row['gap_to_linear_bound'] and 100 * row['gap_to_linear_bound'], '.2f')}%"
+        f"(proven optimal: {row['linear_bound_proven_optimal']}); gap {f(row['gap_to_linear_bound'] and 100 * row['gap_to_linear_bound'], '.2f')}%; "
+        f"split tables used {len(row['split_tables_used'] or [])} of {row['split_tables_offered']} offered"
     )
     for it in row["iterations"]:
         print(
             f"    it {it['iteration']}: radius {it['radius']}, {it['linear_status']}, linear {f(it['linear_objective'])} "
             f"(bound {f(it['linear_bound'])}, cut bound {f(it['table_cut_bound'])}), full {f(it['full_cost'])}, "
-            f"improved {it['improved']}, moved {it['moved_tables']}, linearise {f(it['linearize_s'], '.2f')} s, "
+            f"improved {it['improved']}, moved {it['moved_shards']} shards, split tables {it['split_tables']}, linearise {f(it['linearize_s'], '.2f')} s, "
             f"build {f(it['build_s'], '.2f')} s, solve {f(it['solve_s'], '.2f')} s"
         )
 

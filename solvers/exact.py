@@ -59,7 +59,7 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import DIM_ALIGNMENT, Instance
+from shardopt.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.memory import slice_bytes, table_bytes_array
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.linearize import COMM_FORMS, Linearization, linearize
@@ -74,6 +74,7 @@ EXACT_NEURAL_MAX_DEVICES = 4
 LARGE_MODEL = 20_000  # CP-SAT: above this many (item, device) variables, no presolve (see solve_cpsat)
 DEFAULT_MAX_SPLIT = 4  # column splits offered: into 2 and 4 equal shards
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
+DEFAULT_NEUROSHARD_SHARE = 0.25  # with splits: NeuroShard's plan (dyadic pieces) is a warm start, within this share of the limit
 
 
 class _Bound(CostModel):
@@ -343,8 +344,9 @@ def solve_cpsat(
     log: bool = False,
     params: dict[str, Any] | None = None,
 ) -> LinearSolve:
-    """CP-SAT on the linear model: one variable per allowed (item, device) -- a Boolean, or a count when the shards
-    of a split need not be apart -- and one Boolean per item of a table with splits (its chosen cut)."""
+    """CP-SAT on the linear model: one variable per allowed (item, device) -- a Boolean, or a count when the pieces
+    of a table need not be apart. A table's pieces cover its dim: sum_i sum_d (width_i / narrowest) x[i, d] =
+    dim / narrowest; apart: at most one piece of a table per device."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -379,20 +381,22 @@ def solve_cpsat(
         x[i, d] = v
         by_item[i].append((d, v))
         by_device[d].append((i, v))
-    choice: dict[int, Any] = {}  # item -> its Boolean "this cut is the table's", for tables with splits
     for t in range(T):
         its = range(int(items.first[t]), int(items.first[t + 1]))
         if len(its) == 1:
-            i = its[0]
-            if items.parts[i] == 1:
-                model.add_exactly_one([v for _, v in by_item[i]])
-            else:
-                model.add(sum(v for _, v in by_item[i]) == int(items.parts[i]))
+            model.add_exactly_one([v for _, v in by_item[its[0]]])
             continue
-        for i in its:
-            choice[i] = model.new_bool_var(f"s{i}")
-            model.add(sum(v for _, v in by_item[i]) == int(items.parts[i]) * choice[i])
-        model.add_exactly_one([choice[i] for i in its])
+        L = int(items.parts[list(its)].max())  # pieces of the narrowest size that make the table
+        model.add(cp_model.LinearExpr.weighted_sum(
+            [v for i in its for _, v in by_item[i]], [L // int(items.parts[i]) for i in its for _ in by_item[i]]) == L)
+        if items.apart:
+            per_device: dict[int, list[Any]] = {}
+            for i in its:
+                for d, v in by_item[i]:
+                    per_device.setdefault(d, []).append(v)
+            for vs in per_device.values():
+                if len(vs) > 1:
+                    model.add_at_most_one(vs)
     for d in range(D):
         its_d = [i for i, _ in by_device[d]]
         if its_d and int((prob.sizes[its_d] * upper[its_d]).sum()) > int(prob.caps[d]):
@@ -446,8 +450,6 @@ def solve_cpsat(
     if hint is not None:
         for (i, d), v in x.items():
             model.add_hint(v, int(hint[i, d]))
-        for i, v in choice.items():
-            model.add_hint(v, bool(hint[i].sum() > 0))
         for d in range(D):
             model.add_hint(u[d], int(round(dimsum[d])))
             model.add_hint(y[d], bool(used[d]))
@@ -459,7 +461,8 @@ def solve_cpsat(
     if prob.table_cuts:
         # table_lower_bounds in the integer model: the other terms >= d's negative a_int (as often as d may hold
         # each item); m_d >= the least ceil(plane_int / plane_scale) over {width_i <= u <= v <= total}. For a table
-        # with splits: L z >= sum_i (L / parts_i) sum_d coef[i, d] x[i, d], L = the largest parts (powers of two)
+        # with pieces, an average weighted by the share of the dim each holds: L z >= sum_i (L / parts_i) sum_d
+        # coef[i, d] x[i, d], L = the largest parts (powers of two)
         lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
         neg_int = (np.where(prob.allowed, np.minimum(a_int, 0), 0) * upper[:, None]).sum(axis=0)  # [D]
         for t in _useful_cuts(lb, items):
@@ -522,7 +525,7 @@ def solve_cpsat(
     solve_s = time.perf_counter() - t1
     name = solver.status_name(code)
     info = {
-        "variables": len(x) + len(choice) + 3 * D + 1,
+        "variables": len(x) + 3 * D + 1,
         "cost_unit_ms": 1.0 / S,
         "plane_scale": plane_scale,
         "planes": lin.num_planes,
@@ -578,38 +581,33 @@ class _Rows:
 def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tuple[_Rows, dict[str, Any]]:
     """The linearised model as sparse rows (shared by CBC through PuLP and HiGHS through scipy).
 
-    Columns: x (allowed (item, device) pairs, by item then device; binary, or a count 0..parts when the shards of a
-    split need not be apart), s (one per item of a table with splits: the chosen cut), k (shards kept in place, for
-    counts only), then u [D], m [D], y [D], z."""
+    Columns: x (allowed (item, device) pairs, by item then device; binary, or a count 0..parts when the pieces of a
+    table need not be apart), k (pieces kept in place, for counts only), then u [D], m [D], y [D], z."""
     items = prob.items
     T, I, D = prob.num_tables, prob.num_items, prob.num_devices
     upper = prob.upper
     pairs = np.argwhere(prob.allowed)  # [n, 2] sorted by item then device
     n = len(pairs)
-    multi = np.diff(items.first) > 1
-    s_items = np.flatnonzero(multi[items.table])  # items of tables with splits
-    s_col = {int(i): n + j for j, i in enumerate(s_items)}
     center = prob.center
     keep_pairs = (
         np.flatnonzero((center[pairs[:, 0], pairs[:, 1]] > 0) & (upper[pairs[:, 0]] > 1)) if center is not None else np.arange(0)
     )
-    K0 = n + len(s_items)
+    K0 = n
     U = K0 + len(keep_pairs)
     M, Y, Z = U + D, U + 2 * D, U + 3 * D
     rows = _Rows(pairs, U + 3 * D + 1)
     total = lin.total_width
     starts = np.searchsorted(pairs[:, 0], np.arange(I + 1))  # pairs are sorted by item
-    for t in range(T):
-        its = range(int(items.first[t]), int(items.first[t + 1]))
-        if len(its) == 1:
-            i = its[0]
-            idx = np.arange(starts[i], starts[i + 1])
-            rows.add(idx, np.ones(len(idx)), float(items.parts[i]), float(items.parts[i]))
-            continue
-        for i in its:  # sum_d x[i, d] = parts_i s_i
-            idx = np.arange(starts[i], starts[i + 1])
-            rows.add(np.append(idx, s_col[i]), np.append(np.ones(len(idx)), -float(items.parts[i])), 0.0, 0.0)
-        rows.add(np.array([s_col[i] for i in its]), np.ones(len(its)), 1.0, 1.0)
+    for t in range(T):  # the pieces cover the table: sum (L / parts_i) x = L (L: the narrowest piece's parts)
+        lo_i, hi_i = int(items.first[t]), int(items.first[t + 1])
+        idx = np.arange(starts[lo_i], starts[hi_i])
+        L = float(items.parts[lo_i:hi_i].max())
+        rows.add(idx, L / items.parts[pairs[idx, 0]], L, L)
+        if hi_i - lo_i > 1 and items.apart:  # at most one piece of the table per device
+            for d in np.unique(pairs[idx, 1]):
+                on = idx[pairs[idx, 1] == d]
+                if len(on) > 1:
+                    rows.add(on, np.ones(len(on)), -np.inf, 1.0)
     order = np.argsort(pairs[:, 1], kind="stable")
     dev_starts = np.searchsorted(pairs[order, 1], np.arange(D + 1))
     by_dev = [order[dev_starts[d] : dev_starts[d + 1]] for d in range(D)]
@@ -651,7 +649,7 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
         for t in _useful_cuts(lb, items):
             idx = np.arange(starts[items.first[t]], starts[items.first[t + 1]])
             lbv = lb[pairs[idx, 0], pairs[idx, 1]]
-            coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) / items.parts[pairs[idx, 0]]
+            coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) / items.parts[pairs[idx, 0]]  # (weights: share of the dim)
             rows.add(np.append(idx, Z), np.append(-coef, 1.0), 0.0, np.inf)
             cuts += 1
     stay = None
@@ -665,22 +663,19 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
             rows.add(stay, np.ones(len(stay)), float(int(center.sum()) - prob.radius), np.inf)
     m_lo, m_hi = _device_plane_bounds(lin, total)
     keep_hi = center[pairs[keep_pairs, 0], pairs[keep_pairs, 1]].astype(np.float64) if center is not None else np.zeros(0)
-    bounds_lo = np.concatenate([np.zeros(n), np.zeros(len(s_items)), np.zeros(len(keep_pairs)), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
+    bounds_lo = np.concatenate([np.zeros(n), np.zeros(len(keep_pairs)), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
     bounds_hi = np.concatenate(
-        [upper[pairs[:, 0]].astype(np.float64), np.ones(len(s_items)), keep_hi, np.full(D, total / W), m_hi + 1.0, np.ones(D),
-         [np.inf if hint_cost is None else hint_cost + 1e-6]]
+        [upper[pairs[:, 0]].astype(np.float64), keep_hi, np.full(D, total / W), m_hi + 1.0, np.ones(D), [np.inf if hint_cost is None else hint_cost + 1e-6]]
     )
-    integer = np.concatenate([np.arange(n, n + len(s_items)), np.arange(Y, Y + D)]).astype(np.int64)
+    integer = np.arange(Y, Y + D, dtype=np.int64)
     return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "M": M, "Y": Y, "Z": Z, "W": W, "stay": stay, "integer": integer, "cuts": cuts,
-                  "s_items": s_items, "keep_pairs": keep_pairs, "K0": K0}
+                  "keep_pairs": keep_pairs, "K0": K0}
 
 
 def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.ndarray, D: int) -> np.ndarray:
     n = len(rows.pairs)
     v = np.zeros(rows.n_vars)
     v[:n] = hint[rows.pairs[:, 0], rows.pairs[:, 1]].astype(np.float64)
-    s_items = b["s_items"]
-    v[n : n + len(s_items)] = hint[s_items].sum(axis=1) > 0
     kp = b["keep_pairs"]
     v[b["K0"] : b["K0"] + len(kp)] = v[kp]  # (the hint is the center: every shard kept)
     dimsum, hostsum = lin.widths(hint)
@@ -1062,6 +1057,7 @@ class ExactSolver(Solver):
         max_split: int = DEFAULT_MAX_SPLIT,
         split_tables: int = DEFAULT_SPLIT_TABLES,
         split_apart: bool = True,
+        neuroshard_share: float = DEFAULT_NEUROSHARD_SHARE,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -1089,6 +1085,9 @@ class ExactSolver(Solver):
         self.max_split = 1 if self.exact_neural else int(max_split)
         self.split_tables = int(split_tables)
         self.split_apart = bool(split_apart)
+        if not 0.0 <= float(neuroshard_share) < 1.0:
+            raise ValueError(f"neuroshard_share: {neuroshard_share} must be in [0, 1) (the share of the time limit NeuroShard's warm start may use)")
+        self.neuroshard_share = float(neuroshard_share)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -1097,6 +1096,7 @@ class ExactSolver(Solver):
             "max_split": self.max_split,
             "split_tables": self.split_tables,
             "split_apart": self.split_apart,
+            "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -1139,21 +1139,25 @@ class ExactSolver(Solver):
         return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic)
 
     # -- the loop --------------------------------------------------------------------------------------------
-    def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int) -> list[dict[str, Any]]:
+    def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float) -> list[dict[str, Any]]:
+        """Plans of the heuristics (whole tables), and with splits offered NeuroShard's (dyadic column pieces) within
+        `neuroshard_share` of the budget; each judged by the full cost model."""
         from solvers.registry import get_solver
 
         model = _Bound(bm, label)
-        index = instance.table_index()
         out = []
-        for name in WARM_START_SOLVERS:
-            r = get_solver(name).solve(instance, model, seed=seed)
+        names = list(WARM_START_SOLVERS)
+        if self.max_split > 1 and self.neuroshard_share > 0:
+            names.append("neuroshard")
+        for name in names:
+            if name == "neuroshard":
+                r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, self.neuroshard_share * budget))
+            else:
+                r = get_solver(name).solve(instance, model, seed=seed)
             if r.plan is None:
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
-            device_of = np.empty(len(instance.tables), dtype=np.int64)
-            for s in r.plan.shards:
-                device_of[index[s.table]] = s.device
-            out.append({"solver": name, "status": r.status.value, "cost": float(bm.assignment_costs(device_of).max_cost), "device_of": device_of})
+            out.append({"solver": name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
         return out
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
@@ -1168,27 +1172,25 @@ class ExactSolver(Solver):
             return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
         T = len(instance.tables)
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
-        items = self.items(instance, bm)
+        info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
+        starts = self.warm_starts(instance, bm, cost_model.describe(), seed, budget) if self.warm_start else []
+        good = [s for s in starts if s["cost"] is not None]
+        pick = min(good, key=lambda s: s["cost"]) if good else None  # ties: the first in WARM_START_SOLVERS order
+        items = self.items(instance, bm, pick["shards"] if pick else None)
         sizes = items.size
         fits = sizes[:, None] <= caps[None, :]
-
-        info: dict[str, Any] = {
-            "backend": self.backend,
-            "time_limit_s": budget,
-            "iterations": [],
-            "split_tables_offered": [instance.tables[int(t)].name for t in items.split_tables()],
-            "items": items.num_items,
-        }
+        info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
         best: np.ndarray | None = None
         best_cost = math.inf
         if self.warm_start:
-            starts = self.warm_starts(instance, bm, cost_model.describe(), seed)
             info["warm_starts"] = {s["solver"]: s["cost"] for s in starts}
-            good = [s for s in starts if s["cost"] is not None]
-            if good:
-                pick = min(good, key=lambda s: s["cost"])  # ties: the first in WARM_START_SOLVERS order
-                best, best_cost = items.counts_from_device_of(pick["device_of"], len(caps)), pick["cost"]
-                info["warm_start"] = {"solver": pick["solver"], "cost": best_cost}
+            for cand in sorted(good, key=lambda s: s["cost"]):  # (stable: ties keep WARM_START_SOLVERS order)
+                counts = items.counts_from_shards(instance, cand["shards"], len(caps))
+                if counts is None:  # (e.g. two pieces of a table on one device when split_apart) not expressible here
+                    continue
+                best, best_cost = counts, plan_cost(bm, items, counts)
+                info["warm_start"] = {"solver": cand["solver"], "cost": best_cost}
+                break
         info["warm_start_s"] = clock.elapsed
         if best is None:
             info["warm_start"] = None
@@ -1260,7 +1262,7 @@ class ExactSolver(Solver):
                 res = LinearSolve("optimal", best.copy(), lin.cost(best), None, res.build_s, res.solve_s)  # (cutoff)
             usable = res.counts is not None and items.is_complete(res.counts)
             if res.counts is not None and not usable:  # (never seen) a solver broke a choice row: never use it
-                row["rejected"] = "not one complete cut per table"
+                row["rejected"] = "the pieces do not cover every table"
             if usable and not bool((items.device_bytes(res.counts) <= caps).all()):  # (MILP tolerances; never seen)
                 row["rejected"] = "memory over capacity after rounding the solver's values"
                 usable = False
@@ -1275,7 +1277,7 @@ class ExactSolver(Solver):
                 moved = int(np.maximum(point - res.counts, 0).sum()) if best is not None else n_center  # shards that left
                 row["full_cost"] = full
                 row["moved_shards"] = moved
-                row["split_tables"] = int((res.counts[items.whole].sum(axis=1) == 0).sum())
+                row["split_tables"] = len(items.split_used(res.counts))
                 improved = best is None or full < best_cost - 1e-9 * max(1.0, abs(best_cost))
             row["improved"] = bool(improved)
             if improved:
@@ -1321,7 +1323,7 @@ class ExactSolver(Solver):
             ),
             converged=converged,
             iterations_run=len(info["iterations"]),
-            split_tables_used=[instance.tables[t].name for t in np.flatnonzero(best[items.whole].sum(axis=1) == 0)],
+            split_tables_used=[instance.tables[t].name for t in items.split_used(best)],
         )
         if lower is not None and best_cost > 0:
             info["gap_to_linear_bound"] = (best_cost - lower) / best_cost
@@ -1335,15 +1337,23 @@ class ExactSolver(Solver):
         shards = items.shards(best, instance)
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, lower_bound=lower, info=info, bound=bm)
 
-    def items(self, instance: Instance, bm: BoundCostModel) -> Items:
-        """The cuts offered: whole tables, and equal column splits (2, 4, ... <= max_split) of the `split_tables`
-        tables with the highest compute alone -- and of any table too big for every device whole."""
+    def items(self, instance: Instance, bm: BoundCostModel, start: list[Shard] | None = None) -> Items:
+        """The pieces offered: whole tables, and column pieces (dim/2, dim/4, ... >= dim/max_split) of the
+        `split_tables` tables with the highest compute alone, of any table too big for every device whole, and of
+        the tables the warm start `start` cuts (as fine as it cuts them)."""
         split = split_candidates(bm, self.max_split, self.split_tables)
         caps = instance.topology.capacities()
         too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
         if self.max_split > 1 and too_big:
             split = np.union1d(split, np.array(too_big, dtype=np.int64))
-        return build_items(instance, bm, split, self.max_split, self.split_apart)
+        deeper: dict[int, int] = {}
+        index = instance.table_index()
+        for sh in start or []:
+            t = index[sh.table]
+            w = sh.width(instance.tables[t])
+            if w != instance.tables[t].dim:
+                deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)
+        return build_items(instance, bm, split, self.max_split, self.split_apart, deeper)
 
     def _infeasibility(self, instance: Instance) -> str | None:
         """Necessary conditions: shardopt.feasibility's for whole tables; with splits, a table too big for every

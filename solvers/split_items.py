@@ -1,14 +1,16 @@
-"""The placement choices an exact model picks among: for each table, the whole table and (optionally) its equal
-column splits into 2, 4, ... shards.
+"""The shards an exact model places: for each table, the whole table and (optionally) its dyadic column pieces --
+halves, quarters, ... -- in any mix that covers the table.
 
-An *item* is one way to cut a table: `parts` equal column shards, each `width` columns wide. A plan chooses exactly
-one item per table and puts its `parts` shards on devices (on distinct devices when `apart`). The exact solvers
-hold a plan as a count matrix ``counts[I, D]`` (shards of item i on device d; the rows of unchosen items are 0),
-which covers table-wise plans (only whole-table items) and split ones alike.
+An *item* is one piece size of one table: ``width = dim / parts`` columns (parts = 1, 2, 4, ...; parts pieces of
+it make the table). A plan places, for each table, pieces whose widths add up to the table's dim: the whole table
+on one device, or e.g. two halves, or a half and two quarters, ... -- one piece per device when `apart`. Equal
+splits into 2, 4, ... shards are the special cases "parts_i pieces of item i"; the mixes are what NeuroShard's
+repeated halvings produce, so its plans are representable exactly (and can warm-start the exact solvers). The
+exact solvers hold a plan as a count matrix ``counts[I, D]`` (pieces of item i on device d).
 
-Why equal splits in powers of two: it is what the issue asks for (split into 2, 4, ...), what NeuroShard's halvings
-produce for a table halved evenly, and it keeps one Boolean per (shard kind, device) -- an uneven cut would need a
-variable per column offset. Widths stay multiples of DIM_ALIGNMENT (fbgemm's TBE needs 4-aligned dims).
+Why dyadic pieces: one Boolean per (piece size, device) covers every plan a sequence of halvings can make, with
+widths that stay multiples of DIM_ALIGNMENT (fbgemm's TBE needs 4-aligned dims); an arbitrary cut would need a
+variable per column offset.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ class Items:
     """Every table's items, table by table: the items of table t are ``first[t]:first[t + 1]``, whole table first."""
 
     table: np.ndarray  # [I] table index
-    parts: np.ndarray  # [I] shards of the item (1 = the whole table)
-    width: np.ndarray  # [I] columns of one shard
-    size: np.ndarray  # [I] bytes of one shard (weights + optimizer state), int64
-    states: np.ndarray  # [I, F] cost-model state of one shard
+    parts: np.ndarray  # [I] pieces of this size that make the whole table (1 = the whole table, 2 = halves, ...)
+    width: np.ndarray  # [I] columns of one piece = dim / parts
+    size: np.ndarray  # [I] bytes of one piece (weights + optimizer state), int64
+    states: np.ndarray  # [I, F] cost-model state of one piece
     first: np.ndarray  # [T + 1]
-    apart: bool = True  # the shards of one item go to distinct devices
+    apart: bool = True  # at most one piece of a table per device
 
     @property
     def num_items(self) -> int:
@@ -72,25 +74,21 @@ class Items:
             return None
         return whole.argmax(axis=1)
 
-    def chosen(self, counts: np.ndarray) -> np.ndarray:
-        """[T] the item each table uses (the first with shards placed; -1 when none)."""
-        placed = counts.sum(axis=1) > 0
-        out = np.full(self.num_tables, -1, dtype=np.int64)
-        for t in range(self.num_tables):
-            on = np.flatnonzero(placed[self.first[t] : self.first[t + 1]])
-            if len(on):
-                out[t] = self.first[t] + on[0]
-        return out
-
     def is_complete(self, counts: np.ndarray) -> bool:
-        """Each table uses exactly one item, with all its shards placed (on distinct devices when `apart`)."""
-        per_item = counts.sum(axis=1)
-        if (counts < 0).any() or (self.apart and (counts > 1).any()):
+        """Every table's pieces add up to its dim (at most one piece of a table per device when `apart`)."""
+        if (counts < 0).any():
             return False
-        used = (per_item > 0).astype(np.int64)
-        if (np.add.reduceat(used, self.first[:-1]) != 1).any():
+        cover = np.add.reduceat(counts.sum(axis=1) * self.width, self.first[:-1])
+        dims = self.width[self.whole]
+        if (cover != dims).any():
             return False
-        return bool(((per_item == 0) | (per_item == self.parts)).all())
+        if self.apart and (np.add.reduceat(counts, self.first[:-1], axis=0) > 1).any():
+            return False
+        return True
+
+    def split_used(self, counts: np.ndarray) -> np.ndarray:
+        """Tables the plan cuts into pieces."""
+        return np.flatnonzero(counts[self.whole].sum(axis=1) == 0)
 
     def device_states(self, counts: np.ndarray) -> np.ndarray:
         """[D, F] summed state of each device."""
@@ -105,23 +103,43 @@ class Items:
         return counts.T.astype(np.int64) @ self.size
 
     def shards(self, counts: np.ndarray, instance: Instance) -> list[Shard]:
-        """The plan's shards: split items as column ranges, in device order within a table."""
+        """The plan's shards: pieces as column ranges, widest first (so every offset is a multiple of the piece's
+        width), in device order within a size."""
         out: list[Shard] = []
-        for i in np.flatnonzero(counts.sum(axis=1) > 0):
-            t = instance.tables[int(self.table[i])]
-            if self.parts[i] == 1:
-                out.append(Shard(table=t.name, device=int(np.flatnonzero(counts[i])[0])))
+        for t in range(self.num_tables):
+            tab = instance.tables[t]
+            its = range(int(self.first[t]), int(self.first[t + 1]))
+            if counts[its[0]].sum() == 1 and counts[its[0]].max() == 1 and not counts[list(its)[1:]].any():
+                out.append(Shard(table=tab.name, device=int(np.flatnonzero(counts[its[0]])[0])))
                 continue
             offset = 0
-            for d in np.flatnonzero(counts[i]):
-                for _ in range(int(counts[i, d])):
-                    out.append(Shard(table=t.name, device=int(d), col_offset=offset, cols=int(self.width[i])))
-                    offset += int(self.width[i])
+            for i in its:  # widest first: items are stored by parts ascending
+                for d in np.flatnonzero(counts[i]):
+                    for _ in range(int(counts[i, d])):
+                        out.append(Shard(table=tab.name, device=int(d), col_offset=offset, cols=int(self.width[i])))
+                        offset += int(self.width[i])
         return out
+
+    def counts_from_shards(self, instance: Instance, shards: list[Shard], num_devices: int) -> np.ndarray | None:
+        """[I, D] counts of a plan made of whole tables and dyadic column pieces of the tables that have them here
+        (None: a shard this item set cannot express -- a row or replicated shard, or a width with no item)."""
+        index = instance.table_index()
+        counts = np.zeros((self.num_items, num_devices), dtype=np.int64)
+        for s in shards:
+            t = index.get(s.table)
+            if t is None or s.replicated or s.row_offset or s.rows is not None or not 0 <= s.device < num_devices:
+                return None
+            w = s.width(instance.tables[t])
+            its = np.arange(self.first[t], self.first[t + 1])
+            hit = its[self.width[its] == w]
+            if len(hit) != 1:
+                return None
+            counts[hit[0], s.device] += 1
+        return counts if self.is_complete(counts) else None
 
 
 def split_counts(dim: int, max_split: int) -> list[int]:
-    """The split counts 2, 4, ... <= max_split that cut `dim` into equal widths that stay multiples of 4."""
+    """The piece counts 2, 4, ... <= max_split that cut `dim` into equal widths that stay multiples of 4."""
     out, k = [], 2
     while k <= max_split and dim % (k * DIM_ALIGNMENT) == 0:
         out.append(k)
@@ -140,15 +158,21 @@ def split_candidates(bm: BoundCostModel, max_split: int, limit: int) -> np.ndarr
     return np.sort(order[ok[order]][:limit])
 
 
-def build_items(instance: Instance, bm: BoundCostModel, split: np.ndarray | None = None, max_split: int = 1, apart: bool = True) -> Items:
-    """Items of every table: the whole table, and for the tables in `split` its equal splits up to `max_split`
-    (powers of two) on distinct devices when `apart`."""
+def build_items(
+    instance: Instance, bm: BoundCostModel, split: np.ndarray | None = None, max_split: int = 1, apart: bool = True,
+    deeper: dict[int, int] | None = None,
+) -> Items:
+    """Items of every table: the whole table, and for the tables in `split` its pieces dim/2, dim/4, ... down to
+    dim/max_split (or dim/deeper[t] for a table a given plan cuts finer), at most one piece of a table per device
+    when `apart`."""
     T = len(instance.tables)
     chosen = set(int(t) for t in (split if split is not None else []))
+    deeper = deeper or {}
     table, parts, width = [], [], []
     first = [0]
     for t, tab in enumerate(instance.tables):
-        ks = [1] + (split_counts(tab.dim, max_split) if t in chosen else [])
+        limit = max(max_split, deeper.get(t, 1))
+        ks = [1] + (split_counts(tab.dim, limit) if t in chosen or t in deeper else [])
         for k in ks:
             table.append(t)
             parts.append(k)

@@ -426,7 +426,7 @@ def test_column_splits_find_the_enumerated_optimum(name: str) -> None:
     best_split, choice = brute_force_split(inst)
     best_whole, _ = brute_force(inst)
     assert best_split < best_whole * (1 - 1e-3)  # a split is worth having here
-    r = get_solver(name, max_split=2, split_tables=6).solve(inst, CM, time_limit=30, seed=0)
+    r = get_solver(name, max_split=2, split_tables=6, neuroshard_share=0).solve(inst, CM, time_limit=30, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.predicted_cost == pytest.approx(best_split, rel=1e-9)
     assert r.predicted_cost == pytest.approx(CM.plan_costs(inst, r.plan).max_cost, rel=1e-9)
@@ -446,7 +446,7 @@ def test_column_splits_need_not_be_apart() -> None:
     best_any, _ = brute_force_split(inst, apart=False)
     best_apart, _ = brute_force_split(inst, apart=True)
     assert best_any <= best_apart + 1e-12
-    r = get_solver("cpsat", max_split=2, split_tables=5, split_apart=False).solve(inst, CM, time_limit=30, seed=0)
+    r = get_solver("cpsat", max_split=2, split_tables=5, split_apart=False, neuroshard_share=0).solve(inst, CM, time_limit=30, seed=0)
     assert check_plan(inst, r.plan).ok and r.predicted_cost == pytest.approx(best_any, rel=1e-9)
 
 
@@ -460,7 +460,7 @@ def test_a_table_too_big_for_any_device_is_split() -> None:
     doc["tables"] = [t for t, b in zip(doc["tables"], sizes) if b == sizes.max()] + [
         t for t, b in zip(doc["tables"], sizes) if b < sizes.max() and b <= sizes.max() * 0.6][:2]
     inst = instance_from_dict(doc)
-    r = get_solver("cpsat", max_split=2, split_tables=0).solve(inst, CM, time_limit=20)
+    r = get_solver("cpsat", max_split=2, split_tables=0, neuroshard_share=0).solve(inst, CM, time_limit=20)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     big = inst.tables[int(np.argmax(table_bytes_array(inst)))].name
     assert sum(1 for s in r.plan.shards if s.table == big) == 2 and big in r.info["split_tables_used"]
