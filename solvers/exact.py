@@ -72,9 +72,9 @@ WARM_START_SOLVERS = ("greedy", "size", "dim", "lookup", "size_lookup", "round_r
 EXACT_NEURAL_MAX_TABLES = 12
 EXACT_NEURAL_MAX_DEVICES = 4
 LARGE_MODEL = 20_000  # CP-SAT: above this many (item, device) variables, no presolve (see solve_cpsat)
-DEFAULT_MAX_SPLIT = 4  # column splits offered: into 2 and 4 equal shards
+DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
-DEFAULT_NEUROSHARD_SHARE = 0.25  # with splits: NeuroShard's plan (dyadic pieces) is a warm start, within this share of the limit
+DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
 
 
 class _Bound(CostModel):
@@ -1057,7 +1057,8 @@ class ExactSolver(Solver):
         max_split: int = DEFAULT_MAX_SPLIT,
         split_tables: int = DEFAULT_SPLIT_TABLES,
         split_apart: bool = True,
-        neuroshard_share: float = DEFAULT_NEUROSHARD_SHARE,
+        neuroshard_share: float = 0.0,
+        presplit_share: float = DEFAULT_PRESPLIT_SHARE,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -1088,6 +1089,9 @@ class ExactSolver(Solver):
         if not 0.0 <= float(neuroshard_share) < 1.0:
             raise ValueError(f"neuroshard_share: {neuroshard_share} must be in [0, 1) (the share of the time limit NeuroShard's warm start may use)")
         self.neuroshard_share = float(neuroshard_share)
+        if not 0.0 <= float(presplit_share) < 1.0:
+            raise ValueError(f"presplit_share: {presplit_share} must be in [0, 1) (the share of the time limit the pre-split warm start's polish may use)")
+        self.presplit_share = float(presplit_share)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -1097,6 +1101,7 @@ class ExactSolver(Solver):
             "split_tables": self.split_tables,
             "split_apart": self.split_apart,
             "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
+            "presplit_share": self.presplit_share if self.max_split > 1 else 0.0,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -1140,8 +1145,10 @@ class ExactSolver(Solver):
 
     # -- the loop --------------------------------------------------------------------------------------------
     def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float) -> list[dict[str, Any]]:
-        """Plans of the heuristics (whole tables), and with splits offered NeuroShard's (dyadic column pieces) within
-        `neuroshard_share` of the budget; each judged by the full cost model."""
+        """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
+        (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget) and NeuroShard's
+        (within `neuroshard_share`; off by default); each judged by the full cost model."""
+        from solvers.neuroshard import presplit_plan
         from solvers.registry import get_solver
 
         model = _Bound(bm, label)
@@ -1149,6 +1156,10 @@ class ExactSolver(Solver):
         names = list(WARM_START_SOLVERS)
         if self.max_split > 1 and self.neuroshard_share > 0:
             names.append("neuroshard")
+        if self.max_split > 1 and self.presplit_share > 0:
+            got = presplit_plan(instance, bm, self.max_split, time_limit=self.presplit_share * budget)
+            out.append({"solver": "presplit", "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
+                        **({"shards": got[0]} if got else {})})
         for name in names:
             if name == "neuroshard":
                 r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, self.neuroshard_share * budget))

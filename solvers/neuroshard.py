@@ -272,6 +272,48 @@ def split(piece: Piece) -> tuple[Piece, Piece] | None:
     return (t, off, half), (t, off + half, half)
 
 
+def presplit_plan(
+    instance: Instance, bm: BoundCostModel, max_pieces: int = 8, cfg: NeuroShardConfig | None = None, time_limit: float | None = None
+) -> tuple[list[Shard], float] | None:
+    """One NeuroShard state chosen up front instead of searched: every table whose compute alone exceeds the mean
+    device compute, or whose bytes exceed half the largest device, is halved until its pieces do not (at most
+    `max_pieces` pieces, halves that stay 4-aligned),
+    then the comm-aware grid greedy places the pieces and the polish improves the plan. (shards, cost) or None.
+
+    Why: on instances where a few tables are heavier than a whole device's fair share (production models), the
+    beam search needs one step per halving and tens of seconds to find the splits, while table-wise starts leave
+    the slowest device holding one such table; this start takes seconds and gives the exact solvers (which
+    polish, not restructure, a plan) a split layout to work from. `time_limit` ends the polish (the grid runs whole)."""
+    cfg = cfg or NeuroShardConfig()
+    clock = Stopwatch()
+    pm = PieceModel(instance, bm)
+    whole: list[Piece] = [(i, 0, t.dim) for i, t in enumerate(instance.tables)]
+    _, _, nbytes, single = pm.info(whole)
+    target = float(single.sum()) / bm.num_devices
+    room = float(pm.caps.max()) / 2  # a piece bigger than half a device is hard to pack: halve it too
+    pieces: list[Piece] = []
+    for p, c, b in zip(whole, single, nbytes):
+        todo, parts = [p], 1
+        while (c / parts > target or b / parts > room) and parts * 2 <= max_pieces and all(split(q) is not None for q in todo):
+            todo = [h for q in todo for h in split(q)]  # type: ignore[union-attr]
+            parts *= 2
+        pieces += todo
+    pieces.sort()
+    results = grid_greedy(pm, [pieces], cfg, comm_aware=True, clock=clock)
+    if not results or results[0].device_of is None:
+        results = grid_greedy(pm, [pieces], cfg, clock=clock)
+        if not results or results[0].device_of is None:
+            return None
+    device_of, _ = polish(pm, pieces, results[0].device_of, cfg, clock, time_limit)
+    states, widths, _, _ = pm.info(pieces)
+    cost, _ = plan_cost(bm, states, widths, device_of)
+    shards = []
+    for (t, off, cols), d in zip(pieces, device_of):
+        table = instance.tables[t]
+        shards.append(Shard(table=table.name, device=int(d)) if cols == table.dim else Shard(table=table.name, device=int(d), col_offset=off, cols=cols))
+    return shards, cost
+
+
 class NeuroShardSolver(Solver):
     name = "neuroshard"
     family = "search"

@@ -311,7 +311,7 @@ def test_registry_and_params() -> None:
         s = get_solver(name)
         assert s.name == name and s.family == "exact" and s.description
         p = s.params()
-        assert p["layout"] == "table-wise + column splits" and p["max_split"] == 4 and p["comm"] == "planes" and p["workers"] >= 1
+        assert p["layout"] == "table-wise + column splits" and p["max_split"] == 8 and p["comm"] == "planes" and p["workers"] >= 1
         assert get_solver(name, max_split=1).params()["layout"] == "table-wise"
     with pytest.raises(ValueError, match="comm"):
         get_solver("cpsat", comm="cubic")
@@ -498,3 +498,52 @@ def test_linearisation_is_exact_at_a_split_plan() -> None:
             moved[i, src], moved[i, free[0]] = 0, 1
             np.testing.assert_allclose(lin.compute_costs(moved)[[src, free[0]]],
                                        bm.compute_costs(items.device_states(moved)).sum(axis=-1)[[src, free[0]]], rtol=1e-9)
+
+
+def test_neuroshard_plans_are_expressible_as_pieces() -> None:
+    """NeuroShard's halvings (a half and two quarters, ...) are dyadic pieces: its plan becomes counts over the
+    items and back with the same cost, so it can warm-start the exact solvers."""
+    from solvers.split_items import build_items
+
+    inst = make_instance(10, 4, seed=3, mem_factor=1.3)
+    bm = CM.bind(inst)
+    r = get_solver("neuroshard").solve(inst, CM, time_limit=20)
+    deeper = {}
+    for s in r.plan.shards:
+        t = inst.table_index()[s.table]
+        w = s.width(inst.tables[t])
+        if w != inst.tables[t].dim:
+            deeper[t] = max(deeper.get(t, 1), inst.tables[t].dim // w)
+    items = build_items(inst, bm, None, 1, True, deeper)
+    counts = items.counts_from_shards(inst, r.plan.shards, 4)
+    assert counts is not None and items.is_complete(counts)
+    assert set(items.split_used(counts)) == set(deeper)
+    again = items.shards(counts, inst)
+    from shardopt.ir import Plan
+
+    assert check_plan(inst, Plan(shards=again)).ok
+    assert CM.plan_costs(inst, again).max_cost == pytest.approx(r.predicted_cost, rel=1e-9)
+
+
+def test_presplit_warm_start_splits_a_heavy_table() -> None:
+    """One table carries several devices' worth of lookups: table-wise, the device holding it is the plan's cost.
+    The pre-split warm start cuts it into pieces; the exact solver starts from (at least) that plan and never
+    returns worse, with the table split."""
+    from solvers.neuroshard import presplit_plan
+
+    inst = make_instance(12, 4, seed=4, mem_factor=2.0)
+    doc = inst.model_dump(mode="json")
+    doc["tables"][0]["dim"] = 128
+    doc["tables"][0]["pooling_factor"] = 200.0
+    inst = instance_from_dict(doc)
+    bm = CM.bind(inst)
+    heavy = inst.tables[0].name
+    greedy = min(get_solver(h).solve(inst, CM).predicted_cost for h in HEURISTICS)
+    got = presplit_plan(inst, bm, 8)
+    assert got is not None
+    shards, cost = got
+    assert sum(1 for s in shards if s.table == heavy) > 1 and cost < greedy
+    assert CM.plan_costs(inst, shards).max_cost == pytest.approx(cost, rel=1e-9)
+    r = get_solver("cpsat").solve(inst, CM, time_limit=10)
+    assert check_plan(inst, r.plan).ok and r.predicted_cost <= cost + 1e-12
+    assert heavy in r.info["split_tables_used"] and r.info["warm_starts"]["presplit"] == pytest.approx(cost)
