@@ -363,7 +363,12 @@ def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]]) ->
         return DeviceComputeBound(0.0, 0.0, 0.0)
     width: dict[int, float] = {}
     for table, w in shards:
+        if not 0 <= int(table) < len(t.dims) or w <= 0 or w % DIM_ALIGNMENT:
+            raise ValueError(f"shard ({table}, {w}): expected a table index and a width that is a positive multiple of {DIM_ALIGNMENT}")
         width[int(table)] = width.get(int(table), 0.0) + float(w)
+    for i, w in width.items():
+        if w > t.dims[i]:
+            raise ValueError(f"table {i}: shards {w:g} columns wide in all, but the table has {int(t.dims[i])}")
     ssum = {i: hull_value(ctx.hulls[i], w) for i, w in width.items()}
     hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, ssum)) if t.kappa_ms > 0 else 0.0
     fwd = sum(t.fwd_fixed_ms[i] + t.fwd_col_ms[i] * w + t.fwd_sb_ms[i] * ssum[i] for i, w in width.items()) - t.kappa_ms * hits

@@ -112,8 +112,12 @@ def test_device_bound_never_exceeds_the_model(cfg: dict) -> None:
         state = sum(bm.shard_state(t, w) for t, w in shards)
         below_occupancy += bm.occupancy(state) < 1
         # adding shards never lowers the bound (the table cuts rely on it)
-        more = shards + random_device_shards(rng, inst)
+        held = {t for t, _ in shards}
+        more = shards + [s for s in random_device_shards(rng, inst) if s[0] not in held]
         assert rel.device_bound(more).total_ms >= lb.total_ms * (1 - RTOL)
+        t0, w0 = shards[0]
+        if sum(w for t, w in shards if t == t0) + 4 <= inst.tables[t0].dim:  # a wider part of a table held
+            assert rel.device_bound(shards + [(t0, 4)]).total_ms >= lb.total_ms * (1 - RTOL)
     if cfg.get("batch", 65536) < 5120:  # v100: 80 SMs x 64 warps
         assert below_occupancy > 0
 
@@ -140,6 +144,14 @@ def test_hot_tables_compete_for_the_cache_and_the_bound_sees_it() -> None:
     lb = rel.device_bound(pair).total_ms
     assert lb <= true * (1 + RTOL)
     assert lb >= 0.9 * true and true > alone - 2 * 4 * 6e-3  # not just the sum of two launches shared
+
+
+def test_device_bound_refuses_impossible_shards() -> None:
+    rel = AnalyticRelaxation(make_instance(3, 2))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        rel.device_bound([(0, 6)])
+    with pytest.raises(ValueError, match="columns wide in all"):
+        rel.device_bound([(0, rel.bm.instance.tables[0].dim), (0, 4)])
 
 
 def test_sector_hull() -> None:
