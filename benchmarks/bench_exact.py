@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=sorted(CASES), action="append", help="standard case(s); default: all")
     ap.add_argument("--instance", help="an instance file instead of the standard cases")
+    ap.add_argument("--instances", help="comma-separated globs of instance files instead (e.g. 'instances/suites/dreamshard-test/dreamshard-test-s1-*.json')")
+    ap.add_argument("--summary", action="store_true", help="one line per run instead of the iterations")
     ap.add_argument("--solvers", default="cpsat", help="comma-separated (cpsat, milp, milp_highs)")
     ap.add_argument("--time-limit", type=float, default=None, help="override the case's limit")
     ap.add_argument("--cost-model", default="analytic")
@@ -120,12 +122,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--options", default="{}", help='solver options as JSON, e.g. \'{"deterministic": false}\'')
     args = ap.parse_args(argv)
 
-    runs = [(args.instance, args.time_limit or 60.0)] if args.instance else [CASES[c] for c in (args.case or sorted(CASES, reverse=True))]
+    if args.instances:
+        import glob
+
+        runs = [(str(Path(p).relative_to(ROOT)) if Path(p).is_absolute() else p, args.time_limit or 10.0) for g in args.instances.split(",") for p in sorted(glob.glob(g))]
+    else:
+        runs = [(args.instance, args.time_limit or 60.0)] if args.instance else [CASES[c] for c in (args.case or sorted(CASES, reverse=True))]
     options = json.loads(args.options)
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; {time.strftime('%Y-%m-%d')}")
     for path, limit in runs:
         for solver in args.solvers.split(","):
             row = run_one(path, solver.strip(), args.time_limit or limit, args.cost_model, args.seed, options)
+            if args.summary:
+                gap = row["gap_to_linear_bound"]
+                print(f"| {Path(path).name} | {solver} | {row['status']} | {row['wall_s']:.2f} | {row['warm_start_solver']} {row['warm_start_cost']:.4f} | "
+                      f"{row['best_cost']:.4f} | {row['linear_bound'] if row['linear_bound'] is None else format(row['linear_bound'], '.4f')} | "
+                      f"{'-' if gap is None else format(100 * gap, '.2f')} % | {row['linear_bound_proven_optimal']} |", flush=True)
+                continue
             show(row)
             print(json.dumps(row))
     return 0
