@@ -288,6 +288,35 @@ def _progress(description: str, enabled: bool) -> Iterator[Any]:
         yield tick
 
 
+def _solver_with_options(name: str, options: list[str]) -> Any:
+    """get_solver(name, **options) from KEY=VALUE strings; a bad option is bad input naming the option."""
+    import inspect
+    import json
+
+    from solvers.registry import get_solver
+
+    parsed: dict[str, Any] = {}
+    for item in options:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--option: {item!r} is not KEY=VALUE")
+        try:
+            parsed[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[key.strip()] = raw
+    solver_cls = type(get_solver(name))  # (unknown solver names fail here)
+    accepted = inspect.signature(solver_cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    for key in parsed:
+        if key not in accepted and not takes_any:
+            known = ", ".join(k for k in accepted if k not in ("self", "config", "options")) or "none"
+            raise CLIError(f"--option: solver {name!r} has no option {key!r} (its options: {known})")
+    try:
+        return get_solver(name, **parsed)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"--option: {exc}") from None
+
+
 def _load_instance(path: Path) -> Instance:
     from shardopt.ir import load_instance
 
@@ -318,6 +347,10 @@ def solve(
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the solver may search.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same plan.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
+    option: Annotated[
+        Optional[list[str]],
+        typer.Option("--option", "-O", metavar="KEY=VALUE", help="A solver option (repeatable), e.g. -O max_split=4 -O split_apart=false; values are JSON, else text."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Place an instance's tables on its devices and print the plan with its predicted cost."""
@@ -325,9 +358,8 @@ def solve(
         from shardopt.evaluate import cost_model_label
         from shardopt.ir import save, to_dict
         from shardopt.memory import device_memory_use
-        from solvers.registry import get_solver
 
-        solver_obj = get_solver(solver)  # unknown names fail before any file is read
+        solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
         model = _cost_model(cost_model)
         instance = _load_instance(instance_path)
         result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)

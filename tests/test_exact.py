@@ -547,3 +547,27 @@ def test_presplit_warm_start_splits_a_heavy_table() -> None:
     r = get_solver("cpsat").solve(inst, CM, time_limit=10)
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= cost + 1e-12
     assert heavy in r.info["split_tables_used"] and r.info["warm_starts"]["presplit"] == pytest.approx(cost)
+
+
+def test_cli_solver_options(tmp_path) -> None:
+    """`solve -O KEY=VALUE` passes solver options (JSON values); an unknown option or a bad value is bad input
+    (exit 2) naming it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from shardopt.cli import app
+
+    runner = CliRunner()
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(make_instance(8, 2, seed=1, mem_factor=1.5).model_dump(mode="json")))
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_split=1", "-O", "deterministic=true", "--time-limit", "5", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["params"]["max_split"] == 1 and doc["plan"]["params"]["layout"] == "table-wise"
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_splits=2"])
+    assert r.exit_code == 2 and "max_splits" in r.output and "max_split" in r.output
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_split=3"])
+    assert r.exit_code == 2 and "max_split: 3" in r.output
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_split"])
+    assert r.exit_code == 2 and "KEY=VALUE" in r.output
