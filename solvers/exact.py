@@ -1397,13 +1397,13 @@ def plan_cost(bm: BoundCostModel, items: Items, counts: np.ndarray) -> float:
 class CpSatSolver(ExactSolver):
     name = "cpsat"
     backend = "cpsat"
-    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), hard memory capacities, warm start, bound"
+    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces, hard memory capacities, warm start, bound"
 
 
 class MilpSolver(ExactSolver):
     name = "milp"
     backend = "cbc"
-    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), hard memory capacities, warm start, bound"
+    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces, hard memory capacities, warm start, bound"
 
 
 class MilpExactNeuralSolver(ExactSolver):
@@ -1422,7 +1422,7 @@ class MilpExactNeuralSolver(ExactSolver):
 class MilpHighsSolver(ExactSolver):
     name = "milp_highs"
     backend = "highs"
-    description = "MILP (scipy.optimize.milp = HiGHS) on the linearised cost, re-linearised until no improvement; no warm start (HiGHS via scipy takes none)"
+    description = "MILP (scipy.optimize.milp = HiGHS) on the linearised cost, re-linearised until no improvement; whole tables and dyadic column pieces; no warm start (HiGHS via scipy takes none)"
 
 
 __all__ = ["COST_SCALE", "DEFAULT_TIME_LIMIT", "CpSatSolver", "ExactSolver", "MilpExactNeuralSolver", "MilpHighsSolver", "MilpSolver"]
