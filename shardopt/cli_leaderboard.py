@@ -58,24 +58,33 @@ def run(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
+    bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
+    bound_time_limit: Annotated[float, typer.Option("--bound-time-limit", help="Seconds per instance for the bound (its dual bound at the limit is still a bound).")] = 10.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Solve and judge every (instance, solver, seed) of SUITE_DIR; one row each in the store."""
     with _lb_guard(json_out):
-        from shardopt.leaderboard import run_leaderboard
+        from shardopt.leaderboard import check_bound_request, compute_bounds, run_leaderboard
 
         names = [s.strip() for s in solvers.split(",") if s.strip()]
+        if bounds:
+            check_bound_request(backend, cost_model, bound_time_limit)  # fail before any solve
         with _progress("leaderboard", enabled=not json_out) as tick:
             summary = run_leaderboard(suite_dir, names, db, backend=backend, cost_model=cost_model, seeds=seeds,
                                       time_limit=time_limit, jobs=jobs, progress=tick)
         doc = {"db": str(db), "suite": str(suite_dir), "total": summary.total, "skipped": summary.skipped,
                "done": summary.done, "failed": summary.failed}
+        lines = [f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished, "
+                 f"{summary.total} in all -> {_esc(str(db))}"]
+        if bounds:
+            with _progress("certified bounds", enabled=not json_out) as tick:
+                bs = compute_bounds(suite_dir, db, backend=backend, cost_model=cost_model, time_limit=bound_time_limit, progress=tick)
+            doc["bounds"] = {"total": bs.total, "skipped": bs.skipped, "done": bs.done, "failed": bs.failed}
+            lines.append(f"certified bounds: {bs.done} new ({bs.failed} without a value), {bs.skipped} already there")
         if json_out:
             _emit_json(doc)
         else:
-            line = (f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished, "
-                    f"{summary.total} in all -> {_esc(str(db))}")
-            _print_lines(_console(), [line])
+            _print_lines(_console(), lines)
 
 
 @leaderboard_app.command("report")
@@ -92,12 +101,13 @@ def report(
             HEADERS,
             build_reports,
             caption,
+            load_bounds,
             load_rows,
             table_cells,
             write_report,
         )
 
-        reports = build_reports(load_rows(db))
+        reports = build_reports(load_rows(db), load_bounds(db))
         written = write_report(reports, out, _command_line()) if out is not None else []
         if json_out:
             _emit_json({"db": str(db), "suites": [r.to_dict() for r in reports], "written": [str(p) for p in written]})

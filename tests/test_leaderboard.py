@@ -155,3 +155,29 @@ def test_two_concurrent_runs_share_one_db(tmp_path, suite):
     assert sum(done) >= 20  # both finished without a locking error; duplicates were ignored
     got = rows(db)
     assert len(got) == 4 * len(SOLVERS)
+
+
+def test_certified_bounds_give_the_gap_column(tmp_path, suite):
+    """`run --bounds` stores each instance's certified analytic bound once (the infeasible instance says so, with
+    no value); the report's gap divides by it, and no table- or column-wise plan is below it."""
+    db = tmp_path / "b.sqlite"
+    r = run("leaderboard", "run", str(suite), "--solvers", "greedy,neuroshard", "--db", str(db), "--time-limit", "5",
+            "--bounds", "--bound-time-limit", "5", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["bounds"] == {"total": 4, "skipped": 0, "done": 4, "failed": 1}
+    con = sqlite3.connect(db)
+    got = {f: (st, v) for f, st, v in con.execute("SELECT instance_file, status, value_ms FROM bounds")}
+    con.close()
+    assert got["infeasible.json"][0] == "infeasible" and got["infeasible.json"][1] is None
+    assert all(st in ("optimal", "bound") and v > 0 for f, (st, v) in got.items() if f != "infeasible.json")
+    doc = json.loads(run("leaderboard", "report", "--db", str(db), "--json").stdout)
+    (rep,) = doc["suites"]
+    gaps = {s["solver"]: s["mean_gap_to_bound"] for s in rep["solvers"]}
+    assert all(g is not None and g >= 1 - 1e-9 for g in gaps.values()), gaps
+    assert gaps["neuroshard"] <= gaps["greedy"] + 1e-12
+    again = run("leaderboard", "run", str(suite), "--solvers", "greedy", "--db", str(db), "--bounds", "--json")
+    assert json.loads(again.stdout)["bounds"]["skipped"] == 4
+    # a measured judge has no analytic bound: refused before anything is solved
+    db2 = tmp_path / "c.sqlite"
+    bad = run("leaderboard", "run", str(suite), "--solvers", "greedy", "--db", str(db2), "--backend", "cpu", "--bounds")
+    assert bad.exit_code == 2 and "--bounds" in bad.output and not db2.exists()
