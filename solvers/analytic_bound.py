@@ -15,13 +15,14 @@ Variables, per pair (table t, device d) where a 4-column shard of t fits in d's 
 
     n[t, d]  integer in [0, nmax]   t's columns on d, in units of DIM_ALIGNMENT
     x[t, d]  binary                 d holds some of t      (x <= n <= nmax x)
-    s[t, d]  >= 0                   sector bytes per row read, summed over t's shards on d (>= the hull pieces)
+    c[t, d]  integer                sectors per row (c >= 4 n e / 32): exact ceil for one shard
+    s[t, d]  >= 0                   sector bytes per row read, summed over t's shards on d (>= 32 c, >= the hull pieces)
 
-and per device y_d (busy), f_d / b_d (forward / backward kernel, ms), h_d (ms of forward time saved by L2 hits),
+per table k_t integer (devices holding t), and per device y_d (busy), f_d / b_d (forward / backward kernel, ms), h_d (ms of forward time saved by L2 hits),
 m_d (fwd + bwd all-to-all, ms); and z. Minimise z subject to::
 
     sum_d n[t, d] = dim_t / 4                                   every column of every table placed
-    s[t, d] >= a_k x[t, d] + b_k 4 n[t, d]                      lower convex hull of ceil(w e / 32) 32 (sector waste)
+    s[t, d] >= 32 c[t, d],  s >= a_k x + b_k 4 n                sector waste (ceil is subadditive; hull of the ceil)
     sum_t mem_col_t 4 n[t, d] + mem_fixed_t x[t, d] <= cap_d    weights + optimizer state
     y_d >= x[t, d]
     h_d <= kappa (lam C y_d + sum_t G_t(lam) s[t, d])           every lam in a set of knapsack multipliers
@@ -29,10 +30,14 @@ m_d (fwd + bwd all-to-all, ms); and z. Minimise z subject to::
     b_d >= min_kernel y_d,  b_d >= sum_t (bwd per shard x + per column 4 n + per sector byte s)
     m_d >= every linear piece of the all-to-all (it is a max of linear pieces: exact)
     z >= 4 launch y_d + f_d + b_d + m_d
+    k_t = sum_d x[t, d],  z >= alpha + beta k_t                 t's widest part: Psi_t(k), its lower convex hull
+    u_d >= u_d' for consecutive interchangeable devices         symmetry (same host, same capacity)
 
 It is exact (to float rounding) for a device that holds one whole table with occupancy 1; the slack is in the
 competition of several tables for the cache (a fractional knapsack instead of the model's hottest-first fill), the
-sector rounding of split shards, occupancy below 1 and the kernel floors of the LP relaxation.
+sector rounding of split shards, occupancy below 1, and above all in what branch and bound has not closed by the
+time limit (measured: docs/benchmarks.md). The LP relaxation is solved first, so a bound exists even when HiGHS
+finds no integer solution in time. The relaxation's best solution describes a real plan (`relaxation_plan`).
 
 The coefficients are derived from the model's constants, then *checked* against `BoundAnalytic.shard_states` for
 every table at every shard width (`_verify_terms`): if the analytic model changes, the bound refuses to run rather
