@@ -122,7 +122,7 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
         "bound": f"HiGHS's dual bound when the {time_limit:g} s limit came; a bound, not the relaxation's optimum",
     }[result.status]
     lines = [
-        f"certified lower bound {result.value_ms:.4f} ms of the plan cost ({label}): {how}",
+        f"certified lower bound {result.value_ms:.4f} ms of the plan cost under {label}: {how}",
         f"covers {result.covers}",
         f"relaxation: {result.variables:,} variables ({result.integer_variables:,} integer), {result.rows:,} rows, "
         f"{result.multipliers} cache multipliers per device; {result.time_s:.2f} s",
