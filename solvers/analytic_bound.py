@@ -374,7 +374,8 @@ def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]]) ->
     for i, w in width.items():
         if w > t.dims[i]:
             raise ValueError(f"table {i}: shards {w:g} columns wide in all, but the table has {int(t.dims[i])}")
-    ssum = {i: hull_value(ctx.hulls[i], w) for i, w in width.items()}
+    # sum_i sb(w_i) >= sb(sum_i w_i): what the relaxation's s >= 32 c charges at an integral point
+    ssum = {i: float(sector_bytes(np.array([w]), t.elem[i : i + 1], t.sector)[0]) for i, w in width.items()}
     hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, ssum)) if t.kappa_ms > 0 else 0.0
     fwd = sum(t.fwd_fixed_ms[i] + t.fwd_col_ms[i] * w + t.fwd_sb_ms[i] * ssum[i] for i, w in width.items()) - t.kappa_ms * hits
     bwd = sum(t.bwd_fixed_ms[i] + t.bwd_col_ms[i] * w + t.bwd_sb_ms[i] * ssum[i] for i, w in width.items())
