@@ -815,6 +815,51 @@ def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str,
     return {**out, "status": "bound", "bound": max(dual, lp_bound)}
 
 
+def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None,
+                        *, table_wise: bool = False, time_limit: float = 10.0) -> float:
+    """The relaxation's optimum with x and n fixed to a plan ((table index, device, width) triples; several shards
+    of a table on a device allowed): the whole MILP, every row included, judged at one point. It must be <= the
+    plan's analytic cost (the validity argument of docs/analytic-bound.md, in one number); +inf when the point is
+    infeasible in the relaxation (which for a plan that fits in memory would be a bug). Devices of a symmetry class
+    are first reordered by pooled width, as the symmetry rows require (the cost is unchanged by the reordering)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    ctx = AnalyticRelaxation(instance, cost_model)
+    width: dict[tuple[int, int], int] = {}
+    for t, d, w in shards:
+        width[(t, d)] = width.get((t, d), 0) + int(w)
+    perm = _symmetry_order(instance, width)
+    width = {(t, perm[d]): w for (t, d), w in width.items()}
+    model, layout = build_relaxation(ctx, table_wise)
+    lb, ub = np.array(model.lb), np.array(model.ub)
+    for p in layout.pairs:
+        units = width.get(p, 0) // DIM_ALIGNMENT
+        lb[layout.n[p]] = ub[layout.n[p]] = units
+        lb[layout.x[p]] = ub[layout.x[p]] = 1 if units else 0
+    if any(p not in layout.x for p in width):
+        return math.inf  # a shard where the relaxation has no variable: it does not fit there
+    c = np.zeros(model.n_vars)
+    c[layout.z] = 1.0
+    a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
+    res = milp(c, constraints=LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi)),
+               integrality=np.array(model.integer), bounds=Bounds(lb, ub),
+               options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-9})
+    return float(res.fun) if res.status == 0 else math.inf
+
+
+def _symmetry_order(instance: Instance, width: dict[tuple[int, int], int]) -> dict[int, int]:
+    """device -> device: within each symmetry class, the widest device first (stable)."""
+    u: dict[int, int] = {}
+    for (_, d), w in width.items():
+        u[d] = u.get(d, 0) + w
+    perm = {d: d for d in range(instance.topology.num_devices)}
+    for cls in _symmetry_classes(instance):
+        for new, old in zip(cls, sorted(cls, key=lambda d: -u.get(d, 0))):
+            perm[old] = new
+    return perm
+
+
 def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:
     """Counting arguments that prove no covered plan fits: a table none of whose shards fits anywhere; the tables'
     least bytes (one shard each) beyond the devices' total."""

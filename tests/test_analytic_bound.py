@@ -30,6 +30,7 @@ from solvers.analytic_bound import (
     comm_pieces,
     device_compute_lower_bound,
     plan_gap,
+    relaxation_value_at,
     sector_hull,
 )
 from solvers.registry import get_solver
@@ -61,9 +62,9 @@ def variant(seed: int, *, n_tables: int = 8, hardware: str = "v100", optimizer: 
     return instance_from_dict(doc)
 
 
-def random_composition(rng: np.random.Generator, total: int) -> list[int]:
-    """A random split of `total` units into ordered positive parts."""
-    k = int(rng.integers(1, min(total, 4) + 1))
+def random_composition(rng: np.random.Generator, total: int, max_parts: int = 4) -> list[int]:
+    """A random split of `total` units into at most `max_parts` ordered positive parts."""
+    k = int(rng.integers(1, min(total, max_parts) + 1))
     cuts = sorted(rng.choice(np.arange(1, total), size=k - 1, replace=False).tolist()) if k > 1 else []
     edges = [0, *cuts, total]
     return [b - a for a, b in zip(edges[:-1], edges[1:])]
@@ -178,6 +179,55 @@ def test_comm_pieces_reproduce_the_all_to_all() -> None:
             model = 2 * bm.comm_time(u)
             mine = [max(p.const + p.cu * u[d] + p.cv * v[d] for p in comm_pieces(bm, d, total)) for d in range(bm.num_devices)]
             np.testing.assert_allclose(mine, model, rtol=1e-12)
+
+
+def random_plan(rng: np.random.Generator, inst: Instance) -> list[tuple[int, int, int]]:
+    """Every table split into 1-3 column shards on random devices (two shards may share a device)."""
+    return [(t, int(rng.integers(inst.topology.num_devices)), 4 * part)
+            for t, table in enumerate(inst.tables) for part in random_composition(rng, table.dim // 4, max_parts=3)]
+
+
+def shards_of(inst: Instance, triples: list[tuple[int, int, int]]):
+    from shardopt.ir import Shard
+
+    offset = [0] * len(inst.tables)
+    shards = []
+    for t, d, w in triples:
+        shards.append(Shard(table=inst.tables[t].name, device=d, col_offset=offset[t], cols=w))
+        offset[t] += w
+    return shards
+
+
+@pytest.mark.parametrize("inst", [
+    variant(7, n_tables=4, n_devices=3, mem_factor=3.0),
+    variant(8, n_tables=5, n_devices=4, per_host=2, optimizer="adam", dtype="fp16", mem_factor=3.0),
+    variant(9, n_tables=4, n_devices=3, optimizer="sgd", access="hot", max_rows=20_000, mem_factor=3.0),
+], ids=["one-host", "two-hosts-adam-fp16", "hot-sgd"])
+def test_the_whole_relaxation_is_below_random_plans(inst: Instance) -> None:
+    """The MILP with x and n fixed to a plan (every row, cut and symmetry order included) <= the plan's cost, for
+    random column splits with several shards of a table on one device."""
+    from shardopt.plan_check import check_plan
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(12):
+        triples = random_plan(rng, inst)
+        shards = shards_of(inst, triples)
+        if not check_plan(inst, shards).ok:
+            continue
+        cost = CM.plan_costs(inst, shards).max_cost
+        value = relaxation_value_at(inst, triples)
+        assert value <= cost * (1 + 1e-7), (triples, value, cost)
+        checked += 1
+    assert checked >= 6
+
+
+@pytest.mark.parametrize("inst", [variant(11, n_tables=3, n_devices=3), variant(12, n_tables=4, n_devices=4, per_host=2, access="hot")],
+                         ids=["one-host", "two-hosts"])
+def test_the_whole_relaxation_is_exact_at_one_whole_table_per_device(inst: Instance) -> None:
+    plan = [(t, t, table.dim) for t, table in enumerate(inst.tables)]
+    cost = CM.plan_costs(inst, shards_of(inst, plan)).max_cost
+    assert relaxation_value_at(inst, plan) == pytest.approx(cost, rel=1e-7)
 
 
 def plan_triples(inst: Instance, plan) -> list[tuple[int, int, int]]:
