@@ -107,16 +107,30 @@ def check_db_path(db: Path, must_exist: bool = False) -> None:
 
 
 def connect(db: Path) -> sqlite3.Connection:
-    try:
-        con = sqlite3.connect(str(db), timeout=60.0)
-        con.execute("PRAGMA busy_timeout = 60000")
-        con.execute("PRAGMA journal_mode = WAL")
-        con.execute(SCHEMA)
-        con.execute(BOUNDS_SCHEMA)
-        con.commit()
-    except sqlite3.DatabaseError as exc:
-        raise LeaderboardError(f"--db: {db}: {exc}") from None
-    return con
+    """Open the store (WAL, so runs can share it) and create its tables. Two runs starting on a new file race for
+    the journal-mode switch, which SQLite answers "database is locked" without waiting: that is retried."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        con = None
+        try:
+            con = sqlite3.connect(str(db), timeout=60.0)
+            con.execute("PRAGMA busy_timeout = 60000")
+            con.execute("PRAGMA journal_mode = WAL")
+            con.execute(SCHEMA)
+            con.execute(BOUNDS_SCHEMA)
+            con.commit()
+            return con
+        except sqlite3.OperationalError as exc:
+            if con is not None:
+                con.close()
+            if "locked" in str(exc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise LeaderboardError(f"--db: {db}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            if con is not None:
+                con.close()
+            raise LeaderboardError(f"--db: {db}: {exc}") from None
 
 
 def finished_keys(con: sqlite3.Connection) -> set[tuple[str, str, int, str, str]]:

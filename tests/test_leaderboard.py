@@ -181,3 +181,23 @@ def test_certified_bounds_give_the_gap_column(tmp_path, suite):
     db2 = tmp_path / "c.sqlite"
     bad = run("leaderboard", "run", str(suite), "--solvers", "greedy", "--db", str(db2), "--backend", "cpu", "--bounds")
     assert bad.exit_code == 2 and "--bounds" in bad.output and not db2.exists()
+
+
+def _open_store(path: str) -> int:
+    from shardopt.leaderboard import LeaderboardError, connect
+
+    try:
+        connect(Path(path)).close()
+        return 0
+    except LeaderboardError:
+        return 1
+
+
+def test_a_new_store_opened_by_several_runs_at_once(tmp_path):
+    """Runs starting together on a new file race for SQLite's switch to WAL, which answers "database is locked"
+    without waiting; connect() retries (measured before the fix: 32 failures in 600 such opens)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=4) as pool:
+        fails = sum(sum(pool.map(_open_store, [str(tmp_path / f"s{i}.sqlite")] * 4)) for i in range(40))
+    assert fails == 0
