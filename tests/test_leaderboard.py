@@ -199,5 +199,5 @@ def test_a_new_store_opened_by_several_runs_at_once(tmp_path):
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=4) as pool:
-        fails = sum(sum(pool.map(_open_store, [str(tmp_path / f"s{i}.sqlite")] * 4)) for i in range(40))
+        fails = sum(sum(pool.map(_open_store, [str(tmp_path / f"s{i}.sqlite")] * 4)) for i in range(100))
     assert fails == 0
