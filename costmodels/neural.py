@@ -15,7 +15,6 @@ training is in `costmodels.train` (torch). Here nothing imports torch.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.features import comm_features, comm_features_after_adding, instance_shard_features
 from shardopt.hardware import HardwareProfile, get_profile
+from shardopt.npz_meta import load_npz_meta, save_npz_meta
 from shardopt.ir import Instance
 
 SHIPPED = Path(__file__).resolve().parent / "weights" / "neural-v100.npz"
@@ -85,22 +85,11 @@ class NeuralWeights:
 
     @classmethod
     def load(cls, path: str | Path) -> NeuralWeights:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"{p}: no such file")
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                arrays = {k: z[k].astype(np.float64) for k in z.files if k != "meta"}
-                meta = json.loads(bytes(z["meta"]).decode())
-        except (OSError, ValueError, KeyError) as exc:
-            raise ValueError(f"{p}: not a shardopt neural cost model ({exc.__class__.__name__}: {exc})") from None
-        if meta.get("kind") != "shardopt-neural-cost-model":
-            raise ValueError(f"{p}: not a shardopt neural cost model (kind {meta.get('kind')!r})")
+        arrays, meta = load_npz_meta(path, "shardopt-neural-cost-model", "a shardopt neural cost model")
         return cls(arrays, meta)
 
     def save(self, path: str | Path) -> None:
-        meta = np.frombuffer(json.dumps(self.meta).encode(), dtype=np.uint8)
-        np.savez_compressed(Path(path), meta=meta, **{k: v.astype(np.float32) for k, v in self.arrays.items()})
+        save_npz_meta(path, self.arrays, self.meta)
 
 
 class BoundNeural(BoundCostModel):

@@ -29,7 +29,6 @@ read a `.pt` checkpoint, never to solve with an exported `.npz`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.feasibility import infeasibility_reason
 from shardopt.ir import Instance, Shard
 from shardopt.memory import table_bytes_array
+from shardopt.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -370,11 +370,7 @@ CHECKPOINT_KIND = "shardopt-rl-checkpoint"
 
 
 def save_policy_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    body = np.frombuffer(json.dumps({"kind": POLICY_KIND, **meta}).encode(), dtype=np.uint8)
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp.npz")
-    np.savez_compressed(tmp, meta=body, **{k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()})
-    tmp.replace(p)
+    save_npz_meta(path, arrays, {"kind": POLICY_KIND, **meta})
 
 
 def load_policy_file(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -383,15 +379,7 @@ def load_policy_file(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str,
     if not p.is_file():
         raise ValueError(f"{p}: no such file")
     if p.suffix == ".npz":
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                arrays = {k: z[k].astype(np.float64) for k in z.files if k != "meta"}
-                meta = json.loads(bytes(z["meta"]).decode())
-        except (OSError, ValueError, KeyError) as exc:
-            raise ValueError(f"{p}: not a shardopt RL policy ({exc.__class__.__name__}: {exc})") from None
-        if meta.get("kind") != POLICY_KIND:
-            raise ValueError(f"{p}: not a shardopt RL policy (kind {meta.get('kind')!r})")
-        return arrays, meta
+        return load_npz_meta(p, POLICY_KIND, "a shardopt RL policy")
     ckpt = load_checkpoint(p)
     return export_arrays(ckpt["algo"], ckpt["model"]), {"kind": POLICY_KIND, **ckpt["meta"]}
 
