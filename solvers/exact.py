@@ -74,6 +74,7 @@ EXACT_NEURAL_MAX_DEVICES = 4
 LARGE_MODEL = 20_000  # CP-SAT: above this many (item, device) variables, no presolve (see solve_cpsat)
 DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
+DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
 DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
 
 
@@ -1060,6 +1061,7 @@ class ExactSolver(Solver):
         split_apart: bool = True,
         neuroshard_share: float = 0.0,
         presplit_share: float = DEFAULT_PRESPLIT_SHARE,
+        neighbourhood: int = DEFAULT_NEIGHBOURHOOD,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -1093,6 +1095,9 @@ class ExactSolver(Solver):
         if not 0.0 <= float(presplit_share) < 1.0:
             raise ValueError(f"presplit_share: {presplit_share} must be in [0, 1) (the share of the time limit the pre-split warm start's polish may use)")
         self.presplit_share = float(presplit_share)
+        if int(neighbourhood) < 0:
+            raise ValueError(f"neighbourhood: {neighbourhood} must be >= 0 (0: solve large models whole)")
+        self.neighbourhood = int(neighbourhood)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -1103,6 +1108,7 @@ class ExactSolver(Solver):
             "split_apart": self.split_apart,
             "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
             "presplit_share": self.presplit_share if self.max_split > 1 else 0.0,
+            "neighbourhood": self.neighbourhood,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -1217,7 +1223,14 @@ class ExactSolver(Solver):
         reserve = 0.1 + 0.02 * budget  # for extracting, judging and checking the last plan
         lb: np.ndarray | None = None
         cut_bound = -math.inf
-        for it in range(self.max_iterations):
+        lns = self.neighbourhood > 0 and best is not None and int(fits.sum()) > LARGE_MODEL
+        if lns:  # a model too large to solve whole: neighbourhoods of it, the rest of the plan fixed
+            assert best is not None
+            best, best_cost, cut_bound = self._neighbourhoods(instance, bm, items, fits, best, best_cost, clock, budget - reserve, seed, info)
+            if math.isfinite(cut_bound):
+                bound = {"value": cut_bound, "point": best.copy(), "proven": False}
+            timed_out = True
+        for it in range(0 if lns else self.max_iterations):
             if budget - reserve - clock.elapsed <= 0.05:
                 timed_out = True
                 break
@@ -1348,6 +1361,61 @@ class ExactSolver(Solver):
             status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
         shards = items.shards(best, instance)
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, lower_bound=lower, info=info, bound=bm)
+
+    def _neighbourhoods(
+        self, instance: Instance, bm: BoundCostModel, items: Items, fits: np.ndarray, best: np.ndarray, best_cost: float,
+        clock: Stopwatch, deadline: float, seed: int, info: dict[str, Any],
+    ) -> tuple[np.ndarray, float, float]:
+        """Large-neighbourhood search with the exact model: the `neighbourhood` / 2 slowest devices and as many light
+        ones (the lightest first, the next ones after each failure) are re-solved exactly -- every piece of every table
+        on them free to move among them, the rest of the plan fixed -- linearised around the best plan, judged by the
+        full model. Returns (best, its cost, the table-cut bound of the last linearisation)."""
+        caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        k = max(1, self.neighbourhood // 2)
+        fails, cut = 0, -math.inf
+        lin: Linearization | None = None
+        rank = np.zeros(items.num_items, dtype=np.int64)
+        while deadline - clock.elapsed > 0.5:
+            t0 = time.perf_counter()
+            if lin is None or not np.array_equal(lin.point, best):
+                lin = linearize(bm, best, self.comm, items)
+                if self.table_cuts:
+                    cut = table_cut_bound(table_lower_bounds(lin, fits, items.size, caps), items)
+            order = np.argsort(-lin.device_costs(best), kind="stable")
+            light = order[k:][::-1]  # lightest first
+            start = (fails * k) % max(1, len(light))
+            chosen = np.unique(np.concatenate([order[:k], np.roll(light, -start)[:k]]))
+            # free: the tables whose every piece is on a chosen device (a table also elsewhere stays as it is)
+            inside = np.bincount(items.table, weights=best[:, chosen].sum(axis=1), minlength=items.num_tables)
+            total = np.bincount(items.table, weights=best.sum(axis=1), minlength=items.num_tables)
+            free_tables = np.flatnonzero((inside > 0) & (inside == total))
+            free = np.isin(items.table, free_tables)
+            allowed = best > 0  # fixed pieces stay where they are
+            allowed[free] = False
+            allowed[np.ix_(np.flatnonzero(free), chosen)] = fits[np.ix_(np.flatnonzero(free), chosen)]
+            prob = Problem(instance, items, items.size, caps, allowed, [], rank, best, None, self.tiebreak, False, None)
+            share = min(deadline - clock.elapsed - 0.3, max(1.0, 0.1 * deadline))
+            if self.backend == "cpsat":
+                # deterministic: one worker (CP-SAT 9.15's interleaved search aborted the process -- "Check failed:
+                # heuristics.fixed_search != nullptr" -- on these part-fixed models); else the full portfolio
+                workers = 1 if self.deterministic else self.workers
+                res = solve_cpsat(prob, lin, best, max(0.2, share), seed + fails, workers, False, self.cutoff)
+            else:
+                res = self.linear_solve(prob, lin, bm, best, max(0.2, share), seed + fails)
+            row: dict[str, Any] = {"neighbourhood_devices": [int(d) for d in chosen], "free_tables": int(len(free_tables)),
+                                   "linear_status": res.status, "linear_objective": res.objective, "solve_s": round(res.solve_s, 4),
+                                   "build_s": round(res.build_s, 4), "table_cut_bound": cut if math.isfinite(cut) else None,
+                                   "expansion_cost": best_cost, "variables": res.info.get("variables")}
+            improved = False
+            if res.counts is not None and items.is_complete(res.counts) and bool((items.device_bytes(res.counts) <= caps).all()):
+                full = plan_cost(bm, items, res.counts)
+                row.update(full_cost=full, moved_shards=int(np.maximum(best - res.counts, 0).sum()), split_tables=len(items.split_used(res.counts)))
+                if full < best_cost - 1e-9 * max(1.0, abs(best_cost)):
+                    best, best_cost, improved = res.counts.copy(), full, True
+            row.update(improved=improved, iteration=len(info["iterations"]), radius=None, linearize_s=round(time.perf_counter() - t0 - res.solve_s - res.build_s, 4))
+            info["iterations"].append(row)
+            fails = 0 if improved else fails + 1
+        return best, best_cost, cut
 
     def items(self, instance: Instance, bm: BoundCostModel, start: list[Shard] | None = None) -> Items:
         """The pieces offered: whole tables, and column pieces (dim/2, dim/4, ... >= dim/max_split) of the

@@ -571,3 +571,20 @@ def test_cli_solver_options(tmp_path) -> None:
     assert r.exit_code == 2 and "max_split: 3" in r.output
     r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_split"])
     assert r.exit_code == 2 and "KEY=VALUE" in r.output
+
+
+def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
+    """Over LARGE_MODEL pairs the model is re-solved a neighbourhood at a time (slowest and light devices free, the
+    rest fixed): every plan it keeps is valid and never worse than the warm start. (The threshold is lowered here
+    so that a small instance counts as large.)"""
+    import solvers.exact as exact
+
+    monkeypatch.setattr(exact, "LARGE_MODEL", 10)
+    inst = make_instance(24, 8, seed=7, mem_factor=1.4)
+    r = get_solver("cpsat", neighbourhood=4).solve(inst, CM, time_limit=6, seed=0)
+    assert r.status.has_plan and check_plan(inst, r.plan).ok
+    assert r.predicted_cost <= r.info["warm_start"]["cost"] + 1e-12
+    its = r.info["iterations"]
+    assert its and all(len(it["neighbourhood_devices"]) <= 4 for it in its)
+    assert r.lower_bound is None or r.lower_bound <= r.predicted_cost + 1e-9
+    assert get_solver("cpsat").params()["neighbourhood"] == 16
