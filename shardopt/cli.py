@@ -293,7 +293,7 @@ def _solver_with_options(name: str, options: list[str]) -> Any:
     import inspect
     import json
 
-    from solvers.registry import get_solver
+    from solvers.registry import solver_class
 
     parsed: dict[str, Any] = {}
     for item in options:
@@ -304,7 +304,7 @@ def _solver_with_options(name: str, options: list[str]) -> Any:
             parsed[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             parsed[key.strip()] = raw
-    solver_cls = type(get_solver(name))  # (unknown solver names fail here)
+    solver_cls = solver_class(name)  # (unknown solver names fail here)
     accepted = inspect.signature(solver_cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     for key in parsed:
@@ -312,7 +312,7 @@ def _solver_with_options(name: str, options: list[str]) -> Any:
             known = ", ".join(k for k in accepted if k not in ("self", "config", "options")) or "none"
             raise CLIError(f"--option: solver {name!r} has no option {key!r} (its options: {known})")
     try:
-        return get_solver(name, **parsed)
+        return solver_cls(**parsed)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"--option: {exc}") from None
 

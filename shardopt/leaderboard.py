@@ -372,7 +372,7 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
     else:
         ok = b.status != "infeasible"
         row.update(status=b.status, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
-                   reason=None if ok else getattr(b, "reason", None))
+                   reason=None if ok else b.reason)
     row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return row
 

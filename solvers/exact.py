@@ -124,12 +124,8 @@ class Problem:
 
     @property
     def upper(self) -> np.ndarray:
-        """[I] the most shards of an item one device may hold: 1, or all of them when splits need not be apart."""
-        return _upper(self.items)
-
-
-def _upper(items: Items) -> np.ndarray:
-    return np.where(items.apart, 1, items.parts).astype(np.int64)
+        """[I] the most pieces of an item one device may hold (Items.most_per_device)."""
+        return self.items.most_per_device
 
 
 @dataclass
@@ -225,7 +221,7 @@ def _device_plane_bounds(lin: Linearization, total: float) -> tuple[np.ndarray, 
 def width_caps(lin: Linearization, sizes: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """([D], [D]): upper bounds of the pooled width a device, and its whole host, can hold in memory: the
     fractional-knapsack bound (tables by dim per byte, the last one cut) of the device's / host's capacity."""
-    whole = lin.items.whole if lin.items is not None else np.arange(len(lin.dims))
+    whole = lin.items.whole
     dims, sizes = lin.dims[whole], sizes[whole]  # (a column shard holds no more width per byte than its table)
     order = np.argsort(-(dims / np.maximum(sizes, 1)), kind="stable")
     cum_bytes = np.cumsum(sizes[order].astype(np.float64))
@@ -308,7 +304,7 @@ def table_lower_bounds(lin: Linearization, allowed: np.ndarray, sizes: np.ndarra
     ``z >= sum_{i of t} sum_d lb[i, d] x[i, d] / parts_i``: the LP relaxation spreads a big table over devices and
     forgets that one device must carry all of it (or a whole shard of it); these cuts remember (on a plan whose
     slowest device holds one huge table they lift the bound from the average load to that device's cost)."""
-    upper = _upper(lin.items) if lin.items is not None else np.ones(lin.num_items, dtype=np.int64)
+    upper = lin.items.most_per_device
     neg_terms = np.where(allowed, np.minimum(lin.a, 0.0), 0.0)
     neg = (neg_terms * upper[:, None]).sum(axis=0)  # [D]
     uniq, inv = np.unique(lin.dims, return_inverse=True)
@@ -1192,9 +1188,8 @@ class ExactSolver(Solver):
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
         starts = self.warm_starts(instance, bm, cost_model.describe(), seed, budget) if self.warm_start else []
-        good = [s for s in starts if s["cost"] is not None]
-        pick = min(good, key=lambda s: s["cost"]) if good else None  # ties: the first in WARM_START_SOLVERS order
-        items = self.items(instance, bm, pick["shards"] if pick else None)
+        good = sorted((s for s in starts if s["cost"] is not None), key=lambda s: s["cost"])  # (stable: ties keep list order)
+        items = self.items(instance, bm, good[0]["shards"] if good else None)  # (pieces for what the best start cuts)
         sizes = items.size
         fits = sizes[:, None] <= caps[None, :]
         info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
@@ -1202,7 +1197,7 @@ class ExactSolver(Solver):
         best_cost = math.inf
         if self.warm_start:
             info["warm_starts"] = {s["solver"]: s["cost"] for s in starts}
-            for cand in sorted(good, key=lambda s: s["cost"]):  # (stable: ties keep WARM_START_SOLVERS order)
+            for cand in good:
                 counts = items.counts_from_shards(instance, cand["shards"], len(caps))
                 if counts is None:  # (e.g. two pieces of a table on one device when split_apart) not expressible here
                     continue
@@ -1285,12 +1280,10 @@ class ExactSolver(Solver):
                     proven_infeasible = True
                     break
                 res = LinearSolve("optimal", best.copy(), lin.cost(best), None, res.build_s, res.solve_s)  # (cutoff)
-            usable = res.counts is not None and items.is_complete(res.counts)
-            if res.counts is not None and not usable:  # (never seen) a solver broke a choice row: never use it
-                row["rejected"] = "the pieces do not cover every table"
-            if usable and not bool((items.device_bytes(res.counts) <= caps).all()):  # (MILP tolerances; never seen)
-                row["rejected"] = "memory over capacity after rounding the solver's values"
-                usable = False
+            why = _unusable(items, res.counts, caps)
+            usable = why is None
+            if res.counts is not None and why is not None:  # (never seen) never use such a plan
+                row["rejected"] = why
             if not usable:
                 if best is None:  # nothing in hand and nothing found: the time is gone
                     timed_out = True
@@ -1367,9 +1360,10 @@ class ExactSolver(Solver):
         clock: Stopwatch, deadline: float, seed: int, info: dict[str, Any],
     ) -> tuple[np.ndarray, float, float]:
         """Large-neighbourhood search with the exact model: the `neighbourhood` / 2 slowest devices and as many light
-        ones (the lightest first, the next ones after each failure) are re-solved exactly -- every piece of every table
+        ones (the lightest first, the next ones after each failure) are re-solved exactly -- the tables that lie wholly
         on them free to move among them, the rest of the plan fixed -- linearised around the best plan, judged by the
-        full model. Returns (best, its cost, the table-cut bound of the last linearisation)."""
+        full model. Tables with pieces on other devices too stay fixed. Returns (best, its cost, the table-cut bound
+        of the last linearisation)."""
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
         k = max(1, self.neighbourhood // 2)
         fails, cut = 0, -math.inf
@@ -1407,7 +1401,8 @@ class ExactSolver(Solver):
                                    "build_s": round(res.build_s, 4), "table_cut_bound": cut if math.isfinite(cut) else None,
                                    "expansion_cost": best_cost, "variables": res.info.get("variables")}
             improved = False
-            if res.counts is not None and items.is_complete(res.counts) and bool((items.device_bytes(res.counts) <= caps).all()):
+            if _unusable(items, res.counts, caps) is None:
+                assert res.counts is not None
                 full = plan_cost(bm, items, res.counts)
                 row.update(full_cost=full, moved_shards=int(np.maximum(best - res.counts, 0).sum()), split_tables=len(items.split_used(res.counts)))
                 if full < best_cost - 1e-9 * max(1.0, abs(best_cost)):
@@ -1456,6 +1451,18 @@ class ExactSolver(Solver):
                 return (f"table {t.name!r} needs {int(size):,} bytes; even cut into {ks[-1]} column shards of {t.dim // ks[-1]} each, "
                         f"a shard needs {piece:,} bytes, more than the largest device's {max(caps):,} (max_split {self.max_split})")
         return None
+
+
+def _unusable(items: Items, counts: np.ndarray | None, caps: np.ndarray) -> str | None:
+    """Why a solver's plan cannot be used (None: it can): none, pieces not covering a table (a broken row), or memory
+    over a capacity in exact integers (the MILPs' tolerances)."""
+    if counts is None:
+        return "no plan"
+    if not items.is_complete(counts):
+        return "the pieces do not cover every table"
+    if not bool((items.device_bytes(counts) <= caps).all()):
+        return "memory over capacity after rounding the solver's values"
+    return None
 
 
 def plan_cost(bm: BoundCostModel, items: Items, counts: np.ndarray) -> float:

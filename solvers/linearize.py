@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
-from solvers.split_items import Items, table_wise_items
+from solvers.split_items import Items, build_items
 
 _CHUNK_ROWS = 1 << 18  # states per batched compute_costs call (memory: rows x state size doubles)
 _COMM_ROWS = 1 << 21  # device entries (vectors x D) per batched comm_totals call
@@ -82,12 +82,12 @@ class Linearization:
     host: np.ndarray  # [D] host index of each device
     compute: np.ndarray  # [D] full-model compute at the point (fwd + bwd, ms)
     comm: np.ndarray  # [D] full-model comm at the point (fwd + bwd, ms)
+    items: Items  # the pieces the rows of `point` and `a` are (table-wise: one whole-table item per table)
     comm_form: str = "planes"
-    items: Items | None = None  # None: one whole-table item per table
 
     @property
     def num_tables(self) -> int:
-        return self.items.num_tables if self.items is not None else self.a.shape[0]
+        return self.items.num_tables
 
     @property
     def num_items(self) -> int:
@@ -108,27 +108,12 @@ class Linearization:
     @property
     def total_width(self) -> float:
         """The pooled width of every plan: the sum of the table dims."""
-        return float(self.dims[self.items.whole].sum()) if self.items is not None else float(self.dims.sum())
-
-    @property
-    def device_of(self) -> np.ndarray | None:
-        """The expansion point as one device per table (-1: nowhere), when it is table-wise."""
-        if self.items is not None:
-            return self.items.device_of(self.point)
-        placed = self.point.sum(axis=1) > 0
-        return np.where(placed, self.point.argmax(axis=1), -1)
+        return float(self.dims[self.items.whole].sum())
 
     def counts(self, x: np.ndarray) -> np.ndarray:
         """[I, D] counts of a plan given as counts or as one device per table."""
         x = np.asarray(x, dtype=np.int64)
-        if x.ndim == 2:
-            return x
-        if self.items is not None:
-            return self.items.counts_from_device_of(x, self.num_devices)
-        counts = np.zeros((len(x), self.num_devices), dtype=np.int64)
-        placed = np.flatnonzero(x >= 0)
-        counts[placed, x[placed]] = 1
-        return counts
+        return x if x.ndim == 2 else self.items.counts_from_device_of(x, self.num_devices)
 
     def widths(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dimsum [D], hostsum of each device's host [D]) of a plan."""
@@ -188,16 +173,15 @@ def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> t
     without = np.repeat(base[None, :], T, axis=0)  # [T, D]
     if len(pairs):
         without[pairs[:, 0], pairs[:, 1]] = _compute_totals(bm, S[pairs[:, 1]] - own)
-    own_of = {(int(t), int(d)): j for j, (t, d) in enumerate(pairs)}
     a = np.empty((I, D))
     per_chunk = max(1, _CHUNK_ROWS // max(D, 1))
     for lo in range(0, I, per_chunk):
         hi = min(I, lo + per_chunk)
         trial = S[None, :, :] + states[lo:hi, None, :]  # [n, D, F]
-        for r in range(lo, hi):
-            t = int(items.table[r])
-            for d in np.flatnonzero(on_t[t]):
-                trial[r - lo, d] -= own[own_of[t, int(d)]]
+        for (t, d), o in zip(pairs, own):  # the items of table t, on device d: without t's shards there
+            r0, r1 = max(int(items.first[t]), lo), min(int(items.first[t + 1]), hi)
+            if r0 < r1:
+                trial[r0 - lo : r1 - lo, d] -= o
         cost = _compute_totals(bm, trial.reshape(-1, F)).reshape(hi - lo, D)
         a[lo:hi] = cost - without[items.table[lo:hi]]
     c0 = base - (counts * a).sum(axis=0)
@@ -399,7 +383,7 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
             raise ValueError(f"device_of has shape {point.shape}, expected ({T},)")
         if ((point < -1) | (point >= D)).any():
             raise ValueError("device_of holds a device index out of range")
-    it = items if items is not None else table_wise_items(bm.instance, bm)
+    it = items if items is not None else build_items(bm.instance, bm)
     counts = it.counts_from_device_of(point, D) if point.ndim == 1 else point.copy()
     if counts.shape != (it.num_items, D) or (counts < 0).any():
         raise ValueError(f"counts has shape {counts.shape}, expected ({it.num_items}, {D}) with no negative entry")
@@ -411,7 +395,7 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
         g = g + np.asarray(bm.table_dims, dtype=np.float64)[~placed_tables].sum() / D
     k0, k1, k2, comm_base = linearize_comm(bm, g, comm)
     host = np.arange(D) // bm.instance.topology.devices_per_host
-    return Linearization(counts, a, c0, k0, k1, k2, it.width.astype(np.float64), host, compute, comm_base, comm, items)
+    return Linearization(counts, a, c0, k0, k1, k2, it.width.astype(np.float64), host, compute, comm_base, it, comm)
 
 
 __all__ = ["COMM_FORMS", "Linearization", "linearize", "linearize_comm", "linearize_compute"]

@@ -30,6 +30,7 @@ device's other pieces).
 from __future__ import annotations
 
 import heapq
+from itertools import groupby
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -368,9 +369,10 @@ class NeuroShardSolver(Solver):
             if cfg.dedup:
                 todo = list({states[i]: i for i in reversed(todo)}.values())[::-1]  # first occurrence of each
             # lock-step batches need one piece count (the pre-split seed makes beams of several counts)
-            todo = sorted(todo, key=lambda i: len(states[i]))  # (stable: the order within a count is kept)
-            chunks = [c for n in sorted({len(states[i]) for i in todo})
-                      for grp in [[i for i in todo if len(states[i]) == n]] for c in (grp[k : k + batch] for k in range(0, len(grp), batch))]
+            chunks: list[list[int]] = []
+            for _, same in groupby(sorted(todo, key=lambda i: len(states[i])), key=lambda i: len(states[i])):  # (stable)
+                grp = list(same)
+                chunks += [grp[k : k + batch] for k in range(0, len(grp), batch)]
             for chunk in chunks:
                 scored = grid_greedy(pm, [list(states[i]) for i in chunk], cfg, clock=clock, deadline=deadline)
                 if scored is None:

@@ -42,12 +42,16 @@ def entries() -> list[SolverEntry]:
     return list(_ENTRIES.values())
 
 
-def get_solver(name: str, **options) -> Solver:
+def solver_class(name: str) -> type[Solver]:
+    """The class behind a registered name (imported on first use); UnknownSolverError otherwise."""
     entry = _ENTRIES.get(name)
     if entry is None:
         raise UnknownSolverError(name)
-    cls = getattr(importlib.import_module(entry.module), entry.cls)
-    return cls(**options)
+    return getattr(importlib.import_module(entry.module), entry.cls)
+
+
+def get_solver(name: str, **options) -> Solver:
+    return solver_class(name)(**options)
 
 
 _H = "solvers.heuristics"

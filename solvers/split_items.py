@@ -50,8 +50,9 @@ class Items:
         return self.first[:-1]
 
     @property
-    def table_wise(self) -> bool:
-        return self.num_items == self.num_tables
+    def most_per_device(self) -> np.ndarray:
+        """[I] the most pieces of an item one device may hold: 1, or all of them when pieces need not be apart."""
+        return np.where(self.apart, 1, self.parts).astype(np.int64)
 
     def split_tables(self) -> np.ndarray:
         """Tables that have split items."""
@@ -64,15 +65,6 @@ class Items:
         placed = np.flatnonzero(device_of >= 0)
         counts[self.whole[placed], device_of[placed]] = 1
         return counts
-
-    def device_of(self, counts: np.ndarray) -> np.ndarray | None:
-        """[T] device per table if the plan is table-wise (None otherwise)."""
-        split = np.ones(self.num_items, dtype=bool)
-        split[self.whole] = False
-        whole = counts[self.whole]
-        if counts[split].any() or (whole.sum(axis=1) != 1).any():
-            return None
-        return whole.argmax(axis=1)
 
     def is_complete(self, counts: np.ndarray) -> bool:
         """Every table's pieces add up to its dim (at most one piece of a table per device when `apart`)."""
@@ -109,7 +101,7 @@ class Items:
         for t in range(self.num_tables):
             tab = instance.tables[t]
             its = range(int(self.first[t]), int(self.first[t + 1]))
-            if counts[its[0]].sum() == 1 and counts[its[0]].max() == 1 and not counts[list(its)[1:]].any():
+            if counts[its[0]].sum() == 1:  # the whole table (then no piece: the pieces cover the table)
                 out.append(Shard(table=tab.name, device=int(np.flatnonzero(counts[its[0]])[0])))
                 continue
             offset = 0
@@ -189,8 +181,4 @@ def build_items(
     return Items(table_a, np.array(parts, dtype=np.int64), width_a, size, states, np.array(first, dtype=np.int64), bool(apart))
 
 
-def table_wise_items(instance: Instance, bm: BoundCostModel) -> Items:
-    return build_items(instance, bm)
-
-
-__all__ = ["Items", "build_items", "split_candidates", "split_counts", "table_wise_items"]
+__all__ = ["Items", "build_items", "split_candidates", "split_counts"]
