@@ -82,6 +82,7 @@ def run_one(instance_path: str, solver: str, time_limit: float, cost_model: str,
         "split_tables_offered": len(info.get("split_tables_offered") or []),
         "split_tables_used": info.get("split_tables_used"),
         "iterations": its,
+        "local_searches": info.get("local_searches", []),
         "reason": r.reason,
     }
 
@@ -100,6 +101,12 @@ def show(row: dict) -> None:
         f"(proven optimal: {row['linear_bound_proven_optimal']}); gap {f(row['gap_to_linear_bound'] and 100 * row['gap_to_linear_bound'], '.2f')}%; "
         f"split tables used {len(row['split_tables_used'] or [])} of {row['split_tables_offered']} offered"
     )
+    for ls in row["local_searches"]:
+        print(
+            f"    local search before it {ls['before_iteration']}: linear {f(ls['linear_start'])} -> {f(ls['linear_best'])}, "
+            f"full {f(ls['expansion_cost'])} -> {f(ls['full_cost'])} (best of {ls['plans_judged']} plans), improved {ls['improved']}, "
+            f"{ls['steps']} steps, {ls['kicks']} kicks, stopped: {ls['stopped']}, {f(ls['search_s'], '.2f')} s"
+        )
     for it in row["iterations"]:
         print(
             f"    it {it['iteration']}: radius {it['radius']}, {it['linear_status']}, linear {f(it['linear_objective'])} "
@@ -135,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
             row = run_one(path, solver.strip(), args.time_limit or limit, args.cost_model, args.seed, options)
             if args.summary:
                 gap = row["gap_to_linear_bound"]
-                print(f"| {Path(path).name} | {solver} | {row['status']} | {row['wall_s']:.2f} | {row['warm_start_solver']} {row['warm_start_cost']:.4f} | "
+                searched = row["local_searches"]
+                ls_note = f"{sum(ls['improved'] for ls in searched)}/{len(searched)}"
+                print(f"| {Path(path).name} | {solver} | {row['status']} | {row['wall_s']:.2f} | {row['warm_start_solver']} {row['warm_start_cost']:.4f} | {ls_note} | "
                       f"{row['best_cost']:.4f} | {row['linear_bound'] if row['linear_bound'] is None else format(row['linear_bound'], '.4f')} | "
                       f"{'-' if gap is None else format(100 * gap, '.2f')} % | {row['linear_bound_proven_optimal']} |", flush=True)
                 continue

@@ -62,6 +62,7 @@ from shardopt.feasibility import infeasibility_reason
 from shardopt.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.memory import slice_bytes, table_bytes_array
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.linear_search import linear_local_search
 from solvers.linearize import COMM_FORMS, Linearization, linearize
 from solvers.split_items import Items, build_items, split_candidates, split_counts
 
@@ -76,6 +77,7 @@ DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
 DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
+DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.linear_search) within this share of the time left
 
 
 class _Bound(CostModel):
@@ -1058,6 +1060,7 @@ class ExactSolver(Solver):
         neuroshard_share: float = 0.0,
         presplit_share: float = DEFAULT_PRESPLIT_SHARE,
         neighbourhood: int = DEFAULT_NEIGHBOURHOOD,
+        search_share: float = DEFAULT_SEARCH_SHARE,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -1094,6 +1097,9 @@ class ExactSolver(Solver):
         if int(neighbourhood) < 0:
             raise ValueError(f"neighbourhood: {neighbourhood} must be >= 0 (0: solve large models whole)")
         self.neighbourhood = int(neighbourhood)
+        if not 0.0 <= float(search_share) < 1.0:
+            raise ValueError(f"search_share: {search_share} must be in [0, 1) (the share of the time left a local search of the linear model may use; 0: none)")
+        self.search_share = float(search_share)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -1105,6 +1111,7 @@ class ExactSolver(Solver):
             "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
             "presplit_share": self.presplit_share if self.max_split > 1 else 0.0,
             "neighbourhood": self.neighbourhood,
+            "search_share": self.search_share,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -1218,6 +1225,7 @@ class ExactSolver(Solver):
         reserve = 0.1 + 0.02 * budget  # for extracting, judging and checking the last plan
         lb: np.ndarray | None = None
         cut_bound = -math.inf
+        searched: np.ndarray | None = None  # the plan the last local search of the linear model started from
         lns = self.neighbourhood > 0 and best is not None and int(fits.sum()) > LARGE_MODEL
         if lns:  # a model too large to solve whole: neighbourhoods of it, the rest of the plan fixed
             assert best is not None
@@ -1237,6 +1245,13 @@ class ExactSolver(Solver):
                     lb = table_lower_bounds(lin, fits, sizes, caps)
                     cut_bound = table_cut_bound(lb, items)  # every plan puts each table somewhere
                 lin_s = time.perf_counter() - t_lin
+            if self.search_share > 0 and best is not None and radius is None and (searched is None or not np.array_equal(searched, best)):
+                searched = best.copy()  # (once per plan in hand: with its seed the search is deterministic)
+                found = self._local_search(bm, lin, items, caps, best, best_cost, seed + it, (budget - reserve - clock.elapsed) * self.search_share, info, it)
+                if found is not None:
+                    best, best_cost = found
+                    point, tried, final = best, {}, False
+                    continue
             restricted = radius is not None
             allowed, classes, rank = _symmetry(instance, lin, fits, items)
             if not self.symmetry or restricted:  # (a trust region around a plan is not symmetric in the devices)
@@ -1355,6 +1370,27 @@ class ExactSolver(Solver):
         shards = items.shards(best, instance)
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, lower_bound=lower, info=info, bound=bm)
 
+    def _local_search(
+        self, bm: BoundCostModel, lin: Linearization, items: Items, caps: np.ndarray, best: np.ndarray, best_cost: float,
+        seed: int, time_limit: float, info: dict[str, Any], iteration: int,
+    ) -> tuple[np.ndarray, float] | None:
+        """A local search of the linear model around `best` (solvers.linear_search); the plans along its path judged
+        by the full model. Returns a better plan and its full cost, or None. Each search is a row of
+        info["local_searches"]."""
+        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit))
+        t0 = time.perf_counter()
+        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(res.plans()) if _unusable(items, c, caps) is None]
+        full, k = min(judged) if judged else (math.inf, -1)
+        improved = bool(judged) and full < best_cost - 1e-9 * max(1.0, abs(best_cost))
+        plan = res.plans()[k] if improved else None
+        info.setdefault("local_searches", []).append({
+            "before_iteration": iteration, "expansion_cost": best_cost, "linear_start": res.start_cost, "linear_best": res.cost,
+            "full_cost": full if judged else None, "improved": improved, "plans_judged": len(judged), "steps": res.steps, "kicks": res.kicks,
+            "stopped": res.stopped, "search_s": round(res.seconds, 4), "judge_s": round(time.perf_counter() - t0, 4),
+            "moved_shards": int(np.maximum(best - plan, 0).sum()) if plan is not None else 0,
+        })
+        return (plan, full) if plan is not None else None
+
     def _neighbourhoods(
         self, instance: Instance, bm: BoundCostModel, items: Items, fits: np.ndarray, best: np.ndarray, best_cost: float,
         clock: Stopwatch, deadline: float, seed: int, info: dict[str, Any],
@@ -1369,12 +1405,22 @@ class ExactSolver(Solver):
         fails, cut = 0, -math.inf
         lin: Linearization | None = None
         rank = np.zeros(items.num_items, dtype=np.int64)
+        searched: np.ndarray | None = None
         while deadline - clock.elapsed > 0.5:
             t0 = time.perf_counter()
             if lin is None or not np.array_equal(lin.point, best):
                 lin = linearize(bm, best, self.comm, items)
                 if self.table_cuts:
                     cut = table_cut_bound(table_lower_bounds(lin, fits, items.size, caps), items)
+            if self.search_share > 0 and (searched is None or not np.array_equal(searched, best)):
+                # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again
+                # after every plan a neighbourhood improved
+                searched = best.copy()
+                found = self._local_search(bm, lin, items, caps, best, best_cost, seed + len(info["iterations"]),
+                                           (deadline - clock.elapsed) * self.search_share, info, len(info["iterations"]))
+                if found is not None:
+                    best, best_cost = found
+                    continue
             order = np.argsort(-lin.device_costs(best), kind="stable")
             light = order[k:][::-1]  # lightest first
             start = (fails * k) % max(1, len(light))
