@@ -78,6 +78,7 @@ DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
 DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
 DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.linear_search) within this share of the time left
+SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
 
 
 class _Bound(CostModel):
@@ -1377,7 +1378,7 @@ class ExactSolver(Solver):
         """A local search of the linear model around `best` (solvers.linear_search); the plans along its path judged
         by the full model. Returns a better plan and its full cost, or None. Each search is a row of
         info["local_searches"]."""
-        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit))
+        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL)
         t0 = time.perf_counter()
         judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(res.plans()) if _unusable(items, c, caps) is None]
         full, k = min(judged) if judged else (math.inf, -1)
@@ -1412,6 +1413,7 @@ class ExactSolver(Solver):
                 lin = linearize(bm, best, self.comm, items)
                 if self.table_cuts:
                     cut = table_cut_bound(table_lower_bounds(lin, fits, items.size, caps), items)
+            lin_s = time.perf_counter() - t0
             if self.search_share > 0 and (searched is None or not np.array_equal(searched, best)):
                 # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again
                 # after every plan a neighbourhood improved
@@ -1453,7 +1455,7 @@ class ExactSolver(Solver):
                 row.update(full_cost=full, moved_shards=int(np.maximum(best - res.counts, 0).sum()), split_tables=len(items.split_used(res.counts)))
                 if full < best_cost - 1e-9 * max(1.0, abs(best_cost)):
                     best, best_cost, improved = res.counts.copy(), full, True
-            row.update(improved=improved, iteration=len(info["iterations"]), radius=None, linearize_s=round(time.perf_counter() - t0 - res.solve_s - res.build_s, 4))
+            row.update(improved=improved, iteration=len(info["iterations"]), radius=None, linearize_s=round(lin_s, 4))
             info["iterations"].append(row)
             fails = 0 if improved else fails + 1
         return best, best_cost, cut
