@@ -121,6 +121,10 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
         "optimal": f"the relaxation solved (HiGHS gap <= {1e-4:g}); the bound is its dual bound",
         "bound": f"HiGHS's dual bound when the {time_limit:g} s limit came; a bound, not the relaxation's optimum",
     }[result.status]
+    if result.source == "table cuts":
+        how = (f"HiGHS proved nothing within the {time_limit:g} s limit, so this is the bound that "
+               "needs no solver: every table lies on some devices, one of which then costs at least this (valid, but weak "
+               "unless one table dominates; a longer --time-limit gives the relaxation's bound)")
     lines = [
         f"certified lower bound {result.value_ms:.4f} ms of the plan cost under {label}: {how}",
         f"covers {result.covers}",

@@ -371,8 +371,9 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", time_s=time.perf_counter() - start)
     else:
         ok = b.status != "infeasible"
+        weak = "HiGHS proved nothing in time: the table-cut bound alone (solvers.analytic_bound.table_cut_bound)"
         row.update(status=b.status, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
-                   reason=None if ok else b.reason)
+                   reason=b.reason if not ok else (weak if b.source == "table cuts" else None))
     row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return row
 

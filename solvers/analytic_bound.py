@@ -352,6 +352,7 @@ class AnalyticRelaxation:
         self.hulls = [sector_hull(int(d), float(e), self.terms.sector) for d, e in zip(self.terms.dims, self.terms.elem)]
         self.lams = knapsack_multipliers(self.terms)
         self.slopes = hit_slopes(self.terms, self.lams)
+        self.cut_values: dict[tuple[int, int], np.ndarray] = {}  # table_cut_values, by (table, max devices)
 
     def device_bound(self, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
         """See `device_compute_lower_bound`."""
@@ -478,11 +479,23 @@ def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> n
     charges t's part alone (adding shards never lowers the per-device bound: docs/analytic-bound.md), which does
     not decrease with the width, and its all-to-all >= `comm_floor(W_k)`."""
     units = int(ctx.terms.dims[table]) // DIM_ALIGNMENT
-    vals = []
-    for k in range(1, max(1, min(max_devices, units)) + 1):
-        w = DIM_ALIGNMENT * math.ceil(units / k)
-        vals.append(_device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w))
-    return np.array(vals)
+    top = max(1, min(max_devices, units))
+    key = (int(table), top)
+    if key not in ctx.cut_values:  # (computed once: the relaxation's rows and the fallback bound both use them)
+        vals = []
+        for k in range(1, top + 1):
+            w = DIM_ALIGNMENT * math.ceil(units / k)
+            vals.append(_device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w))
+        ctx.cut_values[key] = np.array(vals)
+    return ctx.cut_values[key]
+
+
+def table_cut_bound(ctx: AnalyticRelaxation, table_wise: bool = False) -> float:
+    """A bound that needs no solver: every table lies on some k devices, so z >= min_k Psi_t(k) for every table t
+    (`table_cut_values`; table-wise, k = 1). Weak unless one table dominates, but always there: the bound falls back
+    to it when HiGHS proves nothing within the time limit."""
+    D = ctx.bm.num_devices
+    return max((float(table_cut_values(ctx, t, 1 if table_wise else D).min()) for t in range(len(ctx.terms.dims))), default=0.0)
 
 
 def table_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> list[tuple[float, float]]:
@@ -686,6 +699,8 @@ class AnalyticBound:
     status: "optimal" (the relaxation was solved to HiGHS's gap MIP_REL_GAP; value = its dual bound), "bound" (the
     time limit came first; value = the dual bound proven by then, still a bound), "infeasible" (the relaxation has no
     solution: no covered plan fits in memory; `reason` says why; value = +inf).
+    source: "relaxation" (HiGHS's bound), or "table cuts" when HiGHS proved nothing within the limit (value =
+    `table_cut_bound`, valid but weak).
     """
 
     value_ms: float
@@ -706,6 +721,7 @@ class AnalyticBound:
     reason: str | None = None
     solver_message: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    source: str = "relaxation"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -751,10 +767,14 @@ def analytic_lower_bound(
                              solver_message=res["message"], **sizes)
     plan = relaxation_plan(ctx, layout, res["x"], model_name) if res["x"] is not None else None
     plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
+    cut = table_cut_bound(ctx, table_wise)  # (already computed for the relaxation's rows)
+    value, source = res["bound"], "relaxation"
+    if not math.isfinite(value):  # HiGHS proved nothing in time (not even the LP): the bound that needs no solver
+        value, source = cut, "table cuts"
     return AnalyticBound(
-        value_ms=res["bound"], status=res["status"], table_wise=table_wise, solver=solver, time_s=elapsed, covers=covers,
+        value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
         cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=res["lp_bound"], plan_cost_ms=plan_cost, plan=plan,
-        solver_message=res["message"], **sizes,
+        solver_message=res["message"], source=source, **sizes,
     )
 
 
@@ -802,6 +822,8 @@ def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str,
     lp = run(False, time_limit)
     if lp.status == 2:
         return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "lp_bound": None, "message": lp.message}
+    if lp.status == 1:  # the limit came during the LP: the MILP (its presolve alone) would only overrun it
+        return {"status": "bound", "bound": -math.inf, "primal": None, "x": None, "lp_bound": None, "message": f"LP relaxation: {lp.message}"}
     lp_bound = float(lp.fun) if lp.status == 0 and lp.fun is not None else -math.inf
     res = run(True, time_limit - (time.perf_counter() - start))
     primal = float(res.fun) if res.x is not None and res.fun is not None else None

@@ -32,6 +32,7 @@ from solvers.analytic_bound import (
     plan_gap,
     relaxation_value_at,
     sector_hull,
+    table_cut_bound,
 )
 from solvers.registry import get_solver
 
@@ -287,6 +288,22 @@ def test_table_wise_bound_against_enumeration(seed: int, n_devices: int) -> None
     assert "column-wise" in split.covers and "table-wise" in tw.covers
 
 
+def test_no_time_for_highs_falls_back_to_the_table_cuts() -> None:
+    """With no time for HiGHS (not even the LP), the bound is the one that needs no solver -- finite, below every
+    plan, and below the relaxation's bound when HiGHS has time (the relaxation holds the same cuts)."""
+    inst = make_instance(100, 8, seed=1, mem_factor=1.5)
+    quick = analytic_lower_bound(inst, time_limit=0.0)
+    assert quick.source == "table cuts" and quick.status == "bound" and math.isfinite(quick.value_ms) and quick.value_ms > 0
+    assert quick.value_ms == pytest.approx(table_cut_bound(AnalyticRelaxation(inst)))
+    assert quick.time_s < 30  # (the MILP is not started after the LP ran out of time)
+    for name in ("greedy", "size"):
+        plan = get_solver(name).solve(inst, CM).plan
+        assert CM.bind(inst).plan_costs(plan).max_cost >= quick.value_ms * (1 - RTOL)
+    small = make_instance(10, 3, seed=2)
+    full = analytic_lower_bound(small, time_limit=10)
+    assert full.source == "relaxation" and full.value_ms >= table_cut_bound(AnalyticRelaxation(small)) * (1 - 1e-6)
+
+
 def test_infeasible_with_a_reason() -> None:
     inst = make_instance(4, 2, seed=0, mem_factor=0.3)  # every device far below the tables' total
     b = analytic_lower_bound(inst, CM, time_limit=5)
@@ -351,6 +368,12 @@ def test_cli_bound(tmp_path) -> None:
     r = run_cli(["bound", SMALL, "--time-limit", "1", "--plan", str(plan_path), "--out", str(tmp_path / "relaxed.json")])
     assert r.exit_code == 0 and "gap" in r.output
     assert run_cli(["evaluate", SMALL, str(tmp_path / "relaxed.json")]).exit_code == 0  # the relaxation's plan is valid
+
+
+def test_cli_bound_without_time_for_highs() -> None:
+    r = run_cli(["bound", str(ROOT / "instances/suites/dreamshard-test/dreamshard-test-s1-0003.json"), "--time-limit", "0"])
+    assert r.exit_code == 0, r.output
+    assert "inf" not in r.output.split("ms")[0] and "proved nothing" in r.output
 
 
 def test_cli_bound_errors(tmp_path) -> None:
