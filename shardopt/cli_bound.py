@@ -121,6 +121,9 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
         "optimal": f"the relaxation solved (HiGHS gap <= {1e-4:g}); the bound is its dual bound",
         "bound": f"HiGHS's dual bound when the {time_limit:g} s limit came; a bound, not the relaxation's optimum",
     }[result.status]
+    if result.source == "symmetric LP":
+        how = ("the relaxation's LP bound, solved with every device's variables equal (the devices are interchangeable, "
+               f"so that is the same bound: docs/analytic-bound.md); {result.solver_message}")
     if result.source == "table cuts":
         how = (f"HiGHS proved nothing within the {time_limit:g} s limit, so this is the bound that "
                "needs no solver: every table lies on some devices, one of which then costs at least this (valid, but weak "
@@ -128,8 +131,9 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
     lines = [
         f"certified lower bound {result.value_ms:.4f} ms of the plan cost under {label}: {how}",
         f"covers {result.covers}",
-        f"relaxation: {result.variables:,} variables ({result.integer_variables:,} integer), {result.rows:,} rows, "
-        f"{result.multipliers} cache multipliers per device; {result.time_s:.2f} s",
+        (f"relaxation: {result.variables:,} variables ({result.integer_variables:,} integer), {result.rows:,} rows, "
+         f"{result.multipliers} cache multipliers per device; {result.time_s:.2f} s") if result.variables else
+        f"relaxation: not built whole; {result.multipliers} cache multipliers per device; {result.time_s:.2f} s",
     ]
     if result.relaxation_primal_ms is not None:
         lines.append(f"best solution of the relaxation found {result.relaxation_primal_ms:.4f} ms (the relaxation's optimum lies between it and the bound)")

@@ -80,6 +80,7 @@ COVERS_TABLE_WISE = (
 ROUNDOFF = 1e-12  # relative float round-off treated as zero in the cache rows
 MAX_MULTIPLIERS = 64  # knapsack multipliers (lam) per device: rows of the cache bound
 MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
+FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only
 MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
 _VERIFY_RTOL = 1e-9
 
@@ -688,6 +689,108 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     return m, _Layout(pairs=pairs, x=x, n=n, s=s, z=z)
 
 
+def devices_interchangeable(instance: Instance) -> bool:
+    """True when permuting devices within hosts and permuting whole hosts maps the relaxation onto itself: every
+    device has the same capacity and every host the same number of devices (then `symmetric_relaxation_lp` holds)."""
+    topo = instance.topology
+    caps = topo.capacities()
+    return len(set(caps)) == 1 and topo.num_devices % topo.devices_per_host == 0
+
+
+def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False) -> tuple[_Model, int]:
+    """The LP relaxation of `build_relaxation` for interchangeable devices, with every device's variables equal:
+    one copy of each pair's variables per table (x_t, n_t, s_t, c_t) and of each device's (y, f, b, h, comm).
+
+    Why it is the same bound: the LP's feasible set (without the symmetry-ordering rows, which only cut off
+    permuted copies) is mapped onto itself by the device permutations `devices_interchangeable` allows, and that
+    group moves any device to any other; averaging an optimal LP solution over the group gives a feasible solution
+    (the set is convex) with the same z in which all devices are equal. So the LP optimum over such symmetric points
+    is the LP optimum -- at a size independent of the device count (856 tables x 128 devices: ~4k variables instead
+    of ~440k). Rows that sum over devices get the device count as a factor: sum_d n[t, d] = D n_t, k_t = D x_t, and a
+    comm piece's host-width term sums the same n over the host's devices. Returns (model, index of z)."""
+    bm, t = ctx.bm, ctx.terms
+    inst = bm.instance
+    if not devices_interchangeable(inst):
+        raise ValueError(f"{inst.name}: devices differ in capacity or hosts in size; the symmetric LP does not apply")
+    n_dev = bm.num_devices
+    per_host = min(inst.topology.devices_per_host, n_dev)
+    pairs, nmax = _pairs(inst, t, table_wise)
+    fits = sorted({ti for ti, d in pairs if d == 0})
+    m = _Model()
+    x = {ti: m.var(0, 1) for ti in fits}
+    n = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits}
+    sv = {ti: m.var(0, math.inf) for ti in fits}
+    y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
+    use_hits = t.kappa_ms > 0
+    h = m.var(0, math.inf if use_hits else 0.0)
+    comm = m.var(-math.inf, math.inf)
+    z = m.var(-math.inf, math.inf)
+    for ti in range(len(t.dims)):
+        units = int(t.dims[ti]) // DIM_ALIGNMENT
+        if ti not in x:  # on no device: the relaxation (and every plan) is infeasible
+            m.row([], float(units), float(units))
+            continue
+        m.row({n[ti]: float(n_dev)}, units, units)
+        if table_wise:
+            m.row({n[ti]: 1.0, x[ti]: -float(units)}, 0.0, 0.0)
+        else:
+            m.row({n[ti]: 1.0, x[ti]: -float(nmax[(ti, 0)])}, -math.inf, 0.0)
+            m.row({x[ti]: 1.0, n[ti]: -1.0}, -math.inf, 0.0)
+        for a, slope in ctx.hulls[ti]:
+            m.row({sv[ti]: 1.0, x[ti]: -a, n[ti]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+        if not table_wise:
+            c = m.var(0, math.inf)
+            m.row({c: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
+            m.row({sv[ti]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
+        m.row({y: 1.0, x[ti]: -1.0}, 0.0, math.inf)
+    cap = inst.topology.capacities()[0]
+    m.row([(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in fits] + [(x[ti], t.mem_fixed[ti] / cap) for ti in fits], -math.inf, 1.0 + MEMORY_SLACK)
+    if use_hits:
+        for k, lam in enumerate(ctx.lams):
+            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits], -math.inf, 0.0)
+    fwd = [(f, 1.0), (h, 1.0)]
+    bwd = [(b, 1.0)]
+    for ti in fits:
+        fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
+        bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
+    m.row(fwd, 0.0, math.inf)
+    m.row(bwd, 0.0, math.inf)
+    m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
+    m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
+    for piece in comm_pieces(bm, 0, float(t.dims.sum())):  # (device 0 stands for all: the pieces are the same)
+        w = (piece.cv * per_host + piece.cu) * DIM_ALIGNMENT
+        m.row([(comm, 1.0)] + [(n[ti], -w) for ti in fits], piece.const, math.inf)
+    m.row({z: 1.0, y: -t.launch_ms, f: -1.0, b: -1.0, comm: -1.0}, 0.0, math.inf)
+    for ti in fits:
+        lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
+        if len(lines) == 1 and lines[0][1] == 0.0:
+            m.row({z: 1.0}, lines[0][0], math.inf)
+            continue
+        m.row({x[ti]: float(n_dev)}, 1.0, math.inf)  # k_t = D x_t >= 1
+        for alpha, beta in lines:
+            m.row({z: 1.0, x[ti]: -beta * n_dev}, alpha, math.inf)
+    return m, z
+
+
+def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0) -> float | None:
+    """The relaxation's LP bound via `build_symmetric_lp` (HiGHS); +inf when infeasible, None when HiGHS did not
+    finish within the limit."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    m, z = build_symmetric_lp(ctx, table_wise)
+    c = np.zeros(m.n_vars)
+    c[z] = 1.0
+    a = csr_matrix((m.vals, (m.rows, m.cols)), shape=(m.n_rows, m.n_vars))
+    res = milp(c, constraints=LinearConstraint(a, np.array(m.row_lo), np.array(m.row_hi)), bounds=Bounds(np.array(m.lb), np.array(m.ub)),
+               options={"time_limit": float(max(time_limit, 0.05)), "disp": False})
+    if res.status == 2:
+        return math.inf
+    if res.status != 0 or res.fun is None:
+        return None
+    return float(res.fun)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the result and the entry point
 
@@ -699,8 +802,10 @@ class AnalyticBound:
     status: "optimal" (the relaxation was solved to HiGHS's gap MIP_REL_GAP; value = its dual bound), "bound" (the
     time limit came first; value = the dual bound proven by then, still a bound), "infeasible" (the relaxation has no
     solution: no covered plan fits in memory; `reason` says why; value = +inf).
-    source: "relaxation" (HiGHS's bound), or "table cuts" when HiGHS proved nothing within the limit (value =
-    `table_cut_bound`, valid but weak).
+    source: "relaxation" (HiGHS's bound of the relaxation), "symmetric LP" (its LP bound solved with the devices'
+    variables equal, `build_symmetric_lp`: for interchangeable devices, when the full relaxation is too large or its
+    LP ran out of time), or "table cuts" when nothing else was proven within the limit (value = `table_cut_bound`,
+    valid but weak).
     """
 
     value_ms: float
@@ -753,12 +858,23 @@ def analytic_lower_bound(
     if reason is not None:
         return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
                              model_name, reason=reason)
+    solver = "HiGHS (scipy.optimize.milp)"
+    symmetric = devices_interchangeable(instance)
+    sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit)) if symmetric else None
+    n_pairs = len(_pairs(instance, ctx.terms, table_wise)[0])
+    if sym is not None and math.isfinite(sym) and n_pairs > FULL_RELAXATION_MAX_PAIRS:
+        # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
+        # full relaxation's LP bound (build_symmetric_lp)
+        return AnalyticBound(
+            value_ms=sym, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
+            cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
+            solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on)",
+        )
     model, layout = build_relaxation(ctx, table_wise)
     left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
     res = _solve_highs(model, layout, left)
     elapsed = time.perf_counter() - start
     sizes = dict(variables=model.n_vars, rows=model.n_rows, integer_variables=int(sum(model.integer)), multipliers=len(ctx.lams))
-    solver = "HiGHS (scipy.optimize.milp)"
     if res["status"] == "infeasible":
         why = ("no assignment of whole tables fits in the devices' memory (HiGHS proved the bin packing infeasible)" if table_wise else
                "no split of the tables into column shards (widths multiples of 4) fits in the devices' memory "
@@ -769,11 +885,14 @@ def analytic_lower_bound(
     plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
     cut = table_cut_bound(ctx, table_wise)  # (already computed for the relaxation's rows)
     value, source = res["bound"], "relaxation"
+    lp_bound = res["lp_bound"] if res["lp_bound"] is not None else (sym if sym is not None and math.isfinite(sym) else None)
+    if sym is not None and math.isfinite(sym) and sym > value:  # (the full LP ran out of time; the symmetric one did not)
+        value, source = sym, "symmetric LP"
     if not math.isfinite(value):  # HiGHS proved nothing in time (not even the LP): the bound that needs no solver
         value, source = cut, "table cuts"
     return AnalyticBound(
         value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
-        cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=res["lp_bound"], plan_cost_ms=plan_cost, plan=plan,
+        cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,
         solver_message=res["message"], source=source, **sizes,
     )
 

@@ -30,8 +30,11 @@ from solvers.analytic_bound import (
     comm_pieces,
     device_compute_lower_bound,
     plan_gap,
+    build_relaxation,
+    devices_interchangeable,
     relaxation_value_at,
     sector_hull,
+    symmetric_lp_bound,
     table_cut_bound,
 )
 from solvers.registry import get_solver
@@ -288,10 +291,49 @@ def test_table_wise_bound_against_enumeration(seed: int, n_devices: int) -> None
     assert "column-wise" in split.covers and "table-wise" in tw.covers
 
 
+def uneven_hosts(n_tables: int = 100, seed: int = 1) -> Instance:
+    """10 devices, 4 per host: hosts of 4, 4 and 2 devices, so the devices are not interchangeable."""
+    inst = make_instance(n_tables, 10, seed=seed, mem_factor=1.5, per_host=4)
+    assert not devices_interchangeable(inst)
+    return inst
+
+
+def full_lp_bound(inst: Instance, table_wise: bool) -> float:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    m, lay = build_relaxation(AnalyticRelaxation(inst), table_wise, symmetry=False)
+    c = np.zeros(m.n_vars)
+    c[lay.z] = 1.0
+    a = csr_matrix((m.vals, (m.rows, m.cols)), shape=(m.n_rows, m.n_vars))
+    res = milp(c, constraints=LinearConstraint(a, np.array(m.row_lo), np.array(m.row_hi)), bounds=Bounds(np.array(m.lb), np.array(m.ub)))
+    assert res.status == 0
+    return float(res.fun)
+
+
+@pytest.mark.parametrize("n_tables, n_devices, per_host, seed, mem_factor", [(12, 4, 4, 0, 1.5), (20, 8, 4, 1, 1.3), (30, 6, 2, 2, 2.0), (15, 4, 1, 3, 1.2)])
+@pytest.mark.parametrize("table_wise", [False, True])
+def test_symmetric_lp_is_the_relaxations_lp_bound(n_tables: int, n_devices: int, per_host: int, seed: int, mem_factor: float, table_wise: bool) -> None:
+    """With interchangeable devices, the LP with one copy of each device's variables has the optimum of the whole
+    relaxation's LP (one host, two hosts, a host per device; column-wise and table-wise)."""
+    inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=mem_factor, per_host=per_host)
+    assert devices_interchangeable(inst)
+    assert symmetric_lp_bound(AnalyticRelaxation(inst), table_wise) == pytest.approx(full_lp_bound(inst, table_wise), rel=1e-9)
+
+
+def test_symmetric_lp_refuses_devices_that_differ() -> None:
+    with pytest.raises(ValueError, match="symmetric LP does not apply"):
+        symmetric_lp_bound(AnalyticRelaxation(uneven_hosts(12)))
+    doc = to_dict(make_instance(12, 4, seed=0))
+    doc["topology"]["memory_bytes"] = [doc["topology"]["memory_bytes"]] * 3 + [2 * doc["topology"]["memory_bytes"]]
+    assert not devices_interchangeable(instance_from_dict(doc))
+
+
 def test_no_time_for_highs_falls_back_to_the_table_cuts() -> None:
-    """With no time for HiGHS (not even the LP), the bound is the one that needs no solver -- finite, below every
-    plan, and below the relaxation's bound when HiGHS has time (the relaxation holds the same cuts)."""
-    inst = make_instance(100, 8, seed=1, mem_factor=1.5)
+    """With no time for HiGHS (not even the LP) and devices that are not interchangeable, the bound is the one that
+    needs no solver -- finite, below every plan, and below the relaxation's bound when HiGHS has time (the
+    relaxation holds the same cuts)."""
+    inst = uneven_hosts()
     quick = analytic_lower_bound(inst, time_limit=0.0)
     assert quick.source == "table cuts" and quick.status == "bound" and math.isfinite(quick.value_ms) and quick.value_ms > 0
     assert quick.value_ms == pytest.approx(table_cut_bound(AnalyticRelaxation(inst)))
@@ -302,6 +344,30 @@ def test_no_time_for_highs_falls_back_to_the_table_cuts() -> None:
     small = make_instance(10, 3, seed=2)
     full = analytic_lower_bound(small, time_limit=10)
     assert full.source == "relaxation" and full.value_ms >= table_cut_bound(AnalyticRelaxation(small)) * (1 - 1e-6)
+
+
+def test_no_time_for_highs_with_interchangeable_devices_gives_the_lp_bound() -> None:
+    inst = make_instance(100, 8, seed=1, mem_factor=1.5)
+    quick = analytic_lower_bound(inst, time_limit=0.0)
+    assert quick.source == "symmetric LP" and quick.value_ms == pytest.approx(full_lp_bound(inst, False), rel=1e-9)
+    assert quick.value_ms > table_cut_bound(AnalyticRelaxation(inst))
+    plan = get_solver("greedy").solve(inst, CM).plan
+    assert CM.bind(inst).plan_costs(plan).max_cost >= quick.value_ms
+
+
+def test_large_instances_with_interchangeable_devices_get_the_symmetric_lp(monkeypatch) -> None:
+    """Over FULL_RELAXATION_MAX_PAIRS pairs the full relaxation is not built (on 856 x 128 building it takes ~11 s
+    and its LP does not finish in 20 s); the threshold is lowered here so that a small instance counts as large."""
+    import solvers.analytic_bound as ab
+
+    monkeypatch.setattr(ab, "FULL_RELAXATION_MAX_PAIRS", 10)
+    inst = make_instance(24, 8, seed=4, mem_factor=1.4, per_host=4)
+    got = analytic_lower_bound(inst, time_limit=5.0)
+    assert got.source == "symmetric LP" and got.variables == 0 and got.plan is None
+    assert got.value_ms == pytest.approx(full_lp_bound(inst, False), rel=1e-9)
+    for name in ("greedy", "neuroshard"):
+        plan = get_solver(name).solve(inst, CM, time_limit=5).plan
+        assert CM.bind(inst).plan_costs(plan).max_cost >= got.value_ms * (1 - RTOL)
 
 
 def test_infeasible_with_a_reason() -> None:
@@ -370,10 +436,14 @@ def test_cli_bound(tmp_path) -> None:
     assert run_cli(["evaluate", SMALL, str(tmp_path / "relaxed.json")]).exit_code == 0  # the relaxation's plan is valid
 
 
-def test_cli_bound_without_time_for_highs() -> None:
-    r = run_cli(["bound", str(ROOT / "instances/suites/dreamshard-test/dreamshard-test-s1-0003.json"), "--time-limit", "0"])
+def test_cli_bound_without_time_for_highs(tmp_path) -> None:
+    path = tmp_path / "uneven.json"
+    path.write_text(json.dumps(to_dict(uneven_hosts())))
+    r = run_cli(["bound", str(path), "--time-limit", "0"])
     assert r.exit_code == 0, r.output
     assert "inf" not in r.output.split("ms")[0] and "proved nothing" in r.output
+    r = run_cli(["bound", str(ROOT / "instances/suites/dreamshard-test/dreamshard-test-s1-0003.json"), "--time-limit", "0", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["bound"]["source"] == "symmetric LP"
 
 
 def test_cli_bound_errors(tmp_path) -> None:
