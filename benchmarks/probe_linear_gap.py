@@ -10,6 +10,11 @@ On the table-wise linear model around the best heuristic's plan (what `cpsat max
 - `feasible`: CP-SAT asked only for *some* plan within each --deltas (ms) of the LP bound (no hint, no objective),
   --feasible-limit seconds each: a plan found, none possible (proven), or neither;
 - `search`: the local search of the linear model alone (solvers.linear_search), --search-seeds x --search-limit s.
+- `config`: is --config-target (ms above the LP bound) feasible for the *configuration* LP (one column per device
+  and item subset that fits in memory and costs <= the target; the relaxation stronger than the LP that
+  branch-and-price would use)? Column generation: HiGHS LP master (uncovered items as slack), one knapsack MILP per
+  device as pricing, until no column prices out (master 0: feasible; > 0: the configuration bound is above the
+  target) or --config-limit seconds.
 A proof of optimality needs a plan and a bound within the model's unit (1e-4 ms); these say which side is stuck.
 Prints a line per probe and one JSON line per instance. Costs are simulated (analytic model).
 """
@@ -115,15 +120,56 @@ def feasible_within(lin, items, caps, target: float, limit: float, workers: int)
     return {cp_model.OPTIMAL: "found", cp_model.FEASIBLE: "found", cp_model.INFEASIBLE: "none"}.get(code, "unknown")
 
 
+def configuration_lp(lin, items, caps, target: float, limit: float) -> tuple[float | None, int, int]:
+    """(master optimum at the end -- None when cut by `limit` --, rounds, columns): column generation for the
+    configuration LP at `target` (see the module docstring)."""
+    from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+
+    I, D = lin.a.shape
+    size = items.size.astype(np.float64)
+    cols: list[tuple[int, np.ndarray]] = []
+    t0 = time.perf_counter()
+    rnd = 0
+    while True:
+        n = len(cols)
+        a_cov = np.zeros((I, n + I))
+        a_dev = np.zeros((D, n + I))
+        for j, (d, mask) in enumerate(cols):
+            a_cov[mask, j] = 1.0
+            a_dev[d, j] = 1.0
+        a_cov[:, n:] = np.eye(I)
+        master = linprog(np.concatenate([np.zeros(n), np.ones(I)]), A_ub=np.vstack([-a_cov, a_dev]),
+                         b_ub=np.concatenate([-np.ones(I), np.ones(D)]), bounds=(0, None), method="highs")
+        pi, mu = -master.ineqlin.marginals[:I], master.ineqlin.marginals[I:]  # cover duals >= 0, device duals <= 0
+        added = 0
+        for d in range(D):  # pricing: the subset of most dual value that fits and costs <= target on d
+            rows = [size / caps[d]] + [lin.a[:, d] + lin.k1[d, k] * lin.dims for k in range(lin.num_planes)]
+            hi = [1.0] + [target - lin.c0[d] - lin.k0[d, k] - lin.k2[d, k] * lin.total_width for k in range(lin.num_planes)]
+            res = milp(-pi, integrality=np.ones(I), bounds=Bounds(0, 1), constraints=LinearConstraint(np.array(rows), -np.inf, np.array(hi)),
+                       options={"time_limit": 30.0})
+            if res.x is not None and -res.fun > -mu[d] + 1e-9:
+                cols.append((d, np.round(res.x).astype(bool)))
+                added += 1
+        rnd += 1
+        if rnd % 20 == 0:
+            print(f"  config: round {rnd}: master {master.fun:.6f}, {len(cols)} columns, {time.perf_counter() - t0:.0f} s", flush=True)
+        if added == 0:
+            return float(master.fun), rnd, len(cols)
+        if time.perf_counter() - t0 > limit:
+            return None, rnd, len(cols)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", default=DEFAULT, help="comma-separated globs, relative to the repository")
-    ap.add_argument("--probes", default="lp,widths,feasible,search")
+    ap.add_argument("--probes", default="lp,widths,feasible,search", help="any of lp, widths, feasible, search, config")
     ap.add_argument("--deltas", default="0.002,0.005,0.01,0.02", help="ms above the LP bound (feasible probe)")
     ap.add_argument("--feasible-limit", type=float, default=30.0)
     ap.add_argument("--search-seeds", type=int, default=6)
     ap.add_argument("--search-limit", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--config-target", type=float, default=0.0033, help="ms above the LP bound (config probe)")
+    ap.add_argument("--config-limit", type=float, default=600.0)
     args = ap.parse_args(argv)
     probes = set(args.probes.split(","))
     paths = [str(Path(p).relative_to(ROOT)) if Path(p).is_absolute() else p for g in args.instances.split(",") for p in sorted(glob.glob(str(ROOT / g)))]
@@ -134,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{Path(path).name}: {items.num_tables} x {len(caps)}, linear model around {start}'s plan ({lin.cost(counts):.4f} ms); "
               f"tables use {100 * row['memory_use']:.1f} % of device memory")
         lp = None
-        if probes & {"lp", "widths", "feasible"}:
+        if probes & {"lp", "widths", "feasible", "config"}:
             lp, use = lp_bound(instance, items, caps, fits, lin)
             row.update(lp_bound=lp, lp_devices_full=int((use > 1 - 1e-6).sum()))
             print(f"  lp: bound {lp:.5f} ms; devices filled to capacity in its solution: {row['lp_devices_full']} of {len(caps)}")
@@ -157,6 +203,13 @@ def main(argv: list[str] | None = None) -> int:
                 found.append(res.cost)
                 print(f"  search: seed {seed}: {res.cost:.5f} ms ({res.steps} steps, {res.kicks} kicks, {res.seconds:.1f} s)", flush=True)
             row["search_best"] = found
+        if "config" in probes:
+            target = lp + args.config_target
+            t0 = time.perf_counter()
+            value, rounds, ncols = configuration_lp(lin, items, caps, target, args.config_limit)
+            verdict = "unknown (time)" if value is None else ("infeasible: the configuration bound is above it" if value > 1e-7 else "feasible")
+            row["config"] = {"target": target, "master": value, "rounds": rounds, "columns": ncols, "verdict": verdict, "seconds": time.perf_counter() - t0}
+            print(f"  config: target {target:.5f} ms (LP + {args.config_target:g}): {verdict} after {rounds} rounds, {ncols} columns, {time.perf_counter() - t0:.0f} s")
         print(json.dumps(row))
     return 0
 
