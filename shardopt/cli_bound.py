@@ -124,7 +124,7 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
     if result.source == "symmetric LP":
         how = ("the relaxation's LP bound, solved with every device's variables equal (the devices are interchangeable, "
                f"so that is the same bound: docs/analytic-bound.md); {result.solver_message}")
-    if result.source == "table cuts":
+    elif result.source == "table cuts":
         how = (f"HiGHS proved nothing within the {time_limit:g} s limit, so this is the bound that "
                "needs no solver: every table lies on some devices, one of which then costs at least this (valid, but weak "
                "unless one table dominates; a longer --time-limit gives the relaxation's bound)")

@@ -860,9 +860,11 @@ def analytic_lower_bound(
                              model_name, reason=reason)
     solver = "HiGHS (scipy.optimize.milp)"
     symmetric = devices_interchangeable(instance)
-    sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit)) if symmetric else None
+    sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
     n_pairs = len(_pairs(instance, ctx.terms, table_wise)[0])
-    if sym is not None and math.isfinite(sym) and n_pairs > FULL_RELAXATION_MAX_PAIRS:
+    if symmetric and n_pairs > FULL_RELAXATION_MAX_PAIRS:
+        sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit))
+    if sym is not None and math.isfinite(sym):
         # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
         # full relaxation's LP bound (build_symmetric_lp)
         return AnalyticBound(
@@ -883,13 +885,15 @@ def analytic_lower_bound(
                              solver_message=res["message"], **sizes)
     plan = relaxation_plan(ctx, layout, res["x"], model_name) if res["x"] is not None else None
     plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
-    cut = table_cut_bound(ctx, table_wise)  # (already computed for the relaxation's rows)
-    value, source = res["bound"], "relaxation"
-    lp_bound = res["lp_bound"] if res["lp_bound"] is not None else (sym if sym is not None and math.isfinite(sym) else None)
-    if sym is not None and math.isfinite(sym) and sym > value:  # (the full LP ran out of time; the symmetric one did not)
-        value, source = sym, "symmetric LP"
+    value, source, lp_bound = res["bound"], "relaxation", res["lp_bound"]
+    if lp_bound is None and symmetric:  # the full LP ran out of time: the same LP bound, the cheap way
+        sym = symmetric_lp_bound(ctx, table_wise, max(0.1, time_limit - (time.perf_counter() - start)))
+        if sym is not None and math.isfinite(sym):
+            lp_bound = sym
+            if sym > value:
+                value, source = sym, "symmetric LP"
     if not math.isfinite(value):  # HiGHS proved nothing in time (not even the LP): the bound that needs no solver
-        value, source = cut, "table cuts"
+        value, source = table_cut_bound(ctx, table_wise), "table cuts"  # (its values computed for the relaxation's rows)
     return AnalyticBound(
         value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
         cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,

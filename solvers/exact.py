@@ -1380,10 +1380,11 @@ class ExactSolver(Solver):
         info["local_searches"]."""
         res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL)
         t0 = time.perf_counter()
-        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(res.plans()) if _unusable(items, c, caps) is None]
+        plans = res.plans()
+        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(plans) if _unusable(items, c, caps) is None]
         full, k = min(judged) if judged else (math.inf, -1)
         improved = bool(judged) and full < best_cost - 1e-9 * max(1.0, abs(best_cost))
-        plan = res.plans()[k] if improved else None
+        plan = plans[k] if improved else None
         info.setdefault("local_searches", []).append({
             "before_iteration": iteration, "expansion_cost": best_cost, "linear_start": res.start_cost, "linear_best": res.cost,
             "full_cost": full if judged else None, "improved": improved, "plans_judged": len(judged), "steps": res.steps, "kicks": res.kicks,

@@ -91,7 +91,7 @@ class _State:
         return (lin.k0[d] + lin.k1[d] * u[..., None] + lin.k2[d] * v[..., None]).max(axis=-1)
 
 
-def _host_deltas(s: _State, F, shifts: np.ndarray) -> np.ndarray:
+def _host_deltas(s: _State, F: Callable[[np.ndarray], np.ndarray], shifts: np.ndarray) -> np.ndarray:
     """[H, len(shifts)]: the objective change of every device of host h when h's width moves by each shift with
     the devices' own widths unchanged (the move's own two devices are corrected by the caller)."""
     lin = s.lin
