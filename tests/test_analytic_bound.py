@@ -282,7 +282,7 @@ def enumerate_table_wise(inst: Instance) -> float:
 def test_table_wise_bound_against_enumeration(seed: int, n_devices: int) -> None:
     inst = make_instance(6, n_devices, seed=seed, mem_factor=1.2, batch_size=65536)
     opt = enumerate_table_wise(inst)
-    tw = analytic_lower_bound(inst, CM, time_limit=10, table_wise=True)
+    tw = analytic_lower_bound(inst, CM, time_limit=90, table_wise=True)  # HiGHS stops when proven (~1 s)
     assert tw.status == "optimal"
     assert tw.value_ms <= opt * (1 + 1e-7)
     assert tw.value_ms >= 0.99 * opt, (tw.value_ms, opt)  # measured: equal (to 1e-15) on all four

@@ -298,12 +298,14 @@ def test_same_seed_same_plan(algo, analytic):
     assert a.predicted_cost <= greedy_only.predicted_cost + 1e-9  # the greedy rollout is always a candidate
 
 
-def test_inference_100_tables_8_devices_within_a_second(analytic):
+def test_inference_on_100_tables_8_devices_gives_a_valid_plan(analytic):
+    """The target shape of the papers. Its speed (the 1 s target) is measured by benchmarks/bench_rl.py and
+    recorded in docs/rl-solvers.md, not asserted here: a test must not fail because the machine is slow."""
     inst = load_instance(SUITES / "dreamshard-test" / "dreamshard-test-s1-0003.json")
     assert (len(inst.tables), inst.topology.num_devices) == (100, 8)
     for algo in ALGOS:
         res = get_solver(algo).solve(inst, analytic, seed=0)
-        assert res.status is SolveStatus.feasible and res.wall_time_s < 1.0, (algo, res.wall_time_s)
+        assert res.status is SolveStatus.feasible and check_plan(inst, res.plan).ok, algo
 
 
 @pytest.mark.parametrize("algo", ALGOS)

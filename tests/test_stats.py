@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -158,16 +157,14 @@ def test_table_stats_validation_names_the_argument(indices, offsets, message):
         table_stats(np.array(indices), np.array(offsets))
 
 
-def test_table_stats_is_fast():
+def test_table_stats_on_a_five_million_lookup_trace():
+    """Its speed is measured by benchmarks/bench_stats.py (docs/benchmarks.md), not asserted here."""
     rng = np.random.default_rng(1)
     n = 5_000_000
     indices = rng.integers(0, 2_000_000, size=n)
     offsets = np.arange(0, n + 1, 50)
-    start = time.perf_counter()
     stats = table_stats(indices, offsets)
-    elapsed = time.perf_counter() - start
     assert stats.lookups == n and stats.pooling_factor == 50.0
-    assert elapsed < 2.0  # ~0.15 s on one core; generous for a shared machine
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -207,10 +204,10 @@ def test_zipf_larger_exponent_shifts_mass_to_hot_bins():
     assert hot_share == sorted(hot_share)
 
 
-def test_zipf_model_is_fast_for_huge_tables():
-    start = time.perf_counter()
-    histogram_from_zipf(10**8, 100.0, 1.1, 65536)
-    assert time.perf_counter() - start < 1.0
+def test_zipf_model_for_huge_tables():
+    """10^8 rows are not enumerated (benchmarks/bench_stats.py measures how fast); the histogram is still whole."""
+    hist = histogram_from_zipf(10**8, 100.0, 1.1, 65536)
+    assert len(hist) == ACCESS_BINS and sum(hist) == pytest.approx(1.0, abs=1e-9)
 
 
 @pytest.mark.parametrize(("rows", "pooling", "s", "batch"), [(100_000, 20.0, 1.0, 1024), (20_000, 8.0, 0.0, 2048),
