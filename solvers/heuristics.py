@@ -14,8 +14,11 @@ device and carried on). Each solver is a *device rule* (which of the devices wit
   predicted plan cost (max over devices of compute + comm) after the move, ties by that device's own cost, then
   index. Every candidate device is scored in one vectorised call of the bound cost model.
 
-Memory-first fallback: when the primary pass finds no device with room for some table, the solver retries with
-tables ordered by bytes descending (its own device rule), then worst-fit decreasing (the device with the most free
+Fallback: when the primary pass finds no device with room for some table, the solver first retries its own order
+and device rule with a completion check (`primary_safe`: only devices after which the remaining tables still fit by
+worst fit, `solvers.completion`; the RL policies' safe mask; option `safe_fallback=False` skips it), which keeps
+the solver's own priorities (for `greedy`: the plan cost) instead of trading them for a bytes order; then tables
+ordered by bytes descending (its own device rule), then worst-fit decreasing (the device with the most free
 memory), then best-fit decreasing (the device with the least free memory that still fits). If every stage fails the
 result is ``no_solution`` naming the table and its bytes against the largest free space at that moment: bin packing
 is NP-hard, so this is the solver's failure, not a proof that the instance is infeasible (``infeasible`` is only
@@ -34,6 +37,7 @@ from shardopt.feasibility import infeasibility_reason
 from shardopt.ir import Instance, Shard
 from shardopt.memory import table_bytes_array
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.completion import completion_mask
 
 # ---------------------------------------------------------------------------------------------------------------
 # the shared packing loop
@@ -176,14 +180,20 @@ class Packer:
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
         self.free = self.caps.copy()
 
-    def run(self, stage: str, order: np.ndarray, rule: DeviceRule) -> np.ndarray | PackFailure:
+    def run(self, stage: str, order: np.ndarray, rule: DeviceRule, safe: bool = False) -> np.ndarray | PackFailure:
+        """One pass in `order`; with `safe`, each table only goes where the rest still fit by worst fit (when some
+        device with room passes that check)."""
         self.free = self.caps.copy()
         rule.reset()
         device_of = np.full(len(self.sizes), -1, dtype=np.int64)
+        rest_bytes = self.sizes[np.asarray(order, dtype=np.int64)]
         for n, t in enumerate(order):
             t = int(t)
             size = self.sizes[t]
-            candidates = np.flatnonzero(self.free >= size)
+            room = self.free >= size
+            if safe and room.any():
+                room = completion_mask(self.free[None], int(size), rest_bytes[n + 1 :], room[None])[0]
+            candidates = np.flatnonzero(room)
             if len(candidates) == 0:
                 return PackFailure(stage, t, int(size), int(self.free.max()), n)
             d = rule.choose(t, candidates)
@@ -213,12 +223,14 @@ class HeuristicSolver(Solver):
     family = "heuristic"
     deterministic = True
 
-    def __init__(self, fallback: bool = True):
+    def __init__(self, fallback: bool = True, safe_fallback: bool = True):
         self.fallback = bool(fallback)
+        self.safe_fallback = bool(safe_fallback)  # the completion-checked retry of the primary order and rule
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"layout": "table-wise", "order": self.order_description, "device_rule": self.rule_description}
-        p["fallback"] = "memory_order, worst_fit, best_fit" if self.fallback else "none"
+        stages = ("primary_safe, " if self.safe_fallback else "") + "memory_order, worst_fit, best_fit"
+        p["fallback"] = stages if self.fallback else "none"
         if self.deterministic:
             p["uses_seed"] = False
         return p
@@ -239,25 +251,27 @@ class HeuristicSolver(Solver):
         packer = Packer(instance)
         order, rule = self.setup(instance, cost_model, seed)
         bound = rule.bm if isinstance(rule, GreedyCostRule) else None  # cost the plan with the binding it searched with
-        stages: list[tuple[str, np.ndarray, DeviceRule]] = [("primary", order, rule)]
+        stages: list[tuple[str, np.ndarray, DeviceRule, bool]] = [("primary", order, rule, False)]
         if self.fallback:
             by_bytes = packer.bytes_order()
+            if self.safe_fallback:
+                stages.append(("primary_safe", order, rule, True))
             if not np.array_equal(order, by_bytes):  # (size's own order already is the memory-first order)
-                stages.append(("memory_order", by_bytes, rule))
+                stages.append(("memory_order", by_bytes, rule, False))
             stages += [
-                ("worst_fit", by_bytes, FitRule("worst", packer.sizes, lambda: packer.free)),
-                ("best_fit", by_bytes, FitRule("best", packer.sizes, lambda: packer.free)),
+                ("worst_fit", by_bytes, FitRule("worst", packer.sizes, lambda: packer.free), False),
+                ("best_fit", by_bytes, FitRule("best", packer.sizes, lambda: packer.free), False),
             ]
 
         failures: list[PackFailure] = []
         timed_out = False
         device_of: np.ndarray | None = None
         used = None
-        for name, stage_order, stage_rule in stages:
+        for name, stage_order, stage_rule, safe in stages:
             if failures and time_limit is not None and clock.elapsed > time_limit:
                 timed_out = True
                 break
-            out = packer.run(name, stage_order, stage_rule)
+            out = packer.run(name, stage_order, stage_rule, safe)
             if isinstance(out, PackFailure):
                 failures.append(out)
                 continue

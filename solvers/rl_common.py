@@ -18,10 +18,8 @@ split), so one policy serves any table count, device count and cost model:
 
 Masks: a device is valid when the table fits in its free memory; with `safe=True` (the policies' default) it must
 also leave a completion: the remaining tables (bytes descending) must still fit by worst-fit from the state after
-the move. That is checked exactly only when it can fail: when the total free memory after the move minus the
-remaining bytes is at least D x the largest remaining table, any placement of the rest fits (at a failure every
-device would have less free memory than that table). When no valid device passes the check the plain room mask is
-used. A lane whose table fits on no device fails at that step.
+the move (`solvers.completion.completion_mask`, shared with the heuristics' completion-checked pass). When no valid
+device passes the check the plain room mask is used. A lane whose table fits on no device fails at that step.
 
 numpy only: torch is imported by the training code (`solvers.dreamshard.train`, `solvers.autoshard.train`) and to
 read a `.pt` checkpoint, never to solve with an exported `.npz`.
@@ -42,6 +40,7 @@ from shardopt.ir import Instance, Shard
 from shardopt.memory import table_bytes_array
 from shardopt.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.completion import completion_mask
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 FEATURE_VERSION = 1
@@ -147,25 +146,7 @@ class Lanes:
         return np.stack([np.asarray(bm.comm_totals_after_adding(self.dims[k], width, cand), dtype=np.float64) for k in range(K)])
 
     def _safe_mask(self, room: np.ndarray, size: int) -> np.ndarray:
-        rest = np.sort(self.ctx.sizes[self.order[self.i + 1 :]])[::-1]
-        if len(rest) == 0:
-            return room
-        D = self.ctx.D
-        slack = float(self.free[0].sum() - size - rest.sum())  # total free is the same in every lane
-        need = rest > slack / D  # only tables this large can fail to fit (see the module docstring)
-        n = int(need.sum())  # rest is descending: the first n
-        if n == 0:
-            return room
-        fa = np.broadcast_to(self.free[:, None, :], (self.K, D, D)).astype(np.int64)
-        fa = fa - size * self._eye.astype(np.int64)[None]
-        ok = room.copy()
-        for s in rest[:n]:
-            j = fa.argmax(axis=2)  # worst fit: the device with the most free memory
-            v = np.take_along_axis(fa, j[..., None], axis=2)[..., 0]
-            ok &= v >= s
-            np.put_along_axis(fa, j[..., None], (v - s)[..., None], axis=2)
-        has = ok.any(axis=1, keepdims=True)
-        return np.where(has, ok, room)
+        return completion_mask(self.free, size, self.ctx.sizes[self.order[self.i + 1 :]], room)
 
     def observe(self) -> Observation:
         ctx, K, D = self.ctx, self.K, self.ctx.D

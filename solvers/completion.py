@@ -1,0 +1,45 @@
+"""Would a move still leave room for the rest? The check behind the RL policies' safe mask and the heuristics'
+completion-checked pass.
+
+A one-table-at-a-time packer that orders tables by cost (not bytes) can fill devices so that a large table left for
+later fits nowhere, although a plan exists. Before each move this check keeps only the devices after which the
+remaining tables (bytes descending) still fit by worst fit (the device with the most free memory). Worst fit is a
+sufficient test, not an exact one: a device it rejects might still have had a completion, and when it rejects every
+device with room the caller gets the plain room mask back (the pass may then still fail, and the caller moves on).
+
+The check is skipped where it cannot fail: if the total free memory after the move minus the remaining bytes is at
+least D x a remaining table, that table (and every smaller one) finds room whatever happens (at a failure every
+device would have less free memory than it, so the total free memory would be below D x its size).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def completion_mask(free: np.ndarray, size: int, rest: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """[K, D] bool: the devices with `room` after which the `rest` tables still fit by worst fit, per lane.
+
+    `free` [K, D] free bytes per lane (placement in progress) and device; `size` the bytes of the table being placed;
+    `rest` the bytes of the tables still to place after it (any order); `room` [K, D] the devices with room for it.
+    A lane where no device with room passes gets its `room` row back unchanged.
+    """
+    free = np.asarray(free, dtype=np.int64)
+    rest = np.sort(np.asarray(rest, dtype=np.int64))[::-1]
+    if len(rest) == 0:
+        return room
+    K, D = free.shape
+    slack = float(free.sum(axis=1).min() - size - rest.sum())
+    n = int((rest > slack / D).sum())  # rest is descending: only its first n can fail to fit
+    if n == 0:
+        return room
+    eye = np.eye(D, dtype=np.int64)
+    fa = np.broadcast_to(free[:, None, :], (K, D, D)) - size * eye[None]  # [lane, move, device] free after the move
+    ok = room.copy()
+    for s in rest[:n]:
+        j = fa.argmax(axis=2)  # worst fit: the device with the most free memory
+        v = np.take_along_axis(fa, j[..., None], axis=2)[..., 0]
+        ok &= v >= s
+        np.put_along_axis(fa, j[..., None], (v - s)[..., None], axis=2)
+    has = ok.any(axis=1, keepdims=True)
+    return np.where(has, ok, room)
