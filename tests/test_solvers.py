@@ -16,6 +16,7 @@ from shardopt.ir import Instance, load_instance
 from shardopt.memory import table_bytes_array
 from shardopt.plan_check import check_plan
 from solvers.base import SolveStatus
+from solvers.heuristics import SAFE_FALLBACK_MAX_PAIRS
 from solvers.registry import get_solver
 
 SUITES = Path(__file__).resolve().parents[1] / "instances" / "suites"
@@ -323,10 +324,14 @@ def test_fallback_places_what_the_proxy_order_cannot(cm: CostModel) -> None:
 def test_greedy_keeps_the_cheaper_of_its_fallbacks(path: str, winner: str, cm: CostModel) -> None:
     """Tight instances where greedy's cost-ordered pass runs out of room: it runs both the completion-checked retry of
     its cost order and the bytes order with its cost rule, and keeps the cheaper plan by its model, so it is never
-    worse than without the retry. Which one wins depends on the instance (docs/benchmarks.md)."""
+    worse than without the retry. Which one wins depends on the instance (docs/benchmarks.md). On 856 x 128 only when
+    asked."""
     inst = load_instance(SUITES / path)
-    r = get_solver("greedy").solve(inst, cm)
+    big = len(inst.tables) * inst.topology.num_devices > SAFE_FALLBACK_MAX_PAIRS
+    r = get_solver("greedy", safe_fallback=True if big else None).solve(inst, cm)
     without = get_solver("greedy", safe_fallback=False).solve(inst, cm)
+    if big:  # by default the large instance keeps the bytes-order fallback alone (the 0.5 s target on 856 x 128)
+        assert get_solver("greedy").solve(inst, cm).info["stages_tried"] == ["primary", "memory_order"]
     assert without.info["stage"] == "memory_order"
     assert r.info["stages_tried"] == ["primary", "primary_safe", "memory_order"] and r.info["stage"] == winner
     compared = r.info["fallbacks_compared"]
