@@ -293,6 +293,7 @@ def _solver_with_options(name: str, options: list[str]) -> Any:
     import inspect
     import json
 
+    from solvers.options import check_option_types
     from solvers.registry import solver_class
 
     parsed: dict[str, Any] = {}
@@ -312,6 +313,7 @@ def _solver_with_options(name: str, options: list[str]) -> Any:
             known = ", ".join(k for k in accepted if k not in ("self", "config", "options")) or "none"
             raise CLIError(f"--option: solver {name!r} has no option {key!r} (its options: {known})")
     try:
+        check_option_types(solver_cls, parsed)
         return solver_cls(**parsed)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"--option: {exc}") from None

@@ -114,6 +114,23 @@ def test_unknown_names_exit_2(args: list[str], expected: str) -> None:
     assert result.exit_code == 2 and expected in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    "solver, option, expected",
+    [
+        ("greedy", "safe_fallback=maybe", "option safe_fallback='maybe' for solver 'greedy': expected true or false or null"),
+        ("greedy", "fallback=1", "option fallback=1 for solver 'greedy': expected true or false"),
+        ("cpsat", "max_split=2.5", "option max_split=2.5 for solver 'cpsat': expected an integer"),
+        ("dreamshard", "temperature=hot", "option temperature='hot' for solver 'dreamshard': expected a number"),
+    ],
+)
+def test_mistyped_solver_options_exit_2_naming_option_and_value(solver: str, option: str, expected: str) -> None:
+    """The constructors coerce (bool("maybe") is True): a mistyped option must not silently become another plan."""
+    result = run("solve", SMALL, "--solver", solver, "-O", option)
+    assert result.exit_code == 2 and expected in result.stderr, result.stderr
+    ok = run("solve", SMALL, "--solver", "greedy", "-O", "safe_fallback=null", "-O", "fallback=true", "--json")
+    assert ok.exit_code == 0, ok.stderr
+
+
 def test_unknown_and_unbuilt_backends_exit_2(small_plan: str) -> None:
     result = run("evaluate", SMALL, small_plan, "--backend", "tpu")
     assert result.exit_code == 2 and "unknown backend 'tpu' (known: sim, cpu, cuda)" in result.stderr
