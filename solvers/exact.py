@@ -1069,8 +1069,11 @@ class ExactSolver(Solver):
             raise ValueError(f"max_iterations: {max_iterations} must be >= 1")
         self.comm = comm
         self.max_iterations = int(max_iterations)
-        self.workers = int(workers) if workers else (os.cpu_count() or 1)
         self.deterministic = bool(deterministic)
+        # deterministic: one CP-SAT worker unless asked for more. Its interleaved multi-worker search, the only
+        # deterministic parallel mode, proved small models 2.5-5x slower on 2 cores with the same plans, and gave
+        # the same plans on 100 x 8 in 10 s (docs/exact-solvers.md, "Workers")
+        self.workers = int(workers) if workers else (1 if self.deterministic else (os.cpu_count() or 1))
         self.symmetry = bool(symmetry)
         self.warm_start = bool(warm_start)
         self.default_time_limit = float(default_time_limit)
