@@ -1070,10 +1070,9 @@ class ExactSolver(Solver):
         self.comm = comm
         self.max_iterations = int(max_iterations)
         self.deterministic = bool(deterministic)
-        # deterministic: one CP-SAT worker unless asked for more. Its interleaved multi-worker search, the only
-        # deterministic parallel mode, proved small models 2.5-5x slower on 2 cores with the same plans, and gave
-        # the same plans on 100 x 8 in 10 s (docs/exact-solvers.md, "Workers")
-        self.workers = int(workers) if workers else (1 if self.deterministic else (os.cpu_count() or 1))
+        # (one worker proves some small models several times faster, but finds worse plans within short limits on
+        # the test suites: docs/exact-solvers.md, "Workers"; -O workers=1 asks for it)
+        self.workers = int(workers) if workers else (os.cpu_count() or 1)
         self.symmetry = bool(symmetry)
         self.warm_start = bool(warm_start)
         self.default_time_limit = float(default_time_limit)
