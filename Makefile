@@ -53,6 +53,7 @@ bench: install
 	$(PY) benchmarks/bench_analytic.py
 	$(PY) benchmarks/bench_heuristics.py
 	$(PY) benchmarks/bench_suite_quality.py
+	$(PY) benchmarks/bench_stats.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
