@@ -418,8 +418,35 @@ def solve(
             what = result.info.get("bound_is_for") or "the solver's model"
             status += f" · lower bound {result.lower_bound:.3f} ms of {what} (gap {100 * gap:.1f}%)"
         lines.append(status)
+        fallback = _fallback_line(result.info)
+        if fallback:
+            lines.append(fallback)
         lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
         _print_lines(console, lines)
+
+
+def _fallback_line(info: dict[str, Any]) -> str | None:
+    """A heuristic that ran out of memory in its own order says so, and which fallback placed the tables (a plan
+    from a memory-first pass is not the rule the user asked for)."""
+    if not info.get("fallback_used") or not info.get("failures"):
+        return None
+    first = info["failures"][0]
+    stage = info["stage"]
+    line = (f"memory ran out in the solver's own order (table {first['table']!r} after {first['placed']} tables); "
+            f"placed by the fallback {stage} ({_FALLBACK_STAGES.get(stage, stage)})")
+    compared = info.get("fallbacks_compared") or {}
+    others = [f"{name}'s {cost:.3f} ms" for name, cost in compared.items() if name != stage]
+    if stage in compared and others:
+        line += f": {compared[stage]:.3f} ms, cheaper than " + " and ".join(others)
+    return line
+
+
+_FALLBACK_STAGES = {
+    "primary_safe": "its own order and rule, each table only where the rest still fit",
+    "memory_order": "largest tables first, its own rule",
+    "worst_fit": "largest tables first, onto the device with the most free memory",
+    "best_fit": "largest tables first, onto the device with the least free memory that fits",
+}
 
 
 @app.command()

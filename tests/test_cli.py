@@ -131,6 +131,19 @@ def test_mistyped_solver_options_exit_2_naming_option_and_value(solver: str, opt
     assert ok.exit_code == 0, ok.stderr
 
 
+def test_solve_says_when_a_heuristic_fell_back() -> None:
+    """A memory-tight suite instance where greedy's cost order runs out of room: the summary names the table, the
+    fallback that placed the plan and what it was compared with; a plan from the solver's own order says nothing."""
+    tight = str(ROOT / "instances" / "suites" / "dreamshard-test" / "dreamshard-test-s1-0017.json")
+    result = run("solve", tight, "--solver", "greedy")
+    assert result.exit_code == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "memory ran out in the solver's own order (table 't660'" in out
+    assert "placed by the fallback primary_safe" in out and "cheaper than memory_order's" in out
+    plain = run("solve", SMALL, "--solver", "greedy")
+    assert plain.exit_code == 0 and "memory ran out" not in plain.stdout
+
+
 def test_unknown_and_unbuilt_backends_exit_2(small_plan: str) -> None:
     result = run("evaluate", SMALL, small_plan, "--backend", "tpu")
     assert result.exit_code == 2 and "unknown backend 'tpu' (known: sim, cpu, cuda)" in result.stderr
