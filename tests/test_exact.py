@@ -578,6 +578,29 @@ def test_cli_solver_options(tmp_path) -> None:
     assert r.exit_code == 2 and "KEY=VALUE" in r.output
 
 
+def test_cli_says_what_the_bound_of_a_neighbourhood_solve_is(monkeypatch, tmp_path) -> None:
+    """In neighbourhood mode the linear model's bound is only its table cuts: the summary says so and where a
+    certified bound comes from; with certified_bound=true the bound line names the analytic model itself."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import solvers.exact as exact
+    from shardopt.cli import app
+
+    monkeypatch.setattr(exact, "LARGE_MODEL", 10)
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(make_instance(16, 4, seed=7, mem_factor=1.4).model_dump(mode="json")))
+    runner = CliRunner()
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "--time-limit", "3"])
+    out = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "only the linear model's table cuts" in out and "shardopt bound" in out, r.output
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "certified_bound=true", "--time-limit", "3"])
+    out = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "only the linear model's table cuts" not in out, r.output
+    assert "of the analytic model itself (certified" in out or "of the linearised model" in out  # (whichever is higher)
+
+
 def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     """Over LARGE_MODEL pairs the model is re-solved a neighbourhood at a time (slowest and light devices free, the
     rest fixed): every plan it keeps is valid and never worse than the warm start. (The threshold is lowered here
@@ -593,3 +616,11 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     assert its and all(len(it["neighbourhood_devices"]) <= 4 for it in its)
     assert r.lower_bound is None or r.lower_bound <= r.predicted_cost + 1e-9
     assert get_solver("cpsat").params()["neighbourhood"] == 16
+    assert "certified_bound" not in r.info and get_solver("cpsat").params()["certified_bound"] is False
+    # asked for, the analytic model's certified bound (a share of the time) replaces the linear table cuts when higher
+    c = get_solver("cpsat", neighbourhood=4, certified_bound=True).solve(inst, CM, time_limit=6, seed=0)
+    cb = c.info["certified_bound"]
+    assert cb["value"] is not None and cb["value"] <= c.predicted_cost + 1e-9 and cb["value"] <= r.predicted_cost + 1e-9
+    assert c.lower_bound == pytest.approx(max(cb["value"], c.info["linear_bound"] or -math.inf))
+    if cb["value"] > (c.info["linear_bound"] or -math.inf):
+        assert c.info["bound_is_for"].startswith("the analytic model itself")
