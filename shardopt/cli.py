@@ -421,7 +421,8 @@ def solve(
         fallback = _fallback_line(result.info)
         if fallback:
             lines.append(fallback)
-        if any("neighbourhood_devices" in it for it in result.info.get("iterations", [])) and "certified_bound" not in result.info:
+        neighbourhoods = any("neighbourhood_devices" in it for it in result.info.get("iterations", []))
+        if neighbourhoods and "certified_bound" not in result.info and getattr(model, "name", None) == "analytic":
             lines.append(f"(solved a neighbourhood at a time: that bound is only the linear model's table cuts; a certified bound of "
                          f"the analytic model: shardopt bound {instance_path} --plan PLAN.json, or -O certified_bound=true)")
         lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
