@@ -432,25 +432,19 @@ def solve(
 def _fallback_line(info: dict[str, Any]) -> str | None:
     """A heuristic that ran out of memory in its own order says so, and which fallback placed the tables (a plan
     from a memory-first pass is not the rule the user asked for)."""
+    from solvers.heuristics import FALLBACK_STAGES
+
     if not info.get("fallback_used") or not info.get("failures"):
         return None
     first = info["failures"][0]
     stage = info["stage"]
     line = (f"memory ran out in the solver's own order (table {first['table']!r} after {first['placed']} tables); "
-            f"placed by the fallback {stage} ({_FALLBACK_STAGES.get(stage, stage)})")
+            f"placed by the fallback {stage} ({FALLBACK_STAGES.get(stage, stage)})")
     compared = info.get("fallbacks_compared") or {}
     others = [f"{name}'s {cost:.3f} ms" for name, cost in compared.items() if name != stage]
     if stage in compared and others:
         line += f": {compared[stage]:.3f} ms, cheaper than " + " and ".join(others)
     return line
-
-
-_FALLBACK_STAGES = {
-    "primary_safe": "its own order and rule, each table only where the rest still fit",
-    "memory_order": "largest tables first, its own rule",
-    "worst_fit": "largest tables first, onto the device with the most free memory",
-    "best_fit": "largest tables first, onto the device with the least free memory that fits",
-}
 
 
 @app.command()

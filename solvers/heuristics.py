@@ -21,10 +21,11 @@ with its cost rule (`memory_order`); of the two plans it keeps the cheaper by it
 suites the retry wins on 9 of 9 fallback instances, on one tight production instance the bytes order does). That
 costs two complete passes, so by default greedy does it only up to SAFE_FALLBACK_MAX_PAIRS table-device pairs (the
 856 x 128 production instances keep the bytes-order fallback alone, within the 0.5 s target); the option
-`safe_fallback=True` asks for it at any size, `False` never. The other heuristics are cost-model-free baselines: they take `primary_safe` only with the option `safe_fallback=True`
-(then its plan, unjudged), and otherwise go straight to the bytes order with their own device rule. After those,
-worst-fit decreasing (the device with the most free memory), then best-fit decreasing (the device with the least
-free memory that still fits). If every stage fails the
+`safe_fallback=True` asks for it at any size, `False` never. The other heuristics are cost-model-free baselines:
+they take `primary_safe` only with the option `safe_fallback=True` (then its plan, unjudged), and otherwise go
+straight to the bytes order with their own device rule. After those, worst-fit decreasing (the device with the
+most free memory), then best-fit decreasing (the device with the least free memory that still fits) (the stages:
+FALLBACK_STAGES). If every stage fails the
 result is ``no_solution`` naming the table and its bytes against the largest free space at that moment: bin packing
 is NP-hard, so this is the solver's failure, not a proof that the instance is infeasible (``infeasible`` is only
 returned when shardopt.feasibility proves it).
@@ -46,6 +47,14 @@ from solvers.completion import completion_mask
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
 SAFE_FALLBACK_MAX_PAIRS = 20_000
+
+# what each fallback stage does, in words (`shardopt solve` names the one that placed a plan)
+FALLBACK_STAGES = {
+    "primary_safe": "its own order and rule, each table only where the rest still fit",
+    "memory_order": "largest tables first, its own rule",
+    "worst_fit": "largest tables first, onto the device with the most free memory",
+    "best_fit": "largest tables first, onto the device with the least free memory that fits",
+}
 
 # ---------------------------------------------------------------------------------------------------------------
 # the shared packing loop
@@ -232,9 +241,8 @@ class HeuristicSolver(Solver):
     deterministic = True
 
     # the completion-checked retry of the primary order and rule (`primary_safe`) before the bytes order; a solver
-    # that judges its fallbacks runs both when the retry places every table and keeps the cheaper plan by its model
+    # with a cost rule (greedy) runs both when the retry places every table and keeps the cheaper plan by its model
     safe_fallback_default = False
-    judges_fallbacks = False
 
     def __init__(self, fallback: bool = True, safe_fallback: bool | None = None):
         self.fallback = bool(fallback)
@@ -251,8 +259,10 @@ class HeuristicSolver(Solver):
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"layout": "table-wise", "order": self.order_description, "device_rule": self.rule_description}
-        safe = {None: "primary_safe up to %d table-device pairs, " % SAFE_FALLBACK_MAX_PAIRS if self.safe_fallback_default else "",
-                True: "primary_safe, ", False: ""}[self.safe_fallback]
+        if self.safe_fallback is None:
+            safe = f"primary_safe up to {SAFE_FALLBACK_MAX_PAIRS} table-device pairs, " if self.safe_fallback_default else ""
+        else:
+            safe = "primary_safe, " if self.safe_fallback else ""
         p["fallback"] = safe + "memory_order, worst_fit, best_fit" if self.fallback else "none"
         if self.deterministic:
             p["uses_seed"] = False
@@ -291,7 +301,7 @@ class HeuristicSolver(Solver):
         placed: list[tuple[str, np.ndarray]] = []
         tried: list[str] = []
         for name, stage_order, stage_rule, safe in stages:
-            if placed and not (self.judges_fallbacks and bound is not None and name == "memory_order"):
+            if placed and not (bound is not None and name == "memory_order"):  # (greedy compares the two)
                 break
             if (failures or placed) and time_limit is not None and clock.elapsed > time_limit:
                 timed_out = not placed
@@ -444,7 +454,6 @@ class RoundRobinSolver(HeuristicSolver):
 class GreedySolver(HeuristicSolver):
     name = "greedy"
     safe_fallback_default = True
-    judges_fallbacks = True
     description = "largest predicted cost first onto the device of lowest predicted cost (cost-model aware)"
     order_description = "single-table predicted compute cost descending (ties: table index)"
     rule_description = "device minimising the predicted plan cost (max over devices of compute + comm) after the move; ties: that device's own cost, then index"
