@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  := torch==2.13.0
 # TorchRec (the [torchrec] extra) and its runtime deps, all with --no-deps: torchrec's metadata pulls the CUDA fbgemm-gpu
-# (2.7 GB) over fbgemm-gpu-cpu, and no resolver may choose torch. Same pins as shardopt/torchrec_io.py (a test checks).
+# (2.7 GB) over fbgemm-gpu-cpu, and no resolver may choose torch. Same pins as shardopt/data/torchrec_io.py (a test checks).
 TORCHREC      := torchrec==1.8.0
 TORCHREC_DEPS := tensordict==0.15.3 pyvers==0.2.3 torchmetrics==1.0.3 lightning-utilities==0.15.3 tqdm==4.70.1 \
                  pyre-extensions==0.0.32 typing-inspect==0.9.0 mypy-extensions==1.2.0

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodels.analytic import AnalyticCostModel
-from shardopt.ir import Shard, load_instance
+from shardopt.core.ir import Shard, load_instance
 
 
 def main() -> None:

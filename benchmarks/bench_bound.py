@@ -1,4 +1,4 @@
-"""Measure the certified bound of the analytic cost model (solvers/analytic_bound.py) against real plans.
+"""Measure the certified bound of the analytic cost model (solvers/analytic_bound/) against real plans.
 
     .venv/bin/python benchmarks/bench_bound.py                      # neuroshard plans vs the column-wise bound
     .venv/bin/python benchmarks/bench_bound.py --table-wise         # greedy's table-wise plans vs the table-wise bound
@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
-from shardopt.ir import load_instance  # noqa: E402
+from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.analytic_bound import AnalyticRelaxation, analytic_lower_bound, plan_gap  # noqa: E402
 from solvers.registry import get_solver  # noqa: E402
 

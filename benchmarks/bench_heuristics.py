@@ -25,9 +25,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.registry import get_cost_model  # noqa: E402
-from shardopt.hardware import get_profile  # noqa: E402
-from shardopt.ir import Instance, instance_from_dict, load_instance  # noqa: E402
-from shardopt.memory import table_bytes_array  # noqa: E402
+from shardopt.core.hardware import get_profile  # noqa: E402
+from shardopt.core.ir import Instance, instance_from_dict, load_instance  # noqa: E402
+from shardopt.core.memory import table_bytes_array  # noqa: E402
 from solvers.registry import get_solver  # noqa: E402
 
 HEURISTICS = ["greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup"]

@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.neural import NeuralCostModel  # noqa: E402
-from shardopt.ir import load_instance  # noqa: E402
+from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.registry import get_solver  # noqa: E402
 
 

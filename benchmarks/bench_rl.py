@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.registry import get_cost_model
-from shardopt.ir import load_instance
+from shardopt.core.ir import load_instance
 from solvers.registry import get_solver
 from solvers.rl_common import NumpyPolicy, PolicySolver
 

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from shardopt.stats import histogram_from_zipf, table_stats
+from shardopt.core.stats import histogram_from_zipf, table_stats
 
 
 def _median_s(fn, repeats: int) -> float:

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
-from shardopt.ir import load_instance  # noqa: E402
+from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.registry import get_solver  # noqa: E402
 
 DEFAULT_SUITES = ["dreamshard-test", "neuroshard-test", "autoshard-test", "production"]

@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.registry import get_cost_model  # noqa: E402
-from shardopt.ir import load_instance  # noqa: E402
+from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.exact import COST_SCALE, Problem, _milp_rows, table_lower_bounds  # noqa: E402
 from solvers.linear_search import linear_local_search  # noqa: E402
 from solvers.linearize import linearize  # noqa: E402

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.hardware import HardwareProfile, get_profile, load_profile
-from shardopt.ir import ACCESS_BINS, Instance, Optimizer
+from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
+from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
 INDEX_BYTES = 8  # int64 indices and offsets

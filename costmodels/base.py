@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-from shardopt.ir import Instance, Plan, Shard
+from shardopt.core.ir import Instance, Plan, Shard
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
 
@@ -108,7 +108,7 @@ class BoundCostModel(ABC):
     @cached_property
     def histograms(self) -> np.ndarray:
         """Each table's 17-bin access histogram [T, 17]: as given, or derived from its Zipf exponent at the batch."""
-        from shardopt.stats import histogram_from_zipf
+        from shardopt.core.stats import histogram_from_zipf
 
         rows = []
         for t in self.instance.tables:

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from costmodels.analytic import BoundAnalytic, device_compute_costs
-from shardopt.hardware import PROFILES, HardwareProfile
-from shardopt.ir import AccessProfile, Instance, Table, Topology, Workload
+from shardopt.core.hardware import PROFILES, HardwareProfile
+from shardopt.core.ir import AccessProfile, Instance, Table, Topology, Workload
 
 # (field, lower bound, upper bound) of what the fit may change; everything else stays as the base profile says
 FIT_FIELDS: tuple[tuple[str, float, float], ...] = (

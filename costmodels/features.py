@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardopt.hardware import HardwareProfile
-from shardopt.ir import ACCESS_BINS, Instance, Optimizer, Table
+from shardopt.core.hardware import HardwareProfile
+from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer, Table
 
 OPTIMIZERS = (Optimizer.sgd, Optimizer.rowwise_adagrad, Optimizer.adam)
 # representative access count per bin: 1, 2, mean of (2^(k-1), 2^k], 2^16 for the open last bin (as the papers' bins)

@@ -22,9 +22,9 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.features import comm_features, comm_features_after_adding, instance_shard_features
-from shardopt.hardware import HardwareProfile, get_profile
-from shardopt.npz_meta import load_npz_meta, save_npz_meta
-from shardopt.ir import Instance
+from shardopt.core.hardware import HardwareProfile, get_profile
+from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
+from shardopt.core.ir import Instance
 
 SHIPPED = Path(__file__).resolve().parent / "weights" / "neural-v100.npz"
 

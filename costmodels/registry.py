@@ -19,7 +19,7 @@ class UnknownCostModelError(KeyError):
 
 
 def cost_model_names() -> list[str]:
-    from shardopt.hardware import PROFILES
+    from shardopt.core.hardware import PROFILES
 
     return ["analytic"] + [f"analytic:{p}" for p in sorted(PROFILES)] + ["neural", "MODEL.npz"]
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from costmodels.features import COMM_FEATURES, SHARD_FEATURES, comm_features, shard_features
 from costmodels.neural import NeuralWeights, comm_head, encode_shards, head_costs
-from shardopt.hardware import get_profile
-from shardopt.ir import Optimizer
+from shardopt.core.hardware import get_profile
+from shardopt.core.ir import Optimizer
 
 ENCODER = (128, 128, 64)
 HEAD = (128, 64)

@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any
 
 from costmodels.base import BoundCostModel, CostModel, DeviceCosts
-from shardopt.ir import Instance, Plan, PlanStatus, Shard
-from shardopt.plan_check import assert_valid_plan
+from shardopt.core.ir import Instance, Plan, PlanStatus, Shard
+from shardopt.core.plan_check import assert_valid_plan
 
 
 class SolveStatus(str, Enum):

@@ -5,7 +5,7 @@ Model (one binary x[t, d] per table and device where the table fits; solvers.lin
 
     minimise z
     sum_d x[t, d] = 1                                   every table on exactly one device
-    sum_t bytes_t x[t, d] <= capacity_d                 weights + optimizer state (shardopt.memory)
+    sum_t bytes_t x[t, d] <= capacity_d                 weights + optimizer state (shardopt.core.memory)
     u_d = sum_t dim_t x[t, d]                           pooled width of device d
     m_d >= k0[d, k] + k1[d, k] u_d + k2[d, k] v_h(d)    comm planes (v_h = sum of u over host h)
     y_d >= x[t, d], y_d <= sum_t x[t, d]                y_d: device d holds a table (an empty device computes nothing)
@@ -34,7 +34,7 @@ ordered by the largest table they hold: the i-th device of a class may only hold
 bytes-descending order (valid: sort the class's devices by the best-ranked table each holds). The hint is permuted
 to match. Classes whose linear terms differ are left alone (breaking them would cut off better plans).
 
-Infeasibility: shardopt.feasibility's necessary conditions first (status `infeasible` with the table or the byte
+Infeasibility: shardopt.core.feasibility's necessary conditions first (status `infeasible` with the table or the byte
 count); then a solver that proves the bin packing impossible gives `infeasible` with a reason naming the capacity
 problem.
 
@@ -58,9 +58,9 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import DIM_ALIGNMENT, Instance, Shard
-from shardopt.memory import slice_bytes, table_bytes_array
+from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.core.memory import slice_bytes, table_bytes_array
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.linear_search import linear_local_search
 from solvers.linearize import COMM_FORMS, Linearization, linearize
@@ -1515,7 +1515,7 @@ class ExactSolver(Solver):
         return build_items(instance, bm, split, self.max_split, self.split_apart, deeper)
 
     def _infeasibility(self, instance: Instance) -> str | None:
-        """Necessary conditions: shardopt.feasibility's for whole tables; with splits, a table too big for every
+        """Necessary conditions: shardopt.core.feasibility's for whole tables; with splits, a table too big for every
         device must fit once cut into max_split shards."""
         if self.max_split < 2:
             return infeasibility_reason(instance)

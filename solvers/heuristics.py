@@ -7,7 +7,7 @@ device and carried on). Each solver is a *device rule* (which of the devices wit
 
 - ``size`` / ``dim`` / ``lookup`` / ``size_lookup``: tables by a proxy, descending (ties by table index), each onto
   the device with the lowest accumulated proxy among those with room (ties by device index). Proxies: table bytes
-  (weights + optimizer state, shardopt.memory); dim; dim x pooling factor; dim x pooling factor x log10(rows).
+  (weights + optimizer state, shardopt.core.memory); dim; dim x pooling factor; dim x pooling factor x log10(rows).
 - ``random``: tables in instance order, each onto a uniformly random device among those with room.
 - ``round_robin``: tables in instance order, a device cursor advancing, skipping devices without room.
 - ``greedy``: tables by their predicted single-table cost, descending; each onto the device that minimises the
@@ -28,7 +28,7 @@ most free memory), then best-fit decreasing (the device with the least free memo
 FALLBACK_STAGES). If every stage fails the
 result is ``no_solution`` naming the table and its bytes against the largest free space at that moment: bin packing
 is NP-hard, so this is the solver's failure, not a proof that the instance is infeasible (``infeasible`` is only
-returned when shardopt.feasibility proves it).
+returned when shardopt.core.feasibility proves it).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from typing import Any, Callable
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import Instance, Shard
-from shardopt.memory import table_bytes_array
+from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.ir import Instance, Shard
+from shardopt.core.memory import table_bytes_array
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.completion import completion_mask
 

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.ir import DIM_ALIGNMENT, Instance, Shard
-from shardopt.memory import slice_bytes
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.core.memory import slice_bytes
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
@@ -116,17 +116,54 @@ def grid_greedy(
     one batched cost-model call per piece position for every (state, scale) lane. Returns each state's best grid
     plan by the full cost model, or None when the deadline passed first."""
     bm = pm.bm
-    n_states, n_scales, n_dev = len(states_list), len(cfg.scales), bm.num_devices
-    n_pieces = len(states_list[0])
+    order = _greedy_order(pm, states_list)
+    sib = _sibling_positions(order.owner)
+    lanes = _start_lanes(pm, order, cfg.scales)
+    for i in range(order.widths.shape[1]):
+        if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
+            return None
+        x = order.states[lanes.state, i]  # [L, F]
+        w = order.widths[lanes.state, i]
+        size = order.sizes[lanes.state, i]
+        ok = (lanes.free >= size[:, None]) & (lanes.dims + w[:, None] <= lanes.cap[:, None] + 1e-9) & lanes.alive[:, None]
+        if cfg.split_apart:
+            _keep_apart(ok, sib[lanes.state, i], lanes)
+        new = bm.compute_costs(lanes.S + x[:, None, :]).sum(axis=-1)  # [L, D]
+        score = np.where(ok, new, np.inf)
+        if comm_aware:
+            _score_by_plan_cost(bm, score, ok, new, lanes, w)
+        _place(lanes, i, score, new, x, w, size)
+    return _best_per_state(bm, lanes, order, cfg.scales)
+
+
+@dataclass
+class _GreedyOrder:
+    """The pieces of each beam state in greedy order (largest predicted single cost first; ties by position),
+    stacked over states: what every lane of one state reads at each step."""
+
+    perm: list[np.ndarray]  # per state: greedy position -> index in the state's piece list
+    states: np.ndarray  # [B, P, F]
+    widths: np.ndarray  # [B, P]
+    sizes: np.ndarray  # [B, P] bytes
+    owner: np.ndarray  # [B, P] table index
+
+
+def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrder:
+    """Pieces by decreasing single cost, so the greedy places the heaviest first (the stable sort keeps it
+    deterministic)."""
     infos = [pm.info(pieces) for pieces in states_list]
-    F = infos[0][0].shape[1]
-    # per state: pieces in greedy order (largest predicted single cost first; ties by position)
     orders = [np.argsort(-info[3], kind="stable") for info in infos]
     st = np.stack([info[0][o] for info, o in zip(infos, orders)])  # [B, P, F]
     wd = np.stack([info[1][o] for info, o in zip(infos, orders)])  # [B, P]
     sz = np.stack([info[2][o] for info, o in zip(infos, orders)])  # [B, P]
     own = np.stack([np.array([p[0] for p in pieces])[o] for pieces, o in zip(states_list, orders)])  # [B, P]
-    # siblings (earlier pieces of the same table, in greedy order) for split_apart: [B, P, K] positions, -1 padded
+    return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own)
+
+
+def _sibling_positions(own: np.ndarray) -> np.ndarray:
+    """[B, P, K] greedy positions of the earlier pieces of the same table (-1 padded): `split_apart` keeps a piece
+    off the devices its siblings already went to, and this lets every lane look them up in one indexing."""
+    n_states, n_pieces = own.shape
     k_max = 1
     sib_lists = []
     for b in range(n_states):
@@ -141,57 +178,95 @@ def grid_greedy(
     for b, rows in enumerate(sib_lists):
         for i, r in enumerate(rows):
             sib[b, i, : len(r)] = r
+    return sib
 
+
+@dataclass
+class _Lanes:
+    """The lock-step greedy's running state, one lane per (beam state, dim-cap scale), lanes of a state
+    consecutive: per device the summed piece states, widths, free bytes and compute; whether the lane has placed
+    every piece so far; and the device of each greedy position."""
+
+    state: np.ndarray  # [L] the beam state of each lane
+    cap: np.ndarray  # [L] dim cap
+    S: np.ndarray  # [L, D, F]
+    dims: np.ndarray  # [L, D]
+    free: np.ndarray  # [L, D]
+    compute: np.ndarray  # [L, D]
+    alive: np.ndarray  # [L]
+    placed_on: np.ndarray  # [L, P] device per greedy position (-1: not placed)
+    ids: np.ndarray  # [L] arange, for fancy indexing
+
+
+def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...]) -> _Lanes:
+    """Empty devices in every lane; each lane's dim cap is its scale x its state's total width / devices."""
+    n_states, n_pieces, F = order.states.shape
+    n_scales, n_dev = len(scales), pm.bm.num_devices
     L = n_states * n_scales
     lane_state = np.repeat(np.arange(n_states), n_scales)
-    cap = np.tile(np.array(cfg.scales), n_states) * wd.sum(axis=1)[lane_state] / n_dev  # [L]
-    S = np.zeros((L, n_dev, F))
-    dims = np.zeros((L, n_dev))
-    free = np.broadcast_to(pm.caps, (L, n_dev)).copy()
-    compute = np.zeros((L, n_dev))
-    alive = np.ones(L, dtype=bool)
-    placed_on = np.full((L, n_pieces), -1, dtype=np.int64)  # device per greedy position
-    lanes = np.arange(L)
-    for i in range(n_pieces):
-        if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
-            return None
-        x = st[lane_state, i]  # [L, F]
-        w = wd[lane_state, i]
-        size = sz[lane_state, i]
-        ok = (free >= size[:, None]) & (dims + w[:, None] <= cap[:, None] + 1e-9) & alive[:, None]
-        if cfg.split_apart:
-            sibs = sib[lane_state, i]  # [L, K]
-            has = sibs >= 0
-            if has.any():
-                devs = np.where(has, placed_on[lanes[:, None], np.maximum(sibs, 0)], -1)
-                apart = ok.copy()
-                rr, kk = np.nonzero(devs >= 0)
-                apart[rr, devs[rr, kk]] = False
-                use = apart.any(axis=1)  # apart when possible; together only if nothing else has room
-                ok[use] = apart[use]
-        new = bm.compute_costs(S + x[:, None, :]).sum(axis=-1)  # [L, D]
-        score = np.where(ok, new, np.inf)
-        if comm_aware:
-            for lane in np.flatnonzero(ok.any(axis=1)):
-                cands = np.flatnonzero(ok[lane])
-                totals = bm.comm_totals_after_adding(dims[lane], w[lane], cands)  # [k, D]
-                totals += compute[lane]
-                totals[np.arange(len(cands)), cands] += new[lane, cands] - compute[lane, cands]
-                own_total = totals[np.arange(len(cands)), cands]
-                score[lane, cands] = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
-        best = np.argmin(score, axis=1)
-        alive &= np.isfinite(score[lanes, best])
-        live = lanes[alive]
-        d = best[live]
-        S[live, d] += x[live]
-        dims[live, d] += w[live]
-        free[live, d] -= size[live]
-        compute[live, d] = new[live, d]
-        placed_on[live, i] = d
+    cap = np.tile(np.array(scales), n_states) * order.widths.sum(axis=1)[lane_state] / n_dev  # [L]
+    return _Lanes(
+        state=lane_state,
+        cap=cap,
+        S=np.zeros((L, n_dev, F)),
+        dims=np.zeros((L, n_dev)),
+        free=np.broadcast_to(pm.caps, (L, n_dev)).copy(),
+        compute=np.zeros((L, n_dev)),
+        alive=np.ones(L, dtype=bool),
+        placed_on=np.full((L, n_pieces), -1, dtype=np.int64),
+        ids=np.arange(L),
+    )
+
+
+def _keep_apart(ok: np.ndarray, sibs: np.ndarray, lanes: _Lanes) -> None:
+    """`split_apart`, in place on the [L, D] mask `ok`: a piece avoids the devices holding its siblings (`sibs`:
+    [L, K] their greedy positions) where some other device has room; together only if nothing else has room."""
+    has = sibs >= 0
+    if has.any():
+        devs = np.where(has, lanes.placed_on[lanes.ids[:, None], np.maximum(sibs, 0)], -1)
+        apart = ok.copy()
+        rr, kk = np.nonzero(devs >= 0)
+        apart[rr, devs[rr, kk]] = False
+        use = apart.any(axis=1)  # apart when possible; together only if nothing else has room
+        ok[use] = apart[use]
+
+
+def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, new: np.ndarray, lanes: _Lanes, w: np.ndarray) -> None:
+    """`comm_aware`, in place on `score`: each allowed device scored by the plan cost (compute and all-to-all, max
+    over devices) after the move instead of that device's compute alone; ties go to the lower own total."""
+    dims, compute = lanes.dims, lanes.compute
+    for lane in np.flatnonzero(ok.any(axis=1)):
+        cands = np.flatnonzero(ok[lane])
+        totals = bm.comm_totals_after_adding(dims[lane], w[lane], cands)  # [k, D]
+        totals += compute[lane]
+        totals[np.arange(len(cands)), cands] += new[lane, cands] - compute[lane, cands]
+        own_total = totals[np.arange(len(cands)), cands]
+        score[lane, cands] = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
+
+
+def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndarray, w: np.ndarray, size: np.ndarray) -> None:
+    """Greedy position `i` onto each lane's best-scored device; a lane with no allowed device dies (no plan)."""
+    best = np.argmin(score, axis=1)
+    lanes.alive &= np.isfinite(score[lanes.ids, best])
+    live = lanes.ids[lanes.alive]
+    d = best[live]
+    lanes.S[live, d] += x[live]
+    lanes.dims[live, d] += w[live]
+    lanes.free[live, d] -= size[live]
+    lanes.compute[live, d] = new[live, d]
+    lanes.placed_on[live, i] = d
+
+
+def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scales: tuple[float, ...]) -> list[GridResult]:
+    """Every surviving lane judged by the full cost model; per state, its cheapest scale's plan (devices mapped
+    back from greedy order to the state's piece order)."""
+    n_states, n_pieces = order.widths.shape
+    n_scales = len(scales)
+    L = len(lanes.ids)
     lane_cost = np.full(L, np.inf)
-    if alive.any():
-        live = lanes[alive]
-        lane_cost[live] = (compute[live] + bm.comm_totals(dims[live])).max(axis=1)
+    if lanes.alive.any():
+        live = lanes.ids[lanes.alive]
+        lane_cost[live] = (lanes.compute[live] + bm.comm_totals(lanes.dims[live])).max(axis=1)
     results = []
     for b in range(n_states):
         block = lane_cost[b * n_scales : (b + 1) * n_scales]
@@ -200,8 +275,8 @@ def grid_greedy(
             results.append(GridResult(np.inf, None, None))
             continue
         device_of = np.empty(n_pieces, dtype=np.int64)
-        device_of[orders[b]] = placed_on[b * n_scales + s_best]
-        results.append(GridResult(float(block[s_best]), device_of, cfg.scales[s_best]))
+        device_of[order.perm[b]] = lanes.placed_on[b * n_scales + s_best]
+        results.append(GridResult(float(block[s_best]), device_of, scales[s_best]))
     return results
 
 
@@ -331,6 +406,167 @@ def pieces_to_shards(instance: Instance, pieces: list[Piece], device_of: np.ndar
     return shards
 
 
+class _StateScorer:
+    """Scores beam states by their best grid plan (`grid_greedy`), in lock-step batches of one piece count, with
+    `dedup` remembering every state scored; counts the states scored. One per solve: the seeds, the beam steps and
+    the info all go through it."""
+
+    def __init__(self, pm: PieceModel, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None, num_devices: int):
+        self.pm, self.cfg, self.clock, self.deadline = pm, cfg, clock, deadline
+        self.seen: dict[tuple[Piece, ...], GridResult] = {}
+        self.evaluated = 0
+        # states per lock-step batch: bounded lanes x devices keeps each batched call in cache-friendly sizes
+        self.batch = max(1, min(BATCH_STATES, LANE_DEVICES // (len(cfg.scales) * num_devices)))
+
+    def score(self, states: list[tuple[Piece, ...]]) -> list[GridResult | None]:
+        """Grid results aligned with `states`, new ones scored in lock-step batches (with dedup, a state seen
+        before is not scored again); None for states the time budget left unscored."""
+        cfg, seen, batch, deadline, clock = self.cfg, self.seen, self.batch, self.deadline, self.clock
+        results: list[GridResult | None] = [seen.get(st) if cfg.dedup else None for st in states]
+        todo = [i for i, r in enumerate(results) if r is None]
+        if cfg.dedup:
+            todo = list({states[i]: i for i in reversed(todo)}.values())[::-1]  # first occurrence of each
+        # lock-step batches need one piece count (the pre-split seed makes beams of several counts)
+        chunks: list[list[int]] = []
+        for _, same in groupby(sorted(todo, key=lambda i: len(states[i])), key=lambda i: len(states[i])):  # (stable)
+            grp = list(same)
+            chunks += [grp[k : k + batch] for k in range(0, len(grp), batch)]
+        for chunk in chunks:
+            scored = grid_greedy(self.pm, [list(states[i]) for i in chunk], cfg, clock=clock, deadline=deadline)
+            if scored is None:
+                break
+            for i, r in zip(chunk, scored):
+                self.evaluated += 1
+                results[i] = r
+                if cfg.dedup:
+                    seen[states[i]] = r
+            if deadline is not None and clock.elapsed >= deadline:
+                break
+        if cfg.dedup:
+            results = [seen.get(st) for st in states]
+        return results
+
+
+@dataclass
+class _Search:
+    """The beam search's running state: the best plan so far and the state it places, the beam (cost, state),
+    and what the solve reports (steps taken, whether the time ran out, whether the comm-aware re-run won)."""
+
+    best: GridResult
+    best_state: tuple[Piece, ...]
+    beam: list[tuple[float, tuple[Piece, ...]]]
+    steps: int = 0
+    timed_out: bool = False
+    comm_refined: bool = False
+
+
+def _seeded_search(
+    instance: Instance, cost_model: CostModel, pm: PieceModel, scorer: _StateScorer, start: tuple[Piece, ...], first: GridResult, seed: int
+) -> tuple[_Search, float | None, float | None]:
+    """The first beam: the unsplit state, its best plan the grid's (`first`) or the greedy's when cheaper
+    (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`), which becomes the best when
+    its grid plan is cheaper. Returns the search and the greedy and pre-split seeds' costs (None: not scored)."""
+    cfg = scorer.cfg
+    best, best_state = first, start
+    greedy_cost = None
+    if cfg.seed_with_greedy:
+        seeded = _greedy_seed(instance, cost_model, pm, start, seed)
+        if seeded is not None:
+            greedy_cost = seeded.cost
+            if greedy_cost < best.cost:
+                best = seeded
+    beam = [(best.cost, start)]
+    presplit_cost = None
+    if cfg.seed_with_presplit:  # tables heavier than a device's share start halved (docs/neuroshard.md)
+        pre = tuple(presplit_pieces(pm))
+        if pre != start:
+            (scored,) = scorer.score([pre])
+            if scored is not None and scored.device_of is not None:
+                presplit_cost = scored.cost
+                beam.append((scored.cost, pre))
+                if scored.cost < best.cost:
+                    best, best_state = scored, pre
+    return _Search(best, best_state, beam), greedy_cost, presplit_cost
+
+
+def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, start: tuple[Piece, ...], seed: int) -> GridResult | None:
+    """The cost-model greedy's table-wise plan as a result for the unsplit state `start`, judged by the full cost
+    model (no scale: it is not a grid plan); None when the greedy finds no plan. Why: the search then never ends
+    worse than the greedy solver."""
+    from solvers.heuristics import GreedySolver
+
+    seeded = GreedySolver().solve(instance, cost_model, seed=seed)
+    if seeded.plan is None:
+        return None
+    where = {s.table: s.device for s in seeded.plan.shards}
+    device_of = np.array([where[instance.tables[t].name] for t, _, _ in start], dtype=np.int64)
+    states0, widths0, _, _ = pm.info(list(start))
+    greedy_cost, _ = plan_cost(pm.bm, states0, widths0, device_of)
+    return GridResult(greedy_cost, device_of, None)
+
+
+def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, clock: Stopwatch, deadline: float | None) -> None:
+    """Up to `max_steps` steps: every split proposal of the beam scored, the best child kept as the best plan,
+    the `beam_width` cheapest children (distinct with `dedup`) the next beam. Stops when nothing splits, or with
+    `timed_out` when the budget left proposals unscored or ran out (the beam then stays as it was)."""
+    cfg = scorer.cfg
+    for _ in range(cfg.max_steps):
+        proposals = _split_proposals(pm, search.beam, cfg)
+        if not proposals:
+            break
+        results = scorer.score(proposals)
+        search.steps += 1
+        children = [(r.cost, st) for st, r in zip(proposals, results) if r is not None]
+        for (c, st), r in zip(children, [r for r in results if r is not None]):
+            if c < search.best.cost:
+                search.best, search.best_state = r, st
+        if len(children) < len(proposals) or (deadline is not None and clock.elapsed >= deadline):
+            search.timed_out = True
+            break
+        children.sort(key=lambda c: (c[0], c[1]))
+        if cfg.dedup:  # distinct states only
+            uniq, keep = set(), []
+            for c in children:
+                if c[1] not in uniq:
+                    uniq.add(c[1])
+                    keep.append(c)
+            children = keep
+        search.beam = children[: cfg.beam_width]
+
+
+def _split_proposals(pm: PieceModel, beam: list[tuple[float, tuple[Piece, ...]]], cfg: NeuroShardConfig) -> list[tuple[Piece, ...]]:
+    """The children of the beam's states: one per split candidate (the `candidates_by_size` largest and the
+    `candidates_by_cost` most expensive splittable pieces of the state), that piece halved."""
+    proposals: list[tuple[Piece, ...]] = []
+    for _, state in beam:
+        pieces = list(state)
+        _, _, sizes, single = pm.info(pieces)
+        splittable = [k for k, p in enumerate(pieces) if split(p) is not None]
+        by_size = heapq.nlargest(cfg.candidates_by_size, splittable, key=lambda k: (sizes[k], -k))
+        by_cost = heapq.nlargest(cfg.candidates_by_cost, splittable, key=lambda k: (single[k], -k))
+        for k in sorted(set(by_size) | set(by_cost)):
+            a, b = split(pieces[k])  # type: ignore[misc]
+            proposals.append(tuple(sorted(pieces[:k] + pieces[k + 1 :] + [a, b])))
+    return proposals
+
+
+def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None) -> None:
+    """`comm_aware`: the grid re-run for the best few states with the comm-aware greedy (it scores each move by
+    the plan cost, all-to-all included); whatever is best is kept. Sets `timed_out` when the budget ends it."""
+    finalists = list(dict.fromkeys([search.best_state] + [st for _, st in search.beam]))[: cfg.beam_width]
+    for st in finalists:
+        refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, clock=clock, deadline=deadline)
+        if refined is None:
+            search.timed_out = True
+            break
+        (r,) = refined
+        if r.cost < search.best.cost:
+            search.best, search.best_state, search.comm_refined = r, st, True
+        if deadline is not None and clock.elapsed >= deadline:
+            search.timed_out = True
+            break
+
+
 class NeuroShardSolver(Solver):
     name = "neuroshard"
     family = "search"
@@ -353,139 +589,39 @@ class NeuroShardSolver(Solver):
         pm = PieceModel(instance, bm)
         budget = time_limit if time_limit is not None else cfg.default_time_limit
         deadline = budget if cfg.anytime else None
+        scorer = _StateScorer(pm, cfg, clock, deadline, instance.topology.num_devices)
 
         start: tuple[Piece, ...] = tuple(sorted((i, 0, t.dim) for i, t in enumerate(instance.tables)))
-        seen: dict[tuple[Piece, ...], GridResult] = {}
-        evaluated = 0
-        # states per lock-step batch: bounded lanes x devices keeps each batched call in cache-friendly sizes
-        batch = max(1, min(BATCH_STATES, LANE_DEVICES // (len(cfg.scales) * instance.topology.num_devices)))
-
-        def score_all(states: list[tuple[Piece, ...]]) -> list[GridResult | None]:
-            """Grid results aligned with `states`, new ones scored in lock-step batches (with dedup, a state seen
-            before is not scored again); None for states the time budget left unscored."""
-            nonlocal evaluated
-            results: list[GridResult | None] = [seen.get(st) if cfg.dedup else None for st in states]
-            todo = [i for i, r in enumerate(results) if r is None]
-            if cfg.dedup:
-                todo = list({states[i]: i for i in reversed(todo)}.values())[::-1]  # first occurrence of each
-            # lock-step batches need one piece count (the pre-split seed makes beams of several counts)
-            chunks: list[list[int]] = []
-            for _, same in groupby(sorted(todo, key=lambda i: len(states[i])), key=lambda i: len(states[i])):  # (stable)
-                grp = list(same)
-                chunks += [grp[k : k + batch] for k in range(0, len(grp), batch)]
-            for chunk in chunks:
-                scored = grid_greedy(pm, [list(states[i]) for i in chunk], cfg, clock=clock, deadline=deadline)
-                if scored is None:
-                    break
-                for i, r in zip(chunk, scored):
-                    evaluated += 1
-                    results[i] = r
-                    if cfg.dedup:
-                        seen[states[i]] = r
-                if deadline is not None and clock.elapsed >= deadline:
-                    break
-            if cfg.dedup:
-                results = [seen.get(st) for st in states]
-            return results
-
-        (first,) = score_all([start])
+        (first,) = scorer.score([start])
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit of {budget:g} s ended the search before the first grid plan was scored", clock)
-        best, best_state = first, start
-        no_split_cost = best.cost
-        greedy_cost = None
-        if cfg.seed_with_greedy:
-            from solvers.heuristics import GreedySolver
+        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed)
+        _beam_search(search, pm, scorer, clock, deadline)
+        if cfg.comm_aware and search.best.device_of is not None and not search.timed_out:
+            _refine_comm_aware(search, pm, cfg, clock, deadline)
 
-            seeded = GreedySolver().solve(instance, cost_model, seed=seed)
-            if seeded.plan is not None:
-                where = {s.table: s.device for s in seeded.plan.shards}
-                device_of = np.array([where[instance.tables[t].name] for t, _, _ in start], dtype=np.int64)
-                states0, widths0, _, _ = pm.info(list(start))
-                greedy_cost, _ = plan_cost(bm, states0, widths0, device_of)
-                if greedy_cost < best.cost:
-                    best = GridResult(greedy_cost, device_of, None)
-        beam = [(best.cost, start)]
-        presplit_cost = None
-        if cfg.seed_with_presplit:  # tables heavier than a device's share start halved (docs/neuroshard.md)
-            pre = tuple(presplit_pieces(pm))
-            if pre != start:
-                (scored,) = score_all([pre])
-                if scored is not None and scored.device_of is not None:
-                    presplit_cost = scored.cost
-                    beam.append((scored.cost, pre))
-                    if scored.cost < best.cost:
-                        best, best_state = scored, pre
-        timed_out = False
-        steps = 0
-        for _ in range(cfg.max_steps):
-            proposals: list[tuple[Piece, ...]] = []
-            for _, state in beam:
-                pieces = list(state)
-                _, _, sizes, single = pm.info(pieces)
-                splittable = [k for k, p in enumerate(pieces) if split(p) is not None]
-                by_size = heapq.nlargest(cfg.candidates_by_size, splittable, key=lambda k: (sizes[k], -k))
-                by_cost = heapq.nlargest(cfg.candidates_by_cost, splittable, key=lambda k: (single[k], -k))
-                for k in sorted(set(by_size) | set(by_cost)):
-                    a, b = split(pieces[k])  # type: ignore[misc]
-                    proposals.append(tuple(sorted(pieces[:k] + pieces[k + 1 :] + [a, b])))
-            if not proposals:
-                break
-            results = score_all(proposals)
-            steps += 1
-            children = [(r.cost, st) for st, r in zip(proposals, results) if r is not None]
-            for (c, st), r in zip(children, [r for r in results if r is not None]):
-                if c < best.cost:
-                    best, best_state = r, st
-            if len(children) < len(proposals) or (deadline is not None and clock.elapsed >= deadline):
-                timed_out = True
-                break
-            children.sort(key=lambda c: (c[0], c[1]))
-            if cfg.dedup:  # distinct states only
-                uniq, keep = set(), []
-                for c in children:
-                    if c[1] not in uniq:
-                        uniq.add(c[1])
-                        keep.append(c)
-                children = keep
-            beam = children[: cfg.beam_width]
-
-        comm_refined = False
-        if cfg.comm_aware and best.device_of is not None and not timed_out:
-            # re-run the grid for the best few states with the comm-aware greedy; keep whatever is best
-            finalists = list(dict.fromkeys([best_state] + [st for _, st in beam]))[: cfg.beam_width]
-            for st in finalists:
-                refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, clock=clock, deadline=deadline)
-                if refined is None:
-                    timed_out = True
-                    break
-                (r,) = refined
-                if r.cost < best.cost:
-                    best, best_state, comm_refined = r, st, True
-                if deadline is not None and clock.elapsed >= deadline:
-                    timed_out = True
-                    break
-
+        best = search.best
         if best.device_of is None:
-            return fail(self, SolveStatus.no_solution, "no dimension-cap scale gave a plan that fits in memory, split or not; the instance is not proven infeasible", clock, {"states": evaluated})
-        pieces = list(best_state)
+            return fail(self, SolveStatus.no_solution, "no dimension-cap scale gave a plan that fits in memory, split or not; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
+        pieces = list(search.best_state)
         device_of = best.device_of
         moves = 0
+        timed_out = search.timed_out
         if cfg.polish and not timed_out:
             device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
             timed_out = deadline is not None and clock.elapsed >= deadline
         shards = pieces_to_shards(instance, pieces, device_of)
         info = {
-            "states_scored": evaluated,
-            "beam_steps": steps,
-            "no_split_grid_cost": no_split_cost,
+            "states_scored": scorer.evaluated,
+            "beam_steps": search.steps,
+            "no_split_grid_cost": first.cost,
             "greedy_seed_cost": greedy_cost,
             "presplit_seed_cost": presplit_cost,
             "best_grid_cost": best.cost,
             "best_scale": best.scale,
             "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
             "polish_moves": moves,
-            "comm_refined": comm_refined,
+            "comm_refined": search.comm_refined,
         }
         status = SolveStatus.timeout if timed_out else SolveStatus.feasible
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm)
@@ -502,7 +638,7 @@ class NeuroShardFaithfulSolver(NeuroShardSolver):
 def split_infeasibility(instance: Instance) -> str | None:
     """Why no plan exists even with column splits: total memory short, or a table whose narrowest slice (4
     columns) fits on no device."""
-    from shardopt.memory import table_bytes_array
+    from shardopt.core.memory import table_bytes_array
 
     caps = instance.topology.capacities()
     total = int(table_bytes_array(instance).sum())

@@ -21,7 +21,7 @@ also leave a completion: the remaining tables (bytes descending) must still fit 
 the move (`solvers.completion.completion_mask`, shared with the heuristics' completion-checked pass). When no valid
 device passes the check the plain room mask is used. A lane whose table fits on no device fails at that step.
 
-numpy only: torch is imported by the training code (`solvers.dreamshard.train`, `solvers.autoshard.train`) and to
+numpy only: torch is imported by the training code (`solvers.rl_train`, `solvers.dreamshard`, `solvers.autoshard`) and to
 read a `.pt` checkpoint, never to solve with an exported `.npz`.
 """
 
@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import Instance, Shard
-from shardopt.memory import table_bytes_array
-from shardopt.npz_meta import load_npz_meta, save_npz_meta
+from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.ir import Instance, Shard
+from shardopt.core.memory import table_bytes_array
+from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.completion import completion_mask
 
@@ -413,7 +413,7 @@ class PolicySolver(Solver):
 
     Tables in the policy's order (predicted cost descending); if no rollout can place every table, the rollouts are
     repeated with tables by bytes descending (the heuristics' memory-first order). Infeasibility is proven by
-    shardopt.feasibility first; a policy that places no plan returns `no_solution` naming the table."""
+    shardopt.core.feasibility first; a policy that places no plan returns `no_solution` naming the table."""
 
     family = "rl"
     algo = ""
@@ -563,195 +563,6 @@ class TrainSettings:
     cost_updates: bool = True  # dreamshard with a neural cost model: fine-tune it on judged plans
     cost_update_every: int = 25  # updates between cost-network rounds
     save_every_s: float = 60.0
-
-
-def load_suite(path: str | Path, shapes: list[tuple[int, int]] | None = None) -> list[tuple[str, Instance]]:
-    """(file name, instance) of every instance file in a suite directory (suite.json aside), optionally only
-    those of the given (tables, devices) shapes."""
-    from shardopt.ir import load_instance
-
-    d = Path(path)
-    if not d.is_dir():
-        raise RLTrainError(f"{d}: not a directory of instances")
-    files = sorted(p for p in d.glob("*.json") if p.name != "suite.json")
-    out = [(f.name, load_instance(f)) for f in files]
-    if shapes:
-        out = [(n, i) for n, i in out if (len(i.tables), i.topology.num_devices) in shapes]
-    if not out:
-        raise RLTrainError(f"{d}: no instances" + (f" of shape {', '.join(f'{t}x{dv}' for t, dv in shapes)}" if shapes else ""))
-    return out
-
-
-def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    st = rng.bit_generator.state
-    return {"bit_generator": st["bit_generator"], "state": str(st["state"]["state"]), "inc": str(st["state"]["inc"]),
-            "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}
-
-
-def _rng_from(d: dict[str, Any]) -> np.random.Generator:
-    rng = np.random.default_rng()
-    rng.bit_generator.state = {"bit_generator": d["bit_generator"], "state": {"state": int(d["state"]), "inc": int(d["inc"])},
-                               "has_uint32": int(d["has_uint32"]), "uinteger": int(d["uinteger"])}
-    return rng
-
-
-def _is_neural(model: CostModel) -> bool:
-    from costmodels.neural import NeuralCostModel
-
-    return isinstance(model, NeuralCostModel)
-
-
-def train_policy(
-    instances: list[tuple[str, Instance]],
-    cost_model: CostModel,
-    settings: TrainSettings,
-    out: str | Path,
-    *,
-    resume: bool = False,
-    progress: ProgressFn | None = None,
-    meta: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Train (or, with `resume`, continue training) a policy; writes the checkpoint `out` (.pt: weights, optimizer,
-    episode counter, RNG states) and its inference export (`out` with suffix .npz). Returns a summary."""
-    import datetime
-    import time
-
-    import torch
-
-    from solvers import autoshard, dreamshard
-
-    algos = {"dreamshard": dreamshard, "autoshard": autoshard}
-    if settings.algo not in algos:
-        raise RLTrainError(f"algo: {settings.algo!r} is not one of {', '.join(algos)}")
-    if settings.rollouts < 2:
-        raise RLTrainError(f"rollouts: {settings.rollouts} must be >= 2 (the rollouts of an update are each other's baseline)")
-    mod = algos[settings.algo]
-    out = Path(out)
-    torch.set_num_threads(max(1, settings.threads))
-    torch.manual_seed(settings.seed)  # the initial weights (a resumed run overwrites them)
-    net = mod.make_net(settings.hidden)
-    opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
-    episodes, updates, history = 0, 0, []
-    elapsed_before = 0.0
-    costnet = None  # fine-tuned neural cost model (dreamshard + neural): NeuralWeights
-    if resume and out.exists():
-        ckpt = load_checkpoint(out)
-        if ckpt["algo"] != settings.algo:
-            raise RLTrainError(f"{out}: a {ckpt['algo']} checkpoint; --algo is {settings.algo}")
-        if ckpt["hidden"] != settings.hidden:
-            settings.hidden = int(ckpt["hidden"])
-            net = mod.make_net(settings.hidden)
-            opt = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
-        net.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        episodes, updates = int(ckpt["episodes"]), int(ckpt["updates"])
-        history = list(ckpt.get("history", []))
-        elapsed_before = float(ckpt.get("train_seconds", 0.0))
-        rng = _rng_from(ckpt["rng"])
-        torch.set_rng_state(ckpt["torch_rng"])
-        if ckpt.get("costnet"):
-            costnet = dreamshard.costnet_from_checkpoint(ckpt)
-    else:
-        rng = np.random.default_rng(settings.seed)
-    fine_tune = settings.algo == "dreamshard" and settings.cost_updates and _is_neural(cost_model)
-    if costnet is not None and fine_tune:
-        cost_model = dreamshard.neural_from_weights(costnet, cost_model)
-    judge = dreamshard.JudgedPlans(cost_model) if fine_tune else None
-    contexts: dict[int, Context] = {}
-
-    def context(i: int) -> Context:
-        if i not in contexts:
-            contexts[i] = Context(instances[i][1], cost_model.bind(instances[i][1]))
-        return contexts[i]
-
-    started = time.perf_counter()
-    last_save = started
-    record = {
-        "suite": (meta or {}).get("suite"),
-        "instances": [n for n, _ in instances],
-        "cost_model": cost_model.describe(),
-        **{k: v for k, v in (meta or {}).items() if k != "suite"},
-    }
-
-    def save() -> None:
-        state = {
-            "kind": CHECKPOINT_KIND,
-            "algo": settings.algo,
-            "hidden": settings.hidden,
-            "model": net.state_dict(),
-            "optimizer": opt.state_dict(),
-            "episodes": episodes,
-            "updates": updates,
-            "rng": _rng_state(rng),
-            "torch_rng": torch.get_rng_state(),
-            "history": history,
-            "train_seconds": elapsed_before + time.perf_counter() - started,
-            "settings": {k: v for k, v in settings.__dict__.items()},
-            "meta": policy_meta(),
-        }
-        if costnet is not None:
-            state.update(dreamshard.costnet_to_checkpoint(costnet))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        torch.save(state, tmp)
-        tmp.replace(out)
-        save_policy_npz(out.with_suffix(".npz"), export_arrays(settings.algo, net.state_dict()), policy_meta())
-        if costnet is not None:  # the fine-tuned cost network, usable as --cost-model PATH
-            costnet.save(costnet_path(out))
-
-    def policy_meta() -> dict[str, Any]:
-        return {
-            "algo": settings.algo,
-            "feature_version": FEATURE_VERSION,
-            "table_features": list(TABLE_FEATURES),
-            "device_features": list(DEVICE_FEATURES),
-            "hidden": settings.hidden,
-            "episodes": episodes,
-            "updates": updates,
-            "seed": settings.seed,
-            "date": datetime.date.today().isoformat(),
-            "cost_network_fine_tuned": costnet is not None,
-            **record,
-        }
-
-    if progress is not None:
-        progress(min(episodes, settings.episodes), settings.episodes)
-    while episodes < settings.episodes:
-        i = int(rng.integers(len(instances)))
-        ctx = context(i)
-        policy = mod.numpy_policy(net, settings.hidden)
-        stats = mod.update(net, opt, ctx, policy, rng, settings)
-        episodes += settings.rollouts
-        updates += 1
-        history.append(round(float(stats["mean_cost_scales"]), 5))
-        if judge is not None:
-            judge.add(ctx, stats["best_device_of"])
-            if updates % settings.cost_update_every == 0:
-                costnet = judge.fine_tune(rng)
-                cost_model = dreamshard.neural_from_weights(costnet, cost_model)
-                judge.model = cost_model
-                contexts.clear()
-        if progress is not None:
-            progress(min(episodes, settings.episodes), settings.episodes)
-        if time.perf_counter() - last_save > settings.save_every_s:
-            save()
-            last_save = time.perf_counter()
-    save()
-    tail = history[-max(1, len(history) // 10):]
-    return {
-        "out": str(out),
-        "export": str(out.with_suffix(".npz")),
-        "algo": settings.algo,
-        "episodes": episodes,
-        "updates": updates,
-        "train_seconds": round(elapsed_before + time.perf_counter() - started, 2),
-        "mean_cost_scales_first": float(np.mean(history[: max(1, len(history) // 10)])) if history else None,
-        "mean_cost_scales_last": float(np.mean(tail)) if history else None,
-        "cost_model": cost_model.describe(),
-        "cost_network_fine_tuned": costnet is not None,
-        "cost_network": str(costnet_path(out)) if costnet is not None else None,
-        "cost_network_rounds": judge.history if judge is not None else None,
-    }
 
 
 def costnet_path(out: str | Path) -> Path:

@@ -36,7 +36,7 @@ import numpy as np
 from gymnasium import spaces
 
 from costmodels.base import CostModel
-from shardopt.ir import Instance, Shard
+from shardopt.core.ir import Instance, Shard
 from solvers.rl_common import FAIL_COST, FD, FT, Context, Lanes, Observation
 
 ENV_ID = "shardopt/Placement-v0"
@@ -186,7 +186,7 @@ class PlacementEnv(gym.Env):
 
 
 def _instances(spec: Instance | Sequence[Instance] | str | Path | None) -> list[Instance]:
-    from shardopt.ir import load_instance
+    from shardopt.core.ir import load_instance
 
     if spec is None:
         return [load_instance(DEFAULT_INSTANCE)]

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
-from shardopt.ir import DIM_ALIGNMENT, Instance, Shard
-from shardopt.memory import slice_bytes
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.core.memory import slice_bytes
 
 
 @dataclass(frozen=True)

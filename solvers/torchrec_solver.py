@@ -17,7 +17,7 @@ What the solver hands TorchRec (docs/torchrec.md has the full account):
 - a storage reservation of 0 % by default (our memory_bytes is memory for the embeddings; TorchRec's default keeps
   15 % back for the dense part of the model), configurable.
 
-The plan comes back through shardopt.torchrec_io.from_torchrec_plan and the plan checker. TorchRec's storage model
+The plan comes back through shardopt.data.torchrec_io.from_torchrec_plan and the plan checker. TorchRec's storage model
 is not ours (it adds input/output buffers; rowwise_adagrad state is counted as 1/dim of a shard's weights, where
 fbgemm keeps one fp32 per row of *every* column shard); when its plan overflows our memory model on a device, the
 result is `no_solution` naming the device and the bytes, never a hidden or repaired plan. TorchRec's own per-rank
@@ -41,9 +41,9 @@ from collections import Counter
 from typing import Any, Iterator
 
 from costmodels.base import CostModel
-from shardopt.ir import Instance
-from shardopt.plan_check import check_plan
-from shardopt.torchrec_io import (
+from shardopt.core.ir import Instance
+from shardopt.core.plan_check import check_plan
+from shardopt.data.torchrec_io import (
     DATA_PARALLEL,
     DENSE,
     FUSED,

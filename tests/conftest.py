@@ -1,6 +1,6 @@
 """Shared test helpers: a hypothesis strategy for random valid instances, and a small fixed instance builder.
 
-`instances(...)` draws any valid `shardopt.ir.Instance`: tables of 1..1e6 rows, dims in multiples of 4 up to 256,
+`instances(...)` draws any valid `shardopt.core.ir.Instance`: tables of 1..1e6 rows, dims in multiples of 4 up to 256,
 float pooling factors in [0, 50], Zipf or 17-bin-histogram access, optional per-table dtype; 1..16 devices with
 devices_per_host dividing the device count or not; any hardware profile; one memory size or one per device, drawn
 relative to the tables' bytes so that instances range from roomy to tight to infeasible.
@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from shardopt.hardware import PROFILES  # noqa: E402
-from shardopt.ir import ACCESS_BINS, Instance, instance_from_dict  # noqa: E402
-from shardopt.memory import table_bytes_array  # noqa: E402
+from shardopt.core.hardware import PROFILES  # noqa: E402
+from shardopt.core.ir import ACCESS_BINS, Instance, instance_from_dict  # noqa: E402
+from shardopt.core.memory import table_bytes_array  # noqa: E402
 
 HARDWARE = sorted(PROFILES)
 OPTIMIZERS = ["sgd", "rowwise_adagrad", "adam"]

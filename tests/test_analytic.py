@@ -9,8 +9,8 @@ import pytest
 
 from costmodels.analytic import BIN_COUNTS, CACHE_SHARE, AnalyticCostModel
 from costmodels.registry import UnknownCostModelError, get_cost_model
-from shardopt.hardware import get_profile
-from shardopt.ir import Shard, instance_from_dict
+from shardopt.core.hardware import get_profile
+from shardopt.core.ir import Shard, instance_from_dict
 
 
 def hist(bin_shares: dict[int, float]) -> list[float]:

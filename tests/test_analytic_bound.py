@@ -1,4 +1,4 @@
-"""The certified lower bound of the analytic cost model (solvers/analytic_bound.py).
+"""The certified lower bound of the analytic cost model (solvers/analytic_bound/).
 
 What could go wrong, and what each test checks:
 - an inequality of the relaxation over-estimates some device: the per-device bound is compared with the model's
@@ -21,8 +21,8 @@ from conftest import ROOT, make_instance
 
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.ir import Instance, instance_from_dict, to_dict
-from shardopt.memory import table_bytes_array
+from shardopt.core.ir import Instance, instance_from_dict, to_dict
+from shardopt.core.memory import table_bytes_array
 from solvers.analytic_bound import (
     AnalyticRelaxation,
     BoundError,
@@ -192,7 +192,7 @@ def random_plan(rng: np.random.Generator, inst: Instance) -> list[tuple[int, int
 
 
 def shards_of(inst: Instance, triples: list[tuple[int, int, int]]):
-    from shardopt.ir import Shard
+    from shardopt.core.ir import Shard
 
     offset = [0] * len(inst.tables)
     shards = []
@@ -210,7 +210,7 @@ def shards_of(inst: Instance, triples: list[tuple[int, int, int]]):
 def test_the_whole_relaxation_is_below_random_plans(inst: Instance) -> None:
     """The MILP with x and n fixed to a plan (every row, cut and symmetry order included) <= the plan's cost, for
     random column splits with several shards of a table on one device."""
-    from shardopt.plan_check import check_plan
+    from shardopt.core.plan_check import check_plan
 
     rng = np.random.default_rng(0)
     checked = 0
@@ -358,7 +358,7 @@ def test_no_time_for_highs_with_interchangeable_devices_gives_the_lp_bound() -> 
 def test_large_instances_with_interchangeable_devices_get_the_symmetric_lp(monkeypatch) -> None:
     """Over FULL_RELAXATION_MAX_PAIRS pairs the full relaxation is not built (on 856 x 128 building it takes ~11 s
     and its LP does not finish in 20 s); the threshold is lowered here so that a small instance counts as large."""
-    import solvers.analytic_bound as ab
+    import solvers.analytic_bound.bound as ab  # (where analytic_lower_bound reads it)
 
     monkeypatch.setattr(ab, "FULL_RELAXATION_MAX_PAIRS", 10)
     inst = make_instance(24, 8, seed=4, mem_factor=1.4, per_host=4)

@@ -20,7 +20,7 @@ from conftest import instance_doc
 from typer.testing import CliRunner
 
 from shardopt.cli import DEFAULT_SOLVER, app
-from shardopt.ir import instance_from_dict, load_instance, load_plan, save
+from shardopt.core.ir import instance_from_dict, load_instance, load_plan, save
 from solvers.registry import solver_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,15 +154,30 @@ def test_unknown_and_unbuilt_backends_exit_2(small_plan: str) -> None:
         assert result.exit_code == 2 and "backend 'cuda' is not available" in result.stderr
 
 
-def test_evaluate_on_cpu_backend(small_plan: str, tmp_path: Path) -> None:
-    args = ("evaluate", SMALL, small_plan, "--backend", "cpu", "--batch-size", "64", "--max-rows", "2000", "--repeats", "2",
-            "--warmup", "0", "--cache", str(tmp_path / "c.sqlite"))
+def test_evaluate_on_cpu_backend(tmp_path: Path) -> None:
+    """The judge times the instance's own workload: a smaller one is made with `scale`, solved and judged."""
+    small = tmp_path / "small-b64.json"
+    result = run("scale", SMALL, "--batch-size", "64", "--max-rows", "2000", "--out", small)
+    assert result.exit_code == 0, result.output
+    plan = tmp_path / "plan.json"
+    assert run("solve", small, "--solver", "greedy", "--out", plan).exit_code == 0
+    args = ("evaluate", str(small), str(plan), "--backend", "cpu", "--repeats", "3", "--warmup", "0",
+            "--cache", str(tmp_path / "c.sqlite"))
     result, doc = run_json(*args)
     assert result.exit_code == 0, result.output
     assert doc["backend"] == "cpu" and doc["batch_size"] == 64 and "modelled" in doc["comm"]
+    assert doc["repeats"] == 3 and doc["stop"]["reason"] == "repeats"
+    iv = doc["interval"]
+    assert iv["low"] <= iv["estimate"] <= iv["high"] and iv["estimate"] == pytest.approx(doc["max_cost_ms"])
+    assert doc["machine"]["threads"] == 1 and len(doc["machine"]["load_avg_before"]) == 3
     assert all(d["fwd_compute"] > 0 and d["bwd_compute"] > 0 for d in doc["devices"])
     result = run(*args)
-    assert result.exit_code == 0 and "4 of 4 devices from the cache" in result.stdout
+    assert result.exit_code == 0 and "4 of 4 devices cached" in result.stdout and "from the cache" in result.stdout
+
+
+def test_evaluate_refuses_a_hidden_rescale(small_plan: str) -> None:
+    result = run("evaluate", SMALL, small_plan, "--backend", "cpu", "--batch-size", "64")
+    assert result.exit_code == 2 and "shardopt scale" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardopt.cli import app
-from shardopt.pools import generate_pool, load_pool, save_pool
+from shardopt.data.pools import generate_pool, load_pool, save_pool
 
 
 def run(*args: str):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardopt.backends.base import TimingSettings
-from shardopt.backends.cache import MeasurementCache, measurement_key
-from shardopt.backends.cpu import CpuBackend, fbgemm_available
-from shardopt.backends.timing import FbgemmTBE, shard_inputs
-from shardopt.evaluate import BackendUnavailableError, EvaluationError, evaluate_plan
-from shardopt.ir import Plan, Shard, instance_from_dict
-from shardopt.stats import table_stats
+from shardopt.measure.backends.base import TimingSettings
+from shardopt.measure.cache import MeasurementCache, measurement_key
+from shardopt.measure.backends.cpu import CpuBackend, fbgemm_available
+from shardopt.measure.backends.timing import FbgemmTBE, shard_inputs
+from shardopt.data.scale import scale_instance
+from shardopt.measure.evaluate import BackendUnavailableError, EvaluationError, evaluate_plan
+from shardopt.core.ir import Plan, Shard, instance_from_dict
+from shardopt.core.stats import table_stats
 
 pytestmark = pytest.mark.skipif(fbgemm_available() is not None, reason=str(fbgemm_available()))
 
@@ -59,12 +60,12 @@ def test_cache_hit_does_not_retime(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("timed again despite a cache hit")
 
-    monkeypatch.setattr(CpuBackend, "time_shards", boom)
+    monkeypatch.setattr(CpuBackend, "prepare", boom)
     again = evaluate_plan(tiny(), PLAN, "cpu", repeats=2, warmup=0, cache=cache)
     assert np.array_equal(first.costs.columns, again.costs.columns)
     assert all(t["cached"] for t in again.timings)
     with pytest.raises(AssertionError, match="timed again"):  # a different batch is a different measurement
-        evaluate_plan(tiny(), PLAN, "cpu", repeats=2, warmup=0, cache=cache, batch_size=128)
+        evaluate_plan(scale_instance(tiny(), batch_size=128), PLAN, "cpu", repeats=2, warmup=0, cache=cache)
 
 
 def test_cache_key_covers_what_was_timed():

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from shardopt.backends import cuda_dist
-from shardopt.backends.base import BackendUnavailable, KernelTiming, TimingSettings
-from shardopt.backends.cuda import CudaBackend
-from shardopt.backends.timing import shard_inputs, time_torch_tbe
-from shardopt.ir import Plan, Shard, instance_from_dict, save
+from shardopt.measure.backends import cuda_dist
+from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingSettings
+from shardopt.measure.backends.cuda import CudaBackend
+from shardopt.measure.backends.timing import shard_inputs, time_torch_tbe
+from shardopt.core.ir import Plan, Shard, instance_from_dict, save
 from conftest import make_instance
 
 HAS_CUDA = torch.cuda.is_available()
@@ -87,8 +87,8 @@ def test_fbgemm_adapter_and_timing_loop_on_cpu(optimizer):
     """The cuda path's fbgemm adapter (table-major inputs, forward keeping the graph, fused backward) and the shared
     timing loop, on fbgemm's CPU TBE; its forward agrees with the torch kernel on equal weights."""
     pytest.importorskip("fbgemm_gpu")
-    from shardopt.backends.timing import FbgemmTBE, time_kernel
-    from shardopt.backends.torch_tbe import TorchTBE
+    from shardopt.measure.backends.timing import FbgemmTBE, time_kernel
+    from shardopt.measure.backends.torch_tbe import TorchTBE
 
     inst = tiny(optimizer)
     inputs = shard_inputs(inst, tiny_plan(1).shards, 64, seed=2)

@@ -22,9 +22,9 @@ import pytest
 from conftest import instance_doc, make_instance
 
 from costmodels.analytic import AnalyticCostModel
-from shardopt.ir import Instance, instance_from_dict
-from shardopt.memory import table_bytes_array
-from shardopt.plan_check import check_plan
+from shardopt.core.ir import Instance, instance_from_dict
+from shardopt.core.memory import table_bytes_array
+from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.exact import comm_floor, table_lower_bounds, width_caps
 from solvers.linearize import linearize
@@ -328,7 +328,7 @@ def test_cli_solve_and_infeasible_exit_status(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from shardopt.cli import app
-    from shardopt.ir import save
+    from shardopt.core.ir import save
 
     ok = tmp_path / "ok.json"
     save(additive_instance(seed=1, n_tables=6), ok)
@@ -524,7 +524,7 @@ def test_neuroshard_plans_are_expressible_as_pieces() -> None:
     assert counts is not None and items.is_complete(counts)
     assert set(items.split_used(counts)) == set(deeper)
     again = items.shards(counts, inst)
-    from shardopt.ir import Plan
+    from shardopt.core.ir import Plan
 
     assert check_plan(inst, Plan(shards=again)).ok
     assert CM.plan_costs(inst, again).max_cost == pytest.approx(r.predicted_cost, rel=1e-9)

@@ -12,7 +12,7 @@ from conftest import instances
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardopt.ir import (
+from shardopt.core.ir import (
     Instance,
     IRError,
     Optimizer,
@@ -28,8 +28,8 @@ from shardopt.ir import (
     save,
     to_dict,
 )
-from shardopt.memory import device_memory_use, shard_bytes, slice_bytes, table_bytes
-from shardopt.plan_check import PlanError, assert_valid_plan, check_plan
+from shardopt.core.memory import device_memory_use, shard_bytes, slice_bytes, table_bytes
+from shardopt.core.plan_check import PlanError, assert_valid_plan, check_plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "instances" / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.json"))

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from shardopt.cli import app
-from shardopt.leaderboard import run_leaderboard
-from shardopt.pools import generate_pool
-from shardopt.suites import generate_suite
+from shardopt.leaderboard.run import run_leaderboard
+from shardopt.data.pools import generate_pool
+from shardopt.data.suites import generate_suite
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "instances" / "examples"
 SOLVERS = ["greedy", "size", "dim", "lookup", "round_robin"]
@@ -188,8 +188,8 @@ def test_a_bound_highs_had_no_time_for_says_so(tmp_path):
     weak table-cut one (finite, never -inf), and the row says so."""
     from conftest import make_instance
 
-    from shardopt.ir import to_dict
-    from shardopt.leaderboard import bound_row
+    from shardopt.core.ir import to_dict
+    from shardopt.leaderboard.run import bound_row
 
     path = tmp_path / "uneven.json"
     path.write_text(json.dumps(to_dict(make_instance(60, 10, seed=1, mem_factor=1.5, per_host=4))))
@@ -198,7 +198,7 @@ def test_a_bound_highs_had_no_time_for_says_so(tmp_path):
 
 
 def _open_store(path: str) -> int:
-    from shardopt.leaderboard import LeaderboardError, connect
+    from shardopt.leaderboard.store import LeaderboardError, connect
 
     try:
         connect(Path(path)).close()

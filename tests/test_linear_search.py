@@ -14,7 +14,7 @@ import pytest
 from conftest import make_instance
 
 from costmodels.analytic import AnalyticCostModel
-from shardopt.plan_check import check_plan
+from shardopt.core.plan_check import check_plan
 from solvers.linear_search import _State, linear_local_search, step_deltas
 from solvers.linearize import linearize
 from solvers.registry import get_solver

@@ -11,8 +11,8 @@ import pytest
 
 from costmodels.analytic import AnalyticCostModel
 from costmodels.registry import get_cost_model
-from shardopt.ir import load_instance
-from shardopt.plan_check import check_plan
+from shardopt.core.ir import load_instance
+from shardopt.core.plan_check import check_plan
 from solvers.neuroshard import FAITHFUL, NeuroShardConfig, NeuroShardSolver, split
 from solvers.registry import get_solver
 

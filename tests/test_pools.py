@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardopt.ir import IRError, load_instance
-from shardopt.memory import table_bytes_array
-from shardopt.pools import DLRM, generate_pool, load_pool, pool_from_dict, pool_statistics, save_pool, split_pool
-from shardopt.suites import FAMILIES, SuiteError, first_fit_decreasing_fits, generate_suite, tight_memory
-from shardopt.stats import table_stats
+from shardopt.core.ir import IRError, load_instance
+from shardopt.core.memory import table_bytes_array
+from shardopt.data.pools import DLRM, generate_pool, load_pool, pool_from_dict, pool_statistics, save_pool, split_pool
+from shardopt.data.suites import FAMILIES, SuiteError, first_fit_decreasing_fits, generate_suite, tight_memory
+from shardopt.core.stats import table_stats
 
 STANDARD_POOL = Path(__file__).resolve().parents[1] / "instances" / "pools" / "dlrm-synthetic-856.json"
 
@@ -144,7 +144,7 @@ def _write_dlrm(path, tables: int, batch: int, seed: int):
 
 
 def test_import_dlrm_computes_the_papers_statistics(tmp_path):
-    from shardopt.dlrm_import import import_dlrm
+    from shardopt.data.dlrm_import import import_dlrm
 
     path = tmp_path / "mini_t5_bs64.pt"
     indices, offsets, lengths = _write_dlrm(path, tables=5, batch=64, seed=0)
@@ -163,7 +163,7 @@ def test_import_dlrm_computes_the_papers_statistics(tmp_path):
 def test_import_dlrm_refuses_bad_files(tmp_path):
     import torch
 
-    from shardopt.dlrm_import import import_dlrm
+    from shardopt.data.dlrm_import import import_dlrm
 
     with pytest.raises(IRError, match="no such file"):
         import_dlrm(tmp_path / "missing.pt")

@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT, instance_doc
 
 from costmodels.registry import get_cost_model
-from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import load_instance
-from shardopt.plan_check import check_plan
+from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.ir import load_instance
+from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.registry import get_solver, solver_names
 from solvers.rl_common import (
@@ -29,11 +29,10 @@ from solvers.rl_common import (
     load_checkpoint,
     load_policy,
     load_policy_file,
-    load_suite,
     mean_sampled_cost,
     rollout,
-    train_policy,
 )
+from solvers.rl_train import load_suite, train_policy
 
 SUITES = ROOT / "instances" / "suites"
 EXAMPLES = ROOT / "instances" / "examples"
@@ -357,7 +356,7 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path, analytic):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_any_instance_gets_a_valid_plan_or_a_reason(algo, analytic):
     """Random instances (1 to 16 devices, several hosts, heterogeneous memory, any optimizer and dtype): a checked
-    plan, or `infeasible` exactly when shardopt.feasibility proves it, or `no_solution` with a reason."""
+    plan, or `infeasible` exactly when shardopt.core.feasibility proves it, or `no_solution` with a reason."""
     from conftest import instances
     from hypothesis import HealthCheck, given, settings
 

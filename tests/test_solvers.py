@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from conftest import instance_doc, instances, make_instance
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.registry import get_cost_model
-from shardopt.feasibility import infeasibility_reason
-from shardopt.ir import Instance, load_instance
-from shardopt.memory import table_bytes_array
-from shardopt.plan_check import check_plan
+from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.ir import Instance, load_instance
+from shardopt.core.memory import table_bytes_array
+from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.heuristics import SAFE_FALLBACK_MAX_PAIRS
 from solvers.registry import get_solver

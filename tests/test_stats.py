@@ -1,4 +1,4 @@
-"""Tests of shardopt.stats: measured table features, the Zipf model and the trace generators."""
+"""Tests of shardopt.core.stats: measured table features, the Zipf model and the trace generators."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from shardopt.stats import (
+from shardopt.core.stats import (
     ACCESS_BINS,
     HISTOGRAM_L1_TOLERANCE,
     TableStats,

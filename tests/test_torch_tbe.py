@@ -1,4 +1,4 @@
-"""The torch kernel of the cuda path (shardopt.backends.torch_tbe.TorchTBE), run on the CPU, against
+"""The torch kernel of the cuda path (shardopt.measure.backends.torch_tbe.TorchTBE), run on the CPU, against
 torch.nn.EmbeddingBag (sum pooling) per table and a straightforward reference of fbgemm's optimizer update rules,
 and against fbgemm's own CPU TBE on a tiny case."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from shardopt.backends.torch_tbe import TorchTBE
+from shardopt.measure.backends.torch_tbe import TorchTBE
 
 ROWS = [40, 30, 50, 20, 25, 10]
 DIMS = [4, 8, 8, 16, 4, 8]  # three distinct dims, interleaved in table order

@@ -21,14 +21,14 @@ from typer.testing import CliRunner
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.cli import app
-from shardopt.ir import Plan, Shard, instance_from_dict, load_instance
-from shardopt.plan_check import check_plan
+from shardopt.core.ir import Plan, Shard, instance_from_dict, load_instance
+from shardopt.core.plan_check import check_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "instances" / "examples" / "small.json"
 
 try:
-    import shardopt.torchrec_io as tio
+    import shardopt.data.torchrec_io as tio
 
     tio.require_torchrec()
     HAVE_TORCHREC = True
@@ -298,8 +298,8 @@ def test_distributed_model_parallel_accepts_the_exported_plan(tmp_path: Path) ->
         import torch, torch.distributed as dist
         from torchrec import EmbeddingBagCollection, KeyedJaggedTensor
         from torchrec.distributed.model_parallel import DistributedModelParallel
-        from shardopt.ir import Plan, Shard, instance_from_dict
-        from shardopt.torchrec_io import apply_optimizer, embedding_bag_configs, to_torchrec_plan
+        from shardopt.core.ir import Plan, Shard, instance_from_dict
+        from shardopt.data.torchrec_io import apply_optimizer, embedding_bag_configs, to_torchrec_plan
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{_free_port()}")
         dist.init_process_group("gloo", rank=0, world_size=1)
         inst = instance_from_dict({{"tables": [{{"name": f"t{{i}}", "rows": 100 + i, "dim": 8 * (i + 1), "pooling_factor": 1.0,
@@ -327,7 +327,7 @@ def test_distributed_model_parallel_accepts_the_exported_plan(tmp_path: Path) ->
 
 @needs_torchrec
 def test_export_cli_writes_the_json_and_it_loads(tmp_path: Path, small_result) -> None:
-    from shardopt.ir import save
+    from shardopt.core.ir import save
 
     inst, r = small_result
     plan_path = tmp_path / "plan.json"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardopt.ir import AccessProfile, Shard, Table
-from shardopt.pools import load_pool
-from shardopt.stats import HISTOGRAM_L1_TOLERANCE, table_stats
-from shardopt.traces import shard_trace, table_trace
+from shardopt.core.ir import AccessProfile, Shard, Table
+from shardopt.data.pools import load_pool
+from shardopt.core.stats import HISTOGRAM_L1_TOLERANCE, table_stats
+from shardopt.core.traces import shard_trace, table_trace
 from pathlib import Path
 
 POOL = Path(__file__).resolve().parents[1] / "instances" / "pools" / "dlrm-synthetic-856-test.json"

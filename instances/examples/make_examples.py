@@ -7,7 +7,7 @@
 Tables are DLRM-like: hash sizes (rows) from a log-normal truncated to a realistic range (mean about 4e6 for
 `large`, smaller for the others so that memory matters), dims from {16, 32, 64, 128}, heavy-tailed pooling factors
 (log-normal, mean about 15, some below 1), and a per-table Zipf exponent in [0.6, 1.4] from which the 17-bin access
-histogram is computed (shardopt.stats.histogram_from_zipf) for the instance's batch size. Both the exponent and the
+histogram is computed (shardopt.core.stats.histogram_from_zipf) for the instance's batch size. Both the exponent and the
 histogram are stored. Same seed, same bytes: only numpy's seeded generator and shardopt's own code are used.
 """
 
@@ -26,9 +26,9 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from shardopt.ir import dumps, instance_from_dict  # noqa: E402
-from shardopt.memory import table_bytes_array  # noqa: E402
-from shardopt.stats import histogram_from_zipf  # noqa: E402
+from shardopt.core.ir import dumps, instance_from_dict  # noqa: E402
+from shardopt.core.memory import table_bytes_array  # noqa: E402
+from shardopt.core.stats import histogram_from_zipf  # noqa: E402
 
 GENERATOR = "instances/examples/make_examples.py"
 COMMAND = "python instances/examples/make_examples.py"

@@ -1,0 +1,149 @@
+"""`shardopt bound`: a certified lower bound of the analytic cost model over table- and column-wise plans
+(solvers.analytic_bound), and, with --plan, how far a plan can at most be from the best such plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from shardopt.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_INFEASIBLE,
+    CLIError,
+    JsonOpt,
+    _console,
+    _cost_model,
+    _emit_json,
+    _guard,
+    _load_instance,
+    _print_lines,
+    _warn,
+    app,
+)
+
+
+def _analytic_model(name: str | None) -> Any:
+    """The analytic cost model named by --cost-model; exit 2 naming the value for anything else (the bound's
+    inequalities are proven for the analytic formulas only)."""
+    if name is not None and name != "analytic" and not name.startswith("analytic:"):
+        raise CLIError(
+            f"--cost-model {name!r}: the certified bound is for the analytic cost model only (analytic or analytic:PROFILE)",
+            EXIT_BAD_INPUT,
+            "unsupported_cost_model",
+        )
+    return _cost_model(name)
+
+
+def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[dict[str, Any], list[str]]:
+    """The plan's analytic cost and its gap to the bound, and warnings when the bound does not cover the plan."""
+    from shardopt.measure.evaluate import hash_warning
+    from shardopt.core.ir import load_plan
+    from shardopt.core.plan_check import check_plan
+    from solvers.analytic_bound import plan_gap
+
+    plan = load_plan(plan_path)
+    warnings: list[str] = []
+    hw = hash_warning(instance, plan)
+    if hw:
+        warnings.append(f"{plan_path}: {hw}")
+    check = check_plan(instance, plan)
+    if not check.ok:
+        raise CLIError(f"{plan_path}: invalid plan: " + "; ".join(v.message for v in check.violations[:5]), EXIT_BAD_INPUT,
+                       "invalid_plan", extra={"violations": [v.message for v in check.violations]})
+    if any(s.replicated or s.row_offset or s.rows is not None for s in plan.shards):
+        warnings.append(f"{plan_path} has row-wise or data-parallel shards, which the bound does not cover: its gap is not certified")
+    elif bound.table_wise and any(s.col_offset or s.cols is not None for s in plan.shards):
+        warnings.append(f"{plan_path} splits tables by columns, but --table-wise bounds table-wise plans only: its gap is not certified")
+    cost = model.plan_costs(instance, plan).max_cost
+    doc = {"path": str(plan_path), "solver": plan.solver, "cost_ms": cost, "gap": plan_gap(instance, cost, bound),
+           "covered": not warnings or all("content hash" in w for w in warnings)}
+    return doc, warnings
+
+
+@app.command("bound")
+def bound(
+    instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
+    cost_model: Annotated[
+        Optional[str],
+        typer.Option("--cost-model", "-c", help="analytic or analytic:PROFILE [default: analytic, the topology's profile].", show_default=False),
+    ] = None,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.0, help="Seconds HiGHS may work; its dual bound then is the bound.")] = 10.0,
+    table_wise: Annotated[bool, typer.Option("--table-wise", help="Bound table-wise plans only (tighter, covers fewer plans).")] = False,
+    plan_path: Annotated[Optional[Path], typer.Option("--plan", metavar="PLAN.json", help="Also print this plan's cost and its gap to the bound.")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan the relaxation's best solution describes (a real plan).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """A certified lower bound of the analytic plan cost: no table- or column-wise plan costs less."""
+    with _guard(json_out):
+        from shardopt.measure.evaluate import cost_model_label
+        from solvers.analytic_bound import BoundError, analytic_lower_bound
+
+        model = _analytic_model(cost_model)
+        instance = _load_instance(instance_path)
+        try:
+            result = analytic_lower_bound(instance, model, time_limit=time_limit, table_wise=table_wise)
+        except BoundError as exc:
+            raise CLIError(str(exc), EXIT_BAD_INPUT, "unsupported_cost_model") from None
+        label = cost_model_label(model, instance)
+        head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}, "cost_model": label}
+        if result.status == "infeasible":
+            what = "table-wise" if table_wise else "table- or column-wise"
+            raise CLIError(f"no {what} plan fits in memory: {result.reason}", EXIT_INFEASIBLE, "infeasible",
+                           extra={**head, "bound": result.to_dict()})
+        plan_doc, warnings = _plan_doc(instance, plan_path, model, result) if plan_path is not None else (None, [])
+        if out is not None:
+            if result.plan is None:
+                warnings.append(f"{out} not written: the relaxation found no solution in time")
+            else:
+                from shardopt.core.ir import save
+
+                try:
+                    save(result.plan.model_copy(update={"predicted_cost": result.plan_cost_ms, "lower_bound": result.value_ms}), out)
+                except OSError as exc:
+                    raise CLIError(f"{out}: cannot write the plan ({exc.strerror or exc})") from None
+        for w in warnings:
+            _warn(w)
+        if json_out:
+            _emit_json({**head, "bound": result.to_dict(), "plan": plan_doc, "out": str(out) if out is not None and result.plan else None})
+            return
+        lines = _human_lines(result, label, time_limit, plan_doc)
+        if out is not None and result.plan is not None:
+            lines.append(f"the relaxation's plan written to {out}")
+        _print_lines(_console(), lines)
+
+
+def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str, Any] | None) -> list[str]:
+    how = {
+        "optimal": f"the relaxation solved (HiGHS gap <= {1e-4:g}); the bound is its dual bound",
+        "bound": f"HiGHS's dual bound when the {time_limit:g} s limit came; a bound, not the relaxation's optimum",
+    }[result.status]
+    if result.source == "symmetric LP":
+        how = ("the relaxation's LP bound, solved with every device's variables equal (the devices are interchangeable, "
+               f"so that is the same bound: docs/analytic-bound.md); {result.solver_message}")
+    elif result.source == "table cuts":
+        how = (f"HiGHS proved nothing within the {time_limit:g} s limit, so this is the bound that "
+               "needs no solver: every table lies on some devices, one of which then costs at least this (valid, but weak "
+               "unless one table dominates; a longer --time-limit gives the relaxation's bound)")
+    lines = [
+        f"certified lower bound {result.value_ms:.4f} ms of the plan cost under {label}: {how}",
+        f"covers {result.covers}",
+        (f"relaxation: {result.variables:,} variables ({result.integer_variables:,} integer), {result.rows:,} rows, "
+         f"{result.multipliers} cache multipliers per device; {result.time_s:.2f} s") if result.variables else
+        f"relaxation: not built whole; {result.multipliers} cache multipliers per device; {result.time_s:.2f} s",
+    ]
+    if result.relaxation_primal_ms is not None:
+        lines.append(f"best solution of the relaxation found {result.relaxation_primal_ms:.4f} ms (the relaxation's optimum lies between it and the bound)")
+    if result.plan_cost_ms is not None:
+        gap = (result.plan_cost_ms - result.value_ms) / result.plan_cost_ms if result.plan_cost_ms > 0 else 0.0
+        lines.append(f"that solution describes a real plan ({len(result.plan.shards)} shards; --out saves it): analytic cost "
+                     f"{result.plan_cost_ms:.4f} ms, gap (cost - bound) / cost {100 * gap:.2f} %")
+    if plan_doc is not None:
+        lines.append(
+            f"plan {plan_doc['path']} ({plan_doc['solver'] or '?'}): cost {plan_doc['cost_ms']:.4f} ms, gap (cost - bound) / cost "
+            f"{100 * plan_doc['gap']:.2f} %" + ("" if plan_doc["covered"] else " (not certified: see the warning)")
+        )
+    return lines

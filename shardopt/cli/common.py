@@ -1,0 +1,359 @@
+"""What every `shardopt` command shares: errors and exit statuses, the console, JSON output, the guard, renderers.
+
+Contract (DESIGN.md, "CLI contract"): human output is a rich table; `--json` prints exactly one JSON document on
+stdout and nothing else there. Exit status: 0 done; 2 bad input (usage, unreadable or invalid file, unknown solver /
+cost model / backend: the message names the field or the name); 3 infeasible or no plan found (the message says
+why); 1 anything unexpected (a short message; the traceback only with SHARDOPT_DEBUG=1). Errors go to stderr.
+
+Imports of the project's heavier parts happen inside the commands, so importing this module (and running
+`shardopt solve --solver greedy`) never loads torch, OR-Tools or PuLP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Iterator
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from costmodels.base import DeviceCosts
+    from shardopt.core.ir import Instance, Shard
+
+DEFAULT_SOLVER = "neuroshard"  # the one place the default lives
+DEBUG_ENV = "SHARDOPT_DEBUG"
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+
+app = typer.Typer(
+    name="shardopt",
+    help="Embedding-table sharding as min-max partitioning: solve, judge and inspect plans.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# errors and output
+
+
+class CLIError(Exception):
+    """A failure the user can act on, with the exit status it maps to."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT, kind: str = "bad_input", extra: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.kind = kind
+        self.extra = extra or {}
+
+
+def _console(stderr: bool = False) -> Console:
+    """A rich console on the *current* stdout / stderr (tests swap them). Wide when not a terminal."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, highlight=False, width=160)
+    return console
+
+
+def _emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _err(message: str, style: str = "red", prefix: str = "error") -> None:
+    from rich.text import Text
+
+    text = Text()
+    if prefix:
+        text.append(f"{prefix}: ", style=f"bold {style}")
+    text.append(message)
+    _console(stderr=True).print(text, soft_wrap=True)
+
+
+def _warn(message: str) -> None:
+    _err(message, style="yellow", prefix="warning")
+
+
+def _classify(exc: BaseException) -> CLIError | None:
+    """Known user errors raised below the CLI, as CLIErrors; None for anything unexpected."""
+    from shardopt.core.ir import IRError
+
+    if isinstance(exc, CLIError):
+        return exc
+    if isinstance(exc, IRError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "invalid_input")
+    mod = sys.modules.get("solvers.registry")
+    if mod is not None and isinstance(exc, mod.UnknownSolverError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_solver")
+    mod = sys.modules.get("costmodels.registry")
+    if mod is not None and isinstance(exc, getattr(mod, "UnknownCostModelError", ())):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_cost_model")
+    mod = sys.modules.get("shardopt.data.suites")
+    if mod is not None and isinstance(exc, mod.SuiteError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_suite_request")
+    mod = sys.modules.get("shardopt.measure.collect")
+    if mod is not None and isinstance(exc, mod.CollectError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_collect_request")
+    mod = sys.modules.get("shardopt.measure.evaluate")
+    if mod is not None and isinstance(exc, mod.EvaluationError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_backend" if isinstance(exc, mod.UnknownBackendError) else "backend")
+    return None
+
+
+@contextmanager
+def _guard(json_out: bool = False) -> Iterator[None]:
+    """Map every exception of a command body to its exit status and a message on stderr (JSON error on stdout)."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place that turns exceptions into exit statuses
+        known = _classify(exc)
+        if known is None:
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exc(file=sys.stderr)
+                hint = ""
+            else:
+                hint = f" (set {DEBUG_ENV}=1 for the traceback)"
+            known = CLIError(f"unexpected {type(exc).__name__}: {exc}{hint}", EXIT_UNEXPECTED, "unexpected")
+        label = {EXIT_INFEASIBLE: "infeasible" if known.kind == "infeasible" else "no plan"}.get(known.exit_code, "error")
+        _err(known.message, prefix=label)
+        if json_out:
+            _emit_json({**known.extra, "error": {"kind": known.kind, "exit_status": known.exit_code, "message": known.message}})
+        raise typer.Exit(known.exit_code) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# formatting helpers
+
+
+def _fmt_bytes(n: float) -> str:
+    n = float(n)
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _fmt_ms(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _fmt_num(x: float) -> str:
+    if x == int(x) and abs(x) < 1e6:
+        return f"{int(x):,}"
+    return f"{x:.3g}"
+
+
+def _shard_label(shard: Shard, instance: Instance | None) -> str:
+    label = shard.table
+    if shard.col_offset or shard.cols is not None:
+        end = shard.col_offset + shard.cols if shard.cols is not None else "end"
+        label += f"[c{shard.col_offset}:{end}]"
+    if shard.row_offset or shard.rows is not None:
+        end = shard.row_offset + shard.rows if shard.rows is not None else "end"
+        label += f"[r{shard.row_offset}:{end}]"
+    if shard.replicated:
+        label += "(rep)"
+    return label
+
+
+def _shards_by_device(shards: list[Shard], num_devices: int) -> list[list[Shard]]:
+    out: list[list[Shard]] = [[] for _ in range(num_devices)]
+    for s in shards:
+        if 0 <= s.device < num_devices:
+            out[s.device].append(s)
+    return out
+
+
+def _esc(text: str) -> str:
+    """User text (table names, paths) inside rich markup: brackets stay brackets."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _names_cell(shards: list[Shard], instance: Instance | None, show: int = 3) -> str:
+    if not shards:
+        return "0"
+    names = [_shard_label(s, instance) for s in shards[:show]]
+    more = f", +{len(shards) - show}" if len(shards) > show else ""
+    return _esc(f"{len(shards)}: " + ", ".join(names) + more)
+
+
+def _device_table(
+    title: str,
+    instance: Instance,
+    shards: list[Shard],
+    memory_use: Any,
+    costs: DeviceCosts | None,
+) -> Any:
+    from rich.table import Table
+
+    topo = instance.topology
+    table = Table(title=_esc(title), title_justify="left", show_lines=False)
+    table.add_column("dev", justify="right")
+    if topo.num_hosts > 1:
+        table.add_column("host", justify="right")
+    table.add_column("shards", overflow="fold", max_width=48)
+    table.add_column("memory used / capacity", justify="right")
+    if costs is not None:
+        for head in ("fwd compute", "bwd compute", "fwd comm", "bwd comm", "total"):
+            table.add_column(f"{head} ms", justify="right")
+    per_dev = _shards_by_device(shards, topo.num_devices)
+    bottleneck = costs.bottleneck if costs is not None else None
+    for d in range(topo.num_devices):
+        cap = topo.capacity(d)
+        used = int(memory_use[d])
+        mem = f"{_fmt_bytes(used)} / {_fmt_bytes(cap)} ({100 * used / cap:.0f}%)"
+        row = [str(d)]
+        if topo.num_hosts > 1:
+            row.append(str(topo.host_of(d)))
+        row += [_names_cell(per_dev[d], instance), mem]
+        if costs is not None:
+            row += [_fmt_ms(float(v)) for v in costs.columns[d]] + [_fmt_ms(float(costs.total[d]))]
+        style = "red" if used > cap else ("bold" if d == bottleneck else None)
+        table.add_row(*row, style=style)
+    return table
+
+
+def _cost_summary(costs: DeviceCosts, label: str) -> list[str]:
+    return [
+        f"plan cost {costs.max_cost:.3f} ms (max over devices of fwd + bwd compute + comm; {label})",
+        f"critical path {costs.critical_path:.3f} ms · imbalance {costs.imbalance:.3f} (max / mean) · "
+        f"bottleneck device {costs.bottleneck}",
+    ]
+
+
+def _print_lines(console: Console, lines: list[str]) -> None:
+    from rich.text import Text
+
+    for line in lines:
+        console.print(Text(line), soft_wrap=True)
+
+
+def _memory_doc(instance: Instance, memory_use: Any) -> list[dict[str, int]]:
+    return [
+        {"device": d, "used_bytes": int(memory_use[d]), "capacity_bytes": int(instance.topology.capacity(d))}
+        for d in range(instance.topology.num_devices)
+    ]
+
+
+@contextmanager
+def _progress(description: str, enabled: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr for long work; yields a `tick(done, total)` callback (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=_console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
+def _solver_with_options(name: str, options: list[str]) -> Any:
+    """get_solver(name, **options) from KEY=VALUE strings; a bad option is bad input naming the option."""
+    import inspect
+    import json
+
+    from solvers.options import check_option_types
+    from solvers.registry import solver_class
+
+    parsed: dict[str, Any] = {}
+    for item in options:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--option: {item!r} is not KEY=VALUE")
+        try:
+            parsed[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[key.strip()] = raw
+    solver_cls = solver_class(name)  # (unknown solver names fail here)
+    accepted = inspect.signature(solver_cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    for key in parsed:
+        if key not in accepted and not takes_any:
+            known = ", ".join(k for k in accepted if k not in ("self", "config", "options")) or "none"
+            raise CLIError(f"--option: solver {name!r} has no option {key!r} (its options: {known})")
+    try:
+        check_option_types(solver_cls, parsed)
+        return solver_cls(**parsed)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"--option: {exc}") from None
+
+
+def _load_instance(path: Path) -> Instance:
+    from shardopt.core.ir import load_instance
+
+    return load_instance(path)
+
+
+def _cost_model(name: str | None) -> Any:
+    from costmodels.registry import DEFAULT_COST_MODEL, get_cost_model
+
+    return get_cost_model(name or DEFAULT_COST_MODEL)
+
+
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+
+
+class PoolChoice(str, Enum):
+    """Which half of the standard table pool a command draws from (shardopt.data.pools.standard_pool_path)."""
+
+    train = "train"
+    test = "test"
+    all = "all"
+
+
+def _check_repeats(value: str) -> str:
+    """--repeats: a count >= 1 or 'auto' (a usage error otherwise, before any file is read)."""
+    v = value.strip().lower()
+    if v == "auto" or (v.isdigit() and int(v) >= 1):
+        return v
+    raise typer.BadParameter(f"{value!r} is not a count >= 1 or 'auto'")
+
+
+RepeatsOpt = Annotated[
+    str,
+    typer.Option("--repeats", "-r", callback=_check_repeats,
+                 help="Measured backends: rounds (every device timed once per round, interleaved), or 'auto': until the 95 % CI is within --target."),
+]

@@ -1,0 +1,220 @@
+"""`shardopt costmodel ...` and `shardopt calibrate`: collecting cost data and fitting predictors to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from shardopt.cli.common import CLIError, JsonOpt, PoolChoice, _console, _emit_json, _esc, _guard, _print_lines, _progress, app
+
+costmodel_app = typer.Typer(help="Cost data and cost models: collect samples (train / eval come with the neural models).", no_args_is_help=True)
+app.add_typer(costmodel_app, name="costmodel")
+
+
+@costmodel_app.command("collect")
+def collect_cmd(
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Judge of the samples: sim | cpu | cuda.")] = "sim",
+    pool: Annotated[PoolChoice, typer.Option("--pool", help="Which half of the standard pool the tables come from.")] = PoolChoice.train,
+    pool_file: Annotated[Optional[Path], typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool instead.")] = None,
+    samples: Annotated[int, typer.Option("--samples", "-n", help="Total samples wanted in the file (ids 0..N-1).")] = 1000,
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE.jsonl", help="Appended to; a rerun resumes.")] = Path("costdata.jsonl"),
+    max_tables: Annotated[int, typer.Option("--max-tables", help="At most this many tables per device sample.")] = 20,
+    min_tables: Annotated[int, typer.Option("--min-tables", help="At least this many tables per device sample.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Sample k is drawn from (seed, k).")] = 0,
+    hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample [default: the pool's].")] = None,
+    vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072.")] = False,
+    augment: Annotated[bool, typer.Option("--augment", help="Also scale tables' rows and pooling factors (not only dims).")] = False,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd | rowwise_adagrad | adam.")] = "rowwise_adagrad",
+    memory_cap: Annotated[Optional[int], typer.Option("--memory-cap", min=1, help="Bytes per device sample [default: the profile's memory].")] = None,
+    comm_fraction: Annotated[float, typer.Option("--comm-fraction", help="Share of communication samples.")] = 0.2,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats (measured backends).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-ups (measured backends).")] = 2,
+    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="Cap every sampled table's rows (a CPU cannot hold production tables); samples record the capped tables.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Collect (device table set -> cost columns) samples for training cost models; resumable."""
+    with _guard(json_out):
+        from shardopt.measure.collect import CollectSettings, collect
+        from shardopt.core.hardware import PROFILES
+        from shardopt.core.ir import Optimizer
+        from shardopt.data.pools import load_pool, standard_pool_path
+
+        if hardware not in PROFILES:
+            raise CLIError(f"--hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
+        if optimizer not in Optimizer.__members__:
+            raise CLIError(f"--optimizer: {optimizer!r} is not one of {', '.join(Optimizer.__members__)}")
+        table_pool = load_pool(pool_file or standard_pool_path(pool.value))
+        settings = CollectSettings(
+            backend=backend, samples=samples, max_tables=max_tables, min_tables=min_tables, seed=seed, hardware=hardware, batch_size=batch_size, vary_batch=vary_batch, augment=augment,
+            optimizer=optimizer, memory_cap=memory_cap, comm_fraction=comm_fraction, repeats=repeats, warmup=warmup,
+            max_rows=max_rows,
+        )
+        with _progress(f"collecting on {backend}", enabled=not json_out) as tick:
+            summary: dict[str, Any] = collect(table_pool, out, settings, progress=tick)
+        if json_out:
+            _emit_json(summary)
+        else:
+            _print_lines(
+                _console(),
+                [
+                    f"{_esc(str(out))}: {summary['already_present'] + summary['collected']} of {samples} samples "
+                    f"({summary['collected']} new, {summary['already_present']} already there)",
+                    f"{summary['samples_per_minute']:.1f} samples/minute on {backend} ({summary['seconds']:.1f} s)",
+                ],
+            )
+
+
+@app.command()
+def calibrate(
+    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples from `shardopt costmodel collect` (compute samples are used).", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="PROFILE.json", help="Where to write the calibrated profile.")],
+    profile: Annotated[str, typer.Option("--profile", help="Base hardware profile (name or PROFILE.json).")] = "v100",
+    holdout: Annotated[float, typer.Option("--holdout", help="Share of samples kept out of the fit and judged after it.")] = 0.2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the train / hold-out split.")] = 0,
+    name: Annotated[Optional[str], typer.Option("--name", help="Name of the calibrated profile.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit the analytic model's profile constants to measured timings; report the error before and after."""
+    with _guard(json_out):
+        import datetime
+        import json
+        import sys
+
+        from costmodels.calibrate import CalibrationError, calibrate as fit
+        from shardopt.measure.collect import read_samples
+        from shardopt.core.hardware import get_profile, load_profile, profile_to_dict
+
+        try:
+            base = load_profile(profile) if profile.endswith(".json") else get_profile(profile)
+        except (KeyError, ValueError) as exc:
+            raise CLIError(f"--profile: {exc.args[0]}") from None
+        if not data.is_file():
+            raise CLIError(f"{data}: no such file")
+        try:
+            samples = list(read_samples(data, "compute"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CLIError(f"{data}: not a JSONL file of samples ({exc})") from None
+        backends = sorted({str(s.get("backend")) for s in samples})
+        try:
+            result = fit(samples, base, holdout=holdout, seed=seed, name=name)
+        except CalibrationError as exc:
+            raise CLIError(f"{data}: {exc}") from None
+        record = {
+            "data": str(data),
+            "backends": backends,
+            "command": "shardopt " + " ".join(sys.argv[1:]),
+            "date": datetime.date.today().isoformat(),
+            **result.to_dict(),
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(profile_to_dict(result.profile, calibration=record), indent=1) + "\n")
+        if json_out:
+            _emit_json({"out": str(out), **record})
+            return
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=f"{base.name} -> {result.profile.name}: analytic model vs {', '.join(backends)} measurements")
+        for col in ("samples", "split", "profile", "median |err| fwd", "median |err| bwd", "spearman fwd", "spearman bwd", "kendall fwd", "kendall bwd"):
+            table.add_column(col, justify="right" if col not in ("split", "profile") else "left")
+        for split, before, after in (("train", result.train_before, result.train_after), ("hold-out", result.holdout_before, result.holdout_after)):
+            if before is None or after is None:
+                continue
+            for label, a in (("before", before), ("after", after)):
+                table.add_row(str(a.samples), split, label, f"{a.median_abs_rel_error_fwd:.1%}", f"{a.median_abs_rel_error_bwd:.1%}",
+                              f"{a.spearman_fwd:.3f}", f"{a.spearman_bwd:.3f}", f"{a.kendall_fwd:.3f}", f"{a.kendall_bwd:.3f}")
+        console = _console()
+        console.print(table)
+        if "sim" in backends:
+            _print_lines(console, ["warning: some samples were judged by the simulator, not measured"])
+        _print_lines(console, [f"wrote {_esc(str(out))} (use it with --cost-model analytic:{_esc(str(out))})"])
+
+
+def _read_data(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    from shardopt.measure.collect import read_samples
+
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file")
+    try:
+        return list(read_samples(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CLIError(f"{path}: not a JSONL file of samples ({exc})") from None
+
+
+@costmodel_app.command("train")
+def train_cmd(
+    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples from `shardopt costmodel collect`.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="MODEL.npz", help="Where to write the weights.")],
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs (each network).")] = 60,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Samples per step.")] = 256,
+    learning_rate: Annotated[float, typer.Option("--learning-rate", help="Adam's initial learning rate (cosine decay).")] = 2e-3,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation, validation split and batches.")] = 0,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")] = 2,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train the neural compute and communication models on collected cost data."""
+    with _guard(json_out):
+        import sys
+
+        from costmodels.train import TrainError, TrainSettings, train
+
+        samples = _read_data(data)
+        settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, threads=threads)
+        meta = {"data": str(data), "command": "shardopt " + " ".join(sys.argv[1:])}
+        with _progress("training", enabled=not json_out) as tick:
+            def report(name: str, epoch: int, total: int, val: float) -> None:
+                if tick is not None:
+                    tick(epoch, total)
+
+            try:
+                weights = train(samples, settings, progress=report, meta=meta)
+            except TrainError as exc:
+                raise CLIError(f"{data}: {exc}") from None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        weights.save(out)
+        rec = weights.meta["train"]
+        if json_out:
+            _emit_json({"out": str(out), **rec})
+        else:
+            _print_lines(_console(), [
+                f"wrote {_esc(str(out))}: {rec['compute_samples']} compute samples, {rec['comm_device_rows']} comm device rows",
+                f"best validation log-MSE: compute {rec['best_val_log_mse_compute']:.5f}, comm {rec['best_val_log_mse_comm']:.5f}",
+            ])
+
+
+@costmodel_app.command("eval")
+def eval_cmd(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="A weights file, `neural` (the shipped model) or `analytic[:PROFILE]`.", show_default=False)],
+    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples to judge it on (e.g. from the test pool).", show_default=False)],
+    json_out: JsonOpt = False,
+) -> None:
+    """MAPE, RMSE and Kendall tau per cost column of a cost model on collected samples."""
+    with _guard(json_out):
+        from costmodels.neural import SHIPPED, NeuralWeights
+        from costmodels.train import TrainError, evaluate
+
+        path = SHIPPED if model == "neural" else Path(model)
+        try:
+            weights = NeuralWeights.load(path)
+        except ValueError as exc:
+            raise CLIError(f"MODEL: {exc}") from None
+        samples = _read_data(data)
+        try:
+            result = evaluate(weights, samples)
+        except TrainError as exc:
+            raise CLIError(f"{data}: {exc}") from None
+        if json_out:
+            _emit_json({"model": str(path), "data": str(data), "columns": result})
+            return
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=f"{_esc(path.name)} on {_esc(data.name)}")
+        for col in ("column", "samples", "MAPE", "median APE", "RMSE ms", "Kendall tau"):
+            table.add_column(col, justify="left" if col == "column" else "right")
+        for name, m in result.items():
+            table.add_row(name, str(m["n"]), f"{m['mape']:.2%}", f"{m['median_ape']:.2%}", f"{m['rmse_ms']:.4f}", f"{m['kendall_tau']:.4f}")
+        _console().print(table)

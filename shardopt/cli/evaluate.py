@@ -1,0 +1,121 @@
+"""`shardopt evaluate`: check a plan and judge it (the analytic model, or a measured backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from shardopt.cli.common import (
+    CLIError,
+    EXIT_BAD_INPUT,
+    JsonOpt,
+    RepeatsOpt,
+    _console,
+    _cost_summary,
+    _device_table,
+    _emit_json,
+    _guard,
+    _load_instance,
+    _print_lines,
+    _progress,
+    _warn,
+    app,
+)
+
+
+@app.command()
+def evaluate(
+    instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan for it.", show_default=False)],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Judge: sim (analytic, simulated) | cpu | cuda.")] = "sim",
+    repeats: RepeatsOpt = "auto",
+    target: Annotated[float, typer.Option("--target", help="With --repeats auto: the CI half-width to reach, as a fraction of the plan cost.")] = 0.02,
+    time_cap: Annotated[float, typer.Option("--time-cap", help="With --repeats auto: stop after this many seconds of timing.")] = 120.0,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up passes per device (measured backends).")] = 3,
+    seed: Annotated[int, typer.Option("--seed", help="Index-trace and shuffle seed (measured backends).")] = 0,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend (pinned to as many cores).")] = 1,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", hidden=True)] = None,
+    max_rows: Annotated[Optional[int], typer.Option("--max-rows", hidden=True)] = None,
+    cache: Annotated[
+        Optional[Path], typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache [default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Time everything again; store nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a plan and re-time it on a backend (the judge), per device."""
+    with _guard(json_out):
+        from shardopt.measure.evaluate import evaluate_plan, hash_warning
+        from shardopt.core.ir import load_plan
+        from shardopt.core.plan_check import PlanError
+
+        if batch_size is not None or max_rows is not None:
+            raise CLIError(
+                "--batch-size / --max-rows: the judge times the instance's own workload; make a smaller instance with "
+                f"`shardopt scale {instance_path} --batch-size B --max-rows R --out SMALL.json`, solve it and judge that one")
+        instance = _load_instance(instance_path)
+        plan = load_plan(plan_path)
+        warning = hash_warning(instance, plan)
+        if warning:  # before the check: a plan for another instance usually fails it, and this says why
+            _warn(f"{plan_path}: {warning}")
+        measured = backend in ("cpu", "cuda")
+        store: Any = None
+        if measured and not no_cache:
+            from shardopt.measure.cache import MeasurementCache
+
+            store = MeasurementCache(cache) if cache is not None else None
+        try:
+            with _progress(f"timing on {backend} (rounds)", enabled=measured and not json_out) as tick:
+                ev = evaluate_plan(
+                    instance, plan, backend, repeats=repeats, warmup=warmup, seed=seed, threads=threads,
+                    target=target, time_cap_s=time_cap, cache=False if no_cache else store, progress=tick,
+                )
+        except PlanError as exc:
+            raise CLIError(f"{plan_path}: {exc}", EXIT_BAD_INPUT, "invalid_plan",
+                           extra={"violations": [v.message for v in exc.violations]}) from None
+        if json_out:
+            _emit_json(
+                {
+                    "instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()},
+                    "plan": {"path": str(plan_path), "solver": plan.solver, "cost_model": plan.cost_model,
+                             "predicted_cost": plan.predicted_cost},
+                    **ev.to_dict(),
+                }
+            )
+            return
+        console = _console()
+        title = f"{plan_path.name} on {instance.name or instance_path.name}, judged by {ev.judge}"
+        console.print(_device_table(title, instance, plan.shards, ev.memory_use, ev.costs))
+        lines = _cost_summary(ev.costs, f"judged by {ev.judge}")
+        if measured:
+            lines += _measured_lines(ev, warmup)
+        if plan.predicted_cost is not None:
+            lines.append(
+                f"the solver {plan.solver or '?'} predicted {plan.predicted_cost:.3f} ms"
+                + (f" with {plan.cost_model}" if plan.cost_model else "")
+            )
+        _print_lines(console, lines)
+
+
+def _measured_lines(ev: Any, warmup: int) -> list[str]:
+    """What a measured judgement rests on: the CI, the rounds and why they stopped, the machine and its load."""
+    lines = []
+    iv = ev.interval or {}
+    if iv and iv.get("high") not in (None, float("inf")):
+        lines.append(f"measured plan cost {iv['estimate']:.3f} ms, 95 % CI [{iv['low']:.3f}, {iv['high']:.3f}] "
+                     f"(±{100 * iv['relative_half_width']:.1f} %)")
+    stop = ev.stop or {}
+    cached = sum(1 for t in ev.timings if t and t.get("cached"))
+    timed = sum(1 for t in ev.timings if t)
+    how = ("from the cache" if stop.get("reason") == "cached"
+           else f"{ev.repeats} interleaved rounds after {warmup} warm-ups, stopped: {stop.get('reason')}")
+    lines.append(f"compute measured at batch {ev.batch_size} ({how}; {cached} of {timed} devices cached); comm {ev.comm}")
+    if ev.machine:
+        m = ev.machine
+        pin = f"pinned to CPU {','.join(map(str, m['pinned_cpus']))}" if m.get("pinned_cpus") else "not pinned"
+        load = m.get("load_avg_before") or [float("nan")]
+        after = m.get("load_avg_after") or [float("nan")]
+        lines.append(f"machine {m['host']}: {m['threads']} thread(s), {pin}; load average {load[0]:.2f} -> {after[0]:.2f} "
+                     f"on {m['cores']} cores")
+    return lines

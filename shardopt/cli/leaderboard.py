@@ -1,0 +1,117 @@
+"""`shardopt leaderboard run` and `shardopt leaderboard report`: suites x solvers x judge into a resumable SQLite
+store, and the tables / plots made from it (see shardopt.leaderboard)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from shardopt.cli.common import (
+    EXIT_BAD_INPUT,
+    CLIError,
+    JsonOpt,
+    _console,
+    _emit_json,
+    _esc,
+    _guard,
+    _print_lines,
+    _progress,
+    app,
+)
+
+leaderboard_app = typer.Typer(
+    name="leaderboard",
+    help="Run every solver on a suite into a resumable SQLite store, and report leaderboards from it.",
+    no_args_is_help=True,
+)
+app.add_typer(leaderboard_app, name="leaderboard")
+
+
+@contextmanager
+def _lb_guard(json_out: bool) -> Iterator[None]:
+    from shardopt.leaderboard.store import LeaderboardError
+
+    with _guard(json_out):
+        try:
+            yield
+        except LeaderboardError as exc:
+            raise CLIError(str(exc), EXIT_BAD_INPUT, "bad_leaderboard_request") from None
+
+
+def _command_line() -> str:
+    return "shardopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+@leaderboard_app.command("run")
+def run(
+    suite_dir: Annotated[Path, typer.Argument(metavar="SUITE_DIR", help="A directory of instance files (suite.json is skipped).")],
+    solvers: Annotated[str, typer.Option("--solvers", "-s", help="Comma-separated solver names (see `shardopt solvers`).")],
+    db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The SQLite store; finished rows are skipped on re-runs.")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
+    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise.")] = "analytic",
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds.")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
+    bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
+    bound_time_limit: Annotated[float, typer.Option("--bound-time-limit", help="Seconds per instance for the bound (its dual bound at the limit is still a bound).")] = 10.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Solve and judge every (instance, solver, seed) of SUITE_DIR; one row each in the store."""
+    with _lb_guard(json_out):
+        from shardopt.leaderboard.run import check_bound_request, compute_bounds, run_leaderboard
+
+        names = [s.strip() for s in solvers.split(",") if s.strip()]
+        if bounds:
+            check_bound_request(backend, cost_model, bound_time_limit)  # fail before any solve
+        with _progress("leaderboard", enabled=not json_out) as tick:
+            summary = run_leaderboard(suite_dir, names, db, backend=backend, cost_model=cost_model, seeds=seeds,
+                                      time_limit=time_limit, jobs=jobs, progress=tick)
+        doc = {"db": str(db), "suite": str(suite_dir), "total": summary.total, "skipped": summary.skipped,
+               "done": summary.done, "failed": summary.failed}
+        lines = [f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished, "
+                 f"{summary.total} in all -> {_esc(str(db))}"]
+        if bounds:
+            with _progress("certified bounds", enabled=not json_out) as tick:
+                bs = compute_bounds(suite_dir, db, backend=backend, cost_model=cost_model, time_limit=bound_time_limit, progress=tick)
+            doc["bounds"] = {"total": bs.total, "skipped": bs.skipped, "done": bs.done, "failed": bs.failed}
+            lines.append(f"certified bounds: {bs.done} new ({bs.failed} without a value), {bs.skipped} already there")
+        if json_out:
+            _emit_json(doc)
+        else:
+            _print_lines(_console(), lines)
+
+
+@leaderboard_app.command("report")
+def report(
+    db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The store written by `leaderboard run`.")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Also write leaderboard.md and leaderboard.html here.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Leaderboard tables per suite (terminal; Markdown and self-contained HTML with plots under --out)."""
+    with _lb_guard(json_out):
+        from rich.table import Table
+
+        from shardopt.leaderboard.report import HEADERS, build_reports, caption, table_cells, write_report
+        from shardopt.leaderboard.store import load_bounds, load_rows
+
+        reports = build_reports(load_rows(db), load_bounds(db))
+        written = write_report(reports, out, _command_line()) if out is not None else []
+        if json_out:
+            _emit_json({"db": str(db), "suites": [r.to_dict() for r in reports], "written": [str(p) for p in written]})
+            return
+        console = _console()
+        for rep in reports:
+            table = Table(title=f"{_esc(rep.suite)}", caption=_esc(caption(rep)), caption_justify="left")
+            for i, h in enumerate(HEADERS):
+                table.add_column(h, justify="left" if i == 0 else "right")
+            for cells in table_cells(rep):
+                table.add_row(*[_esc(c) for c in cells])
+            console.print(table)
+        if written:
+            _print_lines(console, [f"wrote {', '.join(_esc(str(p)) for p in written)}"])

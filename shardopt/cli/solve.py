@@ -1,0 +1,135 @@
+"""`shardopt solve`: place an instance's tables with a solver and print the plan with its predicted cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from shardopt.cli.common import (
+    CLIError,
+    DEFAULT_SOLVER,
+    EXIT_INFEASIBLE,
+    JsonOpt,
+    _console,
+    _cost_model,
+    _cost_summary,
+    _device_table,
+    _emit_json,
+    _guard,
+    _load_instance,
+    _memory_doc,
+    _print_lines,
+    _solver_with_options,
+    app,
+)
+
+
+@app.command()
+def solve(
+    instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance to place.", show_default=False)],
+    solver: Annotated[str, typer.Option("--solver", "-s", help="Solver name (see `shardopt solvers`).")] = DEFAULT_SOLVER,
+    cost_model: Annotated[
+        Optional[str],
+        typer.Option("--cost-model", "-c", help="Cost model the solver searches with [default: analytic, the topology's profile].", show_default=False),
+    ] = None,
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the solver may search.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same plan.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
+    option: Annotated[
+        Optional[list[str]],
+        typer.Option("--option", "-O", metavar="KEY=VALUE", help="A solver option (repeatable), e.g. -O max_split=4 -O split_apart=false; values are JSON, else text."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Place an instance's tables on its devices and print the plan with its predicted cost."""
+    with _guard(json_out):
+        from shardopt.measure.evaluate import cost_model_label
+        from shardopt.core.ir import save, to_dict
+        from shardopt.core.memory import device_memory_use
+
+        solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
+        model = _cost_model(cost_model)
+        instance = _load_instance(instance_path)
+        result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
+        head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}}
+        if not result.status.has_plan or result.plan is None:
+            reason = result.reason or "the solver gave no reason"
+            status = result.status.value
+            if status == "infeasible":
+                message = reason
+            elif "not proven" in reason:
+                message = reason
+            else:
+                message = f"{reason} (solver {solver} found no plan; the instance is not proven infeasible)"
+            raise CLIError(
+                message,
+                EXIT_INFEASIBLE,
+                "infeasible" if status == "infeasible" else "no_solution",
+                extra={**head, "solver": solver, "status": status, "reason": reason, "wall_time_s": result.wall_time_s},
+            )
+        plan = result.plan
+        costs = result.predicted if result.predicted is not None else model.plan_costs(instance, plan)
+        memory = device_memory_use(instance, plan.shards)
+        label = f"predicted by {cost_model_label(model, instance)}"
+        if out is not None:
+            try:
+                save(plan, out)
+            except OSError as exc:
+                raise CLIError(f"{out}: cannot write the plan ({exc.strerror or exc})") from None
+        if json_out:
+            _emit_json(
+                {
+                    **head,
+                    "solver": plan.solver,
+                    "status": result.status.value,
+                    "wall_time_s": result.wall_time_s,
+                    "seed": seed,
+                    "cost_model": cost_model_label(model, instance),
+                    "lower_bound": result.lower_bound,
+                    "predicted": costs.to_dict(),
+                    "memory": _memory_doc(instance, memory),
+                    "out": str(out) if out is not None else None,
+                    "plan": to_dict(plan),
+                }
+            )
+            return
+        console = _console()
+        title = f"plan for {instance.name or instance_path.name} by {plan.solver} ({label})"
+        console.print(_device_table(title, instance, plan.shards, memory, costs))
+        lines = _cost_summary(costs, label)
+        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s (seed {seed}"
+        status += f", time limit {time_limit:g} s)" if time_limit is not None else ")"
+        if result.lower_bound is not None:
+            gap = (costs.max_cost - result.lower_bound) / costs.max_cost if costs.max_cost > 0 else 0.0
+            what = result.info.get("bound_is_for") or "the solver's model"
+            status += f" · lower bound {result.lower_bound:.3f} ms of {what} (gap {100 * gap:.1f}%)"
+        lines.append(status)
+        fallback = _fallback_line(result.info)
+        if fallback:
+            lines.append(fallback)
+        neighbourhoods = any("neighbourhood_devices" in it for it in result.info.get("iterations", []))
+        if neighbourhoods and "certified_bound" not in result.info and getattr(model, "name", None) == "analytic":
+            lines.append(f"(solved a neighbourhood at a time: that bound is only the linear model's table cuts; a certified bound of "
+                         f"the analytic model: shardopt bound {instance_path} --plan PLAN.json, or -O certified_bound=true)")
+        lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
+        _print_lines(console, lines)
+
+
+def _fallback_line(info: dict[str, Any]) -> str | None:
+    """A heuristic that ran out of memory in its own order says so, and which fallback placed the tables (a plan
+    from a memory-first pass is not the rule the user asked for)."""
+    from solvers.heuristics import FALLBACK_STAGES
+
+    if not info.get("fallback_used") or not info.get("failures"):
+        return None
+    first = info["failures"][0]
+    stage = info["stage"]
+    line = (f"memory ran out in the solver's own order (table {first['table']!r} after {first['placed']} tables); "
+            f"placed by the fallback {stage} ({FALLBACK_STAGES.get(stage, stage)})")
+    compared = info.get("fallbacks_compared") or {}
+    others = [f"{name}'s {cost:.3f} ms" for name, cost in compared.items() if name != stage]
+    if stage in compared and others:
+        line += f": {compared[stage]:.3f} ms, cheaper than " + " and ".join(others)
+    return line

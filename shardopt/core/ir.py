@@ -1,0 +1,446 @@
+"""The one problem IR every solver, cost model and judge speaks: instances and plans as validated JSON documents.
+
+Validation happens once, at the boundary, so that everything downstream can trust the numbers: a bad document is
+refused whole with an error naming the field and the value (``tables[3].dim: 30 is not a multiple of 4``) and
+nothing half-valid is ever returned. pydantic does the parsing and gives the JSON Schema for free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shardopt.core.hardware import PROFILES
+
+SCHEMA_VERSION = 1
+ACCESS_BINS = 17
+DIM_ALIGNMENT = 4  # fbgemm's TBE kernels need embedding dims (and column-shard widths) in multiples of 4
+
+
+class IRError(ValueError):
+    """A document that is not a valid instance or plan. `errors` holds one `field: message` line each."""
+
+    def __init__(self, errors: list[str], source: str | None = None):
+        self.errors = errors
+        self.source = source
+        head = f"{source}: " if source else ""
+        if len(errors) == 1:
+            super().__init__(head + errors[0])
+        else:
+            super().__init__(head + f"{len(errors)} errors:\n" + "\n".join("  " + e for e in errors))
+
+
+class Dtype(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+
+    @property
+    def nbytes(self) -> int:
+        return 4 if self is Dtype.fp32 else 2
+
+
+class Optimizer(str, Enum):
+    sgd = "sgd"
+    rowwise_adagrad = "rowwise_adagrad"
+    adam = "adam"
+
+
+class PlanStatus(str, Enum):
+    optimal = "optimal"
+    feasible = "feasible"
+    timeout = "timeout"
+
+
+class IRModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class AccessProfile(IRModel):
+    """How a table's rows are hit: the papers' 17-bin histogram, or a Zipf exponent it can be derived from.
+
+    The histogram is the share of unique rows whose access count in one batch falls in (0,1], (1,2], (2,4], ...,
+    (2^14,2^15], >2^15 (see shardopt.core.stats). A Zipf exponent alone is a generator description: the histogram for a
+    given batch is derived from it.
+    """
+
+    histogram: list[float] | None = Field(default=None, description="17 shares of unique rows per access-count bin")
+    zipf: float | None = Field(default=None, ge=0, description="Zipf exponent of row popularity (0 = uniform)")
+
+    @field_validator("histogram")
+    @classmethod
+    def _check_histogram(cls, v: list[float] | None) -> list[float] | None:
+        if v is None:
+            return v
+        if len(v) != ACCESS_BINS:
+            raise ValueError(f"has {len(v)} bins, expected {ACCESS_BINS}")
+        for i, x in enumerate(v):
+            if not math.isfinite(x) or x < 0:
+                raise ValueError(f"bin {i} is {x}, expected a finite share >= 0")
+        s = sum(v)
+        if abs(s - 1.0) > 1e-3:
+            raise ValueError(f"shares sum to {s:.6g}, expected 1")
+        return v
+
+    @field_validator("zipf")
+    @classmethod
+    def _check_zipf(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"{v} is not finite")
+        return v
+
+    @model_validator(mode="after")
+    def _one_of(self) -> AccessProfile:
+        if self.histogram is None and self.zipf is None:
+            raise ValueError("give 'histogram' (17 shares) or 'zipf' (an exponent)")
+        return self
+
+
+class Table(IRModel):
+    name: str = Field(min_length=1)
+    rows: int = Field(ge=1, description="hash size: number of embedding rows")
+    dim: int = Field(ge=DIM_ALIGNMENT, description="embedding dimension, a multiple of 4")
+    pooling_factor: float = Field(ge=0, description="mean lookups per sample (bag length)")
+    access: AccessProfile
+    dtype: Dtype | None = Field(default=None, description="weight dtype; the workload's weight_dtype when absent")
+
+    @field_validator("dim")
+    @classmethod
+    def _check_dim(cls, v: int) -> int:
+        if v % DIM_ALIGNMENT:
+            raise ValueError(f"{v} is not a multiple of {DIM_ALIGNMENT}")
+        return v
+
+    @field_validator("pooling_factor")
+    @classmethod
+    def _check_pooling(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"{v} is not finite")
+        return v
+
+
+class Topology(IRModel):
+    num_devices: int = Field(ge=1)
+    devices_per_host: int = Field(ge=1)
+    memory_bytes: int | list[int] = Field(description="per-device memory: one value for all, or one per device")
+    hardware: str = Field(description="hardware profile name: " + ", ".join(sorted(PROFILES)))
+    intra_host_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of NVLink")
+    inter_host_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of the network")
+
+    @field_validator("hardware")
+    @classmethod
+    def _check_hardware(cls, v: str) -> str:
+        if v not in PROFILES:
+            raise ValueError(f"{v!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
+        return v
+
+    @field_validator("memory_bytes")
+    @classmethod
+    def _check_memory(cls, v: int | list[int]) -> int | list[int]:
+        values = v if isinstance(v, list) else [v]
+        for i, m in enumerate(values):
+            if m <= 0:
+                where = f"[{i}]: " if isinstance(v, list) else ""
+                raise ValueError(f"{where}{m} must be > 0")
+        return v
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Topology:
+        if isinstance(self.memory_bytes, list) and len(self.memory_bytes) != self.num_devices:
+            raise ValueError(
+                f"memory_bytes: {len(self.memory_bytes)} values for {self.num_devices} devices"
+            )
+        return self
+
+    def capacity(self, device: int) -> int:
+        m = self.memory_bytes
+        return m[device] if isinstance(m, list) else m
+
+    def capacities(self) -> list[int]:
+        return [self.capacity(d) for d in range(self.num_devices)]
+
+    def host_of(self, device: int) -> int:
+        return device // self.devices_per_host
+
+    @property
+    def num_hosts(self) -> int:
+        return -(-self.num_devices // self.devices_per_host)
+
+
+class Workload(IRModel):
+    batch_size: int = Field(ge=1, description="global batch size per iteration")
+    optimizer: Optimizer = Optimizer.rowwise_adagrad
+    weight_dtype: Dtype = Dtype.fp32
+
+
+def check_unique_names(tables: list[Any]) -> None:
+    """Table names are how plans refer to tables: a repeat is an error naming both places."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tables):
+        if t.name in seen:
+            raise ValueError(f"tables[{i}].name: {t.name!r} repeats tables[{seen[t.name]}].name")
+        seen[t.name] = i
+
+
+class Instance(IRModel):
+    """Tables + topology + workload: one min-max partitioning problem."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["instance"] = "instance"
+    name: str = ""
+    tables: list[Table] = Field(min_length=1)
+    topology: Topology
+    workload: Workload
+    metadata: dict[str, Any] = Field(default_factory=dict, description="free: suite, family, seed, provenance")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Instance:
+        check_unique_names(self.tables)
+        return self
+
+    def table_dtype(self, table: Table) -> Dtype:
+        return table.dtype or self.workload.weight_dtype
+
+    def table_index(self) -> dict[str, int]:
+        return {t.name: i for i, t in enumerate(self.tables)}
+
+    def content_hash(self) -> str:
+        """A short stable hash of the problem (not its name or metadata), to tie plans and results to it."""
+        body = self.model_dump(mode="json", exclude={"name", "metadata"})
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Shard(IRModel):
+    """One slice of a table on one device.
+
+    Table-wise: one shard with the defaults (whole table). Column-wise: several shards with column ranges.
+    Row-wise: row ranges. Data-parallel: a whole-table shard on every device, each marked `replicated`.
+    `cols` / `rows` absent mean "to the end of the table".
+    """
+
+    table: str = Field(min_length=1)
+    device: int = Field(ge=0)
+    col_offset: int = Field(default=0, ge=0)
+    cols: int | None = Field(default=None, ge=1)
+    row_offset: int = Field(default=0, ge=0)
+    rows: int | None = Field(default=None, ge=1)
+    replicated: bool = False
+
+    def col_range(self, table: Table) -> tuple[int, int]:
+        width = table.dim - self.col_offset if self.cols is None else self.cols
+        return self.col_offset, self.col_offset + width
+
+    def row_range(self, table: Table) -> tuple[int, int]:
+        height = table.rows - self.row_offset if self.rows is None else self.rows
+        return self.row_offset, self.row_offset + height
+
+    def width(self, table: Table) -> int:
+        a, b = self.col_range(table)
+        return b - a
+
+    def height(self, table: Table) -> int:
+        a, b = self.row_range(table)
+        return b - a
+
+
+class Plan(IRModel):
+    """A placement of every table's shards, and how it was found."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["plan"] = "plan"
+    instance: str = Field(default="", description="content hash of the instance this plan is for")
+    solver: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+    cost_model: str | None = None
+    seed: int | None = None
+    wall_time_s: float = Field(default=0.0, ge=0)
+    status: PlanStatus = PlanStatus.feasible
+    lower_bound: float | None = None
+    predicted_cost: float | None = None
+    shards: list[Shard] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON I/O with errors that name the field and the value
+
+
+_UNION_TAGS = {"int", "float", "str", "bool", "none"}
+
+
+def _loc_to_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part) in _UNION_TAGS or "[" in str(part) or "(" in str(part):
+            continue  # pydantic's union-member tags ("int", "list[int]"): not part of the user's path
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(document)"
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        loc = tuple(err.get("loc", ()))
+        path = _loc_to_path(loc)
+        msg = str(err.get("msg", "invalid"))
+        etype = err.get("type", "")
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+            line = f"{_join_path(path, msg)}"
+        elif etype == "missing":
+            line = f"{path}: required field is missing"
+        elif etype == "extra_forbidden":
+            line = f"{path}: unknown field"
+        else:
+            value = err.get("input")
+            shown = json.dumps(value) if _jsonable(value) else repr(value)
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            line = f"{path}: {shown}: {msg[0].lower() + msg[1:] if msg else msg}"
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return lines
+
+
+_SUBPATH = re.compile(r"^(\[\d+\]|[A-Za-z_]\w*(\[\d+\])?(\.\w+(\[\d+\])?)*): ")
+
+
+def _join_path(path: str, msg: str) -> str:
+    """Validators of a whole object name the sub-field they mean ("memory_bytes: ..."): fold it into the path."""
+    m = _SUBPATH.match(msg)
+    if not m:
+        return f"{path}: {msg}"
+    sub, rest = m.group(1), msg[m.end() :]
+    if path == "(document)":
+        return f"{sub}: {rest}"
+    return f"{path}{sub}: {rest}" if sub.startswith("[") else f"{path}.{sub}: {rest}"
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def validate_document(cls: type[BaseModel], data: Any, source: str | None = None) -> Any:
+    """Validate `data` as a document of model `cls` (which has `kind` and `schema_version`); IRError otherwise."""
+    if not isinstance(data, dict):
+        raise IRError([f"(document): expected a JSON object, got {type(data).__name__}"], source)
+    kind = data.get("kind")
+    expected = cls.model_fields["kind"].default
+    if kind is not None and kind != expected:
+        raise IRError([f"kind: {kind!r} is not {expected!r}"], source)
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise IRError([f"schema_version: {version!r} is not supported (this shardopt reads {SCHEMA_VERSION})"], source)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise IRError(_format_errors(exc), source) from None
+
+
+def instance_from_dict(data: Any, source: str | None = None) -> Instance:
+    return validate_document(Instance, data, source)
+
+
+def plan_from_dict(data: Any, source: str | None = None) -> Plan:
+    return validate_document(Plan, data, source)
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; IRError (not a stack trace) when it is missing or not JSON."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise IRError(["no such file"], str(p)) from None
+    except IsADirectoryError:
+        raise IRError(["is a directory, expected a JSON file"], str(p)) from None
+    except (PermissionError, UnicodeDecodeError, OSError) as exc:
+        raise IRError([f"cannot be read ({exc.__class__.__name__}: {exc})"], str(p)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IRError([f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"], str(p)) from None
+
+
+def load_instance(path: str | Path) -> Instance:
+    return instance_from_dict(read_json(path), str(path))
+
+
+def load_plan(path: str | Path) -> Plan:
+    return plan_from_dict(read_json(path), str(path))
+
+
+def load_document(path: str | Path) -> Instance | Plan:
+    """An instance or a plan, told apart by the document's `kind`."""
+    data = read_json(path)
+    if isinstance(data, dict) and data.get("kind") == "plan":
+        return plan_from_dict(data, str(path))
+    if isinstance(data, dict) and "shards" in data and "tables" not in data:
+        return plan_from_dict(data, str(path))
+    return instance_from_dict(data, str(path))
+
+
+def to_dict(doc: Instance | Plan) -> dict[str, Any]:
+    return doc.model_dump(mode="json", exclude_none=True)
+
+
+def dumps(doc: BaseModel, indent: int | None = 1) -> str:
+    """JSON text of a document. With an indent, each element of a top-level list (tables, shards) sits on one line:
+    an 856-table instance stays small and a diff of two plans stays readable."""
+    body = doc.model_dump(mode="json", exclude_none=True)
+    if indent is None:
+        return json.dumps(body)
+    return dumps_document(body, indent)
+
+
+def dumps_document(body: dict[str, Any], indent: int = 1) -> str:
+    return _dump_value(body, indent, 0)
+
+
+def _dump_value(value: Any, indent: int, level: int) -> str:
+    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
+    if isinstance(value, dict) and value:
+        parts = [f"{inner}{json.dumps(k)}: {_dump_value(v, indent, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(parts) + f"\n{pad}}}"
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        items = f",\n{inner}".join(json.dumps(v, separators=(",", ":")) for v in value)
+        return f"[\n{inner}{items}\n{pad}]"
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def save(doc: BaseModel, path: str | Path) -> None:
+    Path(path).write_text(dumps(doc) + "\n")
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of both document kinds (`shardopt schema`)."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "shardopt documents",
+        "schema_version": SCHEMA_VERSION,
+        "oneOf": [{"$ref": "#/$defs/Instance"}, {"$ref": "#/$defs/Plan"}],
+        "$defs": _merged_defs(),
+    }
+
+
+def _merged_defs() -> dict[str, Any]:
+    defs: dict[str, Any] = {}
+    for cls in (Instance, Plan):
+        schema = cls.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(schema.pop("$defs", {}))
+        defs[cls.__name__] = schema
+    return defs

@@ -1,0 +1,165 @@
+"""The plan checker: the one gate every solver's result goes through before anyone sees it.
+
+A plan is valid when every column of every row of every table is covered exactly once (replicas aside), every
+shard's width is a multiple of 4 (fbgemm's alignment), every shard lies inside its table and on a real device, and
+every device's memory (weights + optimizer state, see shardopt.core.memory) fits. Each violation names the table and the
+device, so a user (or a solver author) can see what went wrong without reading code.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan, Shard, Table
+from shardopt.core.memory import shard_bytes
+
+
+@dataclass(frozen=True)
+class PlanViolation:
+    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | memory
+    message: str
+    table: str | None = None
+    device: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class PlanCheck:
+    violations: list[PlanViolation] = field(default_factory=list)
+    memory_use: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class PlanError(ValueError):
+    """A plan that breaks the rules; `violations` lists every problem found."""
+
+    def __init__(self, violations: list[PlanViolation], context: str | None = None):
+        self.violations = violations
+        self.context = context
+        shown = "\n".join("  " + v.message for v in violations[:20])
+        more = f"\n  ... and {len(violations) - 20} more" if len(violations) > 20 else ""
+        where = f"{context}: " if context else ""
+        super().__init__(f"{where}invalid plan: {len(violations)} violation(s):\n{shown}{more}")
+
+
+def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
+    """Every violation of `plan` against `instance` (an empty list when the plan is valid), and memory per device."""
+    shards = plan.shards if isinstance(plan, Plan) else plan
+    topo = instance.topology
+    n_dev = topo.num_devices
+    index = instance.table_index()
+    out: list[PlanViolation] = []
+    use = np.zeros(n_dev, dtype=np.int64)
+    by_table: dict[str, list[Shard]] = defaultdict(list)
+
+    for k, s in enumerate(shards):
+        i = index.get(s.table)
+        if i is None:
+            out.append(PlanViolation("unknown_table", f"shards[{k}]: table {s.table!r} is not in the instance", s.table, s.device))
+            continue
+        t = instance.tables[i]
+        if s.device >= n_dev:
+            out.append(
+                PlanViolation("bad_device", f"table {s.table!r}: shard on device {s.device}, but the topology has devices 0..{n_dev - 1}", s.table, s.device)
+            )
+        c0, c1 = s.col_range(t)
+        r0, r1 = s.row_range(t)
+        if c0 % DIM_ALIGNMENT or (c1 - c0) % DIM_ALIGNMENT:
+            out.append(
+                PlanViolation("alignment", f"table {s.table!r} on device {s.device}: columns [{c0}, {c1}) are not aligned to multiples of {DIM_ALIGNMENT}", s.table, s.device)
+            )
+        if c1 <= c0 or c1 > t.dim:
+            out.append(PlanViolation("out_of_bounds", f"table {s.table!r} on device {s.device}: columns [{c0}, {c1}) outside [0, {t.dim})", s.table, s.device))
+            continue
+        if r1 <= r0 or r1 > t.rows:
+            out.append(PlanViolation("out_of_bounds", f"table {s.table!r} on device {s.device}: rows [{r0}, {r1}) outside [0, {t.rows})", s.table, s.device))
+            continue
+        by_table[s.table].append(s)
+        if s.device < n_dev:
+            use[s.device] += shard_bytes(instance, t, s)
+
+    for t in instance.tables:
+        out.extend(_check_coverage(instance, t, by_table.get(t.name, [])))
+
+    for d in range(n_dev):
+        cap = topo.capacity(d)
+        if use[d] > cap:
+            names = sorted({s.table for s in shards if s.device == d and s.table in index})
+            listed = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            out.append(
+                PlanViolation(
+                    "memory",
+                    f"device {d}: {int(use[d]):,} bytes of shards ({listed}) exceed its {cap:,} bytes by {int(use[d] - cap):,}",
+                    names[0] if names else None,
+                    d,
+                )
+            )
+    return PlanCheck(out, use)
+
+
+def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[PlanViolation]:
+    name = t.name
+    if not shards:
+        return [PlanViolation("coverage", f"table {name!r} is not placed on any device", name, None)]
+    replicas = [s for s in shards if s.replicated]
+    if replicas:
+        out: list[PlanViolation] = []
+        if len(replicas) != len(shards):
+            out.append(PlanViolation("replication", f"table {name!r} mixes replicated and sharded placements", name, None))
+        devices = [s.device for s in replicas]
+        n_dev = instance.topology.num_devices
+        for s in replicas:
+            if s.col_range(t) != (0, t.dim) or s.row_range(t) != (0, t.rows):
+                out.append(PlanViolation("replication", f"table {name!r}: a replica on device {s.device} is not the whole table", name, s.device))
+        missing = sorted(set(range(n_dev)) - set(devices))
+        if missing:
+            out.append(PlanViolation("replication", f"table {name!r} is replicated but has no replica on device(s) {missing[:8]}", name, missing[0]))
+        dup = sorted({d for d in devices if devices.count(d) > 1})
+        if dup:
+            out.append(PlanViolation("replication", f"table {name!r} has more than one replica on device(s) {dup[:8]}", name, dup[0]))
+        return out
+
+    out = []
+    rects = [(s.row_range(t), s.col_range(t), s.device) for s in shards]
+    for a in range(len(rects)):
+        (ra0, ra1), (ca0, ca1), da = rects[a]
+        for b in range(a + 1, len(rects)):
+            (rb0, rb1), (cb0, cb1), db = rects[b]
+            if ra0 < rb1 and rb0 < ra1 and ca0 < cb1 and cb0 < ca1:
+                out.append(
+                    PlanViolation(
+                        "overlap",
+                        f"table {name!r}: shards on devices {da} and {db} both cover rows [{max(ra0, rb0)}, {min(ra1, rb1)}) x columns [{max(ca0, cb0)}, {min(ca1, cb1)})",
+                        name,
+                        db,
+                    )
+                )
+    if not out:
+        area = sum((r1 - r0) * (c1 - c0) for (r0, r1), (c0, c1), _ in rects)
+        if area != t.rows * t.dim:
+            # disjoint shards inside the table: the area shortfall is exactly the uncovered part
+            out.append(
+                PlanViolation(
+                    "coverage",
+                    f"table {name!r}: shards cover {area:,} of its {t.rows * t.dim:,} cells ({t.rows} rows x {t.dim} columns); some rows or columns are on no device",
+                    name,
+                    None,
+                )
+            )
+    return out
+
+
+def assert_valid_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
+    """The check, raising PlanError when anything is wrong."""
+    result = check_plan(instance, plan)
+    if not result.ok:
+        raise PlanError(result.violations)
+    return result

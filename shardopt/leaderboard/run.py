@@ -1,0 +1,256 @@
+"""Running a leaderboard: every (instance, solver, seed) of a suite solved and judged the same way in worker
+processes, each row handed to the one writer (shardopt.leaderboard.store); the suite's certified bounds beside them."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from shardopt.leaderboard.store import BOUND_COLUMNS, BOUND_KIND, FAILED_STATUSES, LeaderboardError, SUITE_MANIFEST, check_db_path, code_version, connect, finished_keys, insert_row
+
+# ---------------------------------------------------------------------------------------------------------------
+# running
+
+
+def suite_files(suite_dir: Path) -> list[Path]:
+    suite_dir = Path(suite_dir)
+    if not suite_dir.is_dir():
+        raise LeaderboardError(f"SUITE_DIR: {suite_dir} is not a directory")
+    files = sorted(p for p in suite_dir.glob("*.json") if p.name != SUITE_MANIFEST)
+    if not files:
+        raise LeaderboardError(f"SUITE_DIR: {suite_dir} holds no instance files (*.json)")
+    return files
+
+
+@dataclass(frozen=True)
+class Task:
+    suite: str
+    path: str
+    instance_hash: str
+    solver: str
+    seed: int
+    backend: str
+    cost_model: str
+    time_limit: float | None
+
+
+def solve_task(task: Task) -> dict[str, Any]:
+    """Solve and judge one (instance, solver, seed): the row to store. Runs in a worker process."""
+    from costmodels.registry import get_cost_model
+    from shardopt.measure.evaluate import evaluate_plan
+    from shardopt.core.ir import load_instance
+    from solvers.registry import get_solver
+
+    instance = load_instance(task.path)
+    row: dict[str, Any] = {
+        "suite": task.suite, "instance_file": Path(task.path).name, "instance_name": instance.name,
+        "instance_hash": task.instance_hash, "solver": task.solver, "seed": task.seed, "backend": task.backend,
+        "cost_model": task.cost_model, "time_limit": task.time_limit, "code_version": code_version(),
+    }
+    model = get_cost_model(task.cost_model)
+    solver = get_solver(task.solver)
+    row["params"] = json.dumps(solver.params(), sort_keys=True, default=str)
+    start = time.perf_counter()
+    try:
+        result = solver.solve(instance, model, time_limit=task.time_limit, seed=task.seed)
+    except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost one
+        row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
+    else:
+        row.update(status=result.status.value, reason=result.reason, solve_time_s=result.wall_time_s,
+                   lower_bound=result.lower_bound)
+        if result.status.has_plan and result.plan is not None:
+            try:
+                ev = evaluate_plan(instance, result.plan, backend=task.backend)
+            except Exception as exc:  # noqa: BLE001 - an invalid plan is a failure of the solver
+                row.update(status="judge_error", reason=f"{type(exc).__name__}: {exc}")
+            else:
+                row.update(judge=ev.judge, columns=json.dumps(ev.costs.columns.tolist()),
+                           max_cost_ms=ev.costs.max_cost, critical_path_ms=ev.costs.critical_path)
+    row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return row
+
+
+@dataclass
+class RunSummary:
+    total: int
+    skipped: int
+    done: int = 0
+    failed: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, cost_model: str,
+               time_limit: float | None) -> list[Task]:
+    from costmodels.registry import get_cost_model
+    from shardopt.measure.evaluate import BACKENDS
+    from shardopt.core.ir import load_instance
+    from solvers.registry import UnknownSolverError, solver_names
+
+    if not solvers:
+        raise LeaderboardError("--solvers: no solver named")
+    for s in solvers:
+        if s not in solver_names():
+            raise UnknownSolverError(s)
+    if backend not in BACKENDS:
+        raise LeaderboardError(f"--backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    if seeds < 1:
+        raise LeaderboardError(f"--seeds: {seeds} must be >= 1")
+    get_cost_model(cost_model)  # raises UnknownCostModelError early
+    suite = Path(suite_dir).resolve().name
+    tasks = []
+    for f in suite_files(suite_dir):
+        h = load_instance(f).content_hash()
+        for s in solvers:
+            for seed in range(seeds):
+                tasks.append(Task(suite, str(f), h, s, seed, backend, cost_model, time_limit))
+    return tasks
+
+
+def run_leaderboard(
+    suite_dir: Path,
+    solvers: list[str],
+    db: Path,
+    *,
+    backend: str = "sim",
+    cost_model: str = "analytic",
+    seeds: int = 1,
+    time_limit: float | None = None,
+    jobs: int = 1,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunSummary:
+    """Solve and judge every unfinished (instance, solver, seed) of `suite_dir`, one committed row each."""
+    check_db_path(db)
+    if jobs < 1:
+        raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
+    tasks = plan_tasks(suite_dir, solvers, seeds, backend, cost_model, time_limit)
+    con = connect(db)
+    try:
+        done_keys = finished_keys(con)
+        todo = [t for t in tasks if (t.instance_hash, t.solver, t.seed, t.backend, t.cost_model) not in done_keys]
+        summary = RunSummary(total=len(tasks), skipped=len(tasks) - len(todo))
+        if progress:
+            progress(summary.skipped, summary.total)
+
+        def record(row: dict[str, Any]) -> None:
+            insert_row(con, row)
+            summary.done += 1
+            summary.failed += row["status"] in FAILED_STATUSES
+            summary.rows.append(row)
+            if progress:
+                progress(summary.skipped + summary.done, summary.total)
+            if on_row:
+                on_row(row)
+
+        if jobs == 1 or len(todo) <= 1:
+            for t in todo:
+                record(solve_task(t))
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                pending = set()
+                queue = iter(todo)
+                try:
+                    for t in queue:  # keep at most 2 x jobs in flight, so an interrupted run wastes little
+                        pending.add(pool.submit(solve_task, t))
+                        if len(pending) >= 2 * jobs:
+                            break
+                    while pending:
+                        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            record(fut.result())
+                            nxt = next(queue, None)
+                            if nxt is not None:
+                                pending.add(pool.submit(solve_task, nxt))
+                except BaseException:
+                    for fut in pending:
+                        fut.cancel()
+                    raise
+    finally:
+        con.close()
+    return summary
+
+
+def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_limit: float) -> dict[str, Any]:
+    """The certified analytic bound of one instance (solvers.analytic_bound), as a row of the bounds table."""
+    from costmodels.registry import get_cost_model
+    from shardopt.core.ir import load_instance
+    from solvers.analytic_bound import analytic_lower_bound
+
+    row: dict[str, Any] = {"suite": suite, "instance_file": Path(path).name, "instance_hash": instance_hash,
+                           "cost_model": cost_model, "kind": BOUND_KIND, "time_limit": time_limit, "code_version": code_version()}
+    start = time.perf_counter()
+    try:
+        b = analytic_lower_bound(load_instance(path), get_cost_model(cost_model), time_limit=time_limit)
+    except Exception as exc:  # noqa: BLE001 - a failed bound is a row saying why, never a lost run
+        row.update(status="error", reason=f"{type(exc).__name__}: {exc}", time_s=time.perf_counter() - start)
+    else:
+        ok = b.status != "infeasible"
+        weak = "HiGHS proved nothing in time: the table-cut bound alone (solvers.analytic_bound.table_cut_bound)"
+        row.update(status=b.status, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
+                   reason=b.reason if not ok else (weak if b.source == "table cuts" else None))
+    row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return row
+
+
+def check_bound_request(backend: str, cost_model: str, time_limit: float) -> None:
+    """Bounds are of the analytic model: only for its simulated judge."""
+    from costmodels.analytic import AnalyticCostModel
+    from costmodels.registry import get_cost_model
+
+    if backend != "sim":
+        raise LeaderboardError(f"--bounds: the certified bound is of the analytic model, but the judge here is the {backend!r} "
+                               f"backend (measured); use --backend sim")
+    if not isinstance(get_cost_model(cost_model), AnalyticCostModel):
+        raise LeaderboardError(f"--bounds: the certified bound is of the analytic model, not of --cost-model {cost_model!r}")
+    if time_limit <= 0:
+        raise LeaderboardError(f"--bound-time-limit: {time_limit} must be > 0")
+
+
+def compute_bounds(
+    suite_dir: Path,
+    db: Path,
+    *,
+    backend: str = "sim",
+    cost_model: str = "analytic",
+    time_limit: float = 10.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunSummary:
+    """The certified lower bound of every instance of `suite_dir` not yet in the store's bounds table: what the
+    reports divide each solver's cost by. Only for the simulated judge of the analytic model (the bound is of the
+    analytic formulas; a measured judge or another model is not bounded by it)."""
+    from shardopt.core.ir import load_instance
+
+    check_db_path(db)
+    check_bound_request(backend, cost_model, time_limit)
+    suite = Path(suite_dir).resolve().name
+    files = suite_files(suite_dir)
+    con = connect(db)
+    try:
+        have = {tuple(r) for r in con.execute("SELECT instance_hash, cost_model FROM bounds WHERE kind = ?", (BOUND_KIND,))}
+        todo = []
+        for f in files:
+            h = load_instance(f).content_hash()
+            if (h, cost_model) not in have:
+                todo.append((str(f), h))
+        summary = RunSummary(total=len(files), skipped=len(files) - len(todo))
+        if progress:
+            progress(summary.skipped, summary.total)
+        for path, h in todo:
+            row = bound_row(suite, path, h, cost_model, time_limit)
+            con.execute(f"INSERT OR IGNORE INTO bounds ({', '.join(BOUND_COLUMNS)}) VALUES ({', '.join('?' for _ in BOUND_COLUMNS)})",
+                        [row.get(c) for c in BOUND_COLUMNS])
+            con.commit()
+            summary.done += 1
+            summary.failed += row["value_ms"] is None
+            summary.rows.append(row)
+            if progress:
+                progress(summary.skipped + summary.done, summary.total)
+    finally:
+        con.close()
+    return summary

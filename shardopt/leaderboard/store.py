@@ -1,0 +1,184 @@
+"""The leaderboard's SQLite store: one row per (instance_hash, solver, seed, backend, cost_model), committed as
+soon as it is done, so a run killed at any moment loses at most the rows in flight and a re-run skips every finished
+row. Only the parent process writes (WAL mode, with a busy timeout for concurrent runs)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+
+
+SUITE_MANIFEST = "suite.json"
+FAILED_STATUSES = ("infeasible", "no_solution", "judge_error", "error")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    suite TEXT NOT NULL,
+    instance_file TEXT NOT NULL,
+    instance_name TEXT NOT NULL,
+    instance_hash TEXT NOT NULL,
+    solver TEXT NOT NULL,
+    params TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    cost_model TEXT NOT NULL,
+    judge TEXT,
+    time_limit REAL,
+    columns TEXT,
+    max_cost_ms REAL,
+    critical_path_ms REAL,
+    solve_time_s REAL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    lower_bound REAL,
+    code_version TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (instance_hash, solver, seed, backend, cost_model)
+)
+"""
+
+BOUNDS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS bounds (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    suite TEXT NOT NULL,
+    instance_file TEXT NOT NULL,
+    instance_hash TEXT NOT NULL,
+    cost_model TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    value_ms REAL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    covers TEXT,
+    time_limit REAL,
+    time_s REAL,
+    code_version TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (instance_hash, cost_model, kind)
+)
+"""
+BOUND_KIND = "analytic"  # solvers.analytic_bound: every table- and column-wise plan, analytic model
+BOUND_COLUMNS = ("suite", "instance_file", "instance_hash", "cost_model", "kind", "value_ms", "status", "reason", "covers",
+                 "time_limit", "time_s", "code_version", "created_at")
+
+COLUMNS = (
+    "suite", "instance_file", "instance_name", "instance_hash", "solver", "params", "seed", "backend", "cost_model",
+    "judge", "time_limit", "columns", "max_cost_ms", "critical_path_ms", "solve_time_s", "status", "reason",
+    "lower_bound", "code_version", "created_at",
+)
+
+
+class LeaderboardError(ValueError):
+    """Bad input to a leaderboard run or report (bad db path, empty suite, unknown solver, empty store)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the store
+
+
+def check_db_path(db: Path, must_exist: bool = False) -> None:
+    db = Path(db)
+    if must_exist:
+        if not db.is_file():
+            raise LeaderboardError(f"--db: {db} does not exist (run `shardopt leaderboard run` first)")
+        return
+    if db.is_dir():
+        raise LeaderboardError(f"--db: {db} is a directory, not a database file")
+    parent = db.parent if str(db.parent) else Path(".")
+    if not parent.is_dir():
+        raise LeaderboardError(f"--db: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+        raise LeaderboardError(f"--db: {db} is not writable")
+
+
+def connect(db: Path) -> sqlite3.Connection:
+    """Open the store (WAL, so runs can share it) and create its tables. Two runs starting on a new file race for
+    the journal-mode switch, which SQLite answers "database is locked" without waiting: that is retried."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        con = None
+        try:
+            con = sqlite3.connect(str(db), timeout=60.0)
+            con.execute("PRAGMA busy_timeout = 60000")
+            con.execute("PRAGMA journal_mode = WAL")
+            con.execute(SCHEMA)
+            con.execute(BOUNDS_SCHEMA)
+            con.commit()
+            return con
+        except sqlite3.OperationalError as exc:
+            if con is not None:
+                con.close()
+            if "locked" in str(exc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise LeaderboardError(f"--db: {db}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            if con is not None:
+                con.close()
+            raise LeaderboardError(f"--db: {db}: {exc}") from None
+
+
+def finished_keys(con: sqlite3.Connection) -> set[tuple[str, str, int, str, str]]:
+    rows = con.execute("SELECT instance_hash, solver, seed, backend, cost_model FROM results").fetchall()
+    return {tuple(r) for r in rows}  # type: ignore[misc]
+
+
+def insert_row(con: sqlite3.Connection, row: dict[str, Any]) -> bool:
+    """Insert one row and commit; False when an equal key was already there (another run finished it first)."""
+    cur = con.execute(
+        f"INSERT OR IGNORE INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})",
+        [row.get(c) for c in COLUMNS],
+    )
+    con.commit()
+    return cur.rowcount == 1
+
+
+def load_rows(db: Path) -> list[dict[str, Any]]:
+    check_db_path(db, must_exist=True)
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60.0)
+        con.row_factory = sqlite3.Row
+        rows = [dict(r) for r in con.execute("SELECT * FROM results ORDER BY suite, instance_file, solver, seed")]
+        con.close()
+    except sqlite3.DatabaseError as exc:
+        raise LeaderboardError(f"--db: {db}: not a leaderboard database ({exc})") from None
+    if not rows:
+        raise LeaderboardError(f"--db: {db} holds no results")
+    return rows
+
+
+def load_bounds(db: Path) -> dict[tuple[str, str], float]:
+    """{(instance_hash, cost_model): certified bound (ms)} from the store's bounds table (empty if it has none)."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60.0)
+        got = con.execute("SELECT instance_hash, cost_model, value_ms FROM bounds WHERE kind = ? AND value_ms IS NOT NULL",
+                          (BOUND_KIND,)).fetchall()
+        con.close()
+    except sqlite3.OperationalError:  # a store written before bounds existed
+        return {}
+    return {(h, cm): float(v) for h, cm, v in got}
+
+
+_VERSION: str | None = None
+
+
+def code_version() -> str:
+    global _VERSION
+    if _VERSION is None:
+        from shardopt import __version__
+
+        try:
+            out = subprocess.run(
+                ["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parent,
+                capture_output=True, text=True, timeout=10, check=False,
+            )
+            git = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+        except (OSError, subprocess.SubprocessError):
+            git = "unknown"
+        _VERSION = f"{__version__}+{git}"
+    return _VERSION

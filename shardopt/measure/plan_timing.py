@@ -1,0 +1,125 @@
+"""Timing whole plans on a measured backend: each plan's devices built as kernels, the all-to-all modelled beside
+them, and all of it measured interleaved (shardopt.measure.interleaved). Shared by `evaluate` (one plan) and
+`compare` (several plans, paired).
+
+The judge times exactly the instance's workload: its batch, its tables' rows. A machine that cannot hold that is told
+so before anything is built (`MemoryShortError`), with the way out: `shardopt scale`, which makes a smaller instance
+that the solvers are then given too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardopt.core.ir import Instance, Plan, Shard
+from shardopt.core.memory import shard_bytes
+from shardopt.measure.backends.base import TimingBackend, TimingSettings
+from shardopt.measure.confidence import StopRule
+from shardopt.measure.interleaved import (
+    MEMORY_SHARE,
+    Measurement,
+    available_memory_bytes,
+    machine_state,
+    measure_interleaved,
+    pinned_cpu,
+)
+
+INDEX_BYTES = 8  # int64 indices of the traces
+
+
+class MeasureError(ValueError):
+    """A measurement that cannot be taken as asked (a user error: the message says what to change)."""
+
+
+class MemoryShortError(MeasureError):
+    pass
+
+
+def timing_backend(name: str) -> TimingBackend:
+    if name == "cpu":
+        from shardopt.measure.backends.cpu import CpuBackend
+
+        return CpuBackend()
+    if name == "cuda":
+        from shardopt.measure.backends.cuda import CudaBackend
+
+        return CudaBackend()
+    raise MeasureError(f"backend {name!r} is not a measured backend (cpu, cuda)")
+
+
+def shards_by_device(instance: Instance, plan: Plan) -> list[list[Shard]]:
+    out: list[list[Shard]] = [[] for _ in range(instance.topology.num_devices)]
+    for s in plan.shards:
+        out[s.device].append(s)
+    return out
+
+
+def modelled_comm(instance: Instance, plan: Plan) -> np.ndarray:
+    """[devices, 2]: forward and backward all-to-all (ms) of the analytic model of the instance's own profile."""
+    from costmodels.analytic import AnalyticCostModel
+
+    return AnalyticCostModel().plan_costs(instance, plan).columns[:, 2:4].copy()
+
+
+def host_bytes_needed(instance: Instance, plans: Sequence[Plan]) -> int:
+    """What building every device kernel of every plan takes in host memory: weights and optimizer state, the
+    index traces, and the pooled outputs and their gradients."""
+    index = instance.table_index()
+    batch = instance.workload.batch_size
+    total = 0
+    for plan in plans:
+        for s in plan.shards:
+            t = instance.tables[index[s.table]]
+            total += shard_bytes(instance, t, s)
+            total += int(batch * t.pooling_factor) * INDEX_BYTES + (batch + 1) * INDEX_BYTES
+            total += 2 * batch * s.width(t) * 4
+    return total
+
+
+def check_memory(instance: Instance, plans: Sequence[Plan], backend: str) -> None:
+    if backend != "cpu":
+        return  # a GPU's own memory is checked by the kernel allocation, which names the device
+    need = host_bytes_needed(instance, plans)
+    have = available_memory_bytes()
+    if have is not None and need > MEMORY_SHARE * have:
+        raise MemoryShortError(
+            f"timing {len(plans)} plan(s) of this instance at its own workload (batch {instance.workload.batch_size}) "
+            f"needs about {need / 2**30:.2f} GiB of memory, more than {int(100 * MEMORY_SHARE)} % of the "
+            f"{have / 2**30:.2f} GiB available; make a smaller instance with `shardopt scale INSTANCE --batch-size B "
+            f"--max-rows R --out SMALL.json` and solve and judge that one")
+
+
+def timing_settings(instance: Instance, rule: StopRule, *, warmup: int, seed: int, threads: int) -> TimingSettings:
+    return TimingSettings(batch_size=instance.workload.batch_size, repeats=rule.fixed or 0, warmup=warmup, seed=seed,
+                          threads=threads, method=f"interleaved:{rule.key()}")
+
+
+def measure_plans(
+    instance: Instance,
+    plans: Sequence[Plan],
+    backend: str,
+    rule: StopRule,
+    *,
+    warmup: int = 3,
+    seed: int = 0,
+    threads: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Measurement, list[np.ndarray]]:
+    """Every device of every plan timed interleaved on `backend`; returns the measurement and, per plan, the
+    modelled all-to-all [devices, 2] that was added to each device's measured compute."""
+    check_memory(instance, plans, backend)
+    timer = timing_backend(backend)
+    settings = timing_settings(instance, rule, warmup=warmup, seed=seed, threads=threads)
+    comms = [modelled_comm(instance, plan) for plan in plans]
+    with pinned_cpu(threads, enabled=backend == "cpu") as pin:
+        machine = machine_state(pin.pinned, threads)
+        units: list[list[Any]] = [
+            [timer.prepare(instance, shards, settings) if shards else None for shards in shards_by_device(instance, plan)]
+            for plan in plans
+        ]
+        measurement = measure_interleaved(units, [c.sum(axis=1) for c in comms], rule, warmup=warmup, seed=seed,
+                                          machine=machine, progress=progress)
+    return measurement, comms

@@ -1,0 +1,169 @@
+"""The entry point: `analytic_lower_bound` picks the way to a bound (a counting argument, the symmetric LP, the
+full relaxation, the table cuts) and reports it as an `AnalyticBound`; `plan_gap` says how far a plan can at
+most be from the best covered plan.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from costmodels.analytic import AnalyticCostModel
+from costmodels.base import CostModel
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan
+from solvers.analytic_bound.context import AnalyticRelaxation
+from solvers.analytic_bound.milp import _pairs, build_relaxation
+from solvers.analytic_bound.solve import _solve_highs, relaxation_plan
+from solvers.analytic_bound.symmetric import devices_interchangeable, symmetric_lp_bound
+from solvers.analytic_bound.table_cuts import table_cut_bound
+from solvers.analytic_bound.terms import BoundError, ShardTerms
+
+COVERS = (
+    "every plan of table-wise and column-wise shards (any split into shards whose widths are multiples of "
+    f"{DIM_ALIGNMENT}, several shards of one table on one device included), under the analytic cost model; not "
+    "row-wise or data-parallel shards, not other cost models"
+)
+COVERS_TABLE_WISE = (
+    "every table-wise plan (each table whole on one device), under the analytic cost model; not column-, row-wise or "
+    "data-parallel shards, not other cost models"
+)
+FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only
+
+
+@dataclass
+class AnalyticBound:
+    """A certified lower bound of the analytic plan cost (ms) over the plans `covers` names.
+
+    status: "optimal" (the relaxation was solved to HiGHS's gap MIP_REL_GAP; value = its dual bound), "bound" (the
+    time limit came first; value = the dual bound proven by then, still a bound), "infeasible" (the relaxation has no
+    solution: no covered plan fits in memory; `reason` says why; value = +inf).
+    source: "relaxation" (HiGHS's bound of the relaxation), "symmetric LP" (its LP bound solved with the devices'
+    variables equal, `build_symmetric_lp`: for interchangeable devices, when the full relaxation is too large or its
+    LP ran out of time), or "table cuts" when nothing else was proven within the limit (value = `table_cut_bound`,
+    valid but weak).
+    """
+
+    value_ms: float
+    status: str
+    table_wise: bool
+    solver: str
+    time_s: float
+    covers: str
+    cost_model: str = "analytic"
+    relaxation_primal_ms: float | None = None  # the best solution of the relaxation found (>= value_ms)
+    lp_bound_ms: float | None = None  # the LP relaxation's optimum (<= value_ms)
+    plan_cost_ms: float | None = None  # analytic cost of the plan that solution describes (>= value_ms: a real plan)
+    plan: Plan | None = None  # that plan (`relaxation_plan`)
+    variables: int = 0
+    rows: int = 0
+    integer_variables: int = 0
+    multipliers: int = 0  # knapsack multipliers per device
+    reason: str | None = None
+    solver_message: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    source: str = "relaxation"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("plan")
+        if not math.isfinite(self.value_ms):
+            d["value_ms"] = None
+        return d
+
+
+def analytic_lower_bound(
+    instance: Instance,
+    cost_model: CostModel | None = None,
+    *,
+    time_limit: float = 10.0,
+    table_wise: bool = False,
+    backend: str = "highs",
+) -> AnalyticBound:
+    """A certified lower bound of the analytic max-device cost of every table- and column-wise plan of `instance`
+    (with `table_wise`: of every table-wise plan, a tighter bound of fewer plans). BoundError for a cost model other
+    than the analytic one or an unknown backend. The bound is HiGHS's dual bound of the relaxation at the time
+    limit, a bound whether or not the relaxation was solved to optimality."""
+    if backend != "highs":
+        raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
+    start = time.perf_counter()
+    ctx = AnalyticRelaxation(instance, cost_model)
+    model_name = (cost_model or AnalyticCostModel()).name
+    covers = COVERS_TABLE_WISE if table_wise else COVERS
+    reason = _memory_reason(instance, ctx.terms, table_wise)
+    if reason is not None:
+        return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
+                             model_name, reason=reason)
+    solver = "HiGHS (scipy.optimize.milp)"
+    symmetric = devices_interchangeable(instance)
+    sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
+    n_pairs = len(_pairs(instance, ctx.terms, table_wise)[0])
+    if symmetric and n_pairs > FULL_RELAXATION_MAX_PAIRS:
+        sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit))
+    if sym is not None and math.isfinite(sym):
+        # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
+        # full relaxation's LP bound (build_symmetric_lp)
+        return AnalyticBound(
+            value_ms=sym, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
+            cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
+            solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on)",
+        )
+    model, layout = build_relaxation(ctx, table_wise)
+    left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
+    res = _solve_highs(model, layout, left)
+    elapsed = time.perf_counter() - start
+    sizes = dict(variables=model.n_vars, rows=model.n_rows, integer_variables=int(sum(model.integer)), multipliers=len(ctx.lams))
+    if res["status"] == "infeasible":
+        why = ("no assignment of whole tables fits in the devices' memory (HiGHS proved the bin packing infeasible)" if table_wise else
+               "no split of the tables into column shards (widths multiples of 4) fits in the devices' memory "
+               "(HiGHS proved the memory rows of the relaxation infeasible)")
+        return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, reason=why,
+                             solver_message=res["message"], **sizes)
+    plan = relaxation_plan(ctx, layout, res["x"], model_name) if res["x"] is not None else None
+    plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
+    value, source, lp_bound = res["bound"], "relaxation", res["lp_bound"]
+    if lp_bound is None and symmetric:  # the full LP ran out of time: the same LP bound, the cheap way
+        sym = symmetric_lp_bound(ctx, table_wise, max(0.1, time_limit - (time.perf_counter() - start)))
+        if sym is not None and math.isfinite(sym):
+            lp_bound = sym
+            if sym > value:
+                value, source = sym, "symmetric LP"
+    if not math.isfinite(value):  # HiGHS proved nothing in time (not even the LP): the bound that needs no solver
+        value, source = table_cut_bound(ctx, table_wise), "table cuts"  # (its values computed for the relaxation's rows)
+    return AnalyticBound(
+        value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
+        cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,
+        solver_message=res["message"], source=source, **sizes,
+    )
+
+
+def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:
+    """Counting arguments that prove no covered plan fits: a table none of whose shards fits anywhere; the tables'
+    least bytes (one shard each) beyond the devices' total."""
+    caps = instance.topology.capacities()
+    opt = instance.workload.optimizer.value
+    for i, tab in enumerate(instance.tables):
+        need = terms.mem_col[i] * (tab.dim if table_wise else DIM_ALIGNMENT) + terms.mem_fixed[i]
+        if need > max(caps):
+            what = "the whole table" if table_wise else f"even a {DIM_ALIGNMENT}-column shard"
+            return (f"table {tab.name!r}: {what} needs {int(need):,} bytes (weights and {opt} state) but the largest device "
+                    f"holds {max(caps):,} bytes")
+    least = float((terms.mem_col * terms.dims + terms.mem_fixed).sum())
+    if least > sum(caps):
+        return (f"the tables need at least {int(least):,} bytes (weights and {opt} state, one shard each) but the "
+                f"{len(caps)} devices hold {sum(caps):,}: short by {int(least - sum(caps)):,} bytes")
+    return None
+
+
+def plan_gap(instance: Instance, plan_cost: float | Plan, bound: AnalyticBound | float, cost_model: CostModel | None = None) -> float:
+    """(cost - bound) / cost: how far a plan can at most be from the best covered plan. `plan_cost` may be a Plan,
+    judged by the analytic model (`cost_model`, else the one the bound was computed for)."""
+    if isinstance(plan_cost, Plan):
+        if cost_model is None:
+            from costmodels.registry import get_cost_model
+
+            cost_model = get_cost_model(bound.cost_model if isinstance(bound, AnalyticBound) else "analytic")
+        plan_cost = cost_model.plan_costs(instance, plan_cost).max_cost
+    value = bound.value_ms if isinstance(bound, AnalyticBound) else float(bound)
+    return (float(plan_cost) - value) / float(plan_cost) if plan_cost > 0 else 0.0

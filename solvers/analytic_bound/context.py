@@ -1,0 +1,137 @@
+"""`AnalyticRelaxation`: everything per instance the bound needs, computed once (the analytic model bound to the
+instance, the terms, hulls and knapsack multipliers), and what the relaxation charges a device (`_device_bound`,
+`device_compute_lower_bound`) or a plan (`relaxed_device_costs`) at a given point: the numbers the relaxation's
+rows add up to at an integral point, for tests and to see where the slack is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, sector_bytes
+from costmodels.base import CostModel
+from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from solvers.analytic_bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
+from solvers.analytic_bound.terms import BoundError, _verify_terms, shard_terms
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# per-device bounds for a given set of shards (what the relaxation charges a device at that point)
+
+
+@dataclass(frozen=True)
+class DeviceComputeBound:
+    """Lower bounds (ms) of one device's analytic fwd and bwd compute for a set of shards, and the parts."""
+
+    fwd_ms: float
+    bwd_ms: float
+    hits_bytes_upper: float  # the relaxation's upper bound of the device's L2 hits
+    sector_bytes_lower: dict[int, float] = field(default_factory=dict)  # per table index
+
+    @property
+    def total_ms(self) -> float:
+        return self.fwd_ms + self.bwd_ms
+
+
+def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
+    """The analytic model bound to `instance`; BoundError naming the model for anything else."""
+    model = cost_model if cost_model is not None else AnalyticCostModel()
+    if not isinstance(model, AnalyticCostModel):
+        name = getattr(model, "name", type(model).__name__)
+        raise BoundError(
+            f"cost model {name!r}: the certified bound is for the analytic cost model only (analytic or "
+            "analytic:PROFILE); its inequalities are proven for the analytic formulas, not for a learned model"
+        )
+    bm = model.bind(instance)
+    if type(bm) is not BoundAnalytic:
+        raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
+    return bm
+
+
+class AnalyticRelaxation:
+    """Everything per instance the bound needs, computed once (terms, hulls, multipliers), and what the relaxation
+    charges a device or a plan at a given point (for tests, and to see where the slack is)."""
+
+    def __init__(self, instance: Instance, cost_model: CostModel | None = None):
+        bm = _analytic_binding(instance, cost_model)
+        self.bm = bm
+        self.terms = shard_terms(bm)
+        _verify_terms(bm, self.terms)
+        self.hulls = [sector_hull(int(d), float(e), self.terms.sector) for d, e in zip(self.terms.dims, self.terms.elem)]
+        self.lams = knapsack_multipliers(self.terms)
+        self.slopes = hit_slopes(self.terms, self.lams)
+        self.cut_values: dict[tuple[int, int], np.ndarray] = {}  # table_cut_values, by (table, max devices)
+
+    def device_bound(self, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+        """See `device_compute_lower_bound`."""
+        return _device_bound(self, shards)
+
+    def device_costs(self, shards: Sequence[tuple[int, int, int]]) -> np.ndarray:
+        """See `relaxed_device_costs`."""
+        return _relaxed_device_costs(self, shards)
+
+
+def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+    t = ctx.terms
+    if not shards:
+        return DeviceComputeBound(0.0, 0.0, 0.0)
+    width: dict[int, float] = {}
+    for table, w in shards:
+        if not 0 <= int(table) < len(t.dims) or w <= 0 or w % DIM_ALIGNMENT:
+            raise ValueError(f"shard ({table}, {w}): expected a table index and a width that is a positive multiple of {DIM_ALIGNMENT}")
+        width[int(table)] = width.get(int(table), 0.0) + float(w)
+    for i, w in width.items():
+        if w > t.dims[i]:
+            raise ValueError(f"table {i}: shards {w:g} columns wide in all, but the table has {int(t.dims[i])}")
+    # sum_i sb(w_i) >= sb(sum_i w_i): what the relaxation's s >= 32 c charges at an integral point
+    ssum = {i: float(sector_bytes(np.array([w]), t.elem[i : i + 1], t.sector)[0]) for i, w in width.items()}
+    hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, ssum)) if t.kappa_ms > 0 else 0.0
+    fwd = sum(t.fwd_fixed_ms[i] + t.fwd_col_ms[i] * w + t.fwd_sb_ms[i] * ssum[i] for i, w in width.items()) - t.kappa_ms * hits
+    bwd = sum(t.bwd_fixed_ms[i] + t.bwd_col_ms[i] * w + t.bwd_sb_ms[i] * ssum[i] for i, w in width.items())
+    launch = ctx.bm.profile.launch_overhead_s * MS
+    return DeviceComputeBound(
+        fwd_ms=launch + max(t.min_kernel_ms, fwd),
+        bwd_ms=BWD_LAUNCHES * launch + max(t.min_kernel_ms, bwd),
+        hits_bytes_upper=hits,
+        sector_bytes_lower=ssum,
+    )
+
+
+def device_compute_lower_bound(
+    instance: Instance, shards: Sequence[tuple[int, int]], cost_model: CostModel | None = None
+) -> DeviceComputeBound:
+    """What the relaxation charges one device holding `shards` ((table index, width in columns) pairs; a table may
+    appear several times): lower bounds of its analytic fwd and bwd compute. Exact for one whole table alone at
+    occupancy 1. Tests compare it with `BoundAnalytic.compute_costs` of the shards' summed states."""
+    return AnalyticRelaxation(instance, cost_model).device_bound(shards)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a whole plan: compute lower bound + all-to-all (exact), per device
+
+
+def relaxed_device_costs(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None) -> np.ndarray:
+    """Per device, what the relaxation charges a plan given as (table index, device, width) triples:
+    compute lower bound + all-to-all (exact). [D] ms; every entry <= the analytic model's device total."""
+    return AnalyticRelaxation(instance, cost_model).device_costs(shards)
+
+
+def _relaxed_device_costs(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    bm = ctx.bm
+    instance = bm.instance
+    per_dev: list[list[tuple[int, int]]] = [[] for _ in range(bm.num_devices)]
+    u = np.zeros(bm.num_devices)
+    for t, d, w in shards:
+        per_dev[d].append((t, w))
+        u[d] += w
+    total = float(ctx.terms.dims.sum())
+    host = np.arange(bm.num_devices) // instance.topology.devices_per_host
+    v = np.array([u[host == host[d]].sum() for d in range(bm.num_devices)])
+    out = np.zeros(bm.num_devices)
+    for d in range(bm.num_devices):
+        comm = max(p.const + p.cu * u[d] + p.cv * v[d] for p in comm_pieces(bm, d, total))
+        out[d] = _device_bound(ctx, per_dev[d]).total_ms + comm
+    return out

@@ -1,0 +1,274 @@
+"""The relaxation as a MILP (`build_relaxation`) in scipy.optimize.milp's form (`_Model`), with the variable
+layout kept for reading a solution back (`_Layout`). Every row's proof: docs/analytic-bound.md.
+
+Variables, per pair (table t, device d) where a 4-column shard of t fits in d's memory::
+
+    n[t, d]  integer in [0, nmax]   t's columns on d, in units of DIM_ALIGNMENT
+    x[t, d]  binary                 d holds some of t      (x <= n <= nmax x)
+    c[t, d]  integer                sectors per row (c >= 4 n e / 32): exact ceil for one shard
+    s[t, d]  >= 0                   sector bytes per row read, summed over t's shards on d (>= 32 c, >= the hull pieces)
+
+per table k_t integer (devices holding t), and per device y_d (busy), f_d / b_d (forward / backward kernel, ms), h_d (ms of forward time saved by L2 hits),
+m_d (fwd + bwd all-to-all, ms); and z. Minimise z subject to::
+
+    sum_d n[t, d] = dim_t / 4                                   every column of every table placed
+    s[t, d] >= 32 c[t, d],  s >= a_k x + b_k 4 n                sector waste (ceil is subadditive; hull of the ceil)
+    sum_t mem_col_t 4 n[t, d] + mem_fixed_t x[t, d] <= cap_d    weights + optimizer state
+    y_d >= x[t, d]
+    h_d <= kappa (lam C y_d + sum_t G_t(lam) s[t, d])           every lam in a set of knapsack multipliers
+    f_d >= min_kernel y_d,  f_d >= sum_t (fwd per shard x + per column 4 n + per sector byte s) - h_d
+    b_d >= min_kernel y_d,  b_d >= sum_t (bwd per shard x + per column 4 n + per sector byte s)
+    m_d >= every linear piece of the all-to-all (it is a max of linear pieces: exact)
+    z >= 4 launch y_d + f_d + b_d + m_d
+    k_t = sum_d x[t, d],  z >= alpha + beta k_t                 t's widest part: Psi_t(k), its lower convex hull
+    u_d >= u_d' for consecutive interchangeable devices         symmetry (same host, same capacity)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from solvers.analytic_bound.context import AnalyticRelaxation
+from solvers.analytic_bound.inequalities import comm_pieces
+from solvers.analytic_bound.table_cuts import table_cut_lines
+from solvers.analytic_bound.terms import ShardTerms
+
+MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
+
+
+@dataclass
+class _Model:
+    """A MILP in scipy.optimize.milp's form, built row by row, with the variable layout kept for reporting."""
+
+    n_vars: int = 0
+    lb: list[float] = field(default_factory=list)
+    ub: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    row_lo: list[float] = field(default_factory=list)
+    row_hi: list[float] = field(default_factory=list)
+
+    def var(self, lo: float, hi: float, integer: bool = False) -> int:
+        self.lb.append(lo)
+        self.ub.append(hi)
+        self.integer.append(1 if integer else 0)
+        self.n_vars += 1
+        return self.n_vars - 1
+
+    def row(self, coefs: dict[int, float] | list[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(self.row_lo)
+        items = coefs.items() if isinstance(coefs, dict) else coefs
+        for c, v in items:
+            if v != 0.0:
+                self.rows.append(r)
+                self.cols.append(c)
+                self.vals.append(float(v))
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.row_lo)
+
+
+@dataclass
+class _Layout:
+    pairs: list[tuple[int, int]]
+    x: dict[tuple[int, int], int]
+    n: dict[tuple[int, int], int]
+    s: dict[tuple[int, int], int]
+    z: int
+
+
+def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
+    """(t, d) pairs where t can have a shard on d, and the most units of 4 columns of t that d can hold."""
+    caps = instance.topology.capacities()
+    pairs: list[tuple[int, int]] = []
+    nmax: dict[tuple[int, int], int] = {}
+    for t, dim in enumerate(terms.dims.astype(int)):
+        units = dim // DIM_ALIGNMENT
+        per_unit = terms.mem_col[t] * DIM_ALIGNMENT
+        for d, cap in enumerate(caps):
+            room = cap - terms.mem_fixed[t]  # what is left for columns after one shard's fixed bytes
+            fit = int(min(units, math.floor(room / per_unit))) if room >= 0 else 0
+            if table_wise and fit < units:
+                continue
+            if fit >= 1:
+                pairs.append((t, d))
+                nmax[(t, d)] = fit
+    return pairs, nmax
+
+
+def _symmetry_classes(instance: Instance) -> list[list[int]]:
+    """Devices on one host with equal capacity: permuting them permutes the devices' costs and nothing else."""
+    topo = instance.topology
+    groups: dict[tuple[int, int], list[int]] = {}
+    for d in range(topo.num_devices):
+        groups.setdefault((topo.host_of(d), topo.capacity(d)), []).append(d)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+@dataclass
+class _Vars:
+    """The variables' indices (the names of the module docstring) and the pairs grouped by table and by device:
+    what the row-adding steps of `build_relaxation` share."""
+
+    pairs: list[tuple[int, int]]
+    nmax: dict[tuple[int, int], int]
+    x: dict[tuple[int, int], int]
+    n: dict[tuple[int, int], int]
+    s: dict[tuple[int, int], int]
+    y: list[int]
+    f: list[int]
+    b: list[int]
+    h: list[int]
+    comm: list[int]
+    z: int
+    by_table: list[list[tuple[int, int]]]
+    by_dev: list[list[tuple[int, int]]]
+
+
+def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry: bool = True) -> tuple[_Model, _Layout]:
+    """The MILP of the module docstring (every row's proof: docs/analytic-bound.md). The steps add variables and
+    rows in a fixed order (the c and k variables with their rows), which is the model's column and row order."""
+    m = _Model()
+    v = _add_variables(m, ctx, table_wise)
+    _add_shard_rows(m, ctx, v, table_wise)
+    _add_device_rows(m, ctx, v)
+    _add_comm_rows(m, ctx, v)
+    _add_table_cut_rows(m, ctx, v, table_wise)
+    if symmetry:  # within a class, order devices by pooled width (any plan can be permuted so)
+        _add_symmetry_rows(m, ctx.bm.instance, v)
+    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z)
+
+
+def _add_variables(m: _Model, ctx: AnalyticRelaxation, table_wise: bool) -> _Vars:
+    """x, n, s per (table, device) pair where t can have a shard on d, then y, f, b, h, comm per device, then z;
+    with hits off (kappa 0: L2 no faster than HBM) h is fixed at 0."""
+    bm, t = ctx.bm, ctx.terms
+    n_dev = bm.num_devices
+    pairs, nmax = _pairs(bm.instance, t, table_wise)
+    x = {p: m.var(0, 1, True) for p in pairs}
+    n = {p: m.var(0, nmax[p], True) for p in pairs}
+    s = {p: m.var(0, math.inf) for p in pairs}
+    y = [m.var(0, 1) for _ in range(n_dev)]  # integral at any integral x (y = max x): left continuous
+    f = [m.var(0, math.inf) for _ in range(n_dev)]
+    b = [m.var(0, math.inf) for _ in range(n_dev)]
+    use_hits = t.kappa_ms > 0
+    h = [m.var(0, math.inf if use_hits else 0.0) for _ in range(n_dev)]
+    comm = [m.var(-math.inf, math.inf) for _ in range(n_dev)]
+    z = m.var(-math.inf, math.inf)
+    by_dev: list[list[tuple[int, int]]] = [[] for _ in range(n_dev)]
+    by_table: list[list[tuple[int, int]]] = [[] for _ in range(len(t.dims))]
+    for p in pairs:
+        by_table[p[0]].append(p)
+        by_dev[p[1]].append(p)
+    return _Vars(pairs=pairs, nmax=nmax, x=x, n=n, s=s, y=y, f=f, b=b, h=h, comm=comm, z=z, by_table=by_table, by_dev=by_dev)
+
+
+def _add_shard_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
+    """Every column of every table placed; per pair, x linked to n (table-wise: n is all or nothing), the sector
+    waste s (the hull; split, also the exact ceil through a new integer c), and the device busy (y >= x)."""
+    t = ctx.terms
+    x, n, s, y = v.x, v.n, v.s, v.y
+    for ti, ps in enumerate(v.by_table):  # every column placed
+        units = int(t.dims[ti]) // DIM_ALIGNMENT
+        m.row([(n[p], 1.0) for p in ps], units, units)
+    for p in v.pairs:
+        ti = p[0]
+        units = int(t.dims[ti]) // DIM_ALIGNMENT
+        if table_wise:
+            m.row({n[p]: 1.0, x[p]: -float(units)}, 0.0, 0.0)
+        else:
+            m.row({n[p]: 1.0, x[p]: -float(v.nmax[p])}, -math.inf, 0.0)
+            m.row({x[p]: 1.0, n[p]: -1.0}, -math.inf, 0.0)
+        for a, slope in ctx.hulls[ti]:  # s >= a x + slope W, W = 4 n
+            m.row({s[p]: 1.0, x[p]: -a, n[p]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+        if not table_wise:  # s >= 32 c, c integer >= W e / 32: exact ceil for one shard
+            c = m.var(0, math.inf, True)
+            m.row({c: 1.0, n[p]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
+            m.row({s[p]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
+        m.row({y[p[1]]: 1.0, x[p]: -1.0}, 0.0, math.inf)
+
+
+def _add_device_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars) -> None:
+    """Per device: memory; the cache-hit bound h, one row per knapsack multiplier; the forward kernel (less the
+    hits) and the backward kernel, each at least the minimum kernel time when the device is busy."""
+    bm, t = ctx.bm, ctx.terms
+    caps = bm.instance.topology.capacities()
+    use_hits = t.kappa_ms > 0
+    x, n, s, y, f, b, h = v.x, v.n, v.s, v.y, v.f, v.b, v.h
+    for d in range(bm.num_devices):
+        ps = v.by_dev[d]
+        mem = [(n[p], t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps] + [(x[p], t.mem_fixed[p[0]] / caps[d]) for p in ps]
+        m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
+        if use_hits:
+            for k, lam in enumerate(ctx.lams):
+                coefs = [(h[d], 1.0), (y[d], -t.kappa_ms * lam * t.cache_bytes)]
+                coefs += [(s[p], -t.kappa_ms * ctx.slopes[p[0], k]) for p in ps]
+                m.row(coefs, -math.inf, 0.0)
+        fwd = [(f[d], 1.0), (h[d], 1.0)]
+        bwd = [(b[d], 1.0)]
+        for p in ps:
+            ti = p[0]
+            fwd += [(x[p], -t.fwd_fixed_ms[ti]), (n[p], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (s[p], -t.fwd_sb_ms[ti])]
+            bwd += [(x[p], -t.bwd_fixed_ms[ti]), (n[p], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (s[p], -t.bwd_sb_ms[ti])]
+        m.row(fwd, 0.0, math.inf)
+        m.row(bwd, 0.0, math.inf)
+        m.row({f[d]: 1.0, y[d]: -t.min_kernel_ms}, 0.0, math.inf)
+        m.row({b[d]: 1.0, y[d]: -t.min_kernel_ms}, 0.0, math.inf)
+
+
+def _add_comm_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars) -> None:
+    """Per device: comm >= each linear piece of its all-to-all (in its own pooled width and its host's), then
+    z >= the device's launches, kernels and all-to-all."""
+    bm, t = ctx.bm, ctx.terms
+    n_dev = bm.num_devices
+    n, y, f, b, comm, z = v.n, v.y, v.f, v.b, v.comm, v.z
+    total = float(t.dims.sum())
+    host = np.arange(n_dev) // bm.instance.topology.devices_per_host
+    for d in range(n_dev):
+        mates = [e for e in range(n_dev) if host[e] == host[d]]
+        for piece in comm_pieces(bm, d, total):
+            coefs: dict[int, float] = {comm[d]: 1.0}
+            for e in mates if piece.cv else [d]:
+                w = piece.cv + (piece.cu if e == d else 0.0)
+                for p in v.by_dev[e]:
+                    coefs[n[p]] = coefs.get(n[p], 0.0) - w * DIM_ALIGNMENT
+            m.row(coefs, piece.const, math.inf)
+        m.row({z: 1.0, y[d]: -t.launch_ms, f[d]: -1.0, b[d]: -1.0, comm[d]: -1.0}, 0.0, math.inf)
+
+
+def _add_table_cut_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
+    """The table cuts: z >= the lines of Psi_t(k_t), through a new integer k_t = the devices holding t (a constant
+    row when t can be on one device at most)."""
+    t = ctx.terms
+    x, z = v.x, v.z
+    for ti, ps in enumerate(v.by_table):  # the device with t's widest part: z >= Psi_t(k_t), k_t devices hold t
+        lines = table_cut_lines(ctx, ti, 1 if table_wise else len(ps))
+        if len(lines) == 1 and lines[0][1] == 0.0:  # one device at most: a constant
+            m.row({z: 1.0}, lines[0][0], math.inf)
+            continue
+        k = m.var(1, min(len(ps), int(t.dims[ti]) // DIM_ALIGNMENT), True)  # an integer to branch on
+        m.row([(k, 1.0)] + [(x[p], -1.0) for p in ps], 0.0, 0.0)
+        for alpha, beta in lines:
+            m.row({z: 1.0, k: -beta}, alpha, math.inf)
+
+
+def _add_symmetry_rows(m: _Model, instance: Instance, v: _Vars) -> None:
+    """Within each symmetry class, consecutive devices ordered by pooled width: cuts off only permuted copies."""
+    n = v.n
+    for cls in _symmetry_classes(instance):
+        for d0, d1 in zip(cls[:-1], cls[1:]):
+            coefs = {}
+            for p in v.by_dev[d0]:
+                coefs[n[p]] = coefs.get(n[p], 0.0) + 1.0
+            for p in v.by_dev[d1]:
+                coefs[n[p]] = coefs.get(n[p], 0.0) - 1.0
+            m.row(coefs, 0.0, math.inf)

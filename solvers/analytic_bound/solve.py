@@ -1,0 +1,123 @@
+"""Solving the relaxation with HiGHS (`_solve_highs`: the LP, then the MILP with the time left), the plan its best
+point describes (`relaxation_plan`), and its optimum at a fixed plan (`relaxation_value_at`, the validity check
+of docs/analytic-bound.md in one number).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from costmodels.base import CostModel
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan
+from solvers.analytic_bound.context import AnalyticRelaxation
+from solvers.analytic_bound.milp import _Layout, _Model, _symmetry_classes, build_relaxation
+
+MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
+
+
+def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str, Any]:
+    """Solve the LP relaxation, then the MILP with the time left; the bound is the larger of the LP optimum and
+    the MILP's dual bound (scipy reports no dual bound when HiGHS found no integer solution in time, so the LP's is
+    the fallback; both are lower bounds of the relaxation's optimum)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    start = time.perf_counter()
+    c = np.zeros(model.n_vars)
+    c[layout.z] = 1.0
+    a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
+    cons = LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi))
+    bounds = Bounds(np.array(model.lb), np.array(model.ub))
+
+    def run(integer: bool, limit: float) -> Any:
+        return milp(c, constraints=cons, integrality=np.array(model.integer) if integer else None, bounds=bounds,
+                    options={"time_limit": float(max(limit, 0.05)), "mip_rel_gap": MIP_REL_GAP, "disp": False})
+
+    lp = run(False, time_limit)
+    if lp.status == 2:
+        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "lp_bound": None, "message": lp.message}
+    if lp.status == 1:  # the limit came during the LP: the MILP (its presolve alone) would only overrun it
+        return {"status": "bound", "bound": -math.inf, "primal": None, "x": None, "lp_bound": None, "message": f"LP relaxation: {lp.message}"}
+    lp_bound = float(lp.fun) if lp.status == 0 and lp.fun is not None else -math.inf
+    res = run(True, time_limit - (time.perf_counter() - start))
+    primal = float(res.fun) if res.x is not None and res.fun is not None else None
+    dual = getattr(res, "mip_dual_bound", None)
+    dual = float(dual) if dual is not None and math.isfinite(dual) else -math.inf
+    out = {"primal": primal, "x": res.x, "lp_bound": lp_bound if math.isfinite(lp_bound) else None, "message": res.message}
+    if res.status == 2:
+        return {**out, "status": "infeasible", "bound": math.inf}
+    if res.status == 0 and primal is not None:
+        return {**out, "status": "optimal", "bound": min(max(dual, lp_bound), primal)}
+    return {**out, "status": "bound", "bound": max(dual, lp_bound)}
+
+
+def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarray, cost_model: str = "analytic") -> Plan | None:
+    """The plan the relaxation's best point describes (n[t, d] x 4 columns of t on d, one shard each): a real plan
+    that fits in memory (the memory rows are exact for one shard per pair), judged by the full model. With the
+    bound it gives a plan whose distance from the best covered plan is certified. None if it fails the checker."""
+    from shardopt.core.ir import Shard
+    from shardopt.core.plan_check import check_plan
+
+    inst = ctx.bm.instance
+    shards = []
+    offset = [0] * len(inst.tables)
+    for t, d in layout.pairs:
+        units = int(round(solution[layout.n[(t, d)]]))
+        if units <= 0:
+            continue
+        table = inst.tables[t]
+        width = units * DIM_ALIGNMENT
+        whole = offset[t] == 0 and width == table.dim
+        shards.append(Shard(table=table.name, device=d) if whole else Shard(table=table.name, device=d, col_offset=offset[t], cols=width))
+        offset[t] += width
+    plan = Plan(solver="analytic_bound", cost_model=cost_model, shards=shards, instance=inst.content_hash())
+    return plan if check_plan(inst, plan).ok else None
+
+
+def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None,
+                        *, table_wise: bool = False, time_limit: float = 10.0) -> float:
+    """The relaxation's optimum with x and n fixed to a plan ((table index, device, width) triples; several shards
+    of a table on a device allowed): the whole MILP, every row included, judged at one point. It must be <= the
+    plan's analytic cost (the validity argument of docs/analytic-bound.md, in one number); +inf when the point is
+    infeasible in the relaxation (which for a plan that fits in memory would be a bug). Devices of a symmetry class
+    are first reordered by pooled width, as the symmetry rows require (the cost is unchanged by the reordering)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    ctx = AnalyticRelaxation(instance, cost_model)
+    width: dict[tuple[int, int], int] = {}
+    for t, d, w in shards:
+        width[(t, d)] = width.get((t, d), 0) + int(w)
+    perm = _symmetry_order(instance, width)
+    width = {(t, perm[d]): w for (t, d), w in width.items()}
+    model, layout = build_relaxation(ctx, table_wise)
+    lb, ub = np.array(model.lb), np.array(model.ub)
+    for p in layout.pairs:
+        units = width.get(p, 0) // DIM_ALIGNMENT
+        lb[layout.n[p]] = ub[layout.n[p]] = units
+        lb[layout.x[p]] = ub[layout.x[p]] = 1 if units else 0
+    if any(p not in layout.x for p in width):
+        return math.inf  # a shard where the relaxation has no variable: it does not fit there
+    c = np.zeros(model.n_vars)
+    c[layout.z] = 1.0
+    a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
+    res = milp(c, constraints=LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi)),
+               integrality=np.array(model.integer), bounds=Bounds(lb, ub),
+               options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-9})
+    return float(res.fun) if res.status == 0 else math.inf
+
+
+def _symmetry_order(instance: Instance, width: dict[tuple[int, int], int]) -> dict[int, int]:
+    """device -> device: within each symmetry class, the widest device first (stable)."""
+    u: dict[int, int] = {}
+    for (_, d), w in width.items():
+        u[d] = u.get(d, 0) + w
+    perm = {d: d for d in range(instance.topology.num_devices)}
+    for cls in _symmetry_classes(instance):
+        for new, old in zip(cls, sorted(cls, key=lambda d: -u.get(d, 0))):
+            perm[old] = new
+    return perm

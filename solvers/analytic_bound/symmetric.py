@@ -1,0 +1,119 @@
+"""The symmetric LP: for interchangeable devices (same capacity, hosts of one size) the LP relaxation of
+`build_relaxation` with every device's variables equal, which has the same optimum at a size independent of the
+device count (`build_symmetric_lp` says why). The bound of instances too large to branch on, and the fallback
+when the full LP runs out of time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from solvers.analytic_bound.context import AnalyticRelaxation
+from solvers.analytic_bound.inequalities import comm_pieces
+from solvers.analytic_bound.milp import MEMORY_SLACK, _Model, _pairs
+from solvers.analytic_bound.table_cuts import table_cut_lines
+
+
+def devices_interchangeable(instance: Instance) -> bool:
+    """True when permuting devices within hosts and permuting whole hosts maps the relaxation onto itself: every
+    device has the same capacity and every host the same number of devices (then `symmetric_relaxation_lp` holds)."""
+    topo = instance.topology
+    caps = topo.capacities()
+    return len(set(caps)) == 1 and topo.num_devices % topo.devices_per_host == 0
+
+
+def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False) -> tuple[_Model, int]:
+    """The LP relaxation of `build_relaxation` for interchangeable devices, with every device's variables equal:
+    one copy of each pair's variables per table (x_t, n_t, s_t, c_t) and of each device's (y, f, b, h, comm).
+
+    Why it is the same bound: the LP's feasible set (without the symmetry-ordering rows, which only cut off
+    permuted copies) is mapped onto itself by the device permutations `devices_interchangeable` allows, and that
+    group moves any device to any other; averaging an optimal LP solution over the group gives a feasible solution
+    (the set is convex) with the same z in which all devices are equal. So the LP optimum over such symmetric points
+    is the LP optimum -- at a size independent of the device count (856 tables x 128 devices: ~4k variables instead
+    of ~440k). Rows that sum over devices get the device count as a factor: sum_d n[t, d] = D n_t, k_t = D x_t, and a
+    comm piece's host-width term sums the same n over the host's devices. Returns (model, index of z)."""
+    bm, t = ctx.bm, ctx.terms
+    inst = bm.instance
+    if not devices_interchangeable(inst):
+        raise ValueError(f"{inst.name}: devices differ in capacity or hosts in size; the symmetric LP does not apply")
+    n_dev = bm.num_devices
+    per_host = min(inst.topology.devices_per_host, n_dev)
+    pairs, nmax = _pairs(inst, t, table_wise)
+    fits = sorted({ti for ti, d in pairs if d == 0})
+    m = _Model()
+    x = {ti: m.var(0, 1) for ti in fits}
+    n = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits}
+    sv = {ti: m.var(0, math.inf) for ti in fits}
+    y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
+    use_hits = t.kappa_ms > 0
+    h = m.var(0, math.inf if use_hits else 0.0)
+    comm = m.var(-math.inf, math.inf)
+    z = m.var(-math.inf, math.inf)
+    for ti in range(len(t.dims)):
+        units = int(t.dims[ti]) // DIM_ALIGNMENT
+        if ti not in x:  # on no device: the relaxation (and every plan) is infeasible
+            m.row([], float(units), float(units))
+            continue
+        m.row({n[ti]: float(n_dev)}, units, units)
+        if table_wise:
+            m.row({n[ti]: 1.0, x[ti]: -float(units)}, 0.0, 0.0)
+        else:
+            m.row({n[ti]: 1.0, x[ti]: -float(nmax[(ti, 0)])}, -math.inf, 0.0)
+            m.row({x[ti]: 1.0, n[ti]: -1.0}, -math.inf, 0.0)
+        for a, slope in ctx.hulls[ti]:
+            m.row({sv[ti]: 1.0, x[ti]: -a, n[ti]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+        if not table_wise:
+            c = m.var(0, math.inf)
+            m.row({c: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
+            m.row({sv[ti]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
+        m.row({y: 1.0, x[ti]: -1.0}, 0.0, math.inf)
+    cap = inst.topology.capacities()[0]
+    m.row([(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in fits] + [(x[ti], t.mem_fixed[ti] / cap) for ti in fits], -math.inf, 1.0 + MEMORY_SLACK)
+    if use_hits:
+        for k, lam in enumerate(ctx.lams):
+            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits], -math.inf, 0.0)
+    fwd = [(f, 1.0), (h, 1.0)]
+    bwd = [(b, 1.0)]
+    for ti in fits:
+        fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
+        bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
+    m.row(fwd, 0.0, math.inf)
+    m.row(bwd, 0.0, math.inf)
+    m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
+    m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
+    for piece in comm_pieces(bm, 0, float(t.dims.sum())):  # (device 0 stands for all: the pieces are the same)
+        w = (piece.cv * per_host + piece.cu) * DIM_ALIGNMENT
+        m.row([(comm, 1.0)] + [(n[ti], -w) for ti in fits], piece.const, math.inf)
+    m.row({z: 1.0, y: -t.launch_ms, f: -1.0, b: -1.0, comm: -1.0}, 0.0, math.inf)
+    for ti in fits:
+        lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
+        if len(lines) == 1 and lines[0][1] == 0.0:
+            m.row({z: 1.0}, lines[0][0], math.inf)
+            continue
+        m.row({x[ti]: float(n_dev)}, 1.0, math.inf)  # k_t = D x_t >= 1
+        for alpha, beta in lines:
+            m.row({z: 1.0, x[ti]: -beta * n_dev}, alpha, math.inf)
+    return m, z
+
+
+def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0) -> float | None:
+    """The relaxation's LP bound via `build_symmetric_lp` (HiGHS); +inf when infeasible, None when HiGHS did not
+    finish within the limit."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    m, z = build_symmetric_lp(ctx, table_wise)
+    c = np.zeros(m.n_vars)
+    c[z] = 1.0
+    a = csr_matrix((m.vals, (m.rows, m.cols)), shape=(m.n_rows, m.n_vars))
+    res = milp(c, constraints=LinearConstraint(a, np.array(m.row_lo), np.array(m.row_hi)), bounds=Bounds(np.array(m.lb), np.array(m.ub)),
+               options={"time_limit": float(max(time_limit, 0.05)), "disp": False})
+    if res.status == 2:
+        return math.inf
+    if res.status != 0 or res.fun is None:
+        return None
+    return float(res.fun)

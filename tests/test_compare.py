@@ -1,0 +1,72 @@
+"""`shardopt compare` on the real CPU kernels: one plan against itself is indistinguishable, and a plan with one
+device deliberately overloaded is detected as slower."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardopt.cli.main import app
+from shardopt.core.ir import Instance, Plan, Shard, save
+from shardopt.measure.compare import compare_plans
+from shardopt.measure.evaluate import EvaluationError
+
+
+def tiny() -> Instance:
+    tables = [{"name": f"t{i}", "rows": 4000, "dim": 32, "pooling_factor": 8.0, "access": {"zipf": 1.0}} for i in range(8)]
+    return Instance.model_validate({
+        "schema_version": 1, "kind": "instance", "name": "tiny-compare", "tables": tables,
+        "topology": {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**9, "hardware": "v100"},
+        "workload": {"batch_size": 512, "optimizer": "sgd"},
+    })
+
+
+def balanced() -> Plan:
+    return Plan(shards=[Shard(table=f"t{i}", device=i % 2) for i in range(8)], solver="balanced")
+
+
+def overloaded() -> Plan:
+    return Plan(shards=[Shard(table=f"t{i}", device=0 if i < 7 else 1) for i in range(8)], solver="overloaded")
+
+
+def test_a_plan_against_itself_is_indistinguishable_on_cpu() -> None:
+    pytest.importorskip("fbgemm_gpu")
+    r = compare_plans(tiny(), [balanced(), balanced()], ["a", "b"], "cpu", repeats="auto", target=0.05, time_cap_s=30, warmup=1)
+    assert r.comparisons[0].verdict == "indistinguishable", r.comparisons[0].sentence()
+    assert r.machine is not None and r.machine["threads"] == 1
+
+
+def test_an_overloaded_device_is_detected_on_cpu() -> None:
+    pytest.importorskip("fbgemm_gpu")
+    r = compare_plans(tiny(), [balanced(), overloaded()], ["balanced", "overloaded"], "cpu", repeats=12, warmup=1)
+    c = r.comparisons[0]
+    assert c.verdict == "slower" and c.faster_pct.high < -20, c.sentence()  # 7 tables vs 4 on the bottleneck
+    assert r.plans[1].bottleneck == 0
+
+
+def test_compare_needs_two_valid_plans() -> None:
+    with pytest.raises(EvaluationError, match="at least 2"):
+        compare_plans(tiny(), [balanced()], ["a"], "sim")
+    bad = Plan(shards=[Shard(table="t0", device=0)])
+    with pytest.raises(Exception, match="b: invalid plan"):
+        compare_plans(tiny(), [balanced(), bad], ["a", "b"], "sim")
+
+
+def test_cli_compare_sim_and_json(tmp_path: Path) -> None:
+    inst, a, b = tmp_path / "i.json", tmp_path / "a.json", tmp_path / "b.json"
+    save(tiny(), inst)
+    save(balanced(), a)
+    save(overloaded(), b)
+    r = CliRunner().invoke(app, ["compare", str(inst), str(a), str(b), "--backend", "sim", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["comparisons"][0]["verdict"] == "slower" and doc["plans"][0]["name"].startswith("a.json")
+    r = CliRunner().invoke(app, ["compare", str(inst), str(a), str(a), "--backend", "sim"])
+    assert r.exit_code == 0 and "indistinguishable" in r.stdout
+    r = CliRunner().invoke(app, ["compare", str(inst), str(a)])
+    assert r.exit_code == 2 and "at least 2 plans" in r.output
+    r = CliRunner().invoke(app, ["compare", str(inst), str(a), str(b), "--repeats", "zero"])
+    assert r.exit_code == 2
