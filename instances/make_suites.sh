@@ -11,3 +11,6 @@ for pool in train test; do
   $SHARDOPT generate --family autoshard --count 10 --seed "$seed" --pool "$pool" --out "instances/suites/autoshard-$pool"
 done
 $SHARDOPT generate --family production --count 2 --seed 0 --pool all --out instances/suites/production
+# the CPU-scale family: judged on this machine's CPU at its own workload (docs/measured.md)
+$SHARDOPT generate --family cpu --count 40 --seed 0 --pool train --out instances/suites/cpu-train
+$SHARDOPT generate --family cpu --count 12 --seed 1 --pool test --out instances/suites/cpu-test

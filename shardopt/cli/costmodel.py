@@ -25,7 +25,8 @@ def collect_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Sample k is drawn from (seed, k).")] = 0,
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample [default: the pool's].")] = None,
-    vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072.")] = False,
+    vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072 (or --batch-choices).")] = False,
+    batch_choices: Annotated[Optional[str], typer.Option("--batch-choices", metavar="B,B,...", help="With --vary-batch: the batches to draw from, e.g. 1024,2048,4096,8192.")] = None,
     augment: Annotated[bool, typer.Option("--augment", help="Also scale tables' rows and pooling factors (not only dims).")] = False,
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd | rowwise_adagrad | adam.")] = "rowwise_adagrad",
     memory_cap: Annotated[Optional[int], typer.Option("--memory-cap", min=1, help="Bytes per device sample [default: the profile's memory].")] = None,
@@ -46,11 +47,19 @@ def collect_cmd(
             raise CLIError(f"--hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
         if optimizer not in Optimizer.__members__:
             raise CLIError(f"--optimizer: {optimizer!r} is not one of {', '.join(Optimizer.__members__)}")
+        choices = None
+        if batch_choices is not None:
+            try:
+                choices = tuple(int(x) for x in batch_choices.split(",") if x.strip())
+            except ValueError:
+                raise CLIError(f"--batch-choices: {batch_choices!r} is not a comma-separated list of batch sizes") from None
+            if not choices or min(choices) < 1:
+                raise CLIError(f"--batch-choices: {batch_choices!r} must list batch sizes >= 1")
         table_pool = load_pool(pool_file or standard_pool_path(pool.value))
         settings = CollectSettings(
-            backend=backend, samples=samples, max_tables=max_tables, min_tables=min_tables, seed=seed, hardware=hardware, batch_size=batch_size, vary_batch=vary_batch, augment=augment,
+            backend=backend, samples=samples, max_tables=max_tables, min_tables=min_tables, seed=seed, hardware=hardware, batch_size=batch_size, vary_batch=vary_batch or choices is not None, augment=augment,
             optimizer=optimizer, memory_cap=memory_cap, comm_fraction=comm_fraction, repeats=repeats, warmup=warmup,
-            max_rows=max_rows,
+            max_rows=max_rows, batch_choices=choices,
         )
         with _progress(f"collecting on {backend}", enabled=not json_out) as tick:
             summary: dict[str, Any] = collect(table_pool, out, settings, progress=tick)

@@ -19,7 +19,7 @@ def _command_line() -> str:
 
 @app.command()
 def generate(
-    family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production.")],
+    family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production, cpu.")],
     count: Annotated[int, typer.Option("--count", "-n", help="How many instances.")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Directory for the instances and suite.json.")],
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same suite, byte for byte.")] = 0,

@@ -25,6 +25,7 @@ import numpy as np
 from shardopt.core.ir import AccessProfile, Instance, Table, Topology, Workload, dumps
 from shardopt.core.memory import table_bytes_array
 from shardopt.data.pools import TablePool
+from shardopt.data.scale import scale_table
 
 TIGHT_SLACK = 1.10
 SLACK_STEP = 1.02
@@ -47,6 +48,32 @@ class Family:
     dim_weights: tuple[float, ...] | None
     hardware: str
     nominal_memory: str  # what the paper used, for the record
+    max_rows: int | None = None  # cap every table's rows (the CPU-scale family)
+    batch_rule: Callable[[list[Table], int], int] | None = None  # (tables, devices) -> batch  # the instance's batch from its tables; None: the pool's
+
+
+# The CPU-scale family: instances a 2-core CPU can judge at their own workload, each device's shards timing in
+# roughly 5-50 ms with fbgemm's CPU TBE. Measured here (2026-11-24, fbgemm-gpu-cpu 1.8.0, one thread, rowwise adagrad,
+# batch 2048-4096, dims 64-128): about 0.6 ns per looked-up element forward + backward (0.2 + 0.4); more for narrow
+# dims. The batch is chosen so that the mean device moves CPU_TARGET_ELEMENTS elements (about 15 ms), as a power of
+# two between CPU_BATCH_RANGE; rows are capped at CPU_MAX_ROWS so a plan's kernels fit in memory several times over.
+CPU_TARGET_ELEMENTS = 25_000_000
+CPU_BATCH_RANGE = (256, 16384)
+CPU_MAX_ROWS = 50_000
+
+
+def cpu_batch(tables: list[Table], devices: int) -> int:
+    """The power-of-two batch at which the mean device looks up about CPU_TARGET_ELEMENTS elements."""
+    per_sample = sum(t.pooling_factor * t.dim for t in tables) / devices
+    raw = CPU_TARGET_ELEMENTS / max(per_sample, 1e-9)
+    batch = 2 ** int(round(np.log2(raw)))
+    return int(min(max(batch, CPU_BATCH_RANGE[0]), CPU_BATCH_RANGE[1]))
+
+
+def _cpu_shape(rng: np.random.Generator, i: int) -> TaskShape:
+    devices = int(rng.integers(2, 9))
+    tables = devices * int(rng.integers(4, 9))
+    return TaskShape(tables, devices, devices)
 
 
 def _dreamshard_shape(rng: np.random.Generator, i: int) -> TaskShape:
@@ -91,6 +118,18 @@ FAMILIES: dict[str, Family] = {
         "a100",
         "the production cluster of the NeuroShard paper (128 GPUs); tight rule",
     ),
+    "cpu": Family(
+        "cpu",
+        "CPU scale: 2 to 8 devices with 4 to 8 tables each, dims from {8,...,128}, rows capped at 50,000 and the batch "
+        "chosen so that a device times in about 5-50 ms on fbgemm's CPU TBE (judge it at its own workload)",
+        _cpu_shape,
+        (8, 16, 32, 64, 128),
+        (0.15, 0.25, 0.25, 0.2, 0.15),
+        "v100",
+        "none (a CPU-scale family; tight rule)",
+        max_rows=CPU_MAX_ROWS,
+        batch_rule=cpu_batch,
+    ),
 }
 
 
@@ -131,14 +170,17 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
     tables = [
         Table(
             name=pool.tables[i].name,
-            rows=pool.tables[i].rows,
+            rows=pool.tables[i].rows if family.max_rows is None else min(pool.tables[i].rows, family.max_rows),
             dim=int(d),
             pooling_factor=pool.tables[i].pooling_factor,
             access=AccessProfile(histogram=pool.tables[i].access.histogram, zipf=pool.tables[i].access.zipf),
         )
         for i, d in zip(chosen, dims)
     ]
-    workload = Workload(batch_size=pool.batch_size)
+    batch = pool.batch_size if family.batch_rule is None else family.batch_rule(tables, shape.devices)
+    if batch != pool.batch_size:  # the histograms were measured at the pool's batch: move them with it
+        tables = [scale_table(t, batch / pool.batch_size, None) for t in tables]
+    workload = Workload(batch_size=batch)
     draft = Instance(
         tables=tables,
         topology=Topology(num_devices=shape.devices, devices_per_host=shape.devices_per_host, memory_bytes=1, hardware=family.hardware),
@@ -162,6 +204,9 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
                 "memory_rule": f"tight: {TIGHT_SLACK} x total / devices, +{round((SLACK_STEP - 1) * 100)}% steps until FFD fits ({steps} steps)",
                 "memory_utilisation": round(float(sizes.sum()) / (cap * shape.devices), 4),
                 "paper_memory": family.nominal_memory,
+                **({"rows_capped_at": family.max_rows} if family.max_rows is not None else {}),
+                **({"batch_rule": f"{family.batch_rule.__name__}: batch {batch} (pool's {pool.batch_size})"}
+                   if family.batch_rule is not None else {}),
             },
         }
     )

@@ -29,6 +29,7 @@ import numpy as np
 from shardopt.core.ir import AccessProfile, Instance, Plan, Shard, Table, Topology, Workload
 from shardopt.core.memory import table_bytes
 from shardopt.data.pools import TablePool
+from shardopt.data.scale import scale_table
 
 AUG_DIMS = tuple(range(4, 257, 4))  # every multiple of 4 up to 256
 POW2_DIMS = (4, 8, 16, 32, 64, 128, 256)
@@ -38,7 +39,7 @@ BATCH_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 def _batch(pool: TablePool, settings: CollectSettings, rng: np.random.Generator) -> int:
     if settings.vary_batch:
-        return int(rng.choice(BATCH_CHOICES))
+        return int(rng.choice(settings.batch_choices or BATCH_CHOICES))
     return settings.batch_size or pool.batch_size
 
 
@@ -59,6 +60,7 @@ class CollectSettings:
     repeats: int = 5
     warmup: int = 2
     max_rows: int | None = None  # cap every sampled table's rows (the sample records the capped table it timed)
+    batch_choices: tuple[int, ...] | None = None  # with vary_batch: draw from these instead of BATCH_CHOICES
 
 
 class CollectError(ValueError):
@@ -139,6 +141,8 @@ def compute_instance(pool: TablePool, settings: CollectSettings, k: int) -> Inst
     if not tables:  # the first table alone exceeds the cap: shrink its dim until it fits (at least 4)
         t = _table(pool, int(chosen[0]), 4, settings.max_rows, scales[0])
         tables.append(t)
+    if workload.batch_size != pool.batch_size:  # the pool's histograms are for its own batch: move them with it
+        tables = [scale_table(t, workload.batch_size / pool.batch_size, None) for t in tables]
     return probe.model_copy(update={"tables": tables, "name": f"collect-{settings.seed}-{k}"})
 
 
