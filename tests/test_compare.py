@@ -70,3 +70,19 @@ def test_cli_compare_sim_and_json(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "at least 2 plans" in r.output
     r = CliRunner().invoke(app, ["compare", str(inst), str(a), str(b), "--repeats", "zero"])
     assert r.exit_code == 2
+
+
+def test_measured_all_to_all_on_two_gloo_processes() -> None:
+    """--comm measured: the torchrun program's gloo mode, one process per device, gives the comm columns."""
+    pytest.importorskip("fbgemm_gpu")
+    from shardopt.measure.evaluate import evaluate_plan
+    from shardopt.measure.plan_timing import measure_comm_gloo
+
+    inst = tiny().model_copy(update={"workload": tiny().workload.model_copy(update={"batch_size": 511})})  # uneven split
+    comm = measure_comm_gloo(inst, balanced(), repeats=3, warmup=1)
+    assert comm.shape == (2, 2) and (comm > 0).all()
+    ev = evaluate_plan(inst, balanced(), "cpu", repeats=2, warmup=0, cache=False, comm="measured")
+    assert "gloo" in ev.comm and "measured (CPU gloo)" in ev.judge
+    assert (ev.costs.columns[:, 2:4] > 0).all()
+    with pytest.raises(EvaluationError, match="comm"):
+        evaluate_plan(inst, balanced(), "cpu", repeats=2, cache=False, comm="guessed")

@@ -137,8 +137,15 @@ def test_dist_args_and_validation(tmp_path):
     inst, plan = tiny(n_devices=2), tiny_plan(2)
     with pytest.raises(cuda_dist.DistSetupError, match=r"world size 4 != the topology's 2 devices.*--nproc_per_node=2"):
         cuda_dist.validate(inst, plan, 4)
-    with pytest.raises(cuda_dist.DistSetupError, match="batch size 63 is not a multiple of the world size 2"):
-        cuda_dist.validate(inst, plan, 2, 63)
+    with pytest.raises(cuda_dist.DistSetupError, match="batch size 1 is smaller than the world size 2"):
+        cuda_dist.validate(inst, plan, 2, 1)
+    uneven = cuda_dist.validate(inst, plan, 2, 63)  # all_to_all_single takes uneven splits
+    assert uneven.local_batches == (32, 31)
+    u0, u1 = cuda_dist.split_sizes(uneven, 0), cuda_dist.split_sizes(uneven, 1)
+    for p, sp in enumerate((u0, u1)):
+        for q, sq in enumerate((u0, u1)):
+            assert sp["fwd_in"][q] == sq["fwd_out"][p] and sp["bwd_in"][q] == sq["bwd_out"][p]
+    assert sum(u0["bwd_out"]) == 63 * 12  # rank 0 gets back the gradient of its whole [B, D_0] output
     bad = Plan(shards=[Shard(table="a", device=0)])
     with pytest.raises(cuda_dist.DistSetupError, match="not valid"):
         cuda_dist.validate(inst, bad, 2)

@@ -22,6 +22,7 @@ def compare(
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up passes per device.")] = 3,
     seed: Annotated[int, typer.Option("--seed", help="Index-trace, shuffle and bootstrap seed.")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend (pinned to as many cores).")] = 1,
+    comm: Annotated[str, typer.Option("--comm", help="All-to-all: modelled (analytic) | measured (cpu: gloo, one process per device).")] = "modelled",
     json_out: JsonOpt = False,
 ) -> None:
     """Judge plans together and say, for each against the first, how much faster it is (95 % CI) or that they are indistinguishable."""
@@ -38,7 +39,7 @@ def compare(
         try:
             with _progress(f"timing {len(plans)} plans on {backend} (rounds)", enabled=backend != "sim" and not json_out) as tick:
                 report = compare_plans(instance, plans, names, backend, repeats=repeats, target=target, time_cap_s=time_cap,
-                                       warmup=warmup, seed=seed, threads=threads, progress=tick)
+                                       warmup=warmup, seed=seed, threads=threads, comm=comm, progress=tick)
         except PlanError as exc:
             raise CLIError(str(exc), EXIT_BAD_INPUT, "invalid_plan", extra={"violations": [v.message for v in exc.violations]}) from None
         for w in report.warnings:

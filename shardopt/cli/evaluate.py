@@ -36,6 +36,7 @@ def evaluate(
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up passes per device (measured backends).")] = 3,
     seed: Annotated[int, typer.Option("--seed", help="Index-trace and shuffle seed (measured backends).")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend (pinned to as many cores).")] = 1,
+    comm: Annotated[str, typer.Option("--comm", help="All-to-all: modelled (analytic) | measured (cpu: gloo, one process per device).")] = "modelled",
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", hidden=True)] = None,
     max_rows: Annotated[Optional[int], typer.Option("--max-rows", hidden=True)] = None,
     cache: Annotated[
@@ -68,7 +69,7 @@ def evaluate(
         try:
             with _progress(f"timing on {backend} (rounds)", enabled=measured and not json_out) as tick:
                 ev = evaluate_plan(
-                    instance, plan, backend, repeats=repeats, warmup=warmup, seed=seed, threads=threads,
+                    instance, plan, backend, repeats=repeats, warmup=warmup, seed=seed, threads=threads, comm=comm,
                     target=target, time_cap_s=time_cap, cache=False if no_cache else store, progress=tick,
                 )
         except PlanError as exc:

@@ -69,6 +69,7 @@ def compare_plans(
     warmup: int = 3,
     seed: int = 0,
     threads: int = 1,
+    comm: str = "modelled",
     progress: Callable[[int, int], None] | None = None,
 ) -> CompareReport:
     """Judge `plans` together and compare each with the first. Raises PlanError for an invalid plan (its name in
@@ -93,7 +94,7 @@ def compare_plans(
     if backend not in MEASURED_BACKENDS:
         return _compare_simulated(instance, plans, names, backend, warnings)
     return _compare_measured(instance, plans, names, backend, rule, warmup=warmup, seed=seed, threads=threads,
-                             progress=progress, warnings=warnings)
+                             progress=progress, warnings=warnings, comm=comm)
 
 
 def _compare_simulated(instance: Instance, plans: Sequence[Plan], names: Sequence[str], backend: str,
@@ -118,12 +119,13 @@ def _compare_simulated(instance: Instance, plans: Sequence[Plan], names: Sequenc
 
 def _compare_measured(instance: Instance, plans: Sequence[Plan], names: Sequence[str], backend: str, rule: StopRule,
                       *, warmup: int, seed: int, threads: int, progress: Callable[[int, int], None] | None,
-                      warnings: list[str]) -> CompareReport:
+                      warnings: list[str], comm: str = "modelled") -> CompareReport:
     from shardopt.measure.backends.base import BackendUnavailable
     from shardopt.measure.plan_timing import MeasureError, measure_plans
 
     try:
-        m, _ = measure_plans(instance, plans, backend, rule, warmup=warmup, seed=seed, threads=threads, progress=progress)
+        m, _ = measure_plans(instance, plans, backend, rule, warmup=warmup, seed=seed, threads=threads, progress=progress,
+                             comm=comm)
     except BackendUnavailable as exc:
         raise BackendUnavailableError(backend, str(exc)) from None
     except MeasureError as exc:
@@ -137,7 +139,7 @@ def _compare_measured(instance: Instance, plans: Sequence[Plan], names: Sequence
                    for name, ps in zip(names[1:], m.samples[1:])]
     kernels = sorted({lab for plan_labels in m.labels for lab in plan_labels if lab})
     profile = instance.topology.hardware
-    judge = (f"{'; '.join(kernels)} on {m.hardware}, measured compute (interleaved across plans and devices); "
-             f"all-to-all modelled (analytic, {profile} profile)")
+    comm_what = "all-to-all measured (CPU gloo)" if comm == "measured" else f"all-to-all modelled (analytic, {profile} profile)"
+    judge = f"{'; '.join(kernels)} on {m.hardware}, measured compute (interleaved across plans and devices); {comm_what}"
     return CompareReport(backend, judge, results, comparisons, rounds=m.stop.rounds, stop=vars(m.stop),
                          machine=m.machine.to_dict() if m.machine else None, rule=rule.describe(), warnings=warnings)

@@ -144,6 +144,7 @@ def evaluate_plan(
     threads: int = 1,
     target: float = 0.02,
     time_cap_s: float = 120.0,
+    comm: str = "modelled",
     cache: Any = None,
     cost_model: CostModel | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -155,6 +156,7 @@ def evaluate_plan(
     `cost_model` replaces the simulator's judge (default: the analytic model of the instance's own hardware
     profile). Measured backends time the instance's own workload, every device once per round, interleaved:
     `repeats` rounds, or "auto" (until the plan cost's 95 % CI half-width is under `target` of it, or `time_cap_s`);
+    `comm` "measured" (cpu) times the all-to-all on gloo, one process per device, instead of modelling it;
     `cache` is a MeasurementCache (None: the default file; False: none), `progress(round, rounds)` after each round.
     """
     if backend not in BACKENDS:
@@ -191,7 +193,7 @@ def evaluate_plan(
     if any(s.replicated for s in plan.shards):
         raise EvaluationError(f"backend {backend!r} does not time replicated (data-parallel) shards yet; judge this plan with --backend sim")
     measured = _measure_with_cache(instance, plan, backend, rule, warmup=warmup, seed=seed, threads=threads,
-                                   cache=cache, progress=progress)
+                                   cache=cache, progress=progress, comm=comm)
     return Evaluation(backend=backend, wall_time_s=time.perf_counter() - start, **measured, **common)
 
 
@@ -214,12 +216,13 @@ def stop_rule(repeats: int | str, target: float = 0.02, time_cap_s: float = 120.
 
 
 def _measure_with_cache(instance: Instance, plan: Plan, backend: str, rule: StopRule, *, warmup: int, seed: int,
-                        threads: int, cache: Any, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+                        threads: int, cache: Any, progress: Callable[[int, int], None] | None,
+                        comm: str = "modelled") -> dict[str, Any]:
     """The measured Evaluation's fields: from the cache when every busy device of this plan was measured the same
     way before (the same rounds for all of them), else timed interleaved and stored."""
     from shardopt.measure.backends.base import BackendUnavailable, summarise
     from shardopt.measure.cache import MeasurementCache, measurement_key
-    from shardopt.measure.plan_timing import MeasureError, measure_plans, modelled_comm, shards_by_device, timing_backend, timing_settings
+    from shardopt.measure.plan_timing import MeasureError, comm_label, measure_plans, plan_comm, shards_by_device, timing_backend, timing_settings
 
     try:
         timer = timing_backend(backend)
@@ -233,7 +236,11 @@ def _measure_with_cache(instance: Instance, plan: Plan, backend: str, rule: Stop
     cached = [store.get(k) if (store is not None and k) else None for k in keys]
     busy = [d for d, sh in enumerate(by_device) if sh]
     lengths = {len(cached[d].samples_fwd_ms) for d in busy if cached[d] is not None}
-    comm = modelled_comm(instance, plan)
+    comm_mode = comm
+    try:
+        comm = plan_comm(instance, plan, backend, comm_mode, seed=seed)
+    except MeasureError as exc:
+        raise EvaluationError(str(exc)) from None
     if busy and all(cached[d] is not None for d in busy) and len(lengths) == 1:
         fwd = np.zeros((len(by_device), lengths.pop()))
         bwd = np.zeros_like(fwd)
@@ -245,8 +252,8 @@ def _measure_with_cache(instance: Instance, plan: Plan, backend: str, rule: Stop
         stop, machine = {"reason": "cached", "rounds": samples.rounds}, None
     else:
         try:
-            m, comms = measure_plans(instance, [plan], backend, rule, warmup=warmup, seed=seed, threads=threads,
-                                     progress=progress)
+            m, _ = measure_plans(instance, [plan], backend, rule, warmup=warmup, seed=seed, threads=threads,
+                                 progress=progress, comms=[comm])
         except BackendUnavailable as exc:
             raise BackendUnavailableError(backend, str(exc)) from None
         except MeasureError as exc:
@@ -275,7 +282,8 @@ def _measure_with_cache(instance: Instance, plan: Plan, backend: str, rule: Stop
         rows.append(row)
     kernels = sorted({r["kernel"] for r in rows if r})
     profile = instance.topology.hardware
-    judge = f"{'; '.join(kernels) or kernel} on {hardware}, measured compute; all-to-all modelled (analytic, {profile} profile)"
+    comm_what = "all-to-all measured (CPU gloo)" if comm_mode == "measured" else f"all-to-all modelled (analytic, {profile} profile)"
+    judge = f"{'; '.join(kernels) or kernel} on {hardware}, measured compute; {comm_what}"
     return dict(judge=judge, costs=DeviceCosts(cols), repeats=samples.rounds,
-                comm=f"modelled by the analytic model ({profile} profile)", timings=rows,
+                comm=comm_label(comm_mode, profile), timings=rows,
                 interval=interval.to_dict(), stop=stop, machine=machine, rule=rule.describe())

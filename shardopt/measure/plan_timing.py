@@ -10,6 +10,7 @@ that the solvers are then given too.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,25 @@ def modelled_comm(instance: Instance, plan: Plan) -> np.ndarray:
     return AnalyticCostModel().plan_costs(instance, plan).columns[:, 2:4].copy()
 
 
+COMM_MODES = ("modelled", "measured")
+
+
+def plan_comm(instance: Instance, plan: Plan, backend: str, comm: str, *, seed: int = 0) -> np.ndarray:
+    """The all-to-all columns [devices, 2] the judge adds to measured compute: modelled, or measured on gloo."""
+    if comm not in COMM_MODES:
+        raise MeasureError(f"comm: {comm!r} is not one of {', '.join(COMM_MODES)}")
+    if comm == "modelled":
+        return modelled_comm(instance, plan)
+    if backend != "cpu":
+        raise MeasureError("comm measured: only the cpu judge measures the all-to-all in-process (gloo); on GPUs run "
+                           "torchrun -m shardopt.measure.backends.cuda_dist (NCCL, one process per GPU)")
+    return measure_comm_gloo(instance, plan, seed=seed)
+
+
+def comm_label(comm: str, profile: str) -> str:
+    return GLOO_LABEL if comm == "measured" else f"modelled by the analytic model ({profile} profile)"
+
+
 def host_bytes_needed(instance: Instance, plans: Sequence[Plan]) -> int:
     """What building every device kernel of every plan takes in host memory: weights and optimizer state, the
     index traces, and the pooled outputs and their gradients."""
@@ -107,13 +127,17 @@ def measure_plans(
     seed: int = 0,
     threads: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    comm: str = "modelled",
+    comms: list[np.ndarray] | None = None,
 ) -> tuple[Measurement, list[np.ndarray]]:
     """Every device of every plan timed interleaved on `backend`; returns the measurement and, per plan, the
-    modelled all-to-all [devices, 2] that was added to each device's measured compute."""
+    all-to-all [devices, 2] that was added to each device's measured compute: modelled by the analytic model, or
+    with comm="measured" (cpu only) timed on gloo first, before any kernel is built."""
     check_memory(instance, plans, backend)
     timer = timing_backend(backend)
     settings = timing_settings(instance, rule, warmup=warmup, seed=seed, threads=threads)
-    comms = [modelled_comm(instance, plan) for plan in plans]
+    if comms is None:  # (a caller that already has them - measured on gloo, say - passes them)
+        comms = [plan_comm(instance, plan, backend, comm, seed=seed) for plan in plans]
     with pinned_cpu(threads, enabled=backend == "cpu") as pin:
         machine = machine_state(pin.pinned, threads)
         units: list[list[Any]] = [
@@ -123,3 +147,41 @@ def measure_plans(
         measurement = measure_interleaved(units, [c.sum(axis=1) for c in comms], rule, warmup=warmup, seed=seed,
                                           machine=machine, progress=progress)
     return measurement, comms
+
+
+GLOO_LABEL = "measured: CPU gloo all_to_all_single, one process per device"
+
+
+def measure_comm_gloo(instance: Instance, plan: Plan, *, repeats: int = 10, warmup: int = 3, seed: int = 0,
+                      timeout_s: float = 600.0) -> np.ndarray:
+    """[devices, 2]: forward and backward all-to-all (ms, medians) measured by the torchrun program
+    (shardopt.measure.backends.cuda_dist) on gloo: one CPU process per device, the real all_to_all_single of the
+    pooled outputs and of their gradients at the instance's batch (--comm-only: no kernels are built)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from shardopt.core.ir import save
+
+    n = instance.topology.num_devices
+    with tempfile.TemporaryDirectory(prefix="shardopt-gloo-") as tmp:
+        inst_path, plan_path, out = Path(tmp) / "instance.json", Path(tmp) / "plan.json", Path(tmp) / "result.json"
+        save(instance, inst_path)
+        save(plan, plan_path)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+               "-m", "shardopt.measure.backends.cuda_dist", str(inst_path), str(plan_path), "--out", str(out),
+               "--device-type", "cpu", "--comm-only", "--repeats", str(repeats), "--warmup", str(warmup),
+               "--seed", str(seed)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+        except subprocess.TimeoutExpired:
+            raise MeasureError(f"the gloo all-to-all of {n} processes did not finish in {timeout_s:g} s") from None
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise MeasureError(f"the gloo all-to-all run failed (exit {proc.returncode}): {' | '.join(tail)}")
+        doc = json.loads(out.read_text())
+    devices = sorted(doc["devices"], key=lambda r: r["device"])
+    return np.array([[r["fwd_comm"], r["bwd_comm"]] for r in devices], dtype=np.float64)

@@ -71,7 +71,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-rows", type=int, default=None, help="cap each shard's rows (indices folded onto them)")
     p.add_argument("--no-l2-flush", action="store_true", help="do not flush the L2 cache before compute phases")
     p.add_argument("--device-type", choices=("cuda", "cpu"), default="cuda",
-                   help="cpu: gloo + CPU timers, for testing this program without GPUs")
+                   help="cpu: gloo + CPU timers (the cpu judge's measured all-to-all, `--comm measured`)")
+    p.add_argument("--comm-only", action="store_true",
+                   help="time only the two all-to-alls (no kernels are built; compute columns are 0)")
     args = p.parse_args(list(argv) if argv is not None else None)
     for name in ("repeats",):
         if getattr(args, name) < 1:
@@ -97,7 +99,15 @@ class RankLayout:
 
     @property
     def local_batch(self) -> int:
-        return self.batch_size // self.world_size
+        """Rank 0's share of the batch (every rank's when the batch divides evenly)."""
+        return self.local_batches[0]
+
+    @property
+    def local_batches(self) -> tuple[int, ...]:
+        """Each rank's slice of the global batch: B // W, the first B % W ranks one more (all_to_all_single takes
+        uneven splits, so any batch >= W can be timed)."""
+        base, extra = divmod(self.batch_size, self.world_size)
+        return tuple(base + (1 if r < extra else 0) for r in range(self.world_size))
 
 
 def validate(instance: Instance, plan: Plan, world_size: int, batch_size: int | None = None) -> RankLayout:
@@ -117,10 +127,10 @@ def validate(instance: Instance, plan: Plan, world_size: int, batch_size: int | 
     if any(s.replicated for s in plan.shards):
         raise DistSetupError("replicated (data-parallel) shards are not supported by cuda_dist")
     batch = instance.workload.batch_size if batch_size is None else batch_size
-    if batch < world_size or batch % world_size:
+    if batch < world_size:
         raise DistSetupError(
-            f"batch size {batch} is not a multiple of the world size {world_size}: the all-to-all splits the batch "
-            f"evenly across ranks (pass --batch-size)"
+            f"batch size {batch} is smaller than the world size {world_size}: the all-to-all splits the batch across "
+            f"ranks (pass --batch-size)"
         )
     index = instance.table_index()
     per_rank: list[list[Shard]] = [[] for _ in range(n)]
@@ -144,14 +154,14 @@ def dist_env() -> tuple[int, int, int]:
 
 
 def split_sizes(layout: RankLayout, rank: int) -> dict[str, list[int]]:
-    """Element counts of the two all-to-alls on `rank` (fp32 tensors, flattened):
-    forward sends B/W x D_r to every peer and receives B/W x D_p from each peer p; backward the reverse."""
-    bl, d = layout.local_batch, layout.dims
+    """Element counts of the two all-to-alls on `rank` (fp32 tensors, flattened): forward sends b_p x D_r to each
+    peer p (the rows of p's batch slice) and receives b_r x D_p from each peer p; backward the reverse."""
+    b, d = layout.local_batches, layout.dims
     return {
-        "fwd_in": [bl * d[rank]] * layout.world_size,
-        "fwd_out": [bl * dp for dp in d],
-        "bwd_in": [bl * dp for dp in d],
-        "bwd_out": [bl * d[rank]] * layout.world_size,
+        "fwd_in": [bp * d[rank] for bp in b],
+        "fwd_out": [b[rank] * dp for dp in d],
+        "bwd_in": [b[rank] * dp for dp in d],
+        "bwd_out": [bp * d[rank] for bp in b],
     }
 
 
@@ -176,6 +186,8 @@ def build_rank_kernel(instance: Instance, layout: RankLayout, rank: int, device:
     shards = list(layout.shards[rank])
     if not shards:
         return RankKernel(None, None, "no shards")
+    if getattr(args, "comm_only", False):
+        return RankKernel(None, None, "not timed (--comm-only)")
     cuda = dev.type == "cuda"
     why = fbgemm_cuda_unavailable(str(dev)) if cuda and args.kernel != "torch" else "not on a GPU"
     if args.kernel == "fbgemm" and why:
@@ -222,6 +234,8 @@ def run_rank(instance: Instance, layout: RankLayout, rank: int, device: Any, arg
     def fwd_compute() -> None:
         nonlocal pooled
         pooled = kernel.forward(batch)
+        if pooled.shape[0] != B:  # defensive: the kernel's batch is the global batch
+            raise RuntimeError(f"rank {rank}: pooled output has {pooled.shape[0]} rows, expected {B}")
 
     def fwd_comm() -> None:
         dist.all_to_all_single(fwd_recv, pooled.detach().reshape(-1), sizes["fwd_out"], sizes["fwd_in"])
@@ -285,7 +299,8 @@ def assemble(records: list[dict[str, Any]], layout: RankLayout, instance: Instan
         "world_size": layout.world_size,
         "process_group": backend,
         "batch_size": layout.batch_size,
-        "batch_per_rank": layout.local_batch,
+        "batch_per_rank": list(layout.local_batches),
+        "comm_only": bool(getattr(args, "comm_only", False)),
         "repeats": args.repeats,
         "warmup": args.warmup,
         "seed": args.seed,
