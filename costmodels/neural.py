@@ -156,4 +156,8 @@ class NeuralCostModel(CostModel):
 
     def describe(self) -> str:
         trained = self.weights.meta.get("hardware")
+        backends = self.weights.meta.get("backends") or {}
+        compute = ", ".join(backends.get("compute") or [])
+        if compute and compute != "sim":
+            return f"{self.name} (compute learned from {compute} measurements; {trained} topology)"
         return f"{self.name} (trained on {trained} data)" if trained else self.name

@@ -244,6 +244,10 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
         "comm_features": list(COMM_FEATURES),
         "architecture": {"encoder": list(ENCODER), "head": list(HEAD), "comm": list(COMM)},
         "hardware": hardware[0] if len(hardware) == 1 else hardware,
+        "backends": {  # which judge labelled the samples: a model is only as real as its data
+            "compute": sorted({str(s.get("backend", "sim")) for s in samples if s.get("kind") == "compute"}),
+            "comm": sorted({str(s.get("backend", "sim")) for s in samples if s.get("kind") == "comm"}),
+        },
         "train": {
             "compute_samples": int(len(y)),
             "comm_device_rows": int(len(cy)),

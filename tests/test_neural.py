@@ -22,7 +22,8 @@ RECORD = SHIPPED.with_suffix(".json")
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
     path = tmp_path_factory.mktemp("nn") / "d.jsonl"
-    collect(generate_pool(n=30, seed=4), path, CollectSettings(samples=300, max_tables=6, seed=0, comm_fraction=0.2, vary_batch=True))
+    collect(generate_pool(n=30, seed=4), path, CollectSettings(samples=300, max_tables=6, seed=0, comm_fraction=0.2, vary_batch=True,
+                                                                      rescale_histograms=False))
     return list(read_samples(path))
 
 

@@ -26,6 +26,7 @@ def collect_cmd(
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample [default: the pool's].")] = None,
     vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072 (or --batch-choices).")] = False,
+    pool_histograms: Annotated[bool, typer.Option("--pool-histograms", help="Keep the pool's access histograms at every batch (as collections before 2026-11-24 did) instead of moving them to the sample's batch.")] = False,
     batch_choices: Annotated[Optional[str], typer.Option("--batch-choices", metavar="B,B,...", help="With --vary-batch: the batches to draw from, e.g. 1024,2048,4096,8192.")] = None,
     augment: Annotated[bool, typer.Option("--augment", help="Also scale tables' rows and pooling factors (not only dims).")] = False,
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd | rowwise_adagrad | adam.")] = "rowwise_adagrad",
@@ -59,7 +60,7 @@ def collect_cmd(
         settings = CollectSettings(
             backend=backend, samples=samples, max_tables=max_tables, min_tables=min_tables, seed=seed, hardware=hardware, batch_size=batch_size, vary_batch=vary_batch or choices is not None, augment=augment,
             optimizer=optimizer, memory_cap=memory_cap, comm_fraction=comm_fraction, repeats=repeats, warmup=warmup,
-            max_rows=max_rows, batch_choices=choices,
+            max_rows=max_rows, batch_choices=choices, rescale_histograms=not pool_histograms,
         )
         with _progress(f"collecting on {backend}", enabled=not json_out) as tick:
             summary: dict[str, Any] = collect(table_pool, out, settings, progress=tick)
@@ -156,7 +157,7 @@ def _read_data(path: Path) -> list[dict[str, Any]]:
 
 @costmodel_app.command("train")
 def train_cmd(
-    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples from `shardopt costmodel collect`.", show_default=False)],
+    data: Annotated[list[Path], typer.Argument(metavar="DATA.jsonl[.gz] ...", help="Samples from `shardopt costmodel collect` (several files are joined, e.g. measured compute + modelled comm).", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="MODEL.npz", help="Where to write the weights.")],
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs (each network).")] = 60,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Samples per step.")] = 256,
@@ -171,9 +172,9 @@ def train_cmd(
 
         from costmodels.train import TrainError, TrainSettings, train
 
-        samples = _read_data(data)
+        samples = [s for path in data for s in _read_data(path)]
         settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, threads=threads)
-        meta = {"data": str(data), "command": "shardopt " + " ".join(sys.argv[1:])}
+        meta = {"data": [str(p) for p in data], "command": "shardopt " + " ".join(sys.argv[1:])}
         with _progress("training", enabled=not json_out) as tick:
             def report(name: str, epoch: int, total: int, val: float) -> None:
                 if tick is not None:
@@ -182,7 +183,7 @@ def train_cmd(
             try:
                 weights = train(samples, settings, progress=report, meta=meta)
             except TrainError as exc:
-                raise CLIError(f"{data}: {exc}") from None
+                raise CLIError(f"{', '.join(map(str, data))}: {exc}") from None
         out.parent.mkdir(parents=True, exist_ok=True)
         weights.save(out)
         rec = weights.meta["train"]
@@ -206,16 +207,30 @@ def eval_cmd(
         from costmodels.neural import SHIPPED, NeuralWeights
         from costmodels.train import TrainError, evaluate
 
-        path = SHIPPED if model == "neural" else Path(model)
-        try:
-            weights = NeuralWeights.load(path)
-        except ValueError as exc:
-            raise CLIError(f"MODEL: {exc}") from None
         samples = _read_data(data)
-        try:
-            result = evaluate(weights, samples)
-        except TrainError as exc:
-            raise CLIError(f"{data}: {exc}") from None
+        if model == "analytic" or model.startswith("analytic:"):
+            from costmodels.evaluation import evaluate_model
+            from costmodels.registry import get_cost_model
+
+            path = Path(model)
+            try:
+                result = evaluate_model(get_cost_model(model), samples)
+            except ValueError as exc:
+                raise CLIError(f"{data}: {exc}") from None
+        else:
+            from costmodels.registry import WEIGHTS_DIR
+
+            path = SHIPPED if model == "neural" else Path(model)
+            if not path.exists() and (WEIGHTS_DIR / f"{model}.npz").is_file():  # a shipped model by name
+                path = WEIGHTS_DIR / f"{model}.npz"
+            try:
+                weights = NeuralWeights.load(path)
+            except ValueError as exc:
+                raise CLIError(f"MODEL: {exc}") from None
+            try:
+                result = evaluate(weights, samples)
+            except TrainError as exc:
+                raise CLIError(f"{data}: {exc}") from None
         if json_out:
             _emit_json({"model": str(path), "data": str(data), "columns": result})
             return

@@ -61,6 +61,9 @@ class CollectSettings:
     warmup: int = 2
     max_rows: int | None = None  # cap every sampled table's rows (the sample records the capped table it timed)
     batch_choices: tuple[int, ...] | None = None  # with vary_batch: draw from these instead of BATCH_CHOICES
+    # move the pool's access histograms (measured at the pool's batch) to each sample's batch (shardopt.data.scale);
+    # False reproduces data collected before 2026-11-24, which kept the pool's histograms at every batch
+    rescale_histograms: bool = True
 
 
 class CollectError(ValueError):
@@ -141,7 +144,7 @@ def compute_instance(pool: TablePool, settings: CollectSettings, k: int) -> Inst
     if not tables:  # the first table alone exceeds the cap: shrink its dim until it fits (at least 4)
         t = _table(pool, int(chosen[0]), 4, settings.max_rows, scales[0])
         tables.append(t)
-    if workload.batch_size != pool.batch_size:  # the pool's histograms are for its own batch: move them with it
+    if settings.rescale_histograms and workload.batch_size != pool.batch_size:  # the pool's histograms are for its own batch
         tables = [scale_table(t, workload.batch_size / pool.batch_size, None) for t in tables]
     return probe.model_copy(update={"tables": tables, "name": f"collect-{settings.seed}-{k}"})
 
@@ -253,7 +256,12 @@ def collect(
 
 
 def read_samples(path: str | Path, kind: str | None = None) -> Iterator[dict[str, Any]]:
-    with Path(path).open() as f:
+    """The samples of a JSONL file (gzip-compressed when its name ends in .gz, as the committed data is)."""
+    import gzip
+
+    path = Path(path)
+    opener = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
+    with opener as f:
         for line in f:
             if line.strip():
                 doc = json.loads(line)
