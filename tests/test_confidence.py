@@ -85,15 +85,17 @@ def test_pairing_cancels_drift_shared_by_a_round() -> None:
 def test_stop_rule_fixed_auto_cap() -> None:
     fixed = StopRule(fixed=4)
     assert fixed.decide(3, 0.0, None) is None and fixed.decide(4, 0.0, None) == "repeats"
-    auto = StopRule(target=0.02, min_rounds=5, max_rounds=50, time_cap_s=10)
+    auto = StopRule(target=0.02, min_rounds=5, max_rounds=50, time_cap_s=10, min_time_s=2.0)
     tight = plan_cost_interval(synthetic([10.0], 30, 0.001, 0))
     loose = plan_cost_interval(synthetic([10.0], 30, 0.5, 0))
-    assert auto.decide(4, 0.0, [tight]) is None  # too few rounds yet
-    assert auto.decide(5, 0.0, [tight]) == "converged"
-    assert auto.decide(5, 0.0, [tight, loose]) is None  # every plan must be tight
+    assert auto.decide(4, 5.0, [tight]) is None  # too few rounds yet
+    assert auto.decide(5, 1.0, [tight]) is None  # too short yet: the measurement must span the machine's drift
+    assert auto.decide(5, 2.0, [tight]) == "converged"
+    assert auto.decide(5, 2.0, [tight, loose]) is None  # every plan must be tight
     assert auto.decide(6, 11.0, [loose]) == "time cap"
     assert auto.decide(50, 0.0, [loose]) == "max rounds"
-    for bad in (dict(fixed=0), dict(target=0.0), dict(target=2.0), dict(min_rounds=1), dict(time_cap_s=0)):
+    for bad in (dict(fixed=0), dict(target=0.0), dict(target=2.0), dict(min_rounds=1), dict(time_cap_s=0),
+                dict(min_time_s=-1)):
         with pytest.raises(ValueError):
             StopRule(**bad)
 
@@ -136,7 +138,8 @@ def test_interleaved_rounds_visit_every_unit_once_in_varying_order() -> None:
 def test_interleaved_auto_stops_when_tight_or_at_the_cap() -> None:
     log: list[str] = []
     quiet = [[SyntheticUnit("q", 10, 0.001, log, 0)]]
-    m = measure_interleaved(quiet, [np.zeros(1)], StopRule(target=0.02, min_rounds=5, max_rounds=100), warmup=0)
+    m = measure_interleaved(quiet, [np.zeros(1)], StopRule(target=0.02, min_rounds=5, max_rounds=100, min_time_s=0),
+                            warmup=0)
     assert m.stop.reason == "converged" and m.stop.rounds == 5
     noisy = [[SyntheticUnit("n", 10, 0.8, log, 1)]]
     ticks = iter(range(1000))
@@ -153,3 +156,17 @@ def test_same_seed_same_order() -> None:
         return log
 
     assert order(1) == order(1) and order(1) != order(2)
+
+
+def test_block_bootstrap_widens_the_interval_of_drifting_rounds() -> None:
+    """Rounds in two regimes (a slow machine for a stretch, then a fast one): resampling rounds one by one would
+    treat them as independent; blocks of consecutive rounds keep the drift and give a wider interval."""
+    from shardopt.measure.confidence import block_length, resampled_rounds
+
+    assert block_length(8) == 2 and block_length(64) == 4 and block_length(1) == 1
+    idx = resampled_rounds(27, 5, 0)
+    assert idx.shape == (5, 27) and ((idx[:, 1:3] - idx[:, 0:2]) % 27 == 1).all()  # blocks of 3 consecutive rounds
+    regimes = np.repeat([1.0, 1.3, 1.0, 1.3], 16)
+    drifting = synthetic([10.0], 64, 0.01, 0, regimes)
+    iid = synthetic([10.0], 64, 0.01, 0, np.random.default_rng(1).permutation(regimes))
+    assert plan_cost_interval(drifting).half_width > plan_cost_interval(iid).half_width

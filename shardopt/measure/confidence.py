@@ -1,7 +1,7 @@
 """The statistics of a measured plan cost: per-device medians, a bootstrap 95 % confidence interval of the plan cost
 (max over devices), paired comparisons of plans, and the rule that says when to stop repeating.
 
-Why a bootstrap over *rounds*: the judge times every device of every plan once per round, in a shuffled order, so the
+Why a (block) bootstrap over *rounds*: the judge times every device of every plan once per round, in a shuffled order, so the
 samples of one round share the machine's state at that moment (frequency, cache, neighbours' load). Resampling whole
 rounds - the same resampled rounds for every device and every plan - keeps that pairing, so drift that hit all plans
 alike cancels in a comparison instead of widening it. The plan cost is a max of medians, which has no closed-form
@@ -74,10 +74,22 @@ class Interval:
                 "relative_half_width": self.relative_half_width}
 
 
+def block_length(rounds: int) -> int:
+    """Consecutive rounds resampled together: the machine's state drifts over seconds (on the 2-core VM a device
+    switches between a fast and a slow regime ~30 % apart every few seconds), so neighbouring rounds are correlated
+    and resampling them one by one would make the interval too narrow. n^(1/3) is the usual block-bootstrap rate."""
+    return max(1, int(round(rounds ** (1 / 3))))
+
+
 def resampled_rounds(rounds: int, samples: int, seed: int) -> np.ndarray:
-    """[samples, rounds] round indices drawn with replacement: one draw shared by every device and plan."""
+    """[samples, rounds] round indices of a circular block bootstrap (blocks of `block_length` consecutive rounds,
+    start points drawn with replacement): one draw shared by every device and plan, so comparisons stay paired."""
     rng = np.random.default_rng(seed)
-    return rng.integers(0, rounds, size=(samples, rounds))
+    length = block_length(rounds)
+    blocks = -(-rounds // length)
+    starts = rng.integers(0, rounds, size=(samples, blocks))
+    idx = (starts[:, :, None] + np.arange(length)[None, None, :]) % rounds
+    return idx.reshape(samples, blocks * length)[:, :rounds]
 
 
 def bootstrap_plan_costs(ps: PlanSamples, draws: np.ndarray) -> np.ndarray:
@@ -169,15 +181,18 @@ class StopRule:
 
     fixed: int | None = None
     target: float = 0.02
-    min_rounds: int = 5
+    min_rounds: int = 10
     max_rounds: int = 200
     time_cap_s: float = 120.0
+    min_time_s: float = 3.0  # never declare convergence sooner: a measurement must span the machine's slow drift
 
     def __post_init__(self) -> None:
         if self.fixed is not None and self.fixed < 1:
             raise ValueError(f"repeats: {self.fixed} must be >= 1")
         if not (0 < self.target < 1):
             raise ValueError(f"target: {self.target} must be a fraction in (0, 1), e.g. 0.02 for 2 %")
+        if self.min_time_s < 0:
+            raise ValueError(f"min time: {self.min_time_s} s must be >= 0")
         if self.min_rounds < 2 or self.max_rounds < self.min_rounds:
             raise ValueError(f"rounds: min {self.min_rounds} must be >= 2 and <= max {self.max_rounds}")
         if not self.time_cap_s > 0:
@@ -191,10 +206,11 @@ class StopRule:
         if self.fixed is not None:
             return f"{self.fixed} rounds"
         return (f"auto: until the 95 % CI half-width is under {100 * self.target:g} % of the plan cost "
-                f"({self.min_rounds}-{self.max_rounds} rounds, at most {self.time_cap_s:g} s)")
+                f"({self.min_rounds}-{self.max_rounds} rounds, {self.min_time_s:g}-{self.time_cap_s:g} s)")
 
     def key(self) -> str:
-        return str(self.fixed) if self.fixed is not None else f"auto:{self.target}:{self.min_rounds}:{self.max_rounds}:{self.time_cap_s}"
+        return (str(self.fixed) if self.fixed is not None
+                else f"auto:{self.target}:{self.min_rounds}:{self.max_rounds}:{self.min_time_s}:{self.time_cap_s}")
 
     def decide(self, rounds: int, elapsed_s: float, intervals: list[Interval] | None) -> str | None:
         """None to go on; otherwise why the measurement stops ("repeats", "converged", "max rounds", "time cap")."""
@@ -202,7 +218,7 @@ class StopRule:
             return "repeats" if rounds >= self.fixed else None
         if rounds >= self.max_rounds:
             return "max rounds"
-        if rounds >= self.min_rounds and intervals is not None and all(
+        if rounds >= self.min_rounds and elapsed_s >= self.min_time_s and intervals is not None and all(
                 iv.relative_half_width <= self.target for iv in intervals):
             return "converged"
         if elapsed_s >= self.time_cap_s and rounds >= 2:
