@@ -54,19 +54,26 @@ def run(
     solvers: Annotated[str, typer.Option("--solvers", "-s", help="Comma-separated solver names (see `shardopt solvers`).")],
     db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The SQLite store; finished rows are skipped on re-runs.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
-    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise.")] = "analytic",
+    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise; with a measured backend, a comma-separated list (each solver searches with each).")] = "analytic",
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
     bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
     bound_time_limit: Annotated[float, typer.Option("--bound-time-limit", help="Seconds per instance for the bound (its dual bound at the limit is still a bound).")] = 10.0,
+    repeats: Annotated[str, typer.Option("--repeats", "-r", help="Measured backends: rounds per instance session, or 'auto'.")] = "auto",
+    target: Annotated[float, typer.Option("--target", help="Measured backends, --repeats auto: every plan's CI half-width to reach.")] = 0.02,
+    time_cap: Annotated[float, typer.Option("--time-cap", help="Measured backends: seconds of timing per instance at most.")] = 120.0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Solve and judge every (instance, solver, seed) of SUITE_DIR; one row each in the store."""
+    """Solve and judge every (instance, solver, seed) of SUITE_DIR; one row each in the store. With a measured backend
+    (cpu, cuda) all plans of an instance are measured together, paired and interleaved (the `measured` table)."""
     with _lb_guard(json_out):
         from shardopt.leaderboard.run import check_bound_request, compute_bounds, run_leaderboard
 
         names = [s.strip() for s in solvers.split(",") if s.strip()]
+        if backend in ("cpu", "cuda"):
+            _run_measured(suite_dir, names, db, backend, cost_model, time_limit, seeds, repeats, target, time_cap, bounds, json_out)
+            return
         if bounds:
             check_bound_request(backend, cost_model, bound_time_limit)  # fail before any solve
         with _progress("leaderboard", enabled=not json_out) as tick:
@@ -87,6 +94,31 @@ def run(
             _print_lines(_console(), lines)
 
 
+def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cost_model: str, time_limit: Optional[float],
+                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, json_out: bool) -> None:
+    from shardopt.leaderboard.measured import run_measured_leaderboard
+    from shardopt.leaderboard.store import LeaderboardError
+
+    if bounds:
+        raise LeaderboardError("--bounds: the certified bound is of the analytic model; a measured judge is not bounded by it")
+    if seeds != 1:
+        raise LeaderboardError("--seeds: a measured leaderboard runs seed 0 (one paired session per instance)")
+    models = [m.strip() for m in cost_model.split(",") if m.strip()]
+    with _progress(f"measured leaderboard on {backend} (instances)", enabled=not json_out) as tick:
+        summary = run_measured_leaderboard(suite_dir, names, models, db, backend=backend, time_limit=time_limit,
+                                           repeats=repeats, target=target, time_cap_s=time_cap, progress=tick)
+    doc = {"db": str(db), "suite": str(suite_dir), "backend": backend, "cost_models": models,
+           "instances": summary.instances, "skipped": summary.skipped, "rows": summary.rows, "failed": summary.failed,
+           "sessions": summary.sessions}
+    if json_out:
+        _emit_json(doc)
+        return
+    secs = sum(s["seconds"] for s in summary.sessions)
+    _print_lines(_console(), [
+        f"{summary.rows} new rows ({summary.failed} without a plan) from {len(summary.sessions)} paired sessions "
+        f"({secs:.0f} s of timing), {summary.skipped} instances already finished -> {_esc(str(db))}"])
+
+
 @leaderboard_app.command("report")
 def report(
     db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The store written by `leaderboard run`.")],
@@ -98,14 +130,26 @@ def report(
         from rich.table import Table
 
         from shardopt.leaderboard.report import HEADERS, build_reports, caption, table_cells, write_report
-        from shardopt.leaderboard.store import load_bounds, load_rows
+        from shardopt.leaderboard.store import LeaderboardError, load_bounds, load_rows
 
-        reports = build_reports(load_rows(db), load_bounds(db))
-        written = write_report(reports, out, _command_line()) if out is not None else []
+        from shardopt.leaderboard.measured import build_measured_reports, load_measured, measured_markdown, write_measured_report
+
+        reports = build_reports(load_rows(db), load_bounds(db)) if _has_rows(db) else []
+        measured = build_measured_reports(load_measured(db))
+        if not reports and not measured:
+            raise LeaderboardError(f"--db: {db} holds no results yet")
+        written = write_report(reports, out, _command_line()) if out is not None and reports else []
+        if out is not None and measured:
+            written += write_measured_report(measured, out, _command_line())
         if json_out:
-            _emit_json({"db": str(db), "suites": [r.to_dict() for r in reports], "written": [str(p) for p in written]})
+            _emit_json({"db": str(db), "suites": [r.to_dict() for r in reports], "written": [str(p) for p in written],
+                        "measured": [{"suite": m.suite, "backend": m.backend, "instances": m.instances,
+                                      "entries": [vars(e) for e in m.entries], "tau_rows": m.tau_rows,
+                                      "tau_within": m.tau_within, "ranking_tau": m.ranking_tau} for m in measured]})
             return
         console = _console()
+        if measured:
+            _print_lines(console, measured_markdown(measured).splitlines())
         for rep in reports:
             table = Table(title=f"{_esc(rep.suite)}", caption=_esc(caption(rep)), caption_justify="left")
             for i, h in enumerate(HEADERS):
@@ -115,3 +159,15 @@ def report(
             console.print(table)
         if written:
             _print_lines(console, [f"wrote {', '.join(_esc(str(p)) for p in written)}"])
+
+
+def _has_rows(db: Path) -> bool:
+    """Whether the store holds simulated-style result rows (a measured-only store has none)."""
+    from shardopt.leaderboard.store import check_db_path, connect
+
+    check_db_path(db, must_exist=True)
+    con = connect(db)
+    try:
+        return con.execute("SELECT COUNT(*) FROM results").fetchone()[0] > 0
+    finally:
+        con.close()

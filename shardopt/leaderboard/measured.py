@@ -1,0 +1,449 @@
+"""The measured leaderboard: every solver, searching with each cost model, judged on real kernels - all plans of an
+instance measured *together*, paired and interleaved - and a report of which ranking survives measurement.
+
+Why the plans of an instance are measured together: on a shared machine a kernel's speed drifts between regimes
+that last seconds to tens of seconds (docs/measured.md), so two plans judged in separate sessions differ by the
+machine as much as by the plans. One session per instance (shardopt.measure.plan_timing.measure_plans) times every
+device of every plan once per round, so each plan's cost comes from the same stretch of time as its rivals'.
+
+Rows go to the `measured` table of the leaderboard store, one per (instance, solver, seed, backend, cost model), with
+the solver's own predicted cost beside the measured one and its bootstrap CI. Identical plans (the proxy heuristics
+do not read the cost model; two models may agree) are timed once and share their measurement. Resumable: an instance
+whose rows are all in the store is skipped; a run killed mid-instance redoes that instance only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardopt.leaderboard.store import LeaderboardError, check_db_path, code_version, connect
+
+MEASURED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS measured (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    suite TEXT NOT NULL,
+    instance_file TEXT NOT NULL,
+    instance_hash TEXT NOT NULL,
+    solver TEXT NOT NULL,
+    cost_model TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    solve_time_s REAL,
+    predicted_ms REAL,
+    measured_ms REAL,
+    ci_low_ms REAL,
+    ci_high_ms REAL,
+    device_ms TEXT,
+    plan_key TEXT,
+    rounds INTEGER,
+    session_s REAL,
+    judge TEXT,
+    machine TEXT,
+    rule TEXT,
+    code_version TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (instance_hash, solver, seed, backend, cost_model)
+)
+"""
+MEASURED_COLUMNS = ("suite", "instance_file", "instance_hash", "solver", "cost_model", "seed", "backend", "status",
+                    "reason", "solve_time_s", "predicted_ms", "measured_ms", "ci_low_ms", "ci_high_ms", "device_ms",
+                    "plan_key", "rounds", "session_s", "judge", "machine", "rule", "code_version", "created_at")
+# solvers that never read the cost model: solved once (under the first cost model) and reported beside every model
+MODEL_FREE = ("random", "round_robin", "size", "dim", "lookup", "size_lookup", "torchrec", "torchrec_all")
+
+
+def open_measured(db: Path) -> Any:
+    con = connect(db)
+    con.execute(MEASURED_SCHEMA)
+    con.commit()
+    return con
+
+
+@dataclass
+class MeasuredSummary:
+    instances: int
+    skipped: int
+    rows: int = 0
+    failed: int = 0
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _plan_key(plan: Any) -> str:
+    shards = sorted((s.table, s.device, s.col_offset, s.cols, s.row_offset, s.rows, s.replicated) for s in plan.shards)
+    return json.dumps(shards, default=str)
+
+
+def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed: int,
+                    time_limit: float | None) -> tuple[Any, list[dict[str, Any]], list[Any]]:
+    """Every (solver, cost model) pair's plan of one instance: the rows (without measurement) and the plans."""
+    from costmodels.registry import get_cost_model
+    from shardopt.core.ir import load_instance
+    from solvers.registry import get_solver
+
+    inst = load_instance(path)
+    rows, plans = [], []
+    for solver in solvers:
+        models = cost_models[:1] if solver in MODEL_FREE else cost_models
+        for cm in models:
+            row: dict[str, Any] = {"solver": solver, "cost_model": cm, "seed": seed}
+            start = time.perf_counter()
+            try:
+                res = get_solver(solver).solve(inst, get_cost_model(cm), time_limit=time_limit, seed=seed)
+            except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost run
+                row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
+                rows.append(row)
+                plans.append(None)
+                continue
+            row.update(status=res.status.value, reason=res.reason, solve_time_s=res.wall_time_s)
+            if res.status.has_plan and res.plan is not None:
+                row["predicted_ms"] = res.predicted_cost if res.predicted is not None else res.plan.predicted_cost
+                plans.append(res.plan)
+            else:
+                plans.append(None)
+            rows.append(row)
+    return inst, rows, plans
+
+
+def run_measured_leaderboard(
+    suite_dir: Path,
+    solvers: list[str],
+    cost_models: list[str],
+    db: Path,
+    *,
+    backend: str = "cpu",
+    seed: int = 0,
+    time_limit: float | None = 5.0,
+    repeats: int | str = "auto",
+    target: float = 0.02,
+    time_cap_s: float = 120.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> MeasuredSummary:
+    """Solve every instance of `suite_dir` with every (solver, cost model) and measure its plans together."""
+    from costmodels.registry import get_cost_model
+    from shardopt.leaderboard.run import suite_files
+    from shardopt.measure.evaluate import MEASURED_BACKENDS, stop_rule
+    from shardopt.measure.plan_timing import measure_plans
+    from solvers.registry import UnknownSolverError, solver_names
+
+    check_db_path(db)
+    if backend not in MEASURED_BACKENDS:
+        raise LeaderboardError(f"--backend: {backend!r} is not a measured backend ({', '.join(MEASURED_BACKENDS)})")
+    if not solvers or not cost_models:
+        raise LeaderboardError("--solvers / --cost-model: name at least one of each")
+    for s in solvers:
+        if s not in solver_names():
+            raise UnknownSolverError(s)
+    for cm in cost_models:
+        get_cost_model(cm)
+    rule = stop_rule(repeats, target, time_cap_s)
+    files = suite_files(suite_dir)
+    suite = Path(suite_dir).resolve().name
+    con = open_measured(db)
+    summary = MeasuredSummary(instances=len(files), skipped=0)
+    try:
+        from shardopt.core.ir import load_instance
+
+        for n, path in enumerate(files):
+            h = load_instance(path).content_hash()
+            have = {(r[0], r[1]) for r in con.execute(
+                "SELECT solver, cost_model FROM measured WHERE instance_hash = ? AND seed = ? AND backend = ?", (h, seed, backend))}
+            wanted = {(s, cm) for s in solvers for cm in (cost_models[:1] if s in MODEL_FREE else cost_models)}
+            if wanted <= have:
+                summary.skipped += 1
+                if progress:
+                    progress(n + 1, len(files))
+                continue
+            todo = [s for s in solvers if any((s, cm) not in have for cm in cost_models)]
+            inst, rows, plans = _solve_instance(path, todo, cost_models, seed, time_limit)
+            keep = [(r, p) for r, p in zip(rows, plans) if (r["solver"], r["cost_model"]) not in have]
+            distinct: dict[str, Any] = {}
+            for r, p in keep:
+                if p is not None:
+                    r["plan_key"] = _plan_key(p)
+                    distinct.setdefault(r["plan_key"], p)
+            keys = list(distinct)
+            started = time.perf_counter()
+            if keys:
+                m, comms = measure_plans(inst, [distinct[k] for k in keys], backend, rule, seed=seed)
+                session = {"instance": path.name, "plans": len(keys), "rounds": m.stop.rounds,
+                           "stop": m.stop.reason, "seconds": round(time.perf_counter() - started, 2)}
+                summary.sessions.append(session)
+                profile = inst.topology.hardware
+                kernels = sorted({lab for labels in m.labels for lab in labels if lab})
+                judge = (f"{'; '.join(kernels)} on {m.hardware}, measured compute (all plans of the instance "
+                         f"interleaved); all-to-all modelled (analytic, {profile} profile)")
+                by_key = {}
+                for k, ps, iv in zip(keys, m.samples, m.intervals):
+                    f, b = ps.device_medians()
+                    by_key[k] = dict(measured_ms=ps.plan_cost(), ci_low_ms=iv.low, ci_high_ms=iv.high,
+                                     device_ms=json.dumps((f + b + ps.fixed_ms).round(4).tolist()), rounds=m.stop.rounds,
+                                     session_s=session["seconds"], judge=judge,
+                                     machine=json.dumps(m.machine.to_dict()) if m.machine else None, rule=rule.describe())
+            for r, p in keep:
+                if p is not None:
+                    r.update(by_key[r["plan_key"]])
+                r.update(suite=suite, instance_file=path.name, instance_hash=h, backend=backend,
+                         code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                con.execute(f"INSERT OR REPLACE INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES "
+                            f"({', '.join('?' for _ in MEASURED_COLUMNS)})", [r.get(c) for c in MEASURED_COLUMNS])
+                summary.rows += 1
+                summary.failed += p is None
+            con.commit()  # one instance at a time: a killed run redoes at most the instance in flight
+            if progress:
+                progress(n + 1, len(files))
+    finally:
+        con.close()
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the report
+
+
+def load_measured(db: Path) -> list[dict[str, Any]]:
+    check_db_path(db, must_exist=True)
+    con = open_measured(db)
+    try:
+        cur = con.execute(f"SELECT {', '.join(MEASURED_COLUMNS)} FROM measured ORDER BY suite, instance_file, solver, cost_model")
+        return [dict(zip(MEASURED_COLUMNS, r)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def _kendall(x: list[float], y: list[float]) -> float | None:
+    from scipy.stats import kendalltau
+
+    if len(x) < 3:
+        return None
+    tau = kendalltau(x, y)[0]
+    return None if tau is None or math.isnan(tau) else float(tau)
+
+
+@dataclass
+class Entry:
+    """One (solver, cost model) over the instances every entry of its group has."""
+
+    solver: str
+    cost_model: str
+    mean_measured_ms: float
+    mean_predicted_ms: float | None
+    measured_ratio: float  # geometric mean over instances of measured / best measured of that instance
+    ratio_low: float  # bootstrap over instances, 95 %
+    ratio_high: float
+    predicted_ratio: float | None  # same, of the solver's own predictions within its cost model
+    mean_ci_pct: float
+    wins: int
+    failed: int
+
+
+@dataclass
+class MeasuredReport:
+    suite: str
+    backend: str
+    instances: int
+    entries: list[Entry]
+    tau_rows: dict[str, float | None]  # per cost model: Kendall tau of predicted vs measured over all its rows
+    tau_within: dict[str, float | None]  # per cost model: mean over instances of the within-instance tau
+    ranking_tau: dict[str, float | None]  # per cost model: tau between solver rankings, predicted vs measured
+    rows: list[dict[str, Any]]
+    judge: str
+    machine: str
+
+
+def build_measured_reports(rows: list[dict[str, Any]]) -> list[MeasuredReport]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["suite"], r["backend"]), []).append(r)
+    return [_report(suite, backend, rs) for (suite, backend), rs in sorted(groups.items())]
+
+
+def _geo(xs: list[float]) -> float:
+    return float(math.exp(statistics.fmean(math.log(x) for x in xs)))
+
+
+def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredReport:
+    ok = [r for r in rows if r["measured_ms"] is not None]
+    instances = sorted({r["instance_file"] for r in rows})
+    best = {i: min(r["measured_ms"] for r in ok if r["instance_file"] == i) for i in instances if any(r["instance_file"] == i for r in ok)}
+    models = sorted({r["cost_model"] for r in rows})
+    pairs = sorted({(r["solver"], r["cost_model"]) for r in rows})
+    rng = np.random.default_rng(0)
+    entries = []
+    for solver, cm in pairs:
+        mine = {r["instance_file"]: r for r in rows if r["solver"] == solver and r["cost_model"] == cm}
+        good = [r for r in mine.values() if r["measured_ms"] is not None and r["instance_file"] in best]
+        if not good:
+            entries.append(Entry(solver, cm, math.nan, None, math.nan, math.nan, math.nan, None, math.nan, 0, len(mine)))
+            continue
+        ratios = np.array([r["measured_ms"] / best[r["instance_file"]] for r in good])
+        boot = [float(np.exp(np.log(ratios[rng.integers(0, len(ratios), len(ratios))]).mean())) for _ in range(1000)]
+        pred_best = {}
+        for r in rows:
+            if r["cost_model"] == cm and r["predicted_ms"] is not None:
+                pred_best[r["instance_file"]] = min(pred_best.get(r["instance_file"], math.inf), r["predicted_ms"])
+        pr = [r["predicted_ms"] / pred_best[r["instance_file"]] for r in good if r["predicted_ms"] and pred_best.get(r["instance_file"])]
+        entries.append(Entry(
+            solver, cm, statistics.fmean(r["measured_ms"] for r in good),
+            statistics.fmean(r["predicted_ms"] for r in good if r["predicted_ms"] is not None) if any(r["predicted_ms"] is not None for r in good) else None,
+            _geo(list(ratios)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)),
+            _geo(pr) if pr else None,
+            100 * statistics.fmean((r["ci_high_ms"] - r["ci_low_ms"]) / 2 / r["measured_ms"] for r in good),
+            sum(1 for r in good if r["measured_ms"] <= best[r["instance_file"]] * (1 + 1e-9)),
+            len(mine) - len(good),
+        ))
+    tau_rows, tau_within, ranking_tau = {}, {}, {}
+    for cm in models:
+        # the model-free solvers' predictions were made with the first model; count them under that one only
+        mine = [r for r in ok if r["cost_model"] == cm and r["predicted_ms"] is not None]
+        tau_rows[cm] = _kendall([r["predicted_ms"] for r in mine], [r["measured_ms"] for r in mine])
+        within = []
+        for i in instances:
+            ri = [r for r in mine if r["instance_file"] == i]
+            t = _kendall([r["predicted_ms"] for r in ri], [r["measured_ms"] for r in ri])
+            if t is not None:
+                within.append(t)
+        tau_within[cm] = statistics.fmean(within) if within else None
+        es = [e for e in entries if e.cost_model == cm and e.predicted_ratio is not None and not math.isnan(e.measured_ratio)]
+        ranking_tau[cm] = _kendall([e.predicted_ratio for e in es], [e.measured_ratio for e in es])
+    judge = next((r["judge"] for r in ok if r["judge"]), "")
+    machine = ""
+    m = next((r["machine"] for r in ok if r["machine"]), None)
+    if m:
+        md = json.loads(m)
+        machine = f"{md['host']} ({md['processor']}, {md['cores']} cores; {md['threads']} timing thread, pinned to CPU {md['pinned_cpus']})"
+    return MeasuredReport(suite, backend, len(instances), entries, tau_rows, tau_within, ranking_tau, rows, judge, machine)
+
+
+def _f(x: float | None, d: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def measured_markdown(reports: list[MeasuredReport], command: str = "") -> str:
+    out = ["# Measured leaderboard", ""]
+    if command:
+        out += [f"Made by: `{command}`", ""]
+    for rep in reports:
+        sessions = {r["instance_file"]: (r["rounds"], r["session_s"]) for r in rep.rows if r["rounds"]}
+        out += [f"## {rep.suite}, judged on {rep.backend}", "",
+                f"Judge: {rep.judge}. Machine: {rep.machine}. {rep.instances} instances; each instance's plans were "
+                f"measured together in one interleaved session ({min(s[0] for s in sessions.values()) if sessions else 0}-"
+                f"{max(s[0] for s in sessions.values()) if sessions else 0} rounds, "
+                f"{sum(s[1] for s in sessions.values()):.0f} s of timing in all). Measured costs are **{rep.backend}** "
+                f"milliseconds; predicted costs are each cost model's own (the analytic v100 profile predicts GPU "
+                f"microseconds, so compare ranks, not values).", "",
+                "| solver | cost model | measured ratio to best (geo mean, 95 % CI over instances) | mean measured ms | mean CI half-width | wins | failed | predicted ratio to best | mean predicted ms |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for e in sorted(rep.entries, key=lambda e: (e.cost_model, e.measured_ratio if not math.isnan(e.measured_ratio) else 1e9)):
+            out.append(f"| {e.solver} | {e.cost_model} | {_f(e.measured_ratio)} [{_f(e.ratio_low)}, {_f(e.ratio_high)}] | "
+                       f"{_f(e.mean_measured_ms, 2)} | {_f(e.mean_ci_pct, 1)} % | {e.wins} | {e.failed} | "
+                       f"{_f(e.predicted_ratio)} | {_f(e.mean_predicted_ms, 4)} |")
+        out += ["", "Does the prediction survive measurement? (Kendall tau; 1 = the same order)", "",
+                "| cost model | predicted vs measured plan cost, all rows | within an instance (mean) | solver ranking, predicted vs measured |",
+                "| --- | --- | --- | --- |"]
+        for cm in sorted(rep.tau_rows):
+            out.append(f"| {cm} | {_f(rep.tau_rows[cm])} | {_f(rep.tau_within[cm])} | {_f(rep.ranking_tau[cm])} |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    import matplotlib
+
+    matplotlib.rcParams["svg.hashsalt"] = "shardopt"  # stable ids: the same data gives the same file
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def measured_plots(rep: MeasuredReport) -> list[str]:
+    """Inline SVGs: measured ratio to best per solver and cost model (with CIs), and predicted vs measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = sorted({e.cost_model for e in rep.entries})
+    solvers = sorted({e.solver for e in rep.entries}, key=lambda s: min(
+        (e.measured_ratio for e in rep.entries if e.solver == s and not math.isnan(e.measured_ratio)), default=1e9))
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(solvers) * max(1, len(models)) / 2 + 3), 4))
+    width = 0.8 / max(1, len(models))
+    for j, cm in enumerate(models):
+        xs, ys, lo, hi = [], [], [], []
+        for i, s in enumerate(solvers):
+            e = next((e for e in rep.entries if e.solver == s and e.cost_model == cm), None)
+            if e is None or math.isnan(e.measured_ratio):
+                continue
+            xs.append(i + (j - (len(models) - 1) / 2) * width)
+            ys.append(e.measured_ratio)
+            lo.append(e.measured_ratio - e.ratio_low)
+            hi.append(e.ratio_high - e.measured_ratio)
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=2, label=cm)
+    ax.set_xticks(range(len(solvers)), solvers, rotation=45, ha="right")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_ylabel(f"measured cost / best of the instance ({rep.backend})")
+    ax.set_title(f"{rep.suite}: measured ratio to the best plan (geometric mean, 95 % CI over instances)")
+    ax.legend(fontsize=8)
+    bars = _svg(fig)
+
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    colour = {s: cmap(i % 20) for i, s in enumerate(solvers)}
+    for ax, cm in zip(axes[0], models):
+        for s in solvers:
+            pts = [(r["predicted_ms"], r["measured_ms"]) for r in rep.rows
+                   if r["solver"] == s and r["cost_model"] == cm and r["predicted_ms"] and r["measured_ms"]]
+            if pts:
+                ax.scatter(*zip(*pts), s=12, color=colour[s], label=s)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"predicted by {cm} (ms)")
+        ax.set_ylabel(f"measured on {rep.backend} (ms)")
+        ax.set_title(f"{cm}: tau {_f(rep.tau_rows.get(cm), 2)}", fontsize=9)
+    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    scatter = _svg(fig)
+    return [bars, scatter]
+
+
+def measured_html(reports: list[MeasuredReport], command: str = "") -> str:
+    import html
+
+    md = measured_markdown(reports, command)
+    body = ["<!doctype html><html><head><meta charset='utf-8'><title>Measured leaderboard</title>",
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;font-size:13px}"
+            "td,th{border:1px solid #ccc;padding:3px 6px}pre{white-space:pre-wrap}</style></head><body>",
+            "<h1>Measured leaderboard</h1>"]
+    if command:
+        body.append(f"<p>Made by: <code>{html.escape(command)}</code></p>")
+    for rep in reports:
+        body.append(f"<h2>{html.escape(rep.suite)}, judged on {html.escape(rep.backend)}</h2>")
+        body.append(f"<pre>{html.escape(measured_markdown([rep]))}</pre>")
+        body += [f"<figure>{svg}</figure>" for svg in measured_plots(rep)]
+    body.append("</body></html>")
+    del md
+    return "\n".join(body) + "\n"
+
+
+def write_measured_report(reports: list[MeasuredReport], out_dir: Path, command: str = "",
+                          stem: str = "measured-leaderboard") -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, page = out_dir / f"{stem}.md", out_dir / f"{stem}.html"
+    md.write_text(measured_markdown(reports, command))
+    page.write_text(measured_html(reports, command))
+    return [md, page]
