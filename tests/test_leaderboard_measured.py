@@ -19,6 +19,7 @@ from shardopt.leaderboard.measured import (
     build_measured_reports,
     load_measured,
     measured_html,
+    measured_markdown,
     open_measured,
 )
 
@@ -83,11 +84,12 @@ def test_measured_leaderboard_end_to_end_on_cpu(tmp_path: Path) -> None:
     pytest.importorskip("fbgemm_gpu")
     suite, db = tiny_suite(tmp_path), tmp_path / "lb.sqlite"
     args = ["leaderboard", "run", str(suite), "--backend", "cpu", "--solvers", "greedy,size",
-            "--cost-model", "analytic,neural-cpu", "--db", str(db), "--repeats", "3", "--time-limit", "5", "--json"]
+            "--cost-model", "analytic,neural-cpu", "--db", str(db), "--repeats", "3", "--time-limit", "5", "--jobs", "2", "--json"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["rows"] == 2 * 3 and len(doc["sessions"]) == 2  # size reads no cost model: solved once per instance
+    assert doc["jobs"] == 1 and "--jobs 2 ignored" in doc["note"]  # nothing is timed beside other work
     rows = load_measured(db)
     assert all(r["ci_low_ms"] <= r["measured_ms"] <= r["ci_high_ms"] and r["predicted_ms"] > 0 for r in rows)
     assert all(r["rounds"] == 3 for r in rows)
@@ -104,3 +106,119 @@ def test_measured_leaderboard_refuses_bounds_and_sim(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["leaderboard", "run", str(suite), "--backend", "cpu", "--solvers", "greedy",
                                  "--db", str(tmp_path / "x.sqlite"), "--bounds"])
     assert r.exit_code == 2 and "bound" in r.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spearman, means over the common instances, the rankings; the results table's new columns and their migration
+
+
+def test_report_spearman_common_means_and_rankings(tmp_path: Path) -> None:
+    from scipy.stats import spearmanr
+
+    db = tmp_path / "m.sqlite"
+    rows = synthetic_store(db)
+    # a fifth instance that greedy fails under neural-cpu: every mean must stay over the 4 instances all measured
+    con = open_measured(db)
+    for k, solver in enumerate(("greedy", "neuroshard", "size")):
+        for cm in ("analytic", "neural-cpu"):
+            failed = solver == "greedy" and cm == "neural-cpu"
+            r = {"suite": "syn", "instance_file": "i4.json", "instance_hash": "h4", "solver": solver, "cost_model": cm,
+                 "seed": 0, "backend": "cpu", "status": "no_solution" if failed else "feasible",
+                 "predicted_ms": None if failed else 100.0 + k, "measured_ms": None if failed else 100.0 + k,
+                 "ci_low_ms": None if failed else 99.0 + k, "ci_high_ms": None if failed else 101.0 + k,
+                 "judge": "synthetic", "code_version": "t", "created_at": "now"}
+            con.execute(f"INSERT INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES ({', '.join('?' for _ in MEASURED_COLUMNS)})",
+                        [r.get(c) for c in MEASURED_COLUMNS])
+            rows.append(r)
+    con.commit()
+    con.close()
+    (rep,) = build_measured_reports(load_measured(db))
+    assert rep.instances == 5 and rep.common == 4
+    common = [f"i{i}.json" for i in range(4)]
+    for e in rep.entries:
+        mine = [r for r in rows if r["solver"] == e.solver and r["cost_model"] == e.cost_model and r["instance_file"] in common]
+        assert e.mean_measured_ms == pytest.approx(sum(r["measured_ms"] for r in mine) / 4)
+        assert e.mean_predicted_ms == pytest.approx(sum(r["predicted_ms"] for r in mine) / 4)
+        assert e.failed == (1 if (e.solver, e.cost_model) == ("greedy", "neural-cpu") else 0)
+    for cm in ("analytic", "neural-cpu"):
+        ok = [r for r in rows if r["cost_model"] == cm and r["measured_ms"] is not None]
+        x, y = [r["predicted_ms"] for r in ok], [r["measured_ms"] for r in ok]
+        assert rep.tau_rows[cm] == pytest.approx(kendalltau(x, y)[0])
+        assert rep.rho_rows[cm] == pytest.approx(spearmanr(x, y)[0])
+    # measured: greedy < neuroshard < size under both models; analytic predicts the reverse, neural-cpu the same
+    assert rep.ranking_measured["neural-cpu"] == ["greedy", "neuroshard", "size"]
+    assert rep.ranking_predicted["analytic"] == ["size", "neuroshard", "greedy"]
+    md = measured_markdown([rep])
+    assert "Spearman" in md and "size < neuroshard < greedy" in md and "over the 4 instances" in md
+    page = measured_html([rep])
+    assert page.count("<svg") == 2 and "src=" not in page and "@import" not in page
+
+
+OLD_RESULTS_SCHEMA = """
+CREATE TABLE results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, suite TEXT NOT NULL, instance_file TEXT NOT NULL,
+    instance_name TEXT NOT NULL, instance_hash TEXT NOT NULL, solver TEXT NOT NULL, params TEXT NOT NULL,
+    seed INTEGER NOT NULL, backend TEXT NOT NULL, cost_model TEXT NOT NULL, judge TEXT, time_limit REAL, columns TEXT,
+    max_cost_ms REAL, critical_path_ms REAL, solve_time_s REAL, status TEXT NOT NULL, reason TEXT, lower_bound REAL,
+    code_version TEXT NOT NULL, created_at TEXT NOT NULL,
+    UNIQUE (instance_hash, solver, seed, backend, cost_model)
+)
+"""
+
+
+def test_old_store_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    from shardopt.leaderboard.store import connect, insert_row, load_rows
+
+    db = tmp_path / "old.sqlite"
+    con = sqlite3.connect(db)
+    con.execute(OLD_RESULTS_SCHEMA)
+    old = {"suite": "s", "instance_file": "a.json", "instance_name": "a", "instance_hash": "h", "solver": "greedy",
+           "params": "{}", "seed": 0, "backend": "sim", "cost_model": "analytic", "max_cost_ms": 1.0,
+           "status": "feasible", "code_version": "old", "created_at": "then"}
+    con.execute(f"INSERT INTO results ({', '.join(old)}) VALUES ({', '.join('?' for _ in old)})", list(old.values()))
+    con.commit()
+    con.close()
+    con = connect(db)  # adds the missing columns
+    new = dict(old, solver="size", backend="cpu", predicted_ms=0.5, ci_low_ms=0.9, ci_high_ms=1.1, judge_rounds=12,
+               machine=json.dumps({"host": "x"}))
+    assert insert_row(con, new)
+    assert not insert_row(con, new)  # the unique key is as it was
+    con.close()
+    connect(db).close()  # a second connect finds nothing to add
+    rows = {r["solver"]: r for r in load_rows(db)}
+    assert rows["greedy"]["predicted_ms"] is None and rows["greedy"]["max_cost_ms"] == 1.0
+    assert rows["size"]["predicted_ms"] == 0.5 and rows["size"]["judge_rounds"] == 12
+    assert json.loads(rows["size"]["machine"]) == {"host": "x"}
+    con = open_measured(db)  # the measured table joins an old store too
+    con.execute("SELECT COUNT(*) FROM measured").fetchone()
+    con.close()
+
+
+def test_sim_rows_carry_the_solvers_prediction(tmp_path: Path) -> None:
+    from shardopt.leaderboard.run import run_leaderboard
+    from shardopt.leaderboard.store import load_rows
+
+    suite, db = tiny_suite(tmp_path), tmp_path / "sim.sqlite"
+    profile = ROOT / "costmodels" / "profiles" / "cpu-xeon-2core.json"
+    summary = run_leaderboard(suite, ["greedy", "size"], db, cost_model=f"analytic:{profile}", jobs=2)
+    assert summary.done == 4 and not summary.sequential
+    for r in load_rows(db):
+        assert r["predicted_ms"] > 0 and r["ci_low_ms"] is None and r["judge_rounds"] is None and r["machine"] is None
+        assert r["cost_model"] == f"analytic:{profile}"
+
+
+def test_results_path_measured_is_sequential_with_ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_leaderboard with a measured judge: one task at a time whatever --jobs says; CI, rounds, machine stored."""
+    pytest.importorskip("fbgemm_gpu")
+    from shardopt.leaderboard.run import run_leaderboard
+    from shardopt.leaderboard.store import load_rows
+
+    monkeypatch.setenv("SHARDOPT_CACHE", str(tmp_path / "cache.sqlite"))
+    suite, db = tiny_suite(tmp_path), tmp_path / "cpu.sqlite"
+    summary = run_leaderboard(suite, ["greedy", "size"], db, backend="cpu", jobs=2, repeats=2)
+    assert summary.sequential and summary.done == 4 and summary.failed == 0
+    for r in load_rows(db):
+        assert r["ci_low_ms"] <= r["max_cost_ms"] <= r["ci_high_ms"]
+        assert r["predicted_ms"] > 0 and r["judge_rounds"] == 2 and json.loads(r["machine"])["cores"] >= 1

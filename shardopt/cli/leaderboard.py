@@ -54,8 +54,8 @@ def run(
     solvers: Annotated[str, typer.Option("--solvers", "-s", help="Comma-separated solver names (see `shardopt solvers`).")],
     db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The SQLite store; finished rows are skipped on re-runs.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
-    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise; with a measured backend, a comma-separated list (each solver searches with each).")] = "analytic",
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
+    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "analytic",
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (simulated judge only: a measured backend solves and times one instance at a time).")] = 1,
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
     bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
@@ -72,7 +72,8 @@ def run(
 
         names = [s.strip() for s in solvers.split(",") if s.strip()]
         if backend in ("cpu", "cuda"):
-            _run_measured(suite_dir, names, db, backend, cost_model, time_limit, seeds, repeats, target, time_cap, bounds, json_out)
+            _run_measured(suite_dir, names, db, backend, cost_model, time_limit, seeds, repeats, target, time_cap, bounds,
+                          jobs, json_out)
             return
         if bounds:
             check_bound_request(backend, cost_model, bound_time_limit)  # fail before any solve
@@ -95,7 +96,7 @@ def run(
 
 
 def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cost_model: str, time_limit: Optional[float],
-                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, json_out: bool) -> None:
+                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, jobs: int, json_out: bool) -> None:
     from shardopt.leaderboard.measured import run_measured_leaderboard
     from shardopt.leaderboard.store import LeaderboardError
 
@@ -103,18 +104,25 @@ def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cos
         raise LeaderboardError("--bounds: the certified bound is of the analytic model; a measured judge is not bounded by it")
     if seeds != 1:
         raise LeaderboardError("--seeds: a measured leaderboard runs seed 0 (one paired session per instance)")
+    if jobs < 1:
+        raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
+    # a plan timed beside other work is judged by the load as much as by the plan: nothing runs in parallel here
+    note = (f"--jobs {jobs} ignored: a measured leaderboard solves and times one instance at a time, never beside other work"
+            if jobs > 1 else None)
     models = [m.strip() for m in cost_model.split(",") if m.strip()]
     with _progress(f"measured leaderboard on {backend} (instances)", enabled=not json_out) as tick:
         summary = run_measured_leaderboard(suite_dir, names, models, db, backend=backend, time_limit=time_limit,
                                            repeats=repeats, target=target, time_cap_s=time_cap, progress=tick)
     doc = {"db": str(db), "suite": str(suite_dir), "backend": backend, "cost_models": models,
            "instances": summary.instances, "skipped": summary.skipped, "rows": summary.rows, "failed": summary.failed,
-           "sessions": summary.sessions}
+           "sessions": summary.sessions, "jobs": 1}
+    if note:
+        doc["note"] = note
     if json_out:
         _emit_json(doc)
         return
     secs = sum(s["seconds"] for s in summary.sessions)
-    _print_lines(_console(), [
+    _print_lines(_console(), ([note] if note else []) + [
         f"{summary.rows} new rows ({summary.failed} without a plan) from {len(summary.sessions)} paired sessions "
         f"({secs:.0f} s of timing), {summary.skipped} instances already finished -> {_esc(str(db))}"])
 
@@ -144,8 +152,10 @@ def report(
         if json_out:
             _emit_json({"db": str(db), "suites": [r.to_dict() for r in reports], "written": [str(p) for p in written],
                         "measured": [{"suite": m.suite, "backend": m.backend, "instances": m.instances,
-                                      "entries": [vars(e) for e in m.entries], "tau_rows": m.tau_rows,
-                                      "tau_within": m.tau_within, "ranking_tau": m.ranking_tau} for m in measured]})
+                                      "common_instances": m.common, "entries": [_no_nan(vars(e)) for e in m.entries],
+                                      "tau_rows": m.tau_rows, "spearman_rows": m.rho_rows, "tau_within": m.tau_within,
+                                      "ranking_tau": m.ranking_tau, "ranking_predicted": m.ranking_predicted,
+                                      "ranking_measured": m.ranking_measured} for m in measured]})
             return
         console = _console()
         if measured:
@@ -159,6 +169,11 @@ def report(
             console.print(table)
         if written:
             _print_lines(console, [f"wrote {', '.join(_esc(str(p)) for p in written)}"])
+
+
+def _no_nan(d: dict) -> dict:
+    """NaN (an entry without a measurement) as null: strict JSON has no NaN."""
+    return {k: None if isinstance(v, float) and v != v else v for k, v in d.items()}
 
 
 def _has_rows(db: Path) -> bool:

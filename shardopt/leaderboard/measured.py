@@ -232,14 +232,24 @@ def _kendall(x: list[float], y: list[float]) -> float | None:
     return None if tau is None or math.isnan(tau) else float(tau)
 
 
+def _spearman(x: list[float], y: list[float]) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3:
+        return None
+    rho = spearmanr(x, y)[0]
+    return None if rho is None or math.isnan(rho) else float(rho)
+
+
 @dataclass
 class Entry:
-    """One (solver, cost model) over the instances every entry of its group has."""
+    """One (solver, cost model): mean costs over the instances every entry of its group measured (the report's
+    `common`), so that they compare; ratios, CI widths and wins over the entry's own measured instances."""
 
     solver: str
     cost_model: str
-    mean_measured_ms: float
-    mean_predicted_ms: float | None
+    mean_measured_ms: float  # over the common instances (nan when there are none)
+    mean_predicted_ms: float | None  # over the common instances
     measured_ratio: float  # geometric mean over instances of measured / best measured of that instance
     ratio_low: float  # bootstrap over instances, 95 %
     ratio_high: float
@@ -256,11 +266,15 @@ class MeasuredReport:
     instances: int
     entries: list[Entry]
     tau_rows: dict[str, float | None]  # per cost model: Kendall tau of predicted vs measured over all its rows
+    rho_rows: dict[str, float | None]  # per cost model: Spearman rho of the same
     tau_within: dict[str, float | None]  # per cost model: mean over instances of the within-instance tau
     ranking_tau: dict[str, float | None]  # per cost model: tau between solver rankings, predicted vs measured
     rows: list[dict[str, Any]]
     judge: str
     machine: str
+    common: int = 0  # instances every (solver, cost model) entry measured: the mean columns' instances
+    ranking_predicted: dict[str, list[str]] = field(default_factory=dict)  # per cost model: solvers, best first
+    ranking_measured: dict[str, list[str]] = field(default_factory=dict)
 
 
 def build_measured_reports(rows: list[dict[str, Any]]) -> list[MeasuredReport]:
@@ -280,11 +294,15 @@ def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredRep
     best = {i: min(r["measured_ms"] for r in ok if r["instance_file"] == i) for i in instances if any(r["instance_file"] == i for r in ok)}
     models = sorted({r["cost_model"] for r in rows})
     pairs = sorted({(r["solver"], r["cost_model"]) for r in rows})
+    measured_at = {(r["solver"], r["cost_model"], r["instance_file"]): r for r in ok}
+    common = [i for i in instances if all((s, cm, i) in measured_at for s, cm in pairs)]
     rng = np.random.default_rng(0)
     entries = []
     for solver, cm in pairs:
         mine = {r["instance_file"]: r for r in rows if r["solver"] == solver and r["cost_model"] == cm}
         good = [r for r in mine.values() if r["measured_ms"] is not None and r["instance_file"] in best]
+        shared = [measured_at[(solver, cm, i)] for i in common]
+        shared_pred = [r["predicted_ms"] for r in shared if r["predicted_ms"] is not None]
         if not good:
             entries.append(Entry(solver, cm, math.nan, None, math.nan, math.nan, math.nan, None, math.nan, 0, len(mine)))
             continue
@@ -296,19 +314,21 @@ def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredRep
                 pred_best[r["instance_file"]] = min(pred_best.get(r["instance_file"], math.inf), r["predicted_ms"])
         pr = [r["predicted_ms"] / pred_best[r["instance_file"]] for r in good if r["predicted_ms"] and pred_best.get(r["instance_file"])]
         entries.append(Entry(
-            solver, cm, statistics.fmean(r["measured_ms"] for r in good),
-            statistics.fmean(r["predicted_ms"] for r in good if r["predicted_ms"] is not None) if any(r["predicted_ms"] is not None for r in good) else None,
+            solver, cm, statistics.fmean(r["measured_ms"] for r in shared) if shared else math.nan,
+            statistics.fmean(shared_pred) if shared and len(shared_pred) == len(shared) else None,
             _geo(list(ratios)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)),
             _geo(pr) if pr else None,
             100 * statistics.fmean((r["ci_high_ms"] - r["ci_low_ms"]) / 2 / r["measured_ms"] for r in good),
             sum(1 for r in good if r["measured_ms"] <= best[r["instance_file"]] * (1 + 1e-9)),
             len(mine) - len(good),
         ))
-    tau_rows, tau_within, ranking_tau = {}, {}, {}
+    tau_rows, rho_rows, tau_within, ranking_tau = {}, {}, {}, {}
+    ranking_predicted, ranking_measured = {}, {}
     for cm in models:
         # the model-free solvers' predictions were made with the first model; count them under that one only
         mine = [r for r in ok if r["cost_model"] == cm and r["predicted_ms"] is not None]
         tau_rows[cm] = _kendall([r["predicted_ms"] for r in mine], [r["measured_ms"] for r in mine])
+        rho_rows[cm] = _spearman([r["predicted_ms"] for r in mine], [r["measured_ms"] for r in mine])
         within = []
         for i in instances:
             ri = [r for r in mine if r["instance_file"] == i]
@@ -318,13 +338,16 @@ def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredRep
         tau_within[cm] = statistics.fmean(within) if within else None
         es = [e for e in entries if e.cost_model == cm and e.predicted_ratio is not None and not math.isnan(e.measured_ratio)]
         ranking_tau[cm] = _kendall([e.predicted_ratio for e in es], [e.measured_ratio for e in es])
+        ranking_predicted[cm] = [e.solver for e in sorted(es, key=lambda e: (e.predicted_ratio, e.solver))]
+        ranking_measured[cm] = [e.solver for e in sorted(es, key=lambda e: (e.measured_ratio, e.solver))]
     judge = next((r["judge"] for r in ok if r["judge"]), "")
     machine = ""
     m = next((r["machine"] for r in ok if r["machine"]), None)
     if m:
         md = json.loads(m)
         machine = f"{md['host']} ({md['processor']}, {md['cores']} cores; {md['threads']} timing thread, pinned to CPU {md['pinned_cpus']})"
-    return MeasuredReport(suite, backend, len(instances), entries, tau_rows, tau_within, ranking_tau, rows, judge, machine)
+    return MeasuredReport(suite, backend, len(instances), entries, tau_rows, rho_rows, tau_within, ranking_tau, rows, judge,
+                          machine, len(common), ranking_predicted, ranking_measured)
 
 
 def _f(x: float | None, d: int = 3) -> str:
@@ -343,18 +366,26 @@ def measured_markdown(reports: list[MeasuredReport], command: str = "") -> str:
                 f"{max(s[0] for s in sessions.values()) if sessions else 0} rounds, "
                 f"{sum(s[1] for s in sessions.values()):.0f} s of timing in all). Measured costs are **{rep.backend}** "
                 f"milliseconds; predicted costs are each cost model's own (the analytic v100 profile predicts GPU "
-                f"microseconds, so compare ranks, not values).", "",
+                f"microseconds, so compare ranks, not values). Mean measured and predicted ms are over the "
+                f"{rep.common} instances every (solver, cost model) measured; ratios, CI half-widths and wins over each "
+                f"entry's own measured instances; failed = no plan, never dropped silently.", "",
                 "| solver | cost model | measured ratio to best (geo mean, 95 % CI over instances) | mean measured ms | mean CI half-width | wins | failed | predicted ratio to best | mean predicted ms |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for e in sorted(rep.entries, key=lambda e: (e.cost_model, e.measured_ratio if not math.isnan(e.measured_ratio) else 1e9)):
             out.append(f"| {e.solver} | {e.cost_model} | {_f(e.measured_ratio)} [{_f(e.ratio_low)}, {_f(e.ratio_high)}] | "
                        f"{_f(e.mean_measured_ms, 2)} | {_f(e.mean_ci_pct, 1)} % | {e.wins} | {e.failed} | "
                        f"{_f(e.predicted_ratio)} | {_f(e.mean_predicted_ms, 4)} |")
-        out += ["", "Does the prediction survive measurement? (Kendall tau; 1 = the same order)", "",
-                "| cost model | predicted vs measured plan cost, all rows | within an instance (mean) | solver ranking, predicted vs measured |",
-                "| --- | --- | --- | --- |"]
+        out += ["", "Does the prediction survive measurement? (rank correlations; 1 = the same order)", "",
+                "| cost model | Kendall tau, predicted vs measured plan cost, all rows | Spearman rho, all rows | Kendall tau within an instance (mean) | Kendall tau, solver ranking predicted vs measured |",
+                "| --- | --- | --- | --- | --- |"]
         for cm in sorted(rep.tau_rows):
-            out.append(f"| {cm} | {_f(rep.tau_rows[cm])} | {_f(rep.tau_within[cm])} | {_f(rep.ranking_tau[cm])} |")
+            out.append(f"| {cm} | {_f(rep.tau_rows[cm])} | {_f(rep.rho_rows.get(cm))} | {_f(rep.tau_within[cm])} | "
+                       f"{_f(rep.ranking_tau[cm])} |")
+        out += ["", "Which ranking survives: solvers by predicted ratio to best (the cost model's own view) and by "
+                "measured ratio to best, best first", "",
+                "| cost model | ranked by prediction | ranked by measurement |", "| --- | --- | --- |"]
+        for cm in sorted(rep.ranking_predicted):
+            out.append(f"| {cm} | {' < '.join(rep.ranking_predicted[cm]) or '-'} | {' < '.join(rep.ranking_measured[cm]) or '-'} |")
         out.append("")
     return "\n".join(out) + "\n"
 
@@ -415,7 +446,7 @@ def measured_plots(rep: MeasuredReport) -> list[str]:
         ax.set_yscale("log")
         ax.set_xlabel(f"predicted by {cm} (ms)")
         ax.set_ylabel(f"measured on {rep.backend} (ms)")
-        ax.set_title(f"{cm}: tau {_f(rep.tau_rows.get(cm), 2)}", fontsize=9)
+        ax.set_title(f"{cm}: tau {_f(rep.tau_rows.get(cm), 2)}, rho {_f(rep.rho_rows.get(cm), 2)}", fontsize=9)
     axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
     scatter = _svg(fig)
     return [bars, scatter]

@@ -1,5 +1,10 @@
 """Running a leaderboard: every (instance, solver, seed) of a suite solved and judged the same way in worker
-processes, each row handed to the one writer (shardopt.leaderboard.store); the suite's certified bounds beside them."""
+processes, each row handed to the one writer (shardopt.leaderboard.store); the suite's certified bounds beside them.
+
+With a measured judge (cpu, cuda) nothing runs in parallel: a plan timed while other processes solve or time is
+judged by the load as much as by the plan, so run_leaderboard then solves and judges one task at a time, whatever
+`jobs` says (RunSummary.sequential). The CLI's measured leaderboard (shardopt.leaderboard.measured) goes further and
+times all plans of an instance together, paired and interleaved."""
 
 from __future__ import annotations
 
@@ -38,12 +43,15 @@ class Task:
     backend: str
     cost_model: str
     time_limit: float | None
+    repeats: int | str = "auto"  # the measured judge's stopping rule (evaluate_plan); unused by the simulator
+    target: float = 0.02
+    time_cap_s: float = 120.0
 
 
 def solve_task(task: Task) -> dict[str, Any]:
     """Solve and judge one (instance, solver, seed): the row to store. Runs in a worker process."""
     from costmodels.registry import get_cost_model
-    from shardopt.measure.evaluate import evaluate_plan
+    from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
     from shardopt.core.ir import load_instance
     from solvers.registry import get_solver
 
@@ -65,13 +73,21 @@ def solve_task(task: Task) -> dict[str, Any]:
         row.update(status=result.status.value, reason=result.reason, solve_time_s=result.wall_time_s,
                    lower_bound=result.lower_bound)
         if result.status.has_plan and result.plan is not None:
+            # the solver's own prediction of its plan's cost, by the cost model it searched with
+            row["predicted_ms"] = result.predicted.max_cost if result.predicted is not None else result.plan.predicted_cost
+            measured = task.backend in MEASURED_BACKENDS
+            judge_opts: dict[str, Any] = dict(repeats=task.repeats, target=task.target, time_cap_s=task.time_cap_s) if measured else {}
             try:
-                ev = evaluate_plan(instance, result.plan, backend=task.backend)
+                ev = evaluate_plan(instance, result.plan, backend=task.backend, **judge_opts)
             except Exception as exc:  # noqa: BLE001 - an invalid plan is a failure of the solver
                 row.update(status="judge_error", reason=f"{type(exc).__name__}: {exc}")
             else:
                 row.update(judge=ev.judge, columns=json.dumps(ev.costs.columns.tolist()),
                            max_cost_ms=ev.costs.max_cost, critical_path_ms=ev.costs.critical_path)
+                if measured:
+                    iv = ev.interval or {}
+                    row.update(ci_low_ms=iv.get("low"), ci_high_ms=iv.get("high"), judge_rounds=ev.repeats,
+                               machine=json.dumps(ev.machine, sort_keys=True, default=str) if ev.machine else None)
     row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return row
 
@@ -83,12 +99,14 @@ class RunSummary:
     done: int = 0
     failed: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
+    sequential: bool = False  # a measured judge: jobs > 1 was overridden, one task at a time
 
 
 def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, cost_model: str,
-               time_limit: float | None) -> list[Task]:
+               time_limit: float | None, repeats: int | str = "auto", target: float = 0.02,
+               time_cap_s: float = 120.0) -> list[Task]:
     from costmodels.registry import get_cost_model
-    from shardopt.measure.evaluate import BACKENDS
+    from shardopt.measure.evaluate import BACKENDS, MEASURED_BACKENDS, stop_rule
     from shardopt.core.ir import load_instance
     from solvers.registry import UnknownSolverError, solver_names
 
@@ -102,13 +120,15 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
     if seeds < 1:
         raise LeaderboardError(f"--seeds: {seeds} must be >= 1")
     get_cost_model(cost_model)  # raises UnknownCostModelError early
+    if backend in MEASURED_BACKENDS:
+        stop_rule(repeats, target, time_cap_s)  # raises EvaluationError early
     suite = Path(suite_dir).resolve().name
     tasks = []
     for f in suite_files(suite_dir):
         h = load_instance(f).content_hash()
         for s in solvers:
             for seed in range(seeds):
-                tasks.append(Task(suite, str(f), h, s, seed, backend, cost_model, time_limit))
+                tasks.append(Task(suite, str(f), h, s, seed, backend, cost_model, time_limit, repeats, target, time_cap_s))
     return tasks
 
 
@@ -122,19 +142,29 @@ def run_leaderboard(
     seeds: int = 1,
     time_limit: float | None = None,
     jobs: int = 1,
+    repeats: int | str = "auto",
+    target: float = 0.02,
+    time_cap_s: float = 120.0,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> RunSummary:
-    """Solve and judge every unfinished (instance, solver, seed) of `suite_dir`, one committed row each."""
+    """Solve and judge every unfinished (instance, solver, seed) of `suite_dir`, one committed row each. A measured
+    `backend` (cpu, cuda) runs one task at a time whatever `jobs` says (the summary's `sequential`), and judges with
+    evaluate_plan(repeats=, target=, time_cap_s=)."""
+    from shardopt.measure.evaluate import MEASURED_BACKENDS
+
     check_db_path(db)
     if jobs < 1:
         raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
-    tasks = plan_tasks(suite_dir, solvers, seeds, backend, cost_model, time_limit)
+    tasks = plan_tasks(suite_dir, solvers, seeds, backend, cost_model, time_limit, repeats, target, time_cap_s)
+    sequential = backend in MEASURED_BACKENDS and jobs > 1
+    if backend in MEASURED_BACKENDS:
+        jobs = 1  # never time a plan beside other work
     con = connect(db)
     try:
         done_keys = finished_keys(con)
         todo = [t for t in tasks if (t.instance_hash, t.solver, t.seed, t.backend, t.cost_model) not in done_keys]
-        summary = RunSummary(total=len(tasks), skipped=len(tasks) - len(todo))
+        summary = RunSummary(total=len(tasks), skipped=len(tasks) - len(todo), sequential=sequential)
         if progress:
             progress(summary.skipped, summary.total)
 

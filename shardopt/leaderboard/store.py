@@ -39,9 +39,20 @@ CREATE TABLE IF NOT EXISTS results (
     lower_bound REAL,
     code_version TEXT NOT NULL,
     created_at TEXT NOT NULL,
+    predicted_ms REAL,
+    ci_low_ms REAL,
+    ci_high_ms REAL,
+    judge_rounds INTEGER,
+    machine TEXT,
     UNIQUE (instance_hash, solver, seed, backend, cost_model)
 )
 """
+# columns added after the first release, with their types: a store written before them gets them on connect()
+# (ALTER TABLE ... ADD COLUMN; old rows hold NULL). predicted_ms: the solver's own prediction of its plan's cost
+# (its cost model); ci_low_ms / ci_high_ms: a measured judge's bootstrap 95 % CI of the plan cost; judge_rounds:
+# the rounds it timed; machine: JSON of the machine it timed on. NULL for the simulated judge, except predicted_ms.
+ADDED_COLUMNS = (("predicted_ms", "REAL"), ("ci_low_ms", "REAL"), ("ci_high_ms", "REAL"), ("judge_rounds", "INTEGER"),
+                 ("machine", "TEXT"))
 
 BOUNDS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS bounds (
@@ -69,7 +80,7 @@ BOUND_COLUMNS = ("suite", "instance_file", "instance_hash", "cost_model", "kind"
 COLUMNS = (
     "suite", "instance_file", "instance_name", "instance_hash", "solver", "params", "seed", "backend", "cost_model",
     "judge", "time_limit", "columns", "max_cost_ms", "critical_path_ms", "solve_time_s", "status", "reason",
-    "lower_bound", "code_version", "created_at",
+    "lower_bound", "code_version", "created_at", "predicted_ms", "ci_low_ms", "ci_high_ms", "judge_rounds", "machine",
 )
 
 
@@ -109,6 +120,7 @@ def connect(db: Path) -> sqlite3.Connection:
             con.execute(SCHEMA)
             con.execute(BOUNDS_SCHEMA)
             con.commit()
+            migrate(con)
             return con
         except sqlite3.OperationalError as exc:
             if con is not None:
@@ -121,6 +133,25 @@ def connect(db: Path) -> sqlite3.Connection:
             if con is not None:
                 con.close()
             raise LeaderboardError(f"--db: {db}: {exc}") from None
+
+
+def migrate(con: sqlite3.Connection) -> list[str]:
+    """Add the columns of ADDED_COLUMNS that an older store's results table lacks; the names added. Two runs may
+    race to add the same column: the loser's "duplicate column name" is ignored."""
+    have = {r[1] for r in con.execute("PRAGMA table_info(results)")}
+    added = []
+    for name, kind in ADDED_COLUMNS:
+        if name in have:
+            continue
+        try:
+            con.execute(f"ALTER TABLE results ADD COLUMN {name} {kind}")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column name" not in str(exc):
+                raise
+        else:
+            added.append(name)
+    con.commit()
+    return added
 
 
 def finished_keys(con: sqlite3.Connection) -> set[tuple[str, str, int, str, str]]:

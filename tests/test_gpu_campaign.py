@@ -1,0 +1,104 @@
+"""benchmarks/gpu_campaign.sh: the measured GPU campaign in one command. Its --dry-run (a tiny campaign on the cpu
+judge) runs end to end here and writes every output a GPU run writes; a second run skips every finished step."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_campaign.sh"
+STEPS = ["environment", "generate", "scale", "collect-train", "collect-test", "collect-comm", "calibrate", "train",
+         "eval", "leaderboard", "report"]
+
+
+def campaign(out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SHARDOPT_CACHE"}  # the campaign's own cache, under out/
+    env.update(SHARDOPT=f"{sys.executable} -m shardopt", PYTHON=sys.executable)
+    return subprocess.run(["bash", str(SCRIPT), "--dry-run", "--out", str(out), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    pytest.importorskip("fbgemm_gpu")  # the cpu judge's kernel
+    out = tmp_path_factory.mktemp("campaign") / "gpu-dry"
+    first = campaign(out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = campaign(out)
+    return out, first, second
+
+
+def test_dry_run_writes_every_output(dry_run):
+    out, first, _ = dry_run
+    suite = out / "dreamshard-cpu"
+    instances = sorted(suite.glob("*.json"))
+    assert len(instances) == 2 and (out / "generated" / "suite.json").is_file()
+    for f in instances:  # the judged suite is the scaled one, and says so
+        doc = json.loads(f.read_text())
+        assert doc["workload"]["batch_size"] == 512 and doc["metadata"]["scaled_from"]["max_rows"] == 2000
+    for data, n in (("cpu-train.jsonl", 20), ("cpu-test.jsonl", 10), ("comm-sim.jsonl", 20)):
+        lines = (out / data).read_text().splitlines()
+        assert len(lines) == n
+    assert json.loads((out / "cpu-test.jsonl").read_text().splitlines()[0])["kind"] == "compute"
+    profile = json.loads((out / "profile-cpu.json").read_text())
+    assert profile["name"] == "v100-calibrated-cpu" and "hbm_bandwidth" in profile
+    assert "holdout_after" in json.loads((out / "calibration-cpu.json").read_text())
+    assert (out / "neural-cpu.npz").stat().st_size > 0
+    for name in ("eval-analytic-v100", "eval-analytic-calibrated-cpu", "eval-neural-cpu"):
+        ev = json.loads((out / f"{name}.json").read_text())
+        assert ev["columns"]["compute_total"]["n"] == 10
+    con = sqlite3.connect(out / "leaderboard.sqlite")
+    rows = con.execute("SELECT solver, cost_model, measured_ms, status FROM measured").fetchall()
+    con.close()
+    # size once (model-free), greedy with each of the three cost models, 2 instances; every plan measured
+    assert len(rows) == 2 * 4 and all(r[3] != "no_solution" and r[2] > 0 for r in rows)
+    assert sorted(r[0] for r in rows) == ["greedy"] * 6 + ["size"] * 2
+    assert {r[1] for r in rows} == {"analytic", "analytic:profile-cpu.json", "neural-cpu.npz"}
+    assert (out / "report" / "measured-leaderboard.md").is_file()
+    assert (out / "report" / "measured-leaderboard.html").is_file()
+
+    rec = json.loads((out / "campaign.json").read_text())
+    assert rec["command"] == f"bash benchmarks/gpu_campaign.sh --dry-run --out {out}"
+    assert rec["date"] and rec["torch"] and rec["profile"] == "v100" and "gpu" in rec
+    assert rec["kernel"] and any("fbgemm" in k or "torch" in k for k in rec["kernel"])
+    assert rec["settings"]["backend"] == "cpu" and rec["settings"]["dry_run"] == "1"
+    assert rec["leaderboard_rows"] == 8
+    assert list(rec["steps"]) == STEPS
+    for s in rec["steps"].values():
+        assert s["wall_s"] >= 0 and s["commands"]
+    assert (out / "README.md").read_text().startswith("# Measured campaign")
+    for step in STEPS:
+        assert f"run  {step}" in first.stderr
+
+
+def test_second_run_skips_done_steps(dry_run):
+    out, first, second = dry_run
+    assert second.returncode == 0, second.stderr[-3000:]
+    for step in STEPS:
+        assert f"skip {step}" in second.stderr and f"run  {step}" not in second.stderr
+    rec = json.loads((out / "campaign.json").read_text())
+    assert all(s["this_run"].startswith("skipped") for s in rec["steps"].values())
+
+
+def test_other_settings_are_refused(dry_run):
+    out, _, _ = dry_run
+    env = {**os.environ, "COUNT": "3", "SHARDOPT": f"{sys.executable} -m shardopt", "PYTHON": sys.executable}
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--out", str(out)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "other settings" in r.stderr
+
+
+def test_bad_arguments():
+    r = subprocess.run(["bash", str(SCRIPT), "--backend", "tpu"], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                       check=False)
+    assert r.returncode == 2 and "not cuda or cpu" in r.stderr
+    r = subprocess.run(["bash", str(SCRIPT), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                       check=False)
+    assert r.returncode == 0 and "--dry-run" in r.stdout
