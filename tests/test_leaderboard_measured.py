@@ -154,6 +154,28 @@ def test_report_spearman_common_means_and_rankings(tmp_path: Path) -> None:
     assert page.count("<svg") == 2 and "src=" not in page and "@import" not in page
 
 
+def test_a_solver_that_failed_everywhere_leaves_the_other_means(tmp_path: Path) -> None:
+    """A baseline that refused every instance (TorchRec's planner on tight CPU-scale memory) is reported as failed,
+    and the other entries' means stay over all the instances they measured."""
+    db = tmp_path / "m.sqlite"
+    rows = synthetic_store(db)
+    con = open_measured(db)
+    for i in range(4):
+        r = {"suite": "syn", "instance_file": f"i{i}.json", "instance_hash": f"h{i}", "solver": "torchrec",
+             "cost_model": "analytic", "seed": 0, "backend": "cpu", "status": "no_solution", "reason": "storage",
+             "judge": "synthetic", "code_version": "t", "created_at": "now"}
+        con.execute(f"INSERT INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES ({', '.join('?' for _ in MEASURED_COLUMNS)})",
+                    [r.get(c) for c in MEASURED_COLUMNS])
+    con.commit()
+    con.close()
+    (rep,) = build_measured_reports(load_measured(db))
+    assert rep.common == 4
+    by = {(e.solver, e.cost_model): e for e in rep.entries}
+    assert by[("torchrec", "analytic")].failed == 4 and math.isnan(by[("torchrec", "analytic")].mean_measured_ms)
+    mine = [r["measured_ms"] for r in rows if r["solver"] == "greedy" and r["cost_model"] == "analytic"]
+    assert by[("greedy", "analytic")].mean_measured_ms == pytest.approx(sum(mine) / 4)
+
+
 OLD_RESULTS_SCHEMA = """
 CREATE TABLE results (
     id INTEGER PRIMARY KEY AUTOINCREMENT, suite TEXT NOT NULL, instance_file TEXT NOT NULL,

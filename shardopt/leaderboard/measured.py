@@ -295,13 +295,16 @@ def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredRep
     models = sorted({r["cost_model"] for r in rows})
     pairs = sorted({(r["solver"], r["cost_model"]) for r in rows})
     measured_at = {(r["solver"], r["cost_model"], r["instance_file"]): r for r in ok}
-    common = [i for i in instances if all((s, cm, i) in measured_at for s, cm in pairs)]
+    # an entry that measured nothing (a solver that refused every instance) says so in its own row; it must not
+    # empty the mean columns of all the others
+    present = [(s, cm) for s, cm in pairs if any((s, cm, i) in measured_at for i in instances)]
+    common = [i for i in instances if all((s, cm, i) in measured_at for s, cm in present)]
     rng = np.random.default_rng(0)
     entries = []
     for solver, cm in pairs:
         mine = {r["instance_file"]: r for r in rows if r["solver"] == solver and r["cost_model"] == cm}
         good = [r for r in mine.values() if r["measured_ms"] is not None and r["instance_file"] in best]
-        shared = [measured_at[(solver, cm, i)] for i in common]
+        shared = [measured_at[(solver, cm, i)] for i in common if (solver, cm, i) in measured_at]
         shared_pred = [r["predicted_ms"] for r in shared if r["predicted_ms"] is not None]
         if not good:
             entries.append(Entry(solver, cm, math.nan, None, math.nan, math.nan, math.nan, None, math.nan, 0, len(mine)))
