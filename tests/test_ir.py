@@ -91,6 +91,12 @@ def plans(draw: st.DrawFn) -> Plan:
             s["row_offset"] = draw(st.integers(0, 10**6))
             s["rows"] = draw(st.integers(1, 10**6))
         s["replicated"] = draw(st.booleans())
+        if not s["replicated"]:
+            kernel = draw(st.sampled_from(["fused", "fused_uvm_caching", "fused_uvm", None]))
+            if kernel is not None:
+                s["kernel"] = kernel
+            if kernel == "fused_uvm_caching":
+                s["cache_load_factor"] = draw(st.floats(0.01, 1.0))
         shards.append(s)
     doc = {
         "shards": shards,
@@ -192,7 +198,7 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         (lambda d: d["workload"].pop("batch_size"), "workload.batch_size: required field is missing"),
         (lambda d: d.pop("topology"), "topology: required field is missing"),
         (lambda d: d["workload"].update(optimizer="lamb"), "workload.optimizer: \"lamb\": input should be 'sgd', 'rowwise_adagrad' or 'adam'"),
-        (lambda d: d["topology"].update(hardware="tpu9"), "topology.hardware: 'tpu9' is not a known hardware profile (known: a100, h100, h200, v100)"),
+        (lambda d: d["topology"].update(hardware="tpu9"), "topology.hardware: 'tpu9' is not a known hardware profile (known: a100, gh200, h100, h200, v100)"),
         (lambda d: d["topology"].update(memory_bytes=[1, 2]), "topology.memory_bytes: 2 values for 3 devices"),
         (lambda d: d["topology"].update(memory_bytes=[1, -1, 1]), "topology.memory_bytes[1]: -1 must be > 0"),
         (lambda d: d["topology"].update(memory_bytes=0), "topology.memory_bytes: 0 must be > 0"),
@@ -372,7 +378,7 @@ def test_memory_over_names_device_and_tables() -> None:
     (v,) = kinds(tight, shards)["memory"]
     assert v.device == 0 and v.table in {"t0", "t1", "t2"}
     used = 100 * 16 * 4 + 100 * 32 * 4 + 1000 * 64 * 4
-    assert f"device 0: {used:,} bytes of shards ('t0', 't1', 't2') exceed its 200,000 bytes by {used - 200_000:,}" == v.message
+    assert f"device 0: {used:,} bytes of shards ('t0', 't1', 't2') exceed its 200,000 bytes of HBM by {used - 200_000:,}" == v.message
 
 
 def test_unknown_table_and_bad_device(inst: Instance) -> None:

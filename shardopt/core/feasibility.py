@@ -29,3 +29,20 @@ def infeasibility_reason(instance: Instance) -> str | None:
     if total > room:
         return f"the tables need {total:,} bytes in all but the {len(caps)} devices hold {room:,}: short by {total - room:,} bytes"
     return None
+
+
+def tiered_infeasibility_reason(instance: Instance) -> str | None:
+    """Why no plan of any kind (row-wise splits, UVM placements included) can exist, or None.
+
+    With row-wise shards a table is no longer bound to one device, and a UVM shard (`fused_uvm`) keeps nothing in
+    HBM, so the one condition every plan needs is that the tables fit in all the cluster's HBM and host memory
+    together. Failing it proves no plan exists; passing it is necessary only (shards are whole rows).
+    """
+    sizes = table_bytes_array(instance)
+    topo = instance.topology
+    hbm, host = sum(topo.capacities()), sum(topo.host_capacities())
+    total = int(sizes.sum())
+    if total > hbm + host:
+        where = f"{hbm:,} bytes of HBM and {host:,} of host memory" if host else f"{hbm:,} bytes of HBM and no host memory"
+        return f"the tables need {total:,} bytes in all but the {topo.num_devices} devices have {where}: short by {total - hbm - host:,} bytes"
+    return None

@@ -39,6 +39,12 @@ class HardwareProfile:
     alltoall_latency_s: float = 15e-6  # start-up latency of one all-to-all (assumption)
     network_latency_s: float = 10e-6  # extra start-up latency when peers are on other hosts (assumption)
     bwd_bandwidth_factor: float = 1.0  # backward's achievable bandwidth relative to forward's (1 until calibrated)
+    host_link_bandwidth: float = 15.75 * GB  # bytes/s per direction between a device and its host's DRAM (UVM)
+    host_link: str = "PCIe Gen3 x16"  # what that link is (data sheet), for reports
+
+
+# fields added after profiles were first written to JSON: a file without them takes the default
+OPTIONAL_FIELDS = frozenset({"host_link_bandwidth", "host_link"})
 
 
 PROFILES: dict[str, HardwareProfile] = {
@@ -51,6 +57,8 @@ PROFILES: dict[str, HardwareProfile] = {
         sm_count=80,
         nvlink_bandwidth=150 * GB,
         network_bandwidth=12.5 * GB,
+        host_link_bandwidth=15.75 * GB,
+        host_link="PCIe Gen3 x16",
     ),
     "a100": HardwareProfile(
         name="a100",
@@ -61,6 +69,8 @@ PROFILES: dict[str, HardwareProfile] = {
         sm_count=108,
         nvlink_bandwidth=300 * GB,
         network_bandwidth=25 * GB,
+        host_link_bandwidth=31.5 * GB,
+        host_link="PCIe Gen4 x16",
     ),
     "h100": HardwareProfile(
         name="h100",
@@ -71,6 +81,8 @@ PROFILES: dict[str, HardwareProfile] = {
         sm_count=132,
         nvlink_bandwidth=450 * GB,
         network_bandwidth=50 * GB,
+        host_link_bandwidth=63 * GB,
+        host_link="PCIe Gen5 x16",
     ),
     "h200": HardwareProfile(
         name="h200",
@@ -81,6 +93,20 @@ PROFILES: dict[str, HardwareProfile] = {
         sm_count=132,
         nvlink_bandwidth=450 * GB,
         network_bandwidth=50 * GB,
+        host_link_bandwidth=63 * GB,
+        host_link="PCIe Gen5 x16",
+    ),
+    "gh200": HardwareProfile(
+        name="gh200",
+        description="NVIDIA GH200 Grace Hopper Superchip, H100 with 96 GB HBM3, NVLink-C2C to 480 GB LPDDR5X, NVLink 4, 400 Gb/s NDR InfiniBand per GPU",
+        hbm_bandwidth=4000 * GB,
+        memory_bytes=96 * GB,
+        l2_bytes=50 * MiB,
+        sm_count=132,
+        nvlink_bandwidth=450 * GB,
+        network_bandwidth=50 * GB,
+        host_link_bandwidth=450 * GB,
+        host_link="NVLink-C2C",
     ),
 }
 
@@ -110,9 +136,11 @@ def profile_from_dict(data: Any, source: str = "profile") -> HardwareProfile:
     values: dict[str, Any] = {}
     for f in fields(HardwareProfile):
         if f.name not in data:
+            if f.name in OPTIONAL_FIELDS:
+                continue
             raise ValueError(f"{source}: {f.name}: required field is missing")
         v = data[f.name]
-        if f.name in ("name", "description"):
+        if f.name in ("name", "description", "host_link"):
             if not isinstance(v, str):
                 raise ValueError(f"{source}: {f.name}: {v!r} is not a string")
         elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:

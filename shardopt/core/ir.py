@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator, model_serializer, model_validator
 
 from shardopt.core.hardware import PROFILES
 
@@ -50,6 +50,18 @@ class Optimizer(str, Enum):
     sgd = "sgd"
     rowwise_adagrad = "rowwise_adagrad"
     adam = "adam"
+
+
+class Kernel(str, Enum):
+    """Where a shard's weights live: TorchRec's compute kernels, so plans export one to one."""
+
+    fused = "fused"  # weights and optimizer state in HBM (the default)
+    fused_uvm_caching = "fused_uvm_caching"  # in host memory, read through an HBM cache of cache_load_factor x rows
+    fused_uvm = "fused_uvm"  # in host memory only, every lookup over the host link
+
+    @property
+    def in_host_memory(self) -> bool:
+        return self is not Kernel.fused
 
 
 class PlanStatus(str, Enum):
@@ -132,6 +144,12 @@ class Topology(IRModel):
     hardware: str = Field(description="hardware profile name: " + ", ".join(sorted(PROFILES)))
     intra_host_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of NVLink")
     inter_host_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of the network")
+    host_memory_bytes: int | list[int] = Field(
+        default=0,
+        description="per-device share of its host's DRAM for UVM shards (TorchRec's ddr_cap): one value for all, or one "
+        "per device; 0 (the default) = no host memory, every shard in HBM",
+    )
+    host_link_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of the device-host link (UVM)")
 
     @field_validator("hardware")
     @classmethod
@@ -150,13 +168,46 @@ class Topology(IRModel):
                 raise ValueError(f"{where}{m} must be > 0")
         return v
 
+    @field_validator("host_memory_bytes")
+    @classmethod
+    def _check_host_memory(cls, v: int | list[int]) -> int | list[int]:
+        values = v if isinstance(v, list) else [v]
+        for i, m in enumerate(values):
+            if m < 0:
+                where = f"[{i}]: " if isinstance(v, list) else ""
+                raise ValueError(f"{where}{m} must be >= 0")
+        return v
+
     @model_validator(mode="after")
     def _check_lengths(self) -> Topology:
-        if isinstance(self.memory_bytes, list) and len(self.memory_bytes) != self.num_devices:
-            raise ValueError(
-                f"memory_bytes: {len(self.memory_bytes)} values for {self.num_devices} devices"
-            )
+        for name in ("memory_bytes", "host_memory_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, list) and len(v) != self.num_devices:
+                raise ValueError(f"{name}: {len(v)} values for {self.num_devices} devices")
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_default_tiers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A topology without host memory is written as before the tiers existed: old documents, their content
+        hashes and every stored result keyed by them stay the same."""
+        out = handler(self)
+        if out.get("host_memory_bytes") == 0:
+            out.pop("host_memory_bytes")
+        if "host_link_bandwidth" in out and out["host_link_bandwidth"] is None:
+            out.pop("host_link_bandwidth")
+        return out
+
+    def host_capacity(self, device: int) -> int:
+        """Bytes of host memory (UVM) device `device` may use; 0 = none."""
+        m = self.host_memory_bytes
+        return m[device] if isinstance(m, list) else m
+
+    def host_capacities(self) -> list[int]:
+        return [self.host_capacity(d) for d in range(self.num_devices)]
+
+    @property
+    def has_host_memory(self) -> bool:
+        return any(c > 0 for c in self.host_capacities())
 
     def capacity(self, device: int) -> int:
         m = self.memory_bytes
@@ -221,7 +272,8 @@ class Shard(IRModel):
 
     Table-wise: one shard with the defaults (whole table). Column-wise: several shards with column ranges.
     Row-wise: row ranges. Data-parallel: a whole-table shard on every device, each marked `replicated`.
-    `cols` / `rows` absent mean "to the end of the table".
+    `cols` / `rows` absent mean "to the end of the table". `kernel` says where the shard's weights live (HBM by
+    default; host memory behind an HBM cache of `cache_load_factor` x its rows; host memory alone).
     """
 
     table: str = Field(min_length=1)
@@ -231,6 +283,34 @@ class Shard(IRModel):
     row_offset: int = Field(default=0, ge=0)
     rows: int | None = Field(default=None, ge=1)
     replicated: bool = False
+    kernel: Kernel = Kernel.fused
+    cache_load_factor: float | None = Field(default=None, gt=0, le=1, description="fused_uvm_caching: HBM cache rows / shard rows")
+
+    @model_validator(mode="after")
+    def _check_kernel(self) -> Shard:
+        if self.kernel is Kernel.fused_uvm_caching and self.cache_load_factor is None:
+            raise ValueError("cache_load_factor: required with kernel 'fused_uvm_caching' (a share of the shard's rows in (0, 1])")
+        if self.kernel is not Kernel.fused_uvm_caching and self.cache_load_factor is not None:
+            raise ValueError(f"cache_load_factor: {self.cache_load_factor} is only meaningful with kernel 'fused_uvm_caching', not {self.kernel.value!r}")
+        if self.replicated and self.kernel is not Kernel.fused:
+            raise ValueError(f"kernel: {self.kernel.value!r}: a data-parallel replica lives in HBM (kernel 'fused')")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_default_kernel(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An HBM shard is written as before kernels existed, so table-wise plans stay one short line per table."""
+        out = handler(self)
+        if out.get("kernel") in (Kernel.fused, Kernel.fused.value):
+            out.pop("kernel")
+        return out
+
+    def cache_rows(self, table: Table) -> int:
+        """Rows of this shard held in its HBM cache: all for fused, none for fused_uvm."""
+        if self.kernel is Kernel.fused:
+            return self.height(table)
+        if self.kernel is Kernel.fused_uvm:
+            return 0
+        return min(self.height(table), math.ceil(float(self.cache_load_factor or 0.0) * self.height(table)))
 
     def col_range(self, table: Table) -> tuple[int, int]:
         width = table.dim - self.col_offset if self.cols is None else self.cols

@@ -1,18 +1,28 @@
-"""The memory model: what a shard costs in device memory, weights plus optimizer state.
+"""The memory model: what a shard costs in each memory tier, weights plus optimizer state.
 
 The published systems counted fp32 weights only; a plan that fits by that count can run out of memory once the
 optimizer allocates its state. Here the state is counted as fbgemm's fused optimizers allocate it:
 sgd keeps none; rowwise_adagrad keeps one fp32 accumulator per row (of each shard: column shards each keep their
 own); adam keeps two fp32 moments per weight.
+
+Tiers (the shard's `kernel`, TorchRec's compute kernels):
+- `fused`: weights and optimizer state in HBM.
+- `fused_uvm_caching`: weights and optimizer state in host memory (fbgemm allocates both as UVM for a
+  MANAGED_CACHING table); in HBM the cache: ceil(cache_load_factor x rows) slots, each a row of weights plus
+  CACHE_SLOT_META_BYTES of fbgemm's cache state (lxu_cache_state: the int64 row index of the slot; lxu_state: the
+  int64 LRU / LFU stamp). TorchRec's planner estimates the HBM side as load factor x (weights + optimizer state):
+  more than fbgemm allocates when the optimizer keeps state, which is why our plans can be denser than its own.
+- `fused_uvm`: weights and optimizer state in host memory, nothing in HBM.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from shardopt.core.ir import Instance, Optimizer, Shard, Table
+from shardopt.core.ir import Instance, Kernel, Optimizer, Shard, Table
 
 OPTIMIZER_STATE_BYTES = 4  # fp32 state, as fbgemm allocates it
+CACHE_SLOT_META_BYTES = 16  # per cache slot: lxu_cache_state (int64) + lxu_state (int64), fbgemm's split_table_batched_embeddings_ops_training
 
 
 def optimizer_state_bytes(optimizer: Optimizer, rows: int, cols: int) -> int:
@@ -35,7 +45,24 @@ def table_bytes(instance: Instance, table: Table) -> int:
     return slice_bytes(instance, table, table.rows, table.dim)
 
 
+def cache_bytes(instance: Instance, table: Table, cache_rows: int, cols: int) -> int:
+    """HBM bytes of a UVM cache of `cache_rows` rows `cols` wide: the cached weights and each slot's state."""
+    return cache_rows * (cols * instance.table_dtype(table).nbytes + CACHE_SLOT_META_BYTES)
+
+
 def shard_bytes(instance: Instance, table: Table, shard: Shard) -> int:
+    """HBM bytes of a shard: the whole slice for `fused`, its cache for `fused_uvm_caching`, 0 for `fused_uvm`."""
+    if shard.kernel is Kernel.fused:
+        return slice_bytes(instance, table, shard.height(table), shard.width(table))
+    if shard.kernel is Kernel.fused_uvm:
+        return 0
+    return cache_bytes(instance, table, shard.cache_rows(table), shard.width(table))
+
+
+def shard_host_bytes(instance: Instance, table: Table, shard: Shard) -> int:
+    """Host-memory (UVM) bytes of a shard: the whole slice unless it lives in HBM."""
+    if shard.kernel is Kernel.fused:
+        return 0
     return slice_bytes(instance, table, shard.height(table), shard.width(table))
 
 
@@ -45,12 +72,21 @@ def table_bytes_array(instance: Instance) -> np.ndarray:
 
 
 def device_memory_use(instance: Instance, shards: list[Shard]) -> np.ndarray:
-    """Bytes used on each device by `shards` (int64, one entry per device; out-of-range devices ignored)."""
+    """HBM bytes used on each device by `shards` (int64, one entry per device; out-of-range devices ignored)."""
+    return _use(instance, shards, shard_bytes)
+
+
+def device_host_memory_use(instance: Instance, shards: list[Shard]) -> np.ndarray:
+    """Host-memory (UVM) bytes used by each device's shards (int64, one entry per device)."""
+    return _use(instance, shards, shard_host_bytes)
+
+
+def _use(instance: Instance, shards: list[Shard], bytes_of) -> np.ndarray:  # noqa: ANN001 - one of the two above
     use = np.zeros(instance.topology.num_devices, dtype=np.int64)
     index = instance.table_index()
     for s in shards:
         i = index.get(s.table)
         if i is None or not 0 <= s.device < len(use):
             continue
-        use[s.device] += shard_bytes(instance, instance.tables[i], s)
+        use[s.device] += bytes_of(instance, instance.tables[i], s)
     return use

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan, Shard, Table
-from shardopt.core.memory import shard_bytes
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard, Table
+from shardopt.core.memory import shard_bytes, shard_host_bytes
 
 
 @dataclass(frozen=True)
 class PlanViolation:
-    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | memory
+    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | memory | host_memory
     message: str
     table: str | None = None
     device: int | None = None
@@ -31,7 +31,8 @@ class PlanViolation:
 @dataclass
 class PlanCheck:
     violations: list[PlanViolation] = field(default_factory=list)
-    memory_use: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memory_use: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # HBM bytes per device
+    host_memory_use: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # host (UVM) bytes per device
 
     @property
     def ok(self) -> bool:
@@ -58,6 +59,7 @@ def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
     index = instance.table_index()
     out: list[PlanViolation] = []
     use = np.zeros(n_dev, dtype=np.int64)
+    host_use = np.zeros(n_dev, dtype=np.int64)
     by_table: dict[str, list[Shard]] = defaultdict(list)
 
     for k, s in enumerate(shards):
@@ -85,6 +87,7 @@ def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
         by_table[s.table].append(s)
         if s.device < n_dev:
             use[s.device] += shard_bytes(instance, t, s)
+            host_use[s.device] += shard_host_bytes(instance, t, s)
 
     for t in instance.tables:
         out.extend(_check_coverage(instance, t, by_table.get(t.name, [])))
@@ -92,17 +95,28 @@ def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
     for d in range(n_dev):
         cap = topo.capacity(d)
         if use[d] > cap:
-            names = sorted({s.table for s in shards if s.device == d and s.table in index})
-            listed = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            out.append(
-                PlanViolation(
-                    "memory",
-                    f"device {d}: {int(use[d]):,} bytes of shards ({listed}) exceed its {cap:,} bytes by {int(use[d] - cap):,}",
-                    names[0] if names else None,
-                    d,
-                )
-            )
-    return PlanCheck(out, use)
+            listed, first = _listed(shards, d, index, lambda s: s.kernel is not Kernel.fused_uvm)
+            out.append(PlanViolation(
+                "memory", f"device {d}: {int(use[d]):,} bytes of shards ({listed}) exceed its {cap:,} bytes of HBM by {int(use[d] - cap):,}",
+                first, d))
+        host_cap = topo.host_capacity(d)
+        if host_use[d] > host_cap:
+            listed, first = _listed(shards, d, index, lambda s: s.kernel.in_host_memory)
+            if host_cap == 0:
+                msg = (f"device {d}: UVM shards ({listed}, {int(host_use[d]):,} bytes) but the device has no host memory "
+                       f"(topology.host_memory_bytes is 0 for it)")
+            else:
+                msg = (f"device {d}: {int(host_use[d]):,} bytes of UVM shards ({listed}) exceed its {host_cap:,} bytes of "
+                       f"host memory by {int(host_use[d] - host_cap):,}")
+            out.append(PlanViolation("host_memory", msg, first, d))
+    return PlanCheck(out, use, host_use)
+
+
+def _listed(shards: list[Shard], device: int, index: dict[str, int], keep) -> tuple[str, str | None]:  # noqa: ANN001
+    """The tables of `device`'s shards that count in a tier, for a message: up to five names, and the first."""
+    names = sorted({s.table for s in shards if s.device == device and s.table in index and keep(s)})
+    listed = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return listed, (names[0] if names else None)
 
 
 def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[PlanViolation]:
