@@ -105,3 +105,19 @@ def finish(
 
 def fail(solver: Solver, status: SolveStatus, reason: str, clock: Stopwatch, info: dict[str, Any] | None = None) -> SolveResult:
     return SolveResult(solver.name, status, None, reason, clock.elapsed, None, None, info or {})
+
+
+def unplaceable(solver: Solver, instance: Instance, reason: str, clock: Stopwatch, kinds: str, info: dict[str, Any] | None = None) -> SolveResult:
+    """The result when `solver`'s own placements (`kinds`, e.g. "table-wise") cannot hold the instance for `reason`.
+
+    Since plans may split tables by rows and keep tables in host memory (DESIGN.md, memory tiers), a table that fits
+    on no device or tables beyond the HBM prove nothing about the instance: it is `infeasible` only when the tables
+    exceed all HBM and host memory together; otherwise `no_solution`, naming the solvers that place more kinds."""
+    from shardopt.core.feasibility import tiered_infeasibility_reason
+
+    proof = tiered_infeasibility_reason(instance)
+    if proof is not None:
+        return fail(solver, SolveStatus.infeasible, proof, clock, {**(info or {}), "proof": "feasibility"})
+    why = (f"{reason}. {solver.name} places tables {kinds} only; the instance is not proven infeasible: row-wise splits "
+           f"or host memory can hold it (solvers that place them: greedy and the other heuristics; see `shardopt solvers`)")
+    return fail(solver, SolveStatus.no_solution, why, clock, {**(info or {}), "placements": kinds})

@@ -29,6 +29,11 @@ FALLBACK_STAGES). If every stage fails the
 result is ``no_solution`` naming the table and its bytes against the largest free space at that moment: bin packing
 is NP-hard, so this is the solver's failure, not a proof that the instance is infeasible (``infeasible`` is only
 returned when shardopt.core.feasibility proves it).
+
+Beyond table-wise HBM: when no table-wise HBM plan can exist (a table larger than every device, or tables beyond
+the cluster's HBM), solvers.tiering first splits the oversized tables row-wise over all devices and moves the
+coldest tables to host memory (UVM, with an HBM cache); the packing loop then places every other table as above,
+each where both its HBM bytes and its host bytes have room.
 """
 
 from __future__ import annotations
@@ -39,11 +44,12 @@ from typing import Any, Callable
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.core.feasibility import infeasibility_reason
-from shardopt.core.ir import Instance, Shard
+from shardopt.core.feasibility import tiered_infeasibility_reason
+from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.completion import completion_mask
+from solvers.tiering import TieredLayout, needs_tiers, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
 SAFE_FALLBACK_MAX_PAIRS = 20_000
@@ -137,17 +143,29 @@ class FitRule(DeviceRule):
 class GreedyCostRule(DeviceRule):
     """The device that minimises the predicted plan cost after the move, ties by its own cost, then index."""
 
-    def __init__(self, bm: BoundCostModel):
+    def __init__(self, bm: BoundCostModel, layout: TieredLayout | None = None):
         self.bm = bm
         self.D = bm.num_devices
-        self.states = np.asarray(bm.table_states, dtype=np.float64)
+        self.states = np.array(bm.table_states, dtype=np.float64)
         self.dims = np.asarray(bm.table_dims, dtype=np.float64)
+        self.S0 = np.zeros((self.D, self.states.shape[1]))
+        self.dims0 = np.zeros(self.D)
+        if layout is not None:  # UVM tables priced by their cache; the row-wise tables' shards are there from the start
+            instance = bm.instance
+            for i in layout.packed:
+                if layout.tiers[i].kernel is not Kernel.fused:
+                    _, self.states[i], _ = bm.shard_contribution(layout.shard(instance, int(i), 0))
+            for sh in layout.fixed:
+                d, st, w = bm.shard_contribution(sh)
+                self.S0[d] += st
+                self.dims0[d] += w
+        self.compute0 = np.asarray(bm.compute_costs(self.S0)).sum(axis=1) if layout is not None else np.zeros(self.D)
         self.reset()
 
     def reset(self) -> None:
-        self.S = np.zeros((self.D, self.states.shape[1]))
-        self.dim_sums = np.zeros(self.D)
-        self.compute = np.zeros(self.D)  # fwd + bwd compute of each device's current state (empty state: 0)
+        self.S = self.S0.copy()
+        self.dim_sums = self.dims0.copy()
+        self.compute = self.compute0.copy()  # fwd + bwd compute of each device's current state (empty state: 0)
         self._last: tuple[int, float] | None = None
         self._rows = np.arange(self.D)
 
@@ -191,16 +209,27 @@ class PackFailure:
 class Packer:
     """Places tables one at a time on devices with room; never on a device without room."""
 
-    def __init__(self, instance: Instance):
+    def __init__(self, instance: Instance, layout: TieredLayout | None = None):
         self.instance = instance
-        self.sizes = table_bytes_array(instance)
-        self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        self.layout = layout
+        topo = instance.topology
+        self.caps = np.array(topo.capacities(), dtype=np.int64)
+        self.host_caps = np.array(topo.host_capacities(), dtype=np.int64)
+        if layout is None:
+            self.sizes = table_bytes_array(instance)
+            self.host_sizes = np.zeros(len(self.sizes), dtype=np.int64)
+        else:  # each table's bytes in its tier; the row-wise tables' shards already hold their room
+            self.sizes, self.host_sizes = layout.hbm_bytes, layout.host_bytes
+            self.caps = self.caps - layout.fixed_hbm
+            self.host_caps = self.host_caps - layout.fixed_host
         self.free = self.caps.copy()
+        self.free_host = self.host_caps.copy()
 
     def run(self, stage: str, order: np.ndarray, rule: DeviceRule, safe: bool = False) -> np.ndarray | PackFailure:
         """One pass in `order`; with `safe`, each table only goes where the rest still fit by worst fit (when some
         device with room passes that check)."""
         self.free = self.caps.copy()
+        self.free_host = self.host_caps.copy()
         rule.reset()
         device_of = np.full(len(self.sizes), -1, dtype=np.int64)
         rest_bytes = self.sizes[np.asarray(order, dtype=np.int64)]
@@ -208,6 +237,8 @@ class Packer:
             t = int(t)
             size = self.sizes[t]
             room = self.free >= size
+            if self.host_sizes[t]:
+                room &= self.free_host >= self.host_sizes[t]
             if safe and room.any():
                 room = completion_mask(self.free[None], int(size), rest_bytes[n + 1 :], room[None])[0]
             candidates = np.flatnonzero(room)
@@ -217,12 +248,32 @@ class Packer:
             if self.free[d] < size:  # a rule bug must never become a plan over capacity
                 raise AssertionError(f"rule chose device {d} without room for table {t}")
             self.free[d] -= size
+            self.free_host[d] -= self.host_sizes[t]
             device_of[t] = d
             rule.commit(t, d)
         return device_of
 
     def bytes_order(self) -> np.ndarray:
-        return np.argsort(-self.sizes, kind="stable")
+        return self.placed_only(np.argsort(-self.sizes, kind="stable"))
+
+    def placed_only(self, order: np.ndarray) -> np.ndarray:
+        """`order` without the row-wise tables (placed before packing)."""
+        if self.layout is None:
+            return order
+        return order[np.isin(order, self.layout.packed)]
+
+    def shards(self, device_of: np.ndarray) -> list[Shard]:
+        """The plan's shards, by table in instance order."""
+        tables = self.instance.tables
+        if self.layout is None:
+            return [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(tables)]
+        fixed: dict[str, list[Shard]] = {}
+        for s in self.layout.fixed:
+            fixed.setdefault(s.table, []).append(s)
+        out: list[Shard] = []
+        for i, t in enumerate(tables):
+            out.extend(fixed[t.name] if self.layout.tiers[i].rowwise else [self.layout.shard(self.instance, i, int(device_of[i]))])
+        return out
 
 
 def descending(values: np.ndarray) -> np.ndarray:
@@ -272,17 +323,24 @@ class HeuristicSolver(Solver):
     rule_description = ""
 
     # subclasses: the primary order and the device rule
-    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         raise NotImplementedError
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
-        reason = infeasibility_reason(instance)
-        if reason is not None:
-            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+        layout: TieredLayout | None = None
+        if needs_tiers(instance):
+            reason = tiered_infeasibility_reason(instance)
+            if reason is not None:
+                return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+            tiered = plan_tiers(instance)
+            if isinstance(tiered, str):
+                return fail(self, SolveStatus.no_solution, f"{self.name}: {tiered}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
+            layout = tiered
 
-        packer = Packer(instance)
-        order, rule = self.setup(instance, cost_model, seed)
+        packer = Packer(instance, layout)
+        order, rule = self.setup(instance, cost_model, seed, layout)
+        order = packer.placed_only(np.asarray(order))
         bound = rule.bm if isinstance(rule, GreedyCostRule) else None  # cost the plan with the binding it searched with
         stages: list[tuple[str, np.ndarray, DeviceRule, bool]] = [("primary", order, rule, False)]
         if self.fallback:
@@ -319,7 +377,7 @@ class HeuristicSolver(Solver):
         used = None
         compared: dict[str, float] = {}
         if len(placed) > 1 and bound is not None:
-            compared = {n: float(bound.assignment_costs(d).max_cost) for n, d in placed}
+            compared = {n: float(bound.plan_costs(packer.shards(d)).max_cost if layout is not None else bound.assignment_costs(d).max_cost) for n, d in placed}
             used, device_of = min(placed, key=lambda p: compared[p[0]])  # ties: the earlier stage
         elif placed:
             used, device_of = placed[0]
@@ -347,17 +405,22 @@ class HeuristicSolver(Solver):
             )
             if timed_out:
                 why += f"; the time limit of {time_limit:g} s ended the search before the remaining fallback stages"
-            why += ". The instance is not proven infeasible: every table fits on some device and the total memory suffices."
+            why += (". The instance is not proven infeasible: every table fits on some device and the total memory suffices."
+                    if layout is None else ". The instance is not proven infeasible: the tables fit in the cluster's HBM and host memory together.")
             info.update(failed_table=name, failed_table_bytes=f.table_bytes, largest_free=f.largest_free, timed_out=timed_out)
             return fail(self, SolveStatus.no_solution, why, clock, info)
 
-        shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
+        shards = packer.shards(device_of)
         over = time_limit is not None and clock.elapsed > time_limit
         info["time_limit_exceeded"] = bool(over)
+        extra: dict[str, Any] = {"fallback_used": used if used != "primary" else None}
+        if layout is not None:
+            extra["placements"] = layout.summary()
+            info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
         return finish(
             self, instance, cost_model, shards, clock, seed=seed,
             status=SolveStatus.timeout if over else SolveStatus.feasible, info=info, bound=bound,
-            extra_params={"fallback_used": used if used != "primary" else None},
+            extra_params=extra,
         )
 
 
@@ -377,7 +440,7 @@ class ProxySolver(HeuristicSolver):
     def proxy(self, instance: Instance) -> np.ndarray:
         raise NotImplementedError
 
-    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         p = np.asarray(self.proxy(instance), dtype=np.float64)
         return descending(p), ProxyRule(p, instance.topology.num_devices)
 
@@ -437,7 +500,7 @@ class RandomSolver(HeuristicSolver):
     order_description = "instance order"
     rule_description = "uniformly random device among those with room (numpy default_rng(seed))"
 
-    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         return np.arange(len(instance.tables)), RandomRule(seed)
 
 
@@ -447,7 +510,7 @@ class RoundRobinSolver(HeuristicSolver):
     order_description = "instance order"
     rule_description = "device cursor advancing by one, skipping devices without room"
 
-    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         return np.arange(len(instance.tables)), RoundRobinRule(instance.topology.num_devices)
 
 
@@ -458,9 +521,11 @@ class GreedySolver(HeuristicSolver):
     order_description = "single-table predicted compute cost descending (ties: table index)"
     rule_description = "device minimising the predicted plan cost (max over devices of compute + comm) after the move; ties: that device's own cost, then index"
 
-    def setup(self, instance: Instance, cost_model: CostModel, seed: int) -> tuple[np.ndarray, DeviceRule]:
+    def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         bm = cost_model.bind(instance)
-        return descending(np.asarray(bm.single_table_costs)), GreedyCostRule(bm)
+        rule = GreedyCostRule(bm, layout)
+        cost = np.asarray(bm.compute_costs(rule.states)).sum(axis=1) if layout is not None else np.asarray(bm.single_table_costs)
+        return descending(cost), rule
 
 
 __all__ = [

@@ -39,7 +39,7 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes
-from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
@@ -584,7 +584,7 @@ class NeuroShardSolver(Solver):
         cfg = self.config
         reason = split_infeasibility(instance)
         if reason:
-            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "memory"})
+            return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM")
         bm = cost_model.bind(instance)
         pm = PieceModel(instance, bm)
         budget = time_limit if time_limit is not None else cfg.default_time_limit

@@ -72,3 +72,19 @@ register("torchrec_all", "solvers.torchrec_solver", "TorchRecAllTypesSolver", "b
 register("dreamshard", "solvers.dreamshard", "DreamShardSolver", "rl", "DreamShard policy (per-device scorer shared across devices, REINFORCE on the estimated MDP): greedy + best-of-16 sampled rollouts")
 register("autoshard", "solvers.autoshard", "AutoShardSolver", "rl", "AutoShard LSTM actor-critic (A2C, reward = -plan cost) over the table sequence: greedy + best-of-16 sampled rollouts")
 register("milp_exact_neural", "solvers.exact", "MilpExactNeuralSolver", "exact", "MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents), comm linearised; neural cost model only, at most 12 tables x 4 devices")
+
+# which placements each solver can produce (DESIGN.md: a solver that supports only some says so; `shardopt solvers`)
+_HEURISTIC_PLACEMENTS = "table-wise; row-wise for a table larger than every device; UVM-cached / UVM when the tables exceed the HBM"
+PLACEMENTS: dict[str, str] = {
+    **{n: _HEURISTIC_PLACEMENTS for n in ("greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup")},
+    **{n: "table-wise, column-wise (HBM only)" for n in ("neuroshard", "neuroshard_faithful", "cpsat", "milp", "milp_highs", "milp_exact_neural")},
+    "torchrec": "table-wise, column-wise (TorchRec's planner chooses)",
+    "torchrec_all": "table-wise, column-wise, row-wise, table-row-wise, data-parallel (TorchRec's planner chooses)",
+    "dreamshard": "table-wise (HBM only)",
+    "autoshard": "table-wise (HBM only)",
+}
+
+
+def placements(name: str) -> str:
+    """The placements solver `name` can produce, in words ('' for a solver registered without a note)."""
+    return PLACEMENTS.get(name, "")

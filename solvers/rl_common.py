@@ -39,7 +39,7 @@ from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
-from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.completion import completion_mask
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -458,7 +458,7 @@ class PolicySolver(Solver):
         clock = Stopwatch()
         reason = infeasibility_reason(instance)
         if reason is not None:
-            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+            return unplaceable(self, instance, reason, clock, "table-wise in HBM")
         bm = cost_model.bind(instance)
         ctx = Context(instance, bm)
         rng = np.random.default_rng(seed)

@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT, instance_doc
 
 from costmodels.registry import get_cost_model
-from shardopt.core.feasibility import infeasibility_reason
-from shardopt.core.ir import load_instance
+from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
+from shardopt.core.ir import instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.registry import get_solver, solver_names
@@ -312,7 +312,20 @@ def test_infeasible_instance_gives_the_feasibility_reason(algo, analytic):
     inst = load_instance(EXAMPLES / "infeasible.json")
     res = get_solver(algo).solve(inst, analytic)
     assert res.status is SolveStatus.infeasible and res.plan is None
-    assert res.reason == infeasibility_reason(inst)
+    assert res.reason == tiered_infeasibility_reason(inst)  # the proof of any plan: the tables exceed all memory
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_table_too_big_for_a_policy_is_no_solution_not_infeasible(algo, analytic):
+    """A table larger than every device: the table-wise policies cannot place it, but row-wise splits can, so the
+    instance is not infeasible (issue 17)."""
+    doc = to_dict(load_instance(EXAMPLES / "small.json"))
+    t = doc["tables"][0]
+    t["rows"] = int(1.5 * doc["topology"]["memory_bytes"] / (t["dim"] * 4 + 4))
+    inst = instance_from_dict(doc)
+    res = get_solver(algo).solve(inst, analytic)
+    assert res.status is SolveStatus.no_solution and "'t00'" in res.reason and "not proven infeasible" in res.reason
+    assert "table-wise in HBM only" in res.reason
 
 
 def test_policy_that_cannot_pack_gives_no_solution(analytic):
@@ -366,9 +379,11 @@ def test_any_instance_gets_a_valid_plan_or_a_reason(algo, analytic):
     @given(instances(max_tables=10))
     def check(inst):
         res = solver.solve(inst, analytic, seed=1)
-        reason = infeasibility_reason(inst)
-        if reason is not None:
-            assert res.status is SolveStatus.infeasible and res.reason == reason
+        proof = tiered_infeasibility_reason(inst)
+        if proof is not None:
+            assert res.status is SolveStatus.infeasible and res.reason == proof
+        elif infeasibility_reason(inst) is not None:  # no table-wise plan, but row-wise / UVM ones may exist
+            assert res.status is SolveStatus.no_solution and "not proven infeasible" in res.reason
         elif res.status is SolveStatus.no_solution:
             assert "not proven infeasible" in res.reason
         else:

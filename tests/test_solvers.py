@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from conftest import instance_doc, instances, make_instance
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.registry import get_cost_model
-from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
 from shardopt.core.ir import Instance, load_instance
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
@@ -87,38 +87,40 @@ def exhaustive_plan_exists(sizes: np.ndarray, caps: list[int]) -> bool:
 
 
 def check_result(instance: Instance, name: str, result) -> None:
+    """Independently of the solver: a plan is valid in both memory tiers and table-wise where a table-wise plan can
+    exist; `infeasible` only with a true proof; `no_solution` names what failed."""
     sizes = table_bytes_array(instance)
     caps = instance.topology.capacities()
+    table_wise_possible = infeasibility_reason(instance) is None
     assert result.solver == name
     if result.status.has_plan:
         assert result.plan is not None and result.reason is None
         check = check_plan(instance, result.plan)
         assert check.ok, [str(v) for v in check.violations]
         assert (check.memory_use <= np.array(caps)).all()
-        assert len(result.plan.shards) == len(instance.tables)  # table-wise
+        assert (check.host_memory_use <= np.array(instance.topology.host_capacities())).all()
+        if table_wise_possible:
+            assert len(result.plan.shards) == len(instance.tables)  # table-wise
         assert result.plan.solver == name
         assert result.predicted is not None and np.isfinite(result.predicted_cost)
         assert result.plan.predicted_cost == pytest.approx(result.predicted_cost)
-        # a plan exists, so the instance cannot be infeasible by the necessary conditions
-        assert infeasibility_reason(instance) is None
+        # a plan exists, so the instance cannot be infeasible by the necessary conditions of any plan
+        assert tiered_infeasibility_reason(instance) is None
         return
 
     assert result.plan is None and result.reason
-    too_big = [t.name for t, b in zip(instance.tables, sizes) if int(b) > max(caps)]
-    short = int(sizes.sum()) - sum(caps)
+    short = int(sizes.sum()) - sum(caps) - sum(instance.topology.host_capacities())
     if result.status is SolveStatus.infeasible:
-        # independently true: some table fits nowhere, or the total is short
-        assert too_big or short > 0, result.reason
-        if too_big:
-            assert f"'{too_big[0]}'" in result.reason
-        else:
-            assert f"{short:,}" in result.reason
+        # independently true: the tables exceed all HBM and host memory together
+        assert short > 0, result.reason
+        assert f"{short:,}" in result.reason
         return
 
     assert result.status is SolveStatus.no_solution, result.status
-    # never used where the instance is provably infeasible, and the named table really failed to fit
-    assert not too_big and short <= 0
-    assert "not proven infeasible" in result.reason
+    assert short <= 0 and "not proven infeasible" in result.reason
+    if not table_wise_possible:  # the row-wise / host-memory layout could not be made, or packing after it failed
+        assert result.info.get("tiers") == "failed" or result.info.get("failed_table") in instance.table_index()
+        return
     name_failed = result.info["failed_table"]
     index = instance.table_index()
     assert name_failed in index and f"'{name_failed}'" in result.reason
@@ -152,8 +154,8 @@ def test_tight_tiny_instances_against_exhaustive_search(instance: Instance) -> N
     for name in ["size", "random", "round_robin"]:
         result = get_solver(name).solve(instance, _CM, seed=0)
         check_result(instance, name, result)
-        if not exists:
-            assert not result.status.has_plan
+        if not exists and result.status.has_plan:  # no table-wise plan: it must have split a table by rows
+            assert infeasibility_reason(instance) is not None and len(result.plan.shards) > len(instance.tables)
         # (a heuristic may fail where a plan exists: that is what no_solution means; it must never claim infeasible)
         if exists:
             assert result.status is not SolveStatus.infeasible
@@ -248,12 +250,24 @@ def test_round_robin_definition(cm: CostModel) -> None:
 # infeasible and no_solution
 
 
-def test_table_that_fits_nowhere_is_infeasible_and_named(cm: CostModel) -> None:
+def test_table_that_fits_nowhere_is_split_by_rows(cm: CostModel) -> None:
+    # t1 needs 1,280,000 bytes, more than either device; row-wise halves of 640,000 fit (issue 17: never refused)
     inst = instance_doc([(100, 16, 1.0), (5000, 64, 1.0), (10, 8, 1.0)], [1_000_000, 1_200_000])
+    assert "'t1'" in infeasibility_reason(inst)
     for name in HEURISTICS:
         r = get_solver(name).solve(inst, cm)
-        assert r.status is SolveStatus.infeasible and r.plan is None
-        assert "'t1'" in r.reason and "1,280,000" in r.reason and "1,200,000" in r.reason
+        assert r.status.has_plan, (name, r.reason)
+        t1 = sorted((s.device, s.row_offset, s.height(inst.tables[1])) for s in r.plan.shards if s.table == "t1")
+        assert t1 == [(0, 0, 2500), (1, 2500, 2500)]
+
+
+def test_table_whose_row_blocks_fit_nowhere_is_refused_with_the_reason(cm: CostModel) -> None:
+    # t1 (5,120,000 bytes, sgd): row-wise halves of 2,560,000 exceed 90 % of both devices; the total fits (no proof)
+    inst = instance_doc([(100, 16, 1.0), (20000, 64, 1.0)], [2_700_000, 2_700_000])
+    for name in HEURISTICS:
+        r = get_solver(name).solve(inst, cm)
+        assert r.status is SolveStatus.no_solution and r.plan is None
+        assert "'t1'" in r.reason and "2,560,000 bytes each" in r.reason and "no host memory" in r.reason
 
 
 def test_total_memory_short_is_infeasible_with_bytes_short(cm: CostModel) -> None:

@@ -22,9 +22,9 @@ from shardopt.cli.common import (
 def list_solvers(json_out: JsonOpt = False) -> None:
     """List the registered solvers."""
     with _guard(json_out):
-        from solvers.registry import entries
+        from solvers.registry import entries, placements
 
-        rows = [{"name": e.name, "family": e.family, "description": e.description} for e in entries()]
+        rows = [{"name": e.name, "family": e.family, "placements": placements(e.name), "description": e.description} for e in entries()]
         if json_out:
             _emit_json({"solvers": rows, "default": DEFAULT_SOLVER})
             return
@@ -33,10 +33,11 @@ def list_solvers(json_out: JsonOpt = False) -> None:
         table = Table(title="solvers", title_justify="left")
         table.add_column("name")
         table.add_column("family")
+        table.add_column("placements", overflow="fold")
         table.add_column("description", overflow="fold")
         for r in rows:
             name = r["name"] + (" (default)" if r["name"] == DEFAULT_SOLVER else "")
-            table.add_row(_esc(name), _esc(r["family"]), _esc(r["description"]))
+            table.add_row(_esc(name), _esc(r["family"]), _esc(r["placements"]), _esc(r["description"]))
         _console().print(table)
 
 

@@ -1,0 +1,212 @@
+"""Placements beyond table-wise HBM for the heuristic solvers: row-wise splits of tables too big for any device, and
+host-memory (UVM) placements when the tables do not fit in the cluster's HBM.
+
+The heuristics pack whole tables onto devices. Two kinds of instance defeat that: a table larger than every
+device's HBM (no device can hold it whole), and a model larger than all the HBM there is (some tables must live in
+host memory). TorchRec's planner answers both: it shards such tables by rows and puts cold tables in host memory
+behind an HBM cache (`fused_uvm_caching`). This module decides, before the packing pass, which tables get which
+placement; the packer then places every remaining table (UVM ones included, table-wise on one device whose host
+memory and HBM both have room) with the solver's own rule.
+
+The decisions, in order (each one TorchRec can express, so the plan exports one to one):
+
+1. A table larger than the largest device's HBM is split row-wise over all devices in TorchRec's `row_wise` layout
+   (blocks of ceil(rows / devices) in rank order). Its blocks stay in HBM when each fits in HEADROOM of the
+   smallest device's HBM, else they live in host memory behind a cache (the load factor as in 2.).
+2. While the tables left for HBM need more than HEADROOM of the cluster's HBM, the coldest table per byte (fewest
+   lookups per byte) moves to host memory with the smallest HBM cache from CACHE_LOAD_FACTORS that serves
+   HIT_TARGET of its lookups under its access histogram (hottest rows cached first, as fbgemm's LRU / LFU cache
+   holds them in steady state); if the caches alone are still too much, the coldest cached tables lose their cache
+   (`fused_uvm`).
+
+No cost model is consulted for these choices: every heuristic, cost-aware or not, gets the same layout, and the
+cost-aware `greedy` then places the tables with its cost rule, pricing UVM tables by the cost model's cache_fraction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
+from shardopt.core.ir import Instance, Kernel, Shard, Table
+from shardopt.core.memory import cache_bytes, slice_bytes, table_bytes_array
+from shardopt.core.stats import histogram_from_zipf
+
+HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables may plan for: the packer needs slack
+HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
+CACHE_LOAD_FACTORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the caches offered (TorchRec's default is 0.2)
+
+# representative access count of each of the 17 bins (as the analytic model uses them)
+_BIN_COUNTS = np.array([1.0, 2.0] + [((2 ** (k - 1) + 1) + 2**k) / 2 for k in range(2, 16)] + [2.0**16])
+
+
+@dataclass(frozen=True)
+class TableTier:
+    """Where one table goes: its kernel, cache load factor, and whether it is split row-wise over all devices."""
+
+    kernel: Kernel = Kernel.fused
+    cache_load_factor: float | None = None
+    rowwise: bool = False
+
+    def describe(self) -> str:
+        kind = "row-wise" if self.rowwise else "table-wise"
+        if self.kernel is Kernel.fused_uvm_caching:
+            return f"{kind}, host memory + HBM cache ({self.cache_load_factor:g} of rows)"
+        if self.kernel is Kernel.fused_uvm:
+            return f"{kind}, host memory"
+        return f"{kind}, HBM"
+
+
+@dataclass
+class TieredLayout:
+    """Each table's tier, the row-wise tables' shards (placed before packing), and each remaining table's bytes in
+    each memory tier as the packer must find room for them."""
+
+    tiers: list[TableTier]
+    hbm_bytes: np.ndarray  # [T] HBM bytes of the table's table-wise shard (0 for row-wise tables: pre-placed)
+    host_bytes: np.ndarray  # [T] host bytes of the table's table-wise shard
+    fixed: list[Shard] = field(default_factory=list)  # the row-wise tables' shards
+    fixed_hbm: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [D]
+    fixed_host: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [D]
+
+    @property
+    def packed(self) -> np.ndarray:
+        """Indices of the tables the packer places (all but the row-wise ones)."""
+        return np.array([i for i, t in enumerate(self.tiers) if not t.rowwise], dtype=np.int64)
+
+    def shard(self, instance: Instance, table: int, device: int) -> Shard:
+        """The table-wise shard of `table` on `device`, with its tier's kernel."""
+        tier = self.tiers[table]
+        return Shard(table=instance.tables[table].name, device=device, kernel=tier.kernel, cache_load_factor=tier.cache_load_factor)
+
+    def summary(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tiers:
+            key = t.describe().split(" (")[0]
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+def needs_tiers(instance: Instance) -> bool:
+    """Whether table-wise HBM placement is impossible (a table fits on no device, or the tables exceed all HBM)."""
+    return infeasibility_reason(instance) is not None
+
+
+def cached_lookup_share(histogram: np.ndarray, rows: int, lookups: float, cache_rows: float) -> float:
+    """Share of a table's lookups served by a cache of its `cache_rows` hottest rows, from its 17-bin histogram of
+    unique rows per access count (one batch of `lookups` lookups)."""
+    h = np.asarray(histogram, dtype=np.float64)
+    if lookups <= 0:
+        return 1.0
+    mean = max(float(h @ _BIN_COUNTS), 1.0)
+    unique = min(float(rows), lookups / mean)
+    rows_in = (h * unique)[::-1]  # hottest bin first
+    hits_in = (h * unique * _BIN_COUNTS)[::-1]
+    total = hits_in.sum()
+    if total <= 0:
+        return 1.0
+    cum = np.concatenate([[0.0], np.cumsum(rows_in)])
+    cached = np.clip(cache_rows - cum[:-1], 0.0, rows_in)  # rows of each bin inside the cache
+    share = np.divide(cached, rows_in, out=np.zeros_like(cached), where=rows_in > 0)
+    return float((hits_in * share).sum() / total)
+
+
+def table_histogram(instance: Instance, table: Table) -> np.ndarray:
+    if table.access.histogram is not None:
+        h = np.asarray(table.access.histogram, dtype=np.float64)
+        return h / h.sum()
+    return np.asarray(histogram_from_zipf(table.rows, table.pooling_factor, float(table.access.zipf), instance.workload.batch_size))
+
+
+def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = None) -> float:
+    """The smallest offered load factor whose cache serves HIT_TARGET of the table's lookups (the largest offered
+    when none does). `rows`: the rows of the shard (a row-wise block sees its share of the lookups)."""
+    n = table.rows if rows is None else rows
+    lookups = instance.workload.batch_size * table.pooling_factor * n / table.rows
+    hist = table_histogram(instance, table)
+    for f in CACHE_LOAD_FACTORS:
+        if cached_lookup_share(hist, n, lookups, f * n) >= HIT_TARGET:
+            return f
+    return CACHE_LOAD_FACTORS[-1]
+
+
+def plan_tiers(instance: Instance) -> TieredLayout | str:
+    """Each table's placement kind (see the module docstring), or the reason no plan of any kind exists."""
+    reason = tiered_infeasibility_reason(instance)
+    if reason is not None:
+        return reason
+    topo = instance.topology
+    D = topo.num_devices
+    caps = np.array(topo.capacities(), dtype=np.int64)
+    hosts = np.array(topo.host_capacities(), dtype=np.int64)
+    tables = instance.tables
+    full = table_bytes_array(instance)
+    tiers = [TableTier() for _ in tables]
+    hbm = full.astype(np.int64).copy()
+    host = np.zeros(len(tables), dtype=np.int64)
+    fixed: list[Shard] = []
+    fixed_hbm = np.zeros(D, dtype=np.int64)
+    fixed_host = np.zeros(D, dtype=np.int64)
+
+    # 1. tables no device can hold: row-wise over all devices, in HBM when the blocks fit, else behind a cache
+    for i, t in enumerate(tables):
+        if full[i] <= caps.max():
+            continue
+        block = -(-t.rows // D)
+        block_bytes = slice_bytes(instance, t, block, t.dim)
+        if block_bytes <= HEADROOM * caps.min() - fixed_hbm.max():
+            tier = TableTier(Kernel.fused, None, True)
+        elif block_bytes <= (hosts - fixed_host).min():
+            tier = TableTier(Kernel.fused_uvm_caching, cache_load_factor_for(instance, t, block), True)
+        else:
+            room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - fixed_host).min()):,} bytes of host memory left on some device"
+            return (f"table {t.name!r} ({int(full[i]):,} bytes) fits on no device, and its row-wise blocks over all "
+                    f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({int(caps.min()):,} bytes on the "
+                    f"smallest device) nor in host memory ({room})")
+        tiers[i] = tier
+        hbm[i] = host[i] = 0
+        for d in range(D):
+            start = min(d * block, t.rows)
+            n = min(block, t.rows - start)
+            if n <= 0:
+                continue
+            s = Shard(table=t.name, device=d, row_offset=start, rows=None if start + n == t.rows and start == 0 else n,
+                      kernel=tier.kernel, cache_load_factor=tier.cache_load_factor)
+            fixed.append(s)
+            if tier.kernel is Kernel.fused:
+                fixed_hbm[d] += slice_bytes(instance, t, n, t.dim)
+            else:
+                fixed_hbm[d] += cache_bytes(instance, t, s.cache_rows(t), t.dim)
+                fixed_host[d] += slice_bytes(instance, t, n, t.dim)
+
+    if (fixed_hbm > caps).any() or (fixed_host > hosts).any():
+        d = int(np.argmax(np.maximum(fixed_hbm - caps, fixed_host - hosts)))
+        return (f"the row-wise blocks of the tables that fit on no device need {int(fixed_hbm[d]):,} bytes of HBM and "
+                f"{int(fixed_host[d]):,} of host memory on device {d}, which has {int(caps[d]):,} and {int(hosts[d]):,}")
+
+    # 2. more than the HBM holds: the coldest tables per byte to host memory, first with a cache, then without
+    budget = HEADROOM * caps.sum() - fixed_hbm.sum()
+    packed = [i for i, t in enumerate(tiers) if not t.rowwise]
+    heat = np.array([tables[i].pooling_factor / max(int(full[i]), 1) for i in packed])
+    coldest = [packed[k] for k in np.argsort(heat, kind="stable")]
+    if hbm[packed].sum() > budget and hosts.sum() > 0:
+        for i in coldest:
+            if hbm[packed].sum() <= budget:
+                break
+            t = tables[i]
+            f = cache_load_factor_for(instance, t)
+            tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
+            probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
+            hbm[i], host[i] = cache_bytes(instance, t, probe.cache_rows(t), t.dim), full[i]
+        for i in coldest:
+            if hbm[packed].sum() <= budget:
+                break
+            if tiers[i].kernel is Kernel.fused_uvm_caching:
+                tiers[i] = TableTier(Kernel.fused_uvm, None, False)
+                hbm[i] = 0
+    if hbm[packed].sum() > caps.sum() - fixed_hbm.sum():
+        return (f"the tables left in HBM need {int(hbm[packed].sum()):,} bytes after moving every table that can go to "
+                f"host memory there, but the devices have {int(caps.sum() - fixed_hbm.sum()):,} bytes of HBM left")
+    return TieredLayout(tiers, hbm, host, fixed, fixed_hbm, fixed_host)

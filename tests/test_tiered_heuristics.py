@@ -1,0 +1,121 @@
+"""The heuristics beyond table-wise HBM (issue 17, item 3, first part): a table larger than every device is split
+row-wise in TorchRec's layout instead of being refused, and tables beyond the cluster's HBM go to host memory behind
+an HBM cache; every plan passes the two-tier checker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodels.registry import get_cost_model
+from shardopt.core.ir import Kernel, instance_from_dict, load_instance, to_dict
+from shardopt.core.memory import table_bytes_array
+from shardopt.core.plan_check import check_plan
+from shardopt.data.torchrec_io import rw_layout
+from solvers.registry import get_solver
+from solvers.tiering import CACHE_LOAD_FACTORS, HIT_TARGET, cached_lookup_share, plan_tiers
+
+ROOT = Path(__file__).resolve().parents[1]
+HEURISTICS = ["greedy", "size", "dim", "lookup", "size_lookup", "random", "round_robin"]
+
+
+def small_doc() -> dict:
+    return to_dict(load_instance(ROOT / "instances" / "examples" / "small.json"))
+
+
+def oversized(factor: float = 1.5) -> dict:
+    """small.json with table t00 grown to `factor` x a device's memory; the cluster still has room."""
+    d = small_doc()
+    cap = d["topology"]["memory_bytes"]
+    t = d["tables"][0]
+    t["rows"] = int(factor * cap / (t["dim"] * 4 + 4))
+    return d
+
+
+@pytest.mark.parametrize("solver", HEURISTICS)
+def test_an_oversized_table_is_split_by_rows_not_refused(solver: str) -> None:
+    inst = instance_from_dict(oversized())
+    big = inst.tables[0]
+    assert table_bytes_array(inst)[0] > max(inst.topology.capacities())
+    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0)
+    assert r.status.has_plan, r.reason
+    assert check_plan(inst, r.plan).ok
+    mine = sorted((s.row_offset, s.height(big), s.device) for s in r.plan.shards if s.table == big.name)
+    expected = [(off, n, d) for d, (off, n) in enumerate(rw_layout(big.rows, inst.topology.num_devices)) if n > 0]
+    assert mine == expected  # TorchRec's row_wise layout: it exports one to one
+    assert r.plan.params["placements"]["row-wise, HBM"] == 1
+
+
+@pytest.mark.parametrize("solver", ["greedy", "size", "random"])
+def test_tables_beyond_hbm_go_to_host_memory(solver: str) -> None:
+    d = small_doc()
+    cap = d["topology"]["memory_bytes"]
+    d["topology"]["memory_bytes"] = int(cap * 0.3)
+    d["topology"]["host_memory_bytes"] = 2 * cap
+    inst = instance_from_dict(d)
+    assert table_bytes_array(inst).sum() > sum(inst.topology.capacities())
+    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0)
+    assert r.status.has_plan, r.reason
+    res = check_plan(inst, r.plan)
+    assert res.ok and res.host_memory_use.sum() > 0
+    uvm = [s for s in r.plan.shards if s.kernel is not Kernel.fused]
+    assert uvm and all(s.kernel is Kernel.fused_uvm_caching and s.cache_load_factor in CACHE_LOAD_FACTORS for s in uvm)
+    # the tables moved are the coldest per byte: none left in HBM is colder than every moved one
+    heat = {t.name: t.pooling_factor / b for t, b in zip(inst.tables, table_bytes_array(inst))}
+    moved = {s.table for s in uvm}
+    assert max(heat[n] for n in moved) <= max(heat[t.name] for t in inst.tables if t.name not in moved)
+
+
+def test_too_little_memory_in_both_tiers_is_infeasible_with_the_reason() -> None:
+    d = small_doc()
+    d["topology"]["memory_bytes"] = int(d["topology"]["memory_bytes"] * 0.3)
+    r = get_solver("greedy").solve(instance_from_dict(d), get_cost_model("analytic"), seed=0)
+    assert r.status.value == "infeasible" and "no host memory" in r.reason and "short by" in r.reason
+    d["topology"]["host_memory_bytes"] = 1000
+    r = get_solver("greedy").solve(instance_from_dict(d), get_cost_model("analytic"), seed=0)
+    assert r.status.value == "infeasible" and "of host memory" in r.reason
+
+
+def test_cache_choice_follows_the_access_skew() -> None:
+    hot = np.zeros(17)
+    hot[[0, 10]] = [0.99, 0.01]  # 1 % of the unique rows take most lookups
+    flat = np.zeros(17)
+    flat[0] = 1.0
+    assert cached_lookup_share(hot, 100_000, 50_000.0, 1_000) > HIT_TARGET > cached_lookup_share(flat, 100_000, 50_000.0, 1_000)
+    assert cached_lookup_share(flat, 100_000, 50_000.0, 100_000) == pytest.approx(1.0)
+    # more cache never serves fewer lookups
+    shares = [cached_lookup_share(hot, 100_000, 50_000.0, f * 100_000) for f in CACHE_LOAD_FACTORS]
+    assert shares == sorted(shares)
+
+
+def test_same_seed_same_tiered_plan() -> None:
+    inst = instance_from_dict(oversized(2.5))
+    a = get_solver("random").solve(inst, get_cost_model("analytic"), seed=3).plan
+    b = get_solver("random").solve(inst, get_cost_model("analytic"), seed=3).plan
+    assert a.shards == b.shards
+    assert not isinstance(plan_tiers(inst), str)
+
+
+def test_table_wise_instances_are_untouched() -> None:
+    """Where a table-wise HBM plan can exist, the heuristics place tables exactly as before (no tiers)."""
+    inst = load_instance(ROOT / "instances" / "examples" / "small.json")
+    r = get_solver("greedy").solve(inst, get_cost_model("analytic"), seed=0)
+    assert "placements" not in r.plan.params
+    assert all(s.kernel is Kernel.fused and s.rows is None and s.cols is None for s in r.plan.shards)
+
+
+def test_every_registered_solver_says_which_placements_it_produces() -> None:
+    from typer.testing import CliRunner
+
+    from shardopt.cli.main import app
+    from solvers.registry import placements, solver_names
+
+    for name in solver_names():
+        assert placements(name), name
+    result = CliRunner().invoke(app, ["solvers", "--json"])
+    import json
+
+    rows = {r["name"]: r for r in json.loads(result.stdout)["solvers"]}
+    assert "row-wise" in rows["greedy"]["placements"] and "UVM" in rows["greedy"]["placements"]
