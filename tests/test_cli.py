@@ -425,3 +425,15 @@ def test_example_files_are_what_the_generator_writes() -> None:
     assert (EXAMPLES / "large.json").stat().st_size < 1.5e6
     tight = instance_from_dict(json.loads((EXAMPLES / "tight.json").read_text()))
     assert (tight.topology.num_devices, tight.topology.devices_per_host, len(tight.tables)) == (8, 4, 60)
+
+
+def test_numbers_the_model_cannot_hold_exit_2_naming_the_field(tmp_path: Path) -> None:
+    """Issue 18: rows 10**30 was an 'unexpected OverflowError' (exit 1)."""
+    doc = json.loads(Path(SMALL).read_text())
+    doc["tables"][2]["rows"] = 10**30
+    path = tmp_path / "huge_rows.json"
+    path.write_text(json.dumps(doc))
+    for args in (["solve", path, "--solver", "greedy"], ["inspect", path], ["evaluate", path, path]):
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert "tables[2].rows: 1000000000000000000000000000000" in result.stderr

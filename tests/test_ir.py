@@ -191,6 +191,9 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     [
         (lambda d: d["tables"][3].update(dim=30), "tables[3].dim: 30 is not a multiple of 4"),
         (lambda d: d["tables"][1].update(rows=-5), "tables[1].rows: -5: input should be greater than or equal to 1"),
+        (lambda d: d["tables"][1].update(rows=10**30), "tables[1].rows: 1000000000000000000000000000000: input should be less than or equal to 1099511627776"),
+        (lambda d: d["topology"].update(memory_bytes=2**70), f"topology.memory_bytes: {2**70} is more than {2**62} bytes (2^62), the most the memory model holds"),
+        (lambda d: d["workload"].update(batch_size=10**20), "workload.batch_size: 100000000000000000000: input should be less than or equal to 1099511627776"),
         (lambda d: d["tables"][0].update(pooling_factor=-1), "tables[0].pooling_factor: -1: input should be greater than or equal to 0"),
         (lambda d: d["tables"][0].update(dim="abc"), 'tables[0].dim: "abc": input should be a valid integer'),
         (lambda d: d["tables"][0].update(dtype="bf16"), "tables[0].dtype: \"bf16\": input should be 'fp32' or 'fp16'"),

@@ -23,6 +23,15 @@ SCHEMA_VERSION = 1
 ACCESS_BINS = 17
 DIM_ALIGNMENT = 4  # fbgemm's TBE kernels need embedding dims (and column-shard widths) in multiples of 4
 
+# the largest numbers the models hold exactly (int64 byte counts, float64 costs): beyond them a document is refused
+# with the field named, never an OverflowError deep in a solver
+MAX_ROWS = 2**40  # ~1.1e12 rows: 100x the largest published tables
+MAX_DIM = 2**16
+MAX_POOLING_FACTOR = 1e6
+MAX_DEVICES = 2**20
+MAX_BATCH = 2**40
+MAX_BYTES = 2**62  # per-device memory; table bytes stay below 2^63 (int64)
+
 
 class IRError(ValueError):
     """A document that is not a valid instance or plan. `errors` holds one `field: message` line each."""
@@ -116,9 +125,9 @@ class AccessProfile(IRModel):
 
 class Table(IRModel):
     name: str = Field(min_length=1)
-    rows: int = Field(ge=1, description="hash size: number of embedding rows")
-    dim: int = Field(ge=DIM_ALIGNMENT, description="embedding dimension, a multiple of 4")
-    pooling_factor: float = Field(ge=0, description="mean lookups per sample (bag length)")
+    rows: int = Field(ge=1, le=MAX_ROWS, description="hash size: number of embedding rows")
+    dim: int = Field(ge=DIM_ALIGNMENT, le=MAX_DIM, description="embedding dimension, a multiple of 4")
+    pooling_factor: float = Field(ge=0, le=MAX_POOLING_FACTOR, description="mean lookups per sample (bag length)")
     access: AccessProfile
     dtype: Dtype | None = Field(default=None, description="weight dtype; the workload's weight_dtype when absent")
 
@@ -138,18 +147,18 @@ class Table(IRModel):
 
 
 class Topology(IRModel):
-    num_devices: int = Field(ge=1)
-    devices_per_host: int = Field(ge=1)
+    num_devices: int = Field(ge=1, le=MAX_DEVICES)
+    devices_per_host: int = Field(ge=1, le=MAX_DEVICES)
     memory_bytes: int | list[int] = Field(description="per-device memory: one value for all, or one per device")
     hardware: str = Field(description="hardware profile name: " + ", ".join(sorted(PROFILES)))
-    intra_host_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of NVLink")
-    inter_host_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of the network")
+    intra_host_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of NVLink")
+    inter_host_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of the network")
     host_memory_bytes: int | list[int] = Field(
         default=0,
         description="per-device share of its host's DRAM for UVM shards (TorchRec's ddr_cap): one value for all, or one "
         "per device; 0 (the default) = no host memory, every shard in HBM",
     )
-    host_link_bandwidth: float | None = Field(default=None, gt=0, description="bytes/s override of the device-host link (UVM)")
+    host_link_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of the device-host link (UVM)")
 
     @field_validator("hardware")
     @classmethod
@@ -163,9 +172,11 @@ class Topology(IRModel):
     def _check_memory(cls, v: int | list[int]) -> int | list[int]:
         values = v if isinstance(v, list) else [v]
         for i, m in enumerate(values):
+            where = f"[{i}]: " if isinstance(v, list) else ""
             if m <= 0:
-                where = f"[{i}]: " if isinstance(v, list) else ""
                 raise ValueError(f"{where}{m} must be > 0")
+            if m > MAX_BYTES:
+                raise ValueError(f"{where}{m} is more than {MAX_BYTES} bytes (2^62), the most the memory model holds")
         return v
 
     @field_validator("host_memory_bytes")
@@ -173,9 +184,11 @@ class Topology(IRModel):
     def _check_host_memory(cls, v: int | list[int]) -> int | list[int]:
         values = v if isinstance(v, list) else [v]
         for i, m in enumerate(values):
+            where = f"[{i}]: " if isinstance(v, list) else ""
             if m < 0:
-                where = f"[{i}]: " if isinstance(v, list) else ""
                 raise ValueError(f"{where}{m} must be >= 0")
+            if m > MAX_BYTES:
+                raise ValueError(f"{where}{m} is more than {MAX_BYTES} bytes (2^62), the most the memory model holds")
         return v
 
     @model_validator(mode="after")
@@ -225,7 +238,7 @@ class Topology(IRModel):
 
 
 class Workload(IRModel):
-    batch_size: int = Field(ge=1, description="global batch size per iteration")
+    batch_size: int = Field(ge=1, le=MAX_BATCH, description="global batch size per iteration")
     optimizer: Optimizer = Optimizer.rowwise_adagrad
     weight_dtype: Dtype = Dtype.fp32
 
@@ -277,11 +290,11 @@ class Shard(IRModel):
     """
 
     table: str = Field(min_length=1)
-    device: int = Field(ge=0)
-    col_offset: int = Field(default=0, ge=0)
-    cols: int | None = Field(default=None, ge=1)
-    row_offset: int = Field(default=0, ge=0)
-    rows: int | None = Field(default=None, ge=1)
+    device: int = Field(ge=0, le=MAX_DEVICES)
+    col_offset: int = Field(default=0, ge=0, le=MAX_DIM)
+    cols: int | None = Field(default=None, ge=1, le=MAX_DIM)
+    row_offset: int = Field(default=0, ge=0, le=MAX_ROWS)
+    rows: int | None = Field(default=None, ge=1, le=MAX_ROWS)
     replicated: bool = False
     kernel: Kernel = Kernel.fused
     cache_load_factor: float | None = Field(default=None, gt=0, le=1, description="fused_uvm_caching: HBM cache rows / shard rows")
