@@ -14,3 +14,8 @@ $SHARDOPT generate --family production --count 2 --seed 0 --pool all --out insta
 # the CPU-scale family: judged on this machine's CPU at its own workload (docs/measured.md)
 $SHARDOPT generate --family cpu --count 40 --seed 0 --pool train --out instances/suites/cpu-train
 $SHARDOPT generate --family cpu --count 12 --seed 1 --pool test --out instances/suites/cpu-test
+# beyond table-wise HBM (issue 17): tables 2-20x a device's HBM, and models 1.5-4x the cluster's HBM with host memory
+$SHARDOPT generate --family huge --count 40 --seed 0 --pool train --out instances/suites/huge-train
+$SHARDOPT generate --family huge --count 12 --seed 1 --pool test --out instances/suites/huge-test
+$SHARDOPT generate --family tiered --count 40 --seed 0 --pool train --out instances/suites/tiered-train
+$SHARDOPT generate --family tiered --count 12 --seed 1 --pool test --out instances/suites/tiered-test

@@ -19,7 +19,7 @@ def _command_line() -> str:
 
 @app.command()
 def generate(
-    family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production, cpu.")],
+    family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production, cpu, huge (tables 2-20x a device's HBM), tiered (tables 1.5-4x the cluster's HBM, with host memory).")],
     count: Annotated[int, typer.Option("--count", "-n", help="How many instances.")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Directory for the instances and suite.json.")],
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same suite, byte for byte.")] = 0,
@@ -139,6 +139,7 @@ def inspect_suite(path: Path, json_out: bool) -> None:
                 "hosts": inst.topology.num_hosts,
                 "hardware": inst.topology.hardware,
                 "memory_per_device": inst.topology.capacity(0),
+                "host_memory_per_device": inst.topology.host_capacity(0),
                 "utilisation": float(sizes.sum()) / cap,
                 "pooling_mean": float(np.mean([t.pooling_factor for t in inst.tables])),
                 "rows_mean": float(np.mean([t.rows for t in inst.tables])),
@@ -165,15 +166,21 @@ def inspect_suite(path: Path, json_out: bool) -> None:
         head.append(f"family {manifest.get('family')}, pool {manifest.get('pool')}, seed {manifest.get('seed')}; made by: {_esc(manifest.get('command') or '?')}")
     _print_lines(console, head)
     table = RichTable(title=None)
-    for col, just in (("instance", "left"), ("tables", "right"), ("devices", "right"), ("hw", "left"), ("memory / device", "right"), ("memory used", "right"), ("mean pooling", "right"), ("mean rows", "right"), ("dims", "left")):
+    hosted = any(r["host_memory_per_device"] for r in rows)  # host memory (UVM) column only where a suite has some
+    columns = [("instance", "left"), ("tables", "right"), ("devices", "right"), ("hw", "left"), ("memory / device", "right")]
+    columns += [("host memory / device", "right")] if hosted else []
+    columns += [("tables / HBM" if hosted else "memory used", "right"), ("mean pooling", "right"), ("mean rows", "right"), ("dims", "left")]
+    for col, just in columns:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in rows:
+        host = [_fmt_bytes(r["host_memory_per_device"]) if r["host_memory_per_device"] else "-"] if hosted else []
         table.add_row(
             _esc(r["file"]),
             str(r["tables"]),
             f"{r['devices']} ({r['hosts']} host{'s' if r['hosts'] > 1 else ''})",
             r["hardware"],
             _fmt_bytes(r["memory_per_device"]),
+            *host,
             f"{r['utilisation']:.1%}",
             f"{r['pooling_mean']:.2f}",
             f"{r['rows_mean']:,.0f}",

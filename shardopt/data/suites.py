@@ -10,6 +10,12 @@ Memory rule (per device, all devices equal): start from `TIGHT_SLACK` (1.10) x t
 least the largest table; then raise it in steps of 2 % until first-fit-decreasing (largest table first onto the
 device with the most free memory) places every table. So every instance is feasible, and no device has more than
 about 10 % (plus the steps needed) of spare room on average.
+
+Two families go beyond table-wise HBM plans (issue 17) and have their own memory rules, described at their
+generators: `huge` (the largest tables 2-20x a device's HBM: no table-wise plan exists, they must be split by rows
+or put in host memory) and `tiered` (all tables 1.5-4x the cluster's HBM: some must live in host memory). Their
+feasibility is guaranteed constructively: an instance is emitted only when
+shardopt.core.feasibility.constructive_tiered_plan builds a plan for it that passes the plan checker.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from shardopt.core.ir import AccessProfile, Instance, Table, Topology, Workload, dumps
-from shardopt.core.memory import table_bytes_array
-from shardopt.data.pools import TablePool
+from shardopt.core.feasibility import constructive_tiered_plan, infeasibility_reason, tiered_infeasibility_reason
+from shardopt.core.ir import AccessProfile, Instance, Kernel, Shard, Table, Topology, Workload, dumps
+from shardopt.core.memory import slice_bytes, table_bytes_array
+from shardopt.core.plan_check import check_plan
+from shardopt.core.stats import histogram_from_zipf
+from shardopt.data.pools import TablePool, round_histogram
 from shardopt.data.scale import scale_table
 
 TIGHT_SLACK = 1.10
@@ -50,6 +59,9 @@ class Family:
     nominal_memory: str  # what the paper used, for the record
     max_rows: int | None = None  # cap every table's rows (the CPU-scale family)
     batch_rule: Callable[[list[Table], int], int] | None = None  # (tables, devices) -> batch  # the instance's batch from its tables; None: the pool's
+    # the family's own generator (huge, tiered): (family, pool, seed, index, pool label) -> instance; None: the tight
+    # rule of generate_instance. Such a family draws its own shape and hardware (`shape` / `hardware` describe them)
+    make: Callable[[Family, TablePool, int, int, str], Instance] | None = None
 
 
 # The CPU-scale family: instances a 2-core CPU can judge at their own workload, each device's shards timing in
@@ -137,6 +149,281 @@ class SuiteError(ValueError):
     """Bad generation request: unknown family, bad count, pool too small."""
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Families beyond table-wise HBM (issue 17): `huge` and `tiered`
+#
+# Both: 2 to 16 devices (from TIER_DEVICES), one host or several (devices_per_host divides num_devices: up to 8
+# devices one host or two, 12 and 16 devices hosts of 4 to 8; GH200 nodes hold 2 or 4 superchips), 4 to 8 tables per
+# device drawn from the pool with dims as the production family's, batch 65,536 (the pool's), rowwise Adagrad, fp32.
+# Host memory, where an instance has it, is the hardware's typical host DRAM per GPU in proportion to its HBM,
+# scaled like the HBM: host_memory_bytes = HOST_DRAM_PER_HBM[hardware] x the instance's HBM per device.
+
+# host DRAM per GPU / HBM per GPU of the typical server (data sheets): DGX A100 640 GB: 2 TB of DDR4 for 8 x 80 GB;
+# DGX H100: 2 TB of DDR5 for 8 x 80 GB; GH200 Grace Hopper: 480 GB of LPDDR5X beside 96 GB of HBM3 (NVLink-C2C)
+HOST_DRAM_PER_HBM = {"a100": 256 / 80, "h100": 256 / 80, "gh200": 480 / 96}
+TIER_DEVICES = (2, 4, 6, 8, 12, 16)
+TIER_TABLES_PER_DEVICE = (4, 8)
+GPU_DIMS = (16, 32, 64, 128, 256)
+GPU_DIM_WEIGHTS = (0.3, 0.3, 0.2, 0.15, 0.05)
+
+# huge: 1 to 3 tables of HUGE_RATIO x a device's HBM (log-uniform; below 20 so that rounding the rows up stays
+# within 20x), drawn from the pool and grown by rows; widths from HUGE_DIMS. The HBM is sized so that the huge tables
+# take at most HUGE_HBM_SHARE of the cluster's HBM; on instances with host memory they may go beyond that, into at
+# most HUGE_HOST_SHARE of the host memory, so the ratio reachable grows with the cluster (4 devices without host
+# memory: 2-2.4x; 16 devices: up to 9.6x; with host memory up to 19.9x from 8 devices).
+HUGE_RATIO = (2.0, 19.9)
+HUGE_TABLES = (1, 3)
+HUGE_DIMS = (64, 128, 256)
+HUGE_DIM_WEIGHTS = (0.4, 0.4, 0.2)
+HUGE_HBM_SHARE = 0.6
+HUGE_HOST_SHARE = 0.75
+HUGE_HARDWARE = ("a100", "h100")
+# tiered: all tables' bytes (weights + optimizer state) / the cluster's HBM, uniform in TIERED_RATIO
+TIERED_RATIO = (1.5, 4.0)
+TIERED_HARDWARE = (("a100", 0.35), ("h100", 0.35), ("gh200", 0.30))
+MAX_MEMORY_STEPS = 400  # 2 % steps (about 2,750x): a family whose witness never fits is a bug, reported as such
+
+
+def _tier_hosts(rng: np.random.Generator, devices: int, hardware: str) -> int:
+    """Devices per host (a divisor of `devices`): see the comment above."""
+    if hardware == "gh200":
+        return 4 if devices % 4 == 0 else 2
+    if devices <= 8:
+        return devices if devices < 4 or rng.random() < 0.5 else devices // 2
+    return int(rng.choice([d for d in (8, 6, 4) if devices % d == 0]))
+
+
+def _own_shape(rng: np.random.Generator, i: int) -> TaskShape:  # pragma: no cover - never called
+    raise NotImplementedError("the huge and tiered families draw their shapes in their own generators")
+
+
+def _in_pool_order(pool: TablePool, tables: list[Table]) -> list[Table]:
+    """Tables in the pool's order (the order the other families list them in), so no table's place gives it away."""
+    rank = {t.name: i for i, t in enumerate(pool.tables)}
+    return sorted(tables, key=lambda t: rank[t.name])
+
+
+def _regrown_access(t: Table, batch: int) -> Table:
+    if t.access.zipf is None:
+        return t
+    h = histogram_from_zipf(t.rows, t.pooling_factor, t.access.zipf, batch)
+    return t.model_copy(update={"access": AccessProfile(histogram=round_histogram(h), zipf=t.access.zipf)})
+
+
+def _pool_table(pool: TablePool, i: int, dim: int) -> Table:
+    t = pool.tables[i]
+    return Table(name=t.name, rows=t.rows, dim=int(dim), pooling_factor=t.pooling_factor,
+                 access=AccessProfile(histogram=t.access.histogram, zipf=t.access.zipf))
+
+
+def _draw(rng: np.random.Generator, pool: TablePool, family: str, n: int) -> np.ndarray:
+    if n > len(pool.tables):
+        raise SuiteError(f"pool {pool.name!r} has {len(pool.tables)} tables; family {family!r} needs {n}")
+    return rng.choice(len(pool.tables), n, replace=False)
+
+
+def _gpu_dims(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.choice(np.asarray(GPU_DIMS), size=n, p=np.asarray(GPU_DIM_WEIGHTS) / sum(GPU_DIM_WEIGHTS))
+
+
+def _witness(inst: Instance) -> list[Shard] | None:
+    """The constructive plan when it exists and passes the checker (and the necessary condition holds), else None."""
+    if tiered_infeasibility_reason(inst) is not None:
+        return None
+    plan = constructive_tiered_plan(inst)
+    if plan is None or not check_plan(inst, plan).ok:
+        return None
+    return plan
+
+
+def _witness_summary(inst: Instance, plan: list[Shard]) -> dict[str, object]:
+    counts: dict[str, int] = {}
+    for sh in plan:
+        counts[sh.table] = counts.get(sh.table, 0) + 1
+    return {
+        "witness": "shardopt.core.feasibility.constructive_tiered_plan",
+        "shards": len(plan),
+        "row_split_tables": sum(1 for c in counts.values() if c > 1),
+        "fused_uvm_caching_shards": sum(1 for sh in plan if sh.kernel is Kernel.fused_uvm_caching),
+        "fused_uvm_shards": sum(1 for sh in plan if sh.kernel is Kernel.fused_uvm),
+        "table_wise_plan": "none exists" if infeasibility_reason(inst) else "necessary conditions hold",
+    }
+
+
+def _common_metadata(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> dict[str, object]:
+    return {
+        "suite": family.name,
+        "family": family.name,
+        "seed": seed,
+        "index": index,
+        "pool": pool_label,
+        "pool_name": pool.name,
+        "pool_synthetic": pool.synthetic,
+    }
+
+
+def generate_huge_instance(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> Instance:
+    """One `huge` instance: 1 to 3 tables 2-20x a device's HBM among tables like the other GPU families'.
+
+    Host memory: the odd-indexed instances have it (HOST_DRAM_PER_HBM x HBM per device; 2 to 16 devices), so their
+    huge tables may go to host memory or be split by rows; the even-indexed ones have none, so their huge tables must
+    be split by rows across the HBM (4 to 16 devices: 2 devices' HBM cannot hold a table twice a device's HBM
+    beside anything else).
+
+    HBM per device: max(the largest other table, 1.10 x the other tables' bytes / (devices - 1.10 x H)), H = the sum
+    of the huge tables' ratios, at most HUGE_HBM_SHARE x devices (the tight rule of the other families with the huge
+    tables counted at their share of the HBM); then raised in steps of 2 % (the huge tables growing with it, so the
+    ratios stay) until constructive_tiered_plan places every table, their rows split across devices (and into host
+    memory where there is some). Without host memory the tables thus fill about 91 % of the HBM, as in the other
+    families; with it, the huge tables beyond HUGE_HBM_SHARE of the HBM need host memory or row splits over it.
+    """
+    rng = np.random.default_rng([seed, index])
+    hosted = index % 2 == 1
+    devices = int(rng.choice(TIER_DEVICES if hosted else tuple(d for d in TIER_DEVICES if d >= 4)))
+    hardware = str(rng.choice(HUGE_HARDWARE))
+    per_host = _tier_hosts(rng, devices, hardware)
+    host_ratio = HOST_DRAM_PER_HBM[hardware] if hosted else 0.0
+    n_other = devices * int(rng.integers(TIER_TABLES_PER_DEVICE[0], TIER_TABLES_PER_DEVICE[1] + 1))
+    budget = HUGE_HBM_SHARE * devices + HUGE_HOST_SHARE * host_ratio * devices  # sum of the ratios at most
+    k = int(rng.integers(HUGE_TABLES[0], min(HUGE_TABLES[1], int(budget // HUGE_RATIO[0])) + 1))
+    ratios, left = [], budget
+    for j in range(k):
+        hi = min(HUGE_RATIO[1], left - HUGE_RATIO[0] * (k - 1 - j))
+        ratios.append(float(np.exp(rng.uniform(np.log(HUGE_RATIO[0]), np.log(hi)))))
+        left -= ratios[-1]
+    chosen = _draw(rng, pool, family.name, n_other + k)
+    huge_idx, other_idx = chosen[:k], np.sort(chosen[k:])
+    huge_dims = rng.choice(np.asarray(HUGE_DIMS), size=k, p=np.asarray(HUGE_DIM_WEIGHTS) / sum(HUGE_DIM_WEIGHTS))
+    others = [_pool_table(pool, int(i), int(d)) for i, d in zip(other_idx, _gpu_dims(rng, n_other))]
+    huge = [_pool_table(pool, int(i), int(d)) for i, d in zip(huge_idx, huge_dims)]
+    workload = Workload(batch_size=pool.batch_size)
+    topology = Topology(num_devices=devices, devices_per_host=per_host, memory_bytes=1, hardware=hardware)
+    draft = Instance(tables=others + huge, topology=topology, workload=workload)
+    sizes = table_bytes_array(draft)[:n_other]
+    row_bytes = [slice_bytes(draft, t, 1, t.dim) for t in huge]
+    share = min(sum(ratios), HUGE_HBM_SHARE * devices)
+    cap = max(int(sizes.max()), int(np.ceil(TIGHT_SLACK * float(sizes.sum()) / (devices - TIGHT_SLACK * share))))
+    for steps in range(MAX_MEMORY_STEPS):
+        grown = [t.model_copy(update={"rows": int(np.ceil(r * cap / rb))}) for t, r, rb in zip(huge, ratios, row_bytes)]
+        host = int(np.ceil(host_ratio * cap))
+        inst = draft.model_copy(update={
+            "tables": _in_pool_order(pool, others + grown),
+            "topology": topology.model_copy(update={"memory_bytes": cap, "host_memory_bytes": host}),
+        })
+        plan = _witness(inst)
+        if plan is not None:
+            break
+        cap = int(np.ceil(cap * SLACK_STEP))
+    else:
+        raise SuiteError(f"family {family.name!r}: no plan found for instance {index} after {MAX_MEMORY_STEPS} memory steps (a bug)")
+    # the access histograms at the grown row counts: a Zipf pool's are derived again (more rows, the same lookups);
+    # a measured pool's are kept (an approximation, said in the metadata). Bytes do not depend on them.
+    grown_names = {t.name for t in grown}
+    inst = inst.model_copy(update={"tables": [_regrown_access(t, pool.batch_size) if t.name in grown_names else t for t in inst.tables]})
+    all_sizes = table_bytes_array(inst)
+    size_of = {t.name: int(b) for t, b in zip(inst.tables, all_sizes)}
+    pool_rows = {pool.tables[int(i)].name: pool.tables[int(i)].rows for i in huge_idx}
+    name = f"{family.name}-{pool_label}-s{seed}-{index:04d}"
+    return inst.model_copy(update={
+        "name": name,
+        "metadata": {
+            **_common_metadata(family, pool, seed, index, pool_label),
+            "memory_rule": (
+                f"huge: HBM per device = max(largest other table, {TIGHT_SLACK} x other tables / (devices - {TIGHT_SLACK} x "
+                f"min(sum of huge ratios, {HUGE_HBM_SHARE} x devices))), +{round((SLACK_STEP - 1) * 100)}% steps (huge tables "
+                f"growing with it) until constructive_tiered_plan places every table ({steps} steps)"
+            ),
+            "memory_utilisation": round(float(all_sizes.sum()) / (cap * devices), 4),
+            "host_memory_rule": (
+                f"{hardware}'s host DRAM per GPU: {HOST_DRAM_PER_HBM[hardware]:.2f} x HBM per device" if hosted else "none"
+            ),
+            "huge_tables": [
+                {"name": t.name, "ratio": round(size_of[t.name] / cap, 3), "pool_rows": pool_rows[t.name], "rows": t.rows,
+                 "dim": t.dim, "access": "derived from zipf at the new rows" if t.access.zipf is not None else "the pool's histogram kept"}
+                for t in grown
+            ],
+            "feasibility": _witness_summary(inst, plan),
+            "paper_memory": family.nominal_memory,
+        },
+    })
+
+
+def generate_tiered_instance(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> Instance:
+    """One `tiered` instance: all tables' bytes 1.5-4x the cluster's HBM, fitting with host memory.
+
+    HBM per device = floor(total table bytes / (rho x devices)), rho uniform in TIERED_RATIO, so the tables need rho
+    times the HBM there is (some must live in host memory: no HBM-only plan exists). Host memory per device =
+    HOST_DRAM_PER_HBM[hardware] x that HBM (a100, h100: 3.2x; gh200: 5x), raised in steps of 2 % (rho stays) until
+    constructive_tiered_plan places every table, the coldest in host memory and the hottest host tables behind HBM
+    caches, so a plan with UVM shards exists within both tiers. Hardware: a100 / h100 / gh200 (0.35 / 0.35 / 0.3):
+    NVLink-C2C makes host memory cheap on the GH200, so a good plan there puts more in it.
+    """
+    rng = np.random.default_rng([seed, index])
+    names, weights = zip(*TIERED_HARDWARE)
+    hardware = str(rng.choice(np.asarray(names), p=np.asarray(weights) / sum(weights)))
+    devices = int(rng.choice(TIER_DEVICES))
+    per_host = _tier_hosts(rng, devices, hardware)
+    n_tables = devices * int(rng.integers(TIER_TABLES_PER_DEVICE[0], TIER_TABLES_PER_DEVICE[1] + 1))
+    rho = float(rng.uniform(*TIERED_RATIO))
+    chosen = np.sort(_draw(rng, pool, family.name, n_tables))
+    tables = [_pool_table(pool, int(i), int(d)) for i, d in zip(chosen, _gpu_dims(rng, n_tables))]
+    topology = Topology(num_devices=devices, devices_per_host=per_host, memory_bytes=1, hardware=hardware)
+    draft = Instance(tables=tables, topology=topology, workload=Workload(batch_size=pool.batch_size))
+    total = int(table_bytes_array(draft).sum())
+    cap = max(1, int(total // (rho * devices)))
+    host = int(np.ceil(HOST_DRAM_PER_HBM[hardware] * cap))
+    for steps in range(MAX_MEMORY_STEPS):
+        inst = draft.model_copy(update={"topology": topology.model_copy(update={"memory_bytes": cap, "host_memory_bytes": host})})
+        plan = _witness(inst)
+        if plan is not None:
+            break
+        host = int(np.ceil(host * SLACK_STEP))
+    else:
+        raise SuiteError(f"family {family.name!r}: no plan found for instance {index} after {MAX_MEMORY_STEPS} memory steps (a bug)")
+    name = f"{family.name}-{pool_label}-s{seed}-{index:04d}"
+    return inst.model_copy(update={
+        "name": name,
+        "metadata": {
+            **_common_metadata(family, pool, seed, index, pool_label),
+            "memory_rule": f"tiered: HBM per device = total table bytes / ({rho:.4f} x devices), rho uniform in [{TIERED_RATIO[0]}, {TIERED_RATIO[1]}]",
+            "memory_utilisation": round(total / (cap * devices), 4),
+            "host_memory_rule": (
+                f"{hardware}'s host DRAM per GPU: {HOST_DRAM_PER_HBM[hardware]:.2f} x HBM per device, "
+                f"+{round((SLACK_STEP - 1) * 100)}% steps until constructive_tiered_plan places every table ({steps} steps)"
+            ),
+            "host_memory_utilisation": round(total / ((cap + host) * devices), 4),
+            "feasibility": _witness_summary(inst, plan),
+            "paper_memory": family.nominal_memory,
+        },
+    })
+
+
+FAMILIES["huge"] = Family(
+    "huge",
+    "tables 2-20x a device's HBM: 1 to 3 huge tables (dims 64-256) among 4 to 8 tables per device like the other GPU "
+    "families', 2 to 16 devices (a100 / h100, one host or several); no table-wise plan exists (they must be split by "
+    "rows or put in host memory); host memory on the odd-indexed instances, none on the even-indexed ones (4 to 16 "
+    "devices, the huge tables split by rows over the HBM)",
+    _own_shape,
+    GPU_DIMS,  # the huge tables' dims, HUGE_DIMS, are among them
+    GPU_DIM_WEIGHTS,
+    "a100/h100",
+    "none (HBM sized by the tight rule with the huge tables at their share; host memory as the hardware has it)",
+    make=generate_huge_instance,
+)
+FAMILIES["tiered"] = Family(
+    "tiered",
+    "all tables 1.5-4x the cluster's HBM, fitting with host memory (the hardware's host DRAM per GPU): some tables "
+    "must be UVM; 4 to 8 tables per device, 2 to 16 devices (a100 / h100 / gh200, one host or several)",
+    _own_shape,
+    GPU_DIMS,
+    GPU_DIM_WEIGHTS,
+    "a100/h100/gh200",
+    "none (HBM = total / (1.5 to 4 x devices); host memory as the hardware has it)",
+    make=generate_tiered_instance,
+)
+
+
 def tight_memory(sizes: np.ndarray, devices: int) -> tuple[int, int]:
     """(capacity per device, FFD steps taken) by the rule in this module's docstring."""
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))[::-1]
@@ -159,6 +446,8 @@ def first_fit_decreasing_fits(sizes_desc: np.ndarray, devices: int, capacity: in
 
 
 def generate_instance(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> Instance:
+    if family.make is not None:
+        return family.make(family, pool, seed, index, pool_label)
     rng = np.random.default_rng([seed, index])
     shape = family.shape(rng, index)
     n_tables = shape.tables
