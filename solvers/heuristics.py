@@ -326,18 +326,9 @@ class HeuristicSolver(Solver):
     def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         raise NotImplementedError
 
-    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
-        clock = Stopwatch()
-        layout: TieredLayout | None = None
-        if needs_tiers(instance):
-            reason = tiered_infeasibility_reason(instance)
-            if reason is not None:
-                return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
-            tiered = plan_tiers(instance)
-            if isinstance(tiered, str):
-                return fail(self, SolveStatus.no_solution, f"{self.name}: {tiered}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
-            layout = tiered
-
+    def _pack(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None, clock: Stopwatch,
+              time_limit: float | None) -> tuple[Packer, BoundCostModel | None, list[tuple[str, np.ndarray]], list[PackFailure], list[str], bool]:
+        """One packing attempt: the primary pass and the fallback stages (see the module docstring)."""
         packer = Packer(instance, layout)
         order, rule = self.setup(instance, cost_model, seed, layout)
         order = packer.placed_only(np.asarray(order))
@@ -373,6 +364,33 @@ class HeuristicSolver(Solver):
             placed.append((name, out))
             if name == "primary":
                 break
+        return packer, bound, placed, failures, tried, timed_out
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        layout: TieredLayout | None = None
+        rowwise: set[int] = set()
+        if needs_tiers(instance):
+            reason = tiered_infeasibility_reason(instance)
+            if reason is not None:
+                return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+            tiered = plan_tiers(instance)
+            if isinstance(tiered, str):
+                return fail(self, SolveStatus.no_solution, f"{self.name}: {tiered}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
+            layout = tiered
+        while True:
+            packer, bound, placed, failures, tried, timed_out = self._pack(instance, cost_model, seed, layout, clock, time_limit)
+            if placed or layout is None or timed_out:
+                break
+            # with tiers: the table no device had room for goes row-wise too (its blocks spread over all devices)
+            stuck = failures[-1].table
+            if stuck in rowwise:
+                break
+            rowwise.add(stuck)
+            retry = plan_tiers(instance, frozenset(rowwise))
+            if isinstance(retry, str):
+                break
+            layout = retry
         device_of: np.ndarray | None = None
         used = None
         compared: dict[str, float] = {}

@@ -10,9 +10,10 @@ memory and HBM both have room) with the solver's own rule.
 
 The decisions, in order (each one TorchRec can express, so the plan exports one to one):
 
-1. A table larger than the largest device's HBM is split row-wise over all devices in TorchRec's `row_wise` layout
+1. A table larger than the largest device's HBM (or one the packer found no room for, on a retry) is split row-wise over all devices in TorchRec's `row_wise` layout
    (blocks of ceil(rows / devices) in rank order). Its blocks stay in HBM when each fits in HEADROOM of the
-   smallest device's HBM, else they live in host memory behind a cache (the load factor as in 2.).
+   smallest device's HBM, else they live in host memory behind a cache (the load factor as in 2.), and without one
+   (`fused_uvm`, coldest first) where those caches would crowd out the HBM.
 2. While the tables left for HBM need more than HEADROOM of the cluster's HBM, the coldest table per byte (fewest
    lookups per byte) moves to host memory with the smallest HBM cache from CACHE_LOAD_FACTORS that serves
    HIT_TARGET of its lookups under its access histogram (hottest rows cached first, as fbgemm's LRU / LFU cache
@@ -132,8 +133,9 @@ def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = N
     return CACHE_LOAD_FACTORS[-1]
 
 
-def plan_tiers(instance: Instance) -> TieredLayout | str:
-    """Each table's placement kind (see the module docstring), or the reason no plan of any kind exists."""
+def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> TieredLayout | str:
+    """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
+    to split row-wise although a device could hold them whole (the packer found no room for them)."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason
@@ -152,7 +154,7 @@ def plan_tiers(instance: Instance) -> TieredLayout | str:
 
     # 1. tables no device can hold: row-wise over all devices, in HBM when the blocks fit, else behind a cache
     for i, t in enumerate(tables):
-        if full[i] <= caps.max():
+        if full[i] <= caps.max() and i not in rowwise:
             continue
         block = -(-t.rows // D)
         block_bytes = slice_bytes(instance, t, block, t.dim)
@@ -181,6 +183,17 @@ def plan_tiers(instance: Instance) -> TieredLayout | str:
                 fixed_hbm[d] += cache_bytes(instance, t, s.cache_rows(t), t.dim)
                 fixed_host[d] += slice_bytes(instance, t, n, t.dim)
 
+    # the row-wise tables' caches crowd out the HBM: the coldest of them lose their cache until they fit
+    cached_rw = [i for i, t in enumerate(tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching]
+    cached_rw.sort(key=lambda i: tables[i].pooling_factor / max(int(full[i]), 1))
+    for i in cached_rw:
+        if (fixed_hbm <= HEADROOM * caps).all():
+            break
+        tiers[i] = TableTier(Kernel.fused_uvm, None, True)
+        for k, sh in enumerate(fixed):
+            if sh.table == tables[i].name:
+                fixed_hbm[sh.device] -= cache_bytes(instance, tables[i], sh.cache_rows(tables[i]), tables[i].dim)
+                fixed[k] = sh.model_copy(update={"kernel": Kernel.fused_uvm, "cache_load_factor": None})
     if (fixed_hbm > caps).any() or (fixed_host > hosts).any():
         d = int(np.argmax(np.maximum(fixed_hbm - caps, fixed_host - hosts)))
         return (f"the row-wise blocks of the tables that fit on no device need {int(fixed_hbm[d]):,} bytes of HBM and "

@@ -119,3 +119,19 @@ def test_every_registered_solver_says_which_placements_it_produces() -> None:
 
     rows = {r["name"]: r for r in json.loads(result.stdout)["solvers"]}
     assert "row-wise" in rows["greedy"]["placements"] and "UVM" in rows["greedy"]["placements"]
+
+
+@pytest.mark.parametrize("suite", ["huge-test", "tiered-test"])
+def test_greedy_places_every_committed_huge_and_tiered_instance(suite: str) -> None:
+    """Each of these instances has a plan (the generator proved it constructively); greedy must find one, valid in
+    both tiers, with the row-wise tables in TorchRec's layout."""
+    cm = get_cost_model("analytic")
+    for path in sorted((ROOT / "instances" / "suites" / suite).glob(f"{suite}-*.json")):
+        inst = load_instance(path)
+        r = get_solver("greedy").solve(inst, cm, seed=0)
+        assert r.status.has_plan, (path.name, r.reason)
+        assert check_plan(inst, r.plan).ok
+        for i, t in enumerate(inst.tables):
+            mine = sorted((s.row_offset, s.height(t), s.device) for s in r.plan.shards if s.table == t.name)
+            if len(mine) > 1:
+                assert mine == [(o, n, d) for d, (o, n) in enumerate(rw_layout(t.rows, inst.topology.num_devices)) if n > 0]
