@@ -8,16 +8,21 @@ to show the effects that make sharding hard, not just "bytes / bandwidth":
   one cache, so a device's cost is not the sum of its tables' costs;
 * each pass is one fused kernel launch per device, with a floor for under-occupied kernels;
 * backward reads the output gradients, sorts the indices and runs the fused optimizer update over unique rows;
-* the all-to-all costs the bytes each device sends and receives over NVLink (same host) or the network.
+* the all-to-all costs the bytes each device sends and receives over NVLink (same host) or the network;
+* a shard in host memory (`fused_uvm_caching`, `fused_uvm`) reads and updates the rows its HBM cache does not hold
+  over the host link (PCIe or NVLink-C2C), whose time adds to the kernel's.
 
 Every formula and constant is written out, with its source, in docs/analytic-model.md. The model is additive in a
 per-device *state* (per access-count bin: cache footprint and reusable bytes; totals of gathered, streamed and
-updated bytes; bag and shard counts) and nonlinear in how that state becomes time, which is what makes both the
-incremental solver API and the cache competition cheap: everything is a few numpy operations over [devices, 40].
+updated bytes; bytes over the host link each way and pass; bag, shard and kernel-group counts) and nonlinear in how
+that state becomes time, which is what makes both the incremental solver API and the cache competition cheap:
+everything is a few numpy operations over [devices, 46].
 """
 
 from __future__ import annotations
 
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -33,6 +38,9 @@ SORT_BYTES_PER_LOOKUP = 32  # backward: linearise + radix-sort (key, value) pair
 CACHE_SHARE = 0.75  # share of L2 that hot embedding rows can hold (the rest: outputs, indices, other streams)
 BWD_LAUNCHES = 3  # backward = index linearisation + sort + fused gradient/optimizer kernel
 MS = 1e3
+# memory tiers (fused_uvm_caching / fused_uvm), docs/analytic-model.md "Memory tiers"
+PREFETCH_LAUNCHES = 6  # fbgemm's cache prefetch before the forward: linearize, unique, find-uncached, sort, insert, lookup
+CACHE_LOOKUP_BYTES = 72  # HBM bytes per lookup of a cached shard's bookkeeping (itemised in the docs)
 
 # representative access count of each bin: 1, 2, mean of (2^(k-1), 2^k] for k = 2..15, and 2^16 for > 2^15
 BIN_COUNTS = np.array(
@@ -49,7 +57,14 @@ _BWD_STREAM = _GATHER + 2  # backward HBM bytes: output grads, sort, unique-row 
 _BWD_L2 = _GATHER + 3  # backward on-chip bytes: per-lookup gradient accumulation
 _BAGS = _GATHER + 4  # bags (work items: one warp each)
 _SHARDS = _GATHER + 5  # shards on the device (launch if > 0)
-STATE_SIZE = _GATHER + 6
+# host-memory tier: bytes over the host link per pass and direction (in = host -> device, out = device -> host)
+_HOST_FWD_IN = _GATHER + 6  # forward: rows fetched into the cache + rows read directly by the kernel
+_HOST_FWD_OUT = _GATHER + 7  # forward: evicted cache rows written back
+_HOST_BWD_IN = _GATHER + 8  # backward: uncached rows' weights (and host-side optimizer state) read
+_HOST_BWD_OUT = _GATHER + 9  # backward: the same written back
+_CACHED = _GATHER + 10  # fused_uvm_caching shards (their own kernel group and the cache prefetch)
+_UVM = _GATHER + 11  # fused_uvm shards (their own kernel group)
+STATE_SIZE = _GATHER + 12
 
 
 def sector_bytes(width: np.ndarray, elem_bytes: np.ndarray, sector: int) -> np.ndarray:
@@ -95,17 +110,63 @@ def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.nda
     fwd = (fwd_hbm / hbm_bw + hits / l2_bw) / occ
     bwd = (states[..., _BWD_STREAM] / hbm_bw + states[..., _BWD_L2] / l2_bw) / occ / p.bwd_bandwidth_factor
     busy = states[..., _SHARDS] > 0
+    # TorchRec runs one fused kernel per compute kernel on a device (fused / fused_uvm_caching / fused_uvm): a launch
+    # per pass for each group present; the caching group's prefetch runs its own kernels before the forward
+    cached = (states[..., _CACHED] > 0.5).astype(np.float64)
+    groups = (states[..., _SHARDS] - states[..., _CACHED] - states[..., _UVM] > 0.5) + cached + (states[..., _UVM] > 0.5)  # a count (float)
+    # host link: full duplex, each direction limited by its bandwidth; serial with the HBM work (docs: max vs sum)
+    host_fwd = np.maximum(states[..., _HOST_FWD_IN], states[..., _HOST_FWD_OUT]) / p.host_link_bandwidth
+    host_bwd = np.maximum(states[..., _HOST_BWD_IN], states[..., _HOST_BWD_OUT]) / p.host_link_bandwidth
+    launch = p.launch_overhead_s
     out = np.empty(states.shape[:-1] + (2,))
-    out[..., 0] = np.where(busy, p.launch_overhead_s + np.maximum(p.min_kernel_s, fwd), 0.0) * MS
-    out[..., 1] = np.where(busy, BWD_LAUNCHES * p.launch_overhead_s + np.maximum(p.min_kernel_s, bwd), 0.0) * MS
+    out[..., 0] = np.where(busy, launch * groups + PREFETCH_LAUNCHES * launch * cached + np.maximum(p.min_kernel_s, fwd) + host_fwd, 0.0) * MS
+    out[..., 1] = np.where(busy, BWD_LAUNCHES * launch * groups + np.maximum(p.min_kernel_s, bwd) + host_bwd, 0.0) * MS
     return out
+
+
+def cache_residency(uniq_h: np.ndarray, rows: np.ndarray, cache_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows of a host-memory shard are in its HBM cache of `cache_rows` slots ([n, 17] unique rows per bin,
+    hottest bin first; [n] rows and cache slots) -> (psi, phi), each [n, 17] in the same order:
+
+    psi_b: share of bin b's rows of this batch in HBM while the kernel runs: the cache takes the batch's hottest rows
+        first, psi_b = clip((C - before_b) / U_b, 0, 1) (before_b: the batch's rows in hotter bins);
+    phi_b: share resident before the batch (steady state of fbgemm's LRU/LFU cache: the C hottest rows of the
+        shard): the rows read twice or more (bins 1..16) are the hottest, as for psi; the rows read once (bin 0)
+        are indistinguishable from the rows not read at all, so they are spread evenly over the remaining
+        `rows - U_hot` rows, phi_0 = clip((C - U_hot) / (rows - U_hot), 0, 1) (TorchRec's estimate, hit rate =
+        cached share, for the part of the table the histogram cannot rank).
+    """
+    u = np.asarray(uniq_h, dtype=np.float64)
+    c = np.asarray(cache_rows, dtype=np.float64)[:, None]
+    before = np.cumsum(u, axis=1) - u
+    psi = np.clip(np.divide(c - before, u, out=np.ones_like(u), where=u > 0), 0.0, 1.0)
+    phi = psi.copy()
+    hot = u[:, :-1].sum(axis=1)  # rows read more than once this batch
+    tail = np.maximum(np.asarray(rows, dtype=np.float64) - hot, u[:, -1])
+    phi[:, -1] = np.clip(np.divide(c[:, 0] - hot, tail, out=np.ones_like(tail), where=tail > 0), 0.0, 1.0)
+    return psi, phi
+
+
+def cache_miss_share(histogram: np.ndarray, rows: float, lookups: float, cache_rows: float) -> float:
+    """Steady-state share of `lookups` lookups (one batch) into a shard of `rows` rows with the 17-bin access
+    `histogram` that miss an HBM cache of `cache_rows` rows (`cache_residency`'s phi)."""
+    h = np.asarray(histogram, dtype=np.float64)[None, :]
+    if lookups <= 0:
+        return 0.0
+    unique = min(rows, lookups / max(float(mean_count(h)[0]), 1.0), lookups)
+    weight = h * BIN_COUNTS
+    acc = (weight / weight.sum() * lookups)[:, ::-1]
+    _, phi = cache_residency((h * unique)[:, ::-1], np.array([rows]), np.array([cache_rows]))
+    return float(np.clip((acc * (1.0 - phi)).sum() / lookups, 0.0, 1.0))
 
 
 class BoundAnalytic(BoundCostModel):
     def __init__(self, instance: Instance, profile: HardwareProfile):
         super().__init__(instance)
-        self.profile = profile
         topo = instance.topology
+        if topo.host_link_bandwidth is not None:  # the topology's override of the device-host link (UVM)
+            profile = replace(profile, host_link_bandwidth=float(topo.host_link_bandwidth))
+        self.profile = profile
         self.intra_bw = topo.intra_host_bandwidth or profile.nvlink_bandwidth
         self.inter_bw = topo.inter_host_bandwidth or profile.network_bandwidth
         self.batch = instance.workload.batch_size
@@ -131,8 +192,17 @@ class BoundAnalytic(BoundCostModel):
         return STATE_SIZE
 
     # ---- per-shard state (vectorised over shards) ----------------------------------------------------------
-    def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
-        """States of many shards at once: [n] arrays -> [n, STATE_SIZE]."""
+    def shard_states(
+        self,
+        tables: np.ndarray,
+        cols: np.ndarray,
+        row_fraction: np.ndarray,
+        batch_fraction: np.ndarray,
+        cache_fraction: np.ndarray | None = None,
+        host_tier: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """States of many shards at once: [n] arrays -> [n, STATE_SIZE] (arguments: BoundCostModel.shard_states).
+        Shards in HBM (cache_fraction None or 1, not host_tier) get exactly the state they had before memory tiers."""
         tables = np.asarray(tables, dtype=np.int64)
         w = np.asarray(cols, dtype=np.float64)
         rf = np.broadcast_to(np.asarray(row_fraction, dtype=np.float64), w.shape)
@@ -151,11 +221,6 @@ class BoundAnalytic(BoundCostModel):
         acc = np.where(wsum > 0, weight / np.where(wsum > 0, wsum, 1.0), 0.0) * lookups[:, None]
         uniq = hist * unique[:, None]
         sb = sector_bytes(w, elem, p.sector_bytes)
-        out = np.zeros((len(tables), STATE_SIZE))
-        out[:, _FOOT] = (uniq * sb[:, None])[:, ::-1]  # hottest bin first: the order the cache fills in
-        out[:, _REUSE] = (np.maximum(acc - uniq, 0.0) * sb[:, None])[:, ::-1]
-        out[:, _GATHER] = lookups * sb
-        out[:, _FWD_STREAM] = (lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
         row_bytes = w * elem
         if self._optimizer is Optimizer.sgd:
             state_bytes = np.zeros_like(w)
@@ -163,12 +228,64 @@ class BoundAnalytic(BoundCostModel):
             state_bytes = np.full_like(w, 4.0)
         else:  # adam: two fp32 moments per weight
             state_bytes = 2 * w * 4.0
-        update = unique * 2 * (np.ceil(row_bytes / p.sector_bytes) * p.sector_bytes + np.ceil(state_bytes / p.sector_bytes) * p.sector_bytes)
+        row_sb = np.ceil(row_bytes / p.sector_bytes) * p.sector_bytes
+        state_sb = np.ceil(state_bytes / p.sector_bytes) * p.sector_bytes
+        out = np.zeros((len(tables), STATE_SIZE))
+        host = None
+        if cache_fraction is not None or host_tier is not None:
+            cf = np.ones(w.shape) if cache_fraction is None else np.broadcast_to(np.asarray(cache_fraction, dtype=np.float64), w.shape)
+            if np.any((cf < 0) | (cf > 1)) or not np.all(np.isfinite(cf)):
+                raise ValueError(f"cache_fraction: {cf[(cf < 0) | (cf > 1) | ~np.isfinite(cf)][0]} is not a share in [0, 1]")
+            host = (cf < 1) if host_tier is None else np.broadcast_to(np.asarray(host_tier, dtype=bool), w.shape)
+            if not host.any():
+                host = None
+        if host is None:  # every shard in HBM: the model as it always was
+            out[:, _FOOT] = (uniq * sb[:, None])[:, ::-1]  # hottest bin first: the order the cache fills in
+            out[:, _REUSE] = (np.maximum(acc - uniq, 0.0) * sb[:, None])[:, ::-1]
+            out[:, _GATHER] = lookups * sb
+            out[:, _FWD_STREAM] = (lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
+            update = unique * 2 * (row_sb + state_sb)
+        else:
+            # host-memory tier (docs/analytic-model.md, "Memory tiers"): with C = cf x rows cache slots, psi_b is the
+            # share of bin b's rows of this batch that sit in HBM while the kernel runs (the C hottest of the batch),
+            # phi_b the share resident before the batch (steady state: the C hottest rows of the shard)
+            cf = np.where(host, cf, 1.0)
+            uniq_h, acc_h = uniq[:, ::-1], acc[:, ::-1]  # hottest bin first
+            psi, phi = cache_residency(uniq_h, rows, cf * rows)
+            missed = (uniq_h * (1.0 - phi)).sum(axis=1)  # unique rows not in the cache before the batch
+            overflow = (uniq_h * (1.0 - psi)).sum(axis=1)  # = max(U - C, 0): rows the cache cannot take this batch
+            inserted = np.maximum(missed - overflow, 0.0)  # fetched into the cache (evicting as many dirty rows)
+            direct = (acc_h * (1.0 - psi)).sum(axis=1)  # lookups the kernel reads from host memory directly
+            caching = host & (cf > 0)
+            adam_host = host if self._optimizer is Optimizer.adam else np.zeros_like(host)  # fbgemm: non-rowwise state in UVM
+            out[:, _FOOT] = uniq_h * psi * sb[:, None]
+            out[:, _REUSE] = np.maximum(acc_h - uniq_h, 0.0) * psi * sb[:, None]
+            out[:, _GATHER] = (lookups - direct) * sb
+            out[:, _FWD_STREAM] = ((lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
+                                   + caching * (lookups * CACHE_LOOKUP_BYTES + 2 * inserted * sb))
+            update = np.where(host, (unique - overflow) * 2 * row_sb + np.where(adam_host, 0.0, unique * 2 * state_sb),
+                              unique * 2 * (row_sb + state_sb))
+            out[:, _HOST_FWD_IN] = (inserted + direct) * sb
+            out[:, _HOST_FWD_OUT] = inserted * sb
+            out[:, _HOST_BWD_IN] = overflow * row_sb + adam_host * unique * state_sb
+            out[:, _HOST_BWD_OUT] = out[:, _HOST_BWD_IN]
+            out[:, _CACHED] = caching
+            out[:, _UVM] = host & (cf <= 0)
+        replica = bf < 1.0
+        if replica.any():  # data-parallel (TorchRec's dense kernel): dense gradient, optimizer step over every row
+            dense = rows * (2 * w * OUTPUT_BYTES + 2 * (row_bytes + state_bytes))
+            update = np.where(replica, dense, update)
         out[:, _BWD_STREAM] = bags * w * OUTPUT_BYTES + lookups * SORT_BYTES_PER_LOOKUP + update
         out[:, _BWD_L2] = lookups * w * OUTPUT_BYTES
         out[:, _BAGS] = bags
         out[:, _SHARDS] = 1.0
         return out
+
+    def cache_miss_share(self, table: int, cache_fraction: float, row_fraction: float = 1.0) -> float:
+        """Steady-state share of a shard's lookups that miss an HBM cache of `cache_fraction` x its rows (the
+        hottest rows resident; docs/analytic-model.md)."""
+        return float(cache_miss_share(self.histograms[table], self._rows[table] * row_fraction,
+                                      self.batch * self._pool[table] * row_fraction, cache_fraction * self._rows[table] * row_fraction))
 
     # ---- state -> time ---------------------------------------------------------------------------------------
     def cache_hits(self, states: np.ndarray) -> np.ndarray:

@@ -11,15 +11,44 @@ once (`bind`), then asks "what does device d cost with table t added?" by adding
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from shardopt.core.ir import Instance, Plan, Shard
+from shardopt.core.ir import Instance, Kernel, Plan, Shard
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
+
+
+class UnsupportedPlacementError(ValueError):
+    """A predictor asked to cost a placement it has no model of (e.g. a neural model and a UVM shard): refused with
+    the table, the device and the kind named, never answered with a number that silently prices it as something
+    else. A ValueError, so the CLI reports it as bad input (exit status 2)."""
+
+    def __init__(self, message: str, *, table: str | None = None, device: int | None = None, kind: str | None = None):
+        super().__init__(message)
+        self.table = table
+        self.device = device
+        self.kind = kind
+
+
+def placement_kind(shard: Shard) -> str:
+    """How a shard is costed, in words: 'kernel fused_uvm_caching', 'a data-parallel replica', 'kernel fused'."""
+    if shard.replicated:
+        return "a data-parallel replica"
+    return f"kernel {shard.kernel.value}"
+
+
+def shard_cache_fraction(shard: Shard, height: int) -> float:
+    """Share of a shard's rows held in HBM: 1 for fused, 0 for fused_uvm, cache_rows / rows for fused_uvm_caching."""
+    if shard.kernel is Kernel.fused:
+        return 1.0
+    if shard.kernel is Kernel.fused_uvm:
+        return 0.0
+    return min(1.0, math.ceil(float(shard.cache_load_factor or 0.0) * height) / height)
 
 
 @dataclass(frozen=True)
@@ -83,12 +112,41 @@ class DeviceCosts:
 
 
 class BoundCostModel(ABC):
-    """A cost model specialised to one instance, with per-table work done once."""
+    """A cost model specialised to one instance, with per-table work done once.
+
+    `kernels` and `replicas` say which placements the predictor can cost; `unsupported(shard)` says why it cannot
+    cost one, and every per-shard path (`shard_contribution`, hence `plan_costs`) raises UnsupportedPlacementError
+    for such a shard instead of returning a number."""
+
+    kernels: frozenset[Kernel] = frozenset(Kernel)  # the compute kernels (memory tiers) this predictor models
+    replicas: bool = True  # whether it models data-parallel replicas
+    unsupported_why: str = ""  # the reason given for what it cannot cost (a clause)
 
     def __init__(self, instance: Instance):
         self.instance = instance
         self.num_devices = instance.topology.num_devices
         self._index = instance.table_index()
+        self.model_name = type(self).__name__  # CostModel.bind sets the registered name
+
+    @property
+    def label(self) -> str:
+        return f"cost model {self.model_name!r}"
+
+    def unsupported(self, shard: Shard) -> str | None:
+        """None when this predictor can cost `shard`; else what it cannot cost, as a clause naming the kind, the
+        table and the device: "kernel fused_uvm (table 't3' on device 2): <why>"."""
+        if shard.kernel in self.kernels and (self.replicas or not shard.replicated):
+            return None
+        why = f": {self.unsupported_why}" if self.unsupported_why else ""
+        return f"{placement_kind(shard)} (table {shard.table!r} on device {shard.device}){why}"
+
+    def check_supported(self, shards: list[Shard]) -> None:
+        """UnsupportedPlacementError for the first shard this predictor cannot cost."""
+        for s in shards:
+            what = self.unsupported(s)
+            if what is not None:
+                raise UnsupportedPlacementError(f"{self.label} cannot cost {what}; use --cost-model analytic",
+                                                table=s.table, device=s.device, kind=placement_kind(s))
 
     # -- what each predictor implements ------------------------------------------------------------------------
     @property
@@ -97,13 +155,33 @@ class BoundCostModel(ABC):
         """Length of the additive per-device state vector."""
 
     @abstractmethod
-    def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
+    def shard_states(
+        self,
+        tables: np.ndarray,
+        cols: np.ndarray,
+        row_fraction: np.ndarray,
+        batch_fraction: np.ndarray,
+        cache_fraction: np.ndarray | None = None,
+        host_tier: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The additive state contributions of many shards ([n] arrays -> [n, state_size]): shard k is a slice of
         table `tables[k]` (index) that is `cols[k]` wide, holds `row_fraction[k]` of its rows and serves
-        `batch_fraction[k]` of the global batch (1/D for a data-parallel replica)."""
+        `batch_fraction[k]` of the global batch (1/D for a data-parallel replica: a batch fraction below 1 marks a
+        replica, whose optimizer step is dense over all its rows).
 
-    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0) -> np.ndarray:
-        return self.shard_states(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]))[0]
+        Memory tier: `cache_fraction[k]` in [0, 1] is the share of the shard's rows held in HBM: 1 for `fused`,
+        0 for `fused_uvm`, cache_rows / rows for `fused_uvm_caching` (`shard_cache_fraction`). None = every shard
+        in HBM (fused). `host_tier[k]` says the shard's weights live in host memory (fused_uvm_caching /
+        fused_uvm); None = where cache_fraction < 1. It only matters for a cache of every row (cache_fraction 1):
+        fused_uvm_caching with load factor 1 still runs the cache bookkeeping and keeps adam's moments in host
+        memory. A predictor that cannot cost a host-memory shard raises UnsupportedPlacementError."""
+
+    def shard_state(self, table: int, cols: int, row_fraction: float = 1.0, batch_fraction: float = 1.0, cache_fraction: float = 1.0,
+                    host_tier: bool | None = None) -> np.ndarray:
+        """One shard's state (see shard_states); cache_fraction 1.0 with host_tier None = fused (HBM)."""
+        cf = None if (cache_fraction == 1.0 and not host_tier) else np.array([float(cache_fraction)])
+        ht = None if host_tier is None else np.array([bool(host_tier)])
+        return self.shard_states(np.array([table]), np.array([cols]), np.array([row_fraction]), np.array([batch_fraction]), cf, ht)[0]
 
     @cached_property
     def histograms(self) -> np.ndarray:
@@ -172,13 +250,19 @@ class BoundCostModel(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not model replicated (data-parallel) tables")
 
     def shard_contribution(self, shard: Shard) -> tuple[int, np.ndarray, float]:
-        """(device, state, pooled width) a shard adds to its device."""
+        """(device, state, pooled width) a shard adds to its device, its memory tier (kernel, cache) included.
+        UnsupportedPlacementError for a shard this predictor cannot cost."""
+        self.check_supported([shard])
         i = self._index[shard.table]
         t = self.instance.tables[i]
         if shard.replicated:
             return shard.device, self.shard_state(i, t.dim, 1.0, 1.0 / self.num_devices), 0.0
         width = shard.width(t)
-        return shard.device, self.shard_state(i, width, shard.height(t) / t.rows, 1.0), float(width)
+        height = shard.height(t)
+        if shard.kernel is Kernel.fused:
+            return shard.device, self.shard_state(i, width, height / t.rows, 1.0), float(width)
+        cf = shard_cache_fraction(shard, height)
+        return shard.device, self.shard_state(i, width, height / t.rows, 1.0, cf, host_tier=True), float(width)
 
     def device_costs(self, states: np.ndarray, dim_sums: np.ndarray, extra_bwd_comm: np.ndarray | None = None) -> DeviceCosts:
         """DeviceCosts from each device's summed state [D, F] and pooled width [D]."""
@@ -194,7 +278,10 @@ class BoundCostModel(ABC):
         states = np.zeros((self.num_devices, self.state_size))
         dims = np.zeros(self.num_devices)
         extra = np.zeros(self.num_devices)
-        fast = all(not s.replicated and s.col_offset == 0 and s.cols is None and s.row_offset == 0 and s.rows is None for s in shards)
+        fast = all(
+            not s.replicated and s.kernel is Kernel.fused and s.col_offset == 0 and s.cols is None and s.row_offset == 0 and s.rows is None
+            for s in shards
+        )
         if fast:  # table-wise plans: one gather + scatter-add
             idx = np.fromiter((self._index[s.table] for s in shards), dtype=np.int64, count=len(shards))
             dev = np.fromiter((s.device for s in shards), dtype=np.int64, count=len(shards))

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from costmodels.base import BoundCostModel, CostModel
+from costmodels.base import BoundCostModel, CostModel, UnsupportedPlacementError
 from costmodels.features import comm_features, comm_features_after_adding, instance_shard_features
 from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
-from shardopt.core.ir import Instance
+from shardopt.core.ir import Instance, Kernel
 
 SHIPPED = Path(__file__).resolve().parent / "weights" / "neural-v100.npz"
 
@@ -93,6 +93,27 @@ class NeuralWeights:
 
 
 class BoundNeural(BoundCostModel):
+    """What it can cost (docs/neural-cost-model.md, "What it can cost"): table-wise, column-wise and row-wise shards
+    in HBM (a row-wise shard is described as the table it is: its share of the rows and of every bag's lookups,
+    all bags). It refuses host-memory shards (fused_uvm_caching, fused_uvm): its features have no host-memory tier;
+    and data-parallel replicas: it has no model of their dense optimizer step and gradient all-reduce."""
+
+    kernels = frozenset({Kernel.fused})
+    replicas = False
+
+    @property
+    def label(self) -> str:
+        return f"neural cost model {self.model_name!r}"
+
+    def unsupported(self, shard) -> str | None:  # noqa: ANN001 - a Shard
+        if shard.replicated:
+            return (f"a data-parallel replica (table {shard.table!r} on device {shard.device}): it has no model of a "
+                    "replica's dense optimizer step and gradient all-reduce")
+        if shard.kernel is not Kernel.fused:
+            return (f"kernel {shard.kernel.value} (table {shard.table!r} on device {shard.device}): its features have "
+                    "no host-memory tier")
+        return None
+
     def __init__(self, instance: Instance, weights: NeuralWeights):
         super().__init__(instance)
         self.w = weights
@@ -108,7 +129,18 @@ class BoundNeural(BoundCostModel):
     def state_size(self) -> int:
         return self._encoding_size + 1
 
-    def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray) -> np.ndarray:
+    def shard_states(self, tables: np.ndarray, cols: np.ndarray, row_fraction: np.ndarray, batch_fraction: np.ndarray,
+                     cache_fraction: np.ndarray | None = None, host_tier: np.ndarray | None = None) -> np.ndarray:
+        if cache_fraction is not None or host_tier is not None:
+            cf = np.ones(np.shape(tables)) if cache_fraction is None else np.broadcast_to(np.asarray(cache_fraction, dtype=np.float64), np.shape(tables))
+            host = (cf < 1) if host_tier is None else np.broadcast_to(np.asarray(host_tier, dtype=bool), np.shape(tables))
+            if host.any():
+                k = int(np.flatnonzero(host)[0])
+                name = self.instance.tables[int(np.asarray(tables)[k])].name
+                kind = "kernel fused_uvm" if cf[k] <= 0 else "kernel fused_uvm_caching"
+                raise UnsupportedPlacementError(
+                    f"{self.label} cannot cost {kind} (table {name!r}): its features have no host-memory tier; use --cost-model analytic",
+                    table=name, kind=kind)
         x = instance_shard_features(self.instance, np.asarray(tables), np.asarray(cols, dtype=np.float64), np.asarray(row_fraction, dtype=np.float64), np.asarray(batch_fraction, dtype=np.float64), self.histograms)
         z = encode_shards(self.w, x)
         return np.concatenate([z, np.ones((len(z), 1))], axis=1)
@@ -152,7 +184,9 @@ class NeuralCostModel(CostModel):
         self.name = "neural" if path is None else f"neural:{self.path.name}"
 
     def bind(self, instance: Instance) -> BoundNeural:
-        return BoundNeural(instance, self.weights)
+        bm = BoundNeural(instance, self.weights)
+        bm.model_name = self.name
+        return bm
 
     def describe(self) -> str:
         trained = self.weights.meta.get("hardware")

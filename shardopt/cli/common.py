@@ -120,6 +120,9 @@ def _classify(exc: BaseException) -> CLIError | None:
     mod = sys.modules.get("costmodels.registry")
     if mod is not None and isinstance(exc, getattr(mod, "UnknownCostModelError", ())):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_cost_model")
+    mod = sys.modules.get("costmodels.base")
+    if mod is not None and isinstance(exc, getattr(mod, "UnsupportedPlacementError", ())):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "unsupported_placement")
     mod = sys.modules.get("shardopt.data.suites")
     if mod is not None and isinstance(exc, mod.SuiteError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "bad_suite_request")

@@ -82,7 +82,8 @@ class MeasuredSummary:
 
 
 def _plan_key(plan: Any) -> str:
-    shards = sorted((s.table, s.device, s.col_offset, s.cols, s.row_offset, s.rows, s.replicated) for s in plan.shards)
+    shards = sorted((s.table, s.device, s.col_offset, s.cols, s.row_offset, s.rows, s.replicated)
+                    + ((s.kernel.value, s.cache_load_factor) if s.kernel.value != "fused" else ()) for s in plan.shards)
     return json.dumps(shards, default=str)
 
 

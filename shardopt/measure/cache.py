@@ -1,9 +1,10 @@
 """The measurement cache: a SQLite file of kernel timings keyed by everything that was timed.
 
 Re-judging a plan, or judging another plan that puts the same shards on one device, costs nothing the second time.
-The key covers the backend, the kernel and the hardware it ran on, each shard's table statistics and slice, the
-workload's optimizer and dtype, the batch actually timed, the trace seed, repeats, warm-ups and threads — so a hit
-is the same measurement, never a similar one. Several processes may share the file (WAL mode, busy timeout).
+The key covers the backend, the kernel and the hardware it ran on, each shard's table statistics, slice and memory
+tier (kernel and cache load factor, for a shard not in HBM), the workload's optimizer and dtype, the batch actually
+timed, the trace seed, repeats, warm-ups and threads — so a hit is the same measurement, never a similar one.
+Several processes may share the file (WAL mode, busy timeout).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shardopt.measure.backends.base import KernelTiming, TimingSettings
-from shardopt.core.ir import Instance, Shard
+from shardopt.core.ir import Instance, Kernel, Shard
 
 CACHE_ENV = "SHARDOPT_CACHE"
 
@@ -42,6 +43,8 @@ def measurement_key(backend: str, kernel: str, hardware: str, instance: Instance
                 "cols": list(s.col_range(t)),
                 "rows": list(s.row_range(t)),
                 "replicated": s.replicated,
+                # the memory tier, only when not HBM: keys of HBM shards (every key stored so far) stay the same
+                **({"kernel": s.kernel.value, "cache_load_factor": s.cache_load_factor} if s.kernel is not Kernel.fused else {}),
             }
         )
     body: dict[str, Any] = {

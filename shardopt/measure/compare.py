@@ -80,6 +80,8 @@ def compare_plans(
         raise EvaluationError(f"compare needs at least 2 plans, got {len(plans)}")
     if len(names) != len(plans):
         raise ValueError("one name per plan")
+    from shardopt.measure.plan_timing import host_memory_refusal
+
     rule = stop_rule(repeats, target, time_cap_s)
     warnings = []
     for name, plan in zip(names, plans):
@@ -91,6 +93,9 @@ def compare_plans(
             warnings.append(f"{name}: {w}")
         if backend in MEASURED_BACKENDS and any(s.replicated for s in plan.shards):
             raise EvaluationError(f"{name}: backend {backend!r} does not time replicated (data-parallel) shards yet")
+        why = host_memory_refusal(backend, plan)
+        if why:
+            raise EvaluationError(f"{name}: {why}")
     if backend not in MEASURED_BACKENDS:
         return _compare_simulated(instance, plans, names, backend, warnings)
     return _compare_measured(instance, plans, names, backend, rule, warmup=warmup, seed=seed, threads=threads,

@@ -192,6 +192,11 @@ def evaluate_plan(
         )
     if any(s.replicated for s in plan.shards):
         raise EvaluationError(f"backend {backend!r} does not time replicated (data-parallel) shards yet; judge this plan with --backend sim")
+    from shardopt.measure.plan_timing import host_memory_refusal
+
+    why = host_memory_refusal(backend, plan)
+    if why:
+        raise EvaluationError(why)
     measured = _measure_with_cache(instance, plan, backend, rule, warmup=warmup, seed=seed, threads=threads,
                                    cache=cache, progress=progress, comm=comm)
     return Evaluation(backend=backend, wall_time_s=time.perf_counter() - start, **measured, **common)

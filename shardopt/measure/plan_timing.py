@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shardopt.core.ir import Instance, Plan, Shard
+from shardopt.core.ir import Instance, Kernel, Plan, Shard
 from shardopt.core.memory import shard_bytes
 from shardopt.measure.backends.base import TimingBackend, TimingSettings
 from shardopt.measure.confidence import StopRule
@@ -99,6 +99,20 @@ def host_bytes_needed(instance: Instance, plans: Sequence[Plan]) -> int:
     return total
 
 
+def host_memory_refusal(backend: str, plan: Plan) -> str | None:
+    """Why a measured backend cannot judge `plan`'s host-memory shards (None when it has none): the cpu backend
+    times fbgemm's TBE on HOST memory for every shard, so HBM and host memory are one tier there, and the cuda
+    backend builds every table in device memory (it has no UVM); either would time a UVM shard as an HBM one."""
+    uvm = [s for s in plan.shards if s.kernel is not Kernel.fused]
+    if backend not in ("cpu", "cuda") or not uvm:
+        return None
+    s = uvm[0]
+    what = ("the CPU kernel reads every table from host memory, so it cannot tell HBM from host memory" if backend == "cpu"
+            else "the cuda backend places every table in device memory (no UVM)")
+    return (f"backend {backend!r} does not time host-memory shards ({len(uvm)} shard(s), e.g. table {s.table!r} on device "
+            f"{s.device} with kernel {s.kernel.value}): {what}; judge this plan with --backend sim")
+
+
 def check_memory(instance: Instance, plans: Sequence[Plan], backend: str) -> None:
     if backend != "cpu":
         return  # a GPU's own memory is checked by the kernel allocation, which names the device
@@ -133,6 +147,10 @@ def measure_plans(
     """Every device of every plan timed interleaved on `backend`; returns the measurement and, per plan, the
     all-to-all [devices, 2] that was added to each device's measured compute: modelled by the analytic model, or
     with comm="measured" (cpu only) timed on gloo first, before any kernel is built."""
+    for plan in plans:  # never time a host-memory shard as an HBM one (evaluate / compare say so earlier, by name)
+        why = host_memory_refusal(backend, plan)
+        if why:
+            raise MeasureError(why)
     check_memory(instance, plans, backend)
     timer = timing_backend(backend)
     settings = timing_settings(instance, rule, warmup=warmup, seed=seed, threads=threads)

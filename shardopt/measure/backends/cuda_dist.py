@@ -126,6 +126,10 @@ def validate(instance: Instance, plan: Plan, world_size: int, batch_size: int | 
         raise DistSetupError(f"the plan is not valid for this instance: {lines}")
     if any(s.replicated for s in plan.shards):
         raise DistSetupError("replicated (data-parallel) shards are not supported by cuda_dist")
+    uvm = [s for s in plan.shards if s.kernel.value != "fused"]
+    if uvm:
+        raise DistSetupError(f"host-memory shards (kernel {uvm[0].kernel.value}, table {uvm[0].table!r} on device "
+                             f"{uvm[0].device}) are not supported by cuda_dist: it places every table in device memory")
     batch = instance.workload.batch_size if batch_size is None else batch_size
     if batch < world_size:
         raise DistSetupError(
