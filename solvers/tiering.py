@@ -17,7 +17,7 @@ The decisions, in order (each one TorchRec can express, so the plan exports one 
 2. While the tables left for HBM need more than HEADROOM of the cluster's HBM, the coldest table per byte (fewest
    lookups per byte) moves to host memory with the smallest HBM cache from CACHE_LOAD_FACTORS that serves
    HIT_TARGET of its lookups under its access histogram (hottest rows cached first, as fbgemm's LRU / LFU cache
-   holds them in steady state); if the caches alone are still too much, the coldest cached tables lose their cache
+   holds them in steady state: the analytic model's miss share, docs/analytic-model.md); if the caches alone are still too much, the coldest cached tables lose their cache
    (`fused_uvm`).
 
 No cost model is consulted for these choices: every heuristic, cost-aware or not, gets the same layout, and the
@@ -30,17 +30,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costmodels.analytic import cache_miss_share
 from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard, Table
-from shardopt.core.memory import cache_bytes, slice_bytes, table_bytes_array
+from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
 from shardopt.core.stats import histogram_from_zipf
 
 HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables may plan for: the packer needs slack
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
 CACHE_LOAD_FACTORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the caches offered (TorchRec's default is 0.2)
-
-# representative access count of each of the 17 bins (as the analytic model uses them)
-_BIN_COUNTS = np.array([1.0, 2.0] + [((2 ** (k - 1) + 1) + 2**k) / 2 for k in range(2, 16)] + [2.0**16])
 
 
 @dataclass(frozen=True)
@@ -96,22 +94,10 @@ def needs_tiers(instance: Instance) -> bool:
 
 
 def cached_lookup_share(histogram: np.ndarray, rows: int, lookups: float, cache_rows: float) -> float:
-    """Share of a table's lookups served by a cache of its `cache_rows` hottest rows, from its 17-bin histogram of
-    unique rows per access count (one batch of `lookups` lookups)."""
-    h = np.asarray(histogram, dtype=np.float64)
-    if lookups <= 0:
-        return 1.0
-    mean = max(float(h @ _BIN_COUNTS), 1.0)
-    unique = min(float(rows), lookups / mean)
-    rows_in = (h * unique)[::-1]  # hottest bin first
-    hits_in = (h * unique * _BIN_COUNTS)[::-1]
-    total = hits_in.sum()
-    if total <= 0:
-        return 1.0
-    cum = np.concatenate([[0.0], np.cumsum(rows_in)])
-    cached = np.clip(cache_rows - cum[:-1], 0.0, rows_in)  # rows of each bin inside the cache
-    share = np.divide(cached, rows_in, out=np.zeros_like(cached), where=rows_in > 0)
-    return float((hits_in * share).sum() / total)
+    """Share of a shard's lookups served by an HBM cache of `cache_rows` rows: the analytic model's steady-state
+    miss share (costmodels.analytic.cache_miss_share: the hottest rows resident), so the cache chosen here is the
+    one the cost model prices."""
+    return 1.0 - cache_miss_share(histogram, float(rows), float(lookups), float(cache_rows))
 
 
 def table_histogram(instance: Instance, table: Table) -> np.ndarray:
@@ -158,9 +144,10 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> Tie
             continue
         block = -(-t.rows // D)
         block_bytes = slice_bytes(instance, t, block, t.dim)
+        uvm_block = Shard(table=t.name, device=0, rows=block, kernel=Kernel.fused_uvm)
         if block_bytes <= HEADROOM * caps.min() - fixed_hbm.max():
             tier = TableTier(Kernel.fused, None, True)
-        elif block_bytes <= (hosts - fixed_host).min():
+        elif shard_host_bytes(instance, t, uvm_block) <= (hosts - fixed_host).min():
             tier = TableTier(Kernel.fused_uvm_caching, cache_load_factor_for(instance, t, block), True)
         else:
             room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - fixed_host).min()):,} bytes of host memory left on some device"
@@ -177,11 +164,8 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> Tie
             s = Shard(table=t.name, device=d, row_offset=start, rows=None if start + n == t.rows and start == 0 else n,
                       kernel=tier.kernel, cache_load_factor=tier.cache_load_factor)
             fixed.append(s)
-            if tier.kernel is Kernel.fused:
-                fixed_hbm[d] += slice_bytes(instance, t, n, t.dim)
-            else:
-                fixed_hbm[d] += cache_bytes(instance, t, s.cache_rows(t), t.dim)
-                fixed_host[d] += slice_bytes(instance, t, n, t.dim)
+            fixed_hbm[d] += shard_bytes(instance, t, s)
+            fixed_host[d] += shard_host_bytes(instance, t, s)
 
     # the row-wise tables' caches crowd out the HBM: the coldest of them lose their cache until they fit
     cached_rw = [i for i, t in enumerate(tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching]
@@ -192,8 +176,8 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> Tie
         tiers[i] = TableTier(Kernel.fused_uvm, None, True)
         for k, sh in enumerate(fixed):
             if sh.table == tables[i].name:
-                fixed_hbm[sh.device] -= cache_bytes(instance, tables[i], sh.cache_rows(tables[i]), tables[i].dim)
                 fixed[k] = sh.model_copy(update={"kernel": Kernel.fused_uvm, "cache_load_factor": None})
+                fixed_hbm[sh.device] += shard_bytes(instance, tables[i], fixed[k]) - shard_bytes(instance, tables[i], sh)
     if (fixed_hbm > caps).any() or (fixed_host > hosts).any():
         d = int(np.argmax(np.maximum(fixed_hbm - caps, fixed_host - hosts)))
         return (f"the row-wise blocks of the tables that fit on no device need {int(fixed_hbm[d]):,} bytes of HBM and "
@@ -212,13 +196,13 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> Tie
             f = cache_load_factor_for(instance, t)
             tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
             probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
-            hbm[i], host[i] = cache_bytes(instance, t, probe.cache_rows(t), t.dim), full[i]
+            hbm[i], host[i] = shard_bytes(instance, t, probe), shard_host_bytes(instance, t, probe)
         for i in coldest:
             if hbm[packed].sum() <= budget:
                 break
             if tiers[i].kernel is Kernel.fused_uvm_caching:
                 tiers[i] = TableTier(Kernel.fused_uvm, None, False)
-                hbm[i] = 0
+                hbm[i] = shard_bytes(instance, tables[i], Shard(table=tables[i].name, device=0, kernel=Kernel.fused_uvm))
     if hbm[packed].sum() > caps.sum() - fixed_hbm.sum():
         return (f"the tables left in HBM need {int(hbm[packed].sum()):,} bytes after moving every table that can go to "
                 f"host memory there, but the devices have {int(caps.sum() - fixed_hbm.sum()):,} bytes of HBM left")

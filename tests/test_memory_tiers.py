@@ -75,26 +75,31 @@ def test_bytes_per_tier_by_hand() -> None:
     whole = 10_000 * 16 * 4 + 10_000 * 4  # fp32 weights + one rowwise-adagrad accumulator per row
     hbm = Shard(table="big", device=0)
     assert (shard_bytes(inst, big, hbm), shard_host_bytes(inst, big, hbm)) == (whole, 0)
+    # UVM: the weights in host memory; rowwise_adagrad's accumulator stays in HBM (fbgemm's construct_split_state)
     uvm = Shard(table="big", device=0, kernel="fused_uvm")
-    assert (shard_bytes(inst, big, uvm), shard_host_bytes(inst, big, uvm)) == (0, whole)
+    assert (shard_bytes(inst, big, uvm), shard_host_bytes(inst, big, uvm)) == (10_000 * 4, 10_000 * 16 * 4)
     cached = Shard(table="big", device=0, kernel="fused_uvm_caching", cache_load_factor=0.25)
     assert cached.cache_rows(big) == 2_500
-    assert shard_bytes(inst, big, cached) == 2_500 * (16 * 4 + CACHE_SLOT_META_BYTES)
-    assert shard_host_bytes(inst, big, cached) == whole
+    assert shard_bytes(inst, big, cached) == 2_500 * (16 * 4 + CACHE_SLOT_META_BYTES) + 10_000 * 4
+    assert shard_host_bytes(inst, big, cached) + 10_000 * 4 == whole
     # a cached row-wise slice caches its own rows, rounded up
     part = Shard(table="big", device=1, row_offset=0, rows=999, kernel="fused_uvm_caching", cache_load_factor=0.1)
     assert part.cache_rows(big) == math.ceil(99.9) == 100
-    assert shard_host_bytes(inst, big, part) == slice_bytes(inst, big, 999, 16)
+    assert shard_host_bytes(inst, big, part) == slice_bytes(inst, big, 999, 16) - 999 * 4
+    # adam's moments are managed with the weights: all in host memory
+    adam = instance_from_dict(tiered(host=10_000_000, optimizer="adam"))
+    assert shard_bytes(adam, adam.tables[0], uvm) == 0
+    assert shard_host_bytes(adam, adam.tables[0], uvm) == slice_bytes(adam, adam.tables[0], 10_000, 16)
 
 
 def test_checker_counts_each_tier_and_names_device_and_tier() -> None:
-    # HBM 100,000 per device: 'big' (680,000 bytes) fits only in host memory
-    inst = instance_from_dict(tiered(host=[1_000_000, 0], hbm=100_000))
+    # HBM 150,000 per device: 'big' (680,000 bytes) fits only in host memory
+    inst = instance_from_dict(tiered(host=[1_000_000, 0], hbm=150_000))
     ok = [Shard(table="big", device=0, kernel="fused_uvm_caching", cache_load_factor=0.1), Shard(table="small", device=1)]
     res = check_plan(inst, ok)
     assert res.ok, [str(v) for v in res.violations]
-    assert list(res.memory_use) == [1_000 * (64 + CACHE_SLOT_META_BYTES), 1_000 * 8 * 4 + 1_000 * 4]
-    assert list(res.host_memory_use) == [680_000, 0]
+    assert list(res.memory_use) == [1_000 * (64 + CACHE_SLOT_META_BYTES) + 10_000 * 4, 1_000 * 8 * 4 + 1_000 * 4]
+    assert list(res.host_memory_use) == [640_000, 0]
     assert list(device_memory_use(inst, ok)) == list(res.memory_use)
     assert list(device_host_memory_use(inst, ok)) == list(res.host_memory_use)
 
@@ -109,7 +114,7 @@ def test_checker_counts_each_tier_and_names_device_and_tier() -> None:
     small_host = instance_from_dict(tiered(host=[500_000, 500_000], hbm=100_000))
     (v,) = check_plan(small_host, [Shard(table="big", device=0, kernel="fused_uvm"), Shard(table="small", device=1)]).violations
     assert v.kind == "host_memory" and v.device == 0
-    assert v.message == "device 0: 680,000 bytes of UVM shards ('big') exceed its 500,000 bytes of host memory by 180,000"
+    assert v.message == "device 0: 640,000 bytes of UVM shards ('big') exceed its 500,000 bytes of host memory by 140,000"
     # row-wise over both devices' host memory fits
     rw = [Shard(table="big", device=0, rows=5_000, kernel="fused_uvm"),
           Shard(table="big", device=1, row_offset=5_000, kernel="fused_uvm"), Shard(table="small", device=1)]

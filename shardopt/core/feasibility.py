@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardopt.core.ir import Instance, Kernel, Shard
-from shardopt.core.memory import cache_bytes, slice_bytes, table_bytes_array
+from shardopt.core.memory import cache_bytes, device_state_bytes, slice_bytes, table_bytes_array
 
 
 def infeasibility_reason(instance: Instance) -> str | None:
@@ -112,11 +112,13 @@ def constructive_tiered_plan(instance: Instance, *, cache_load_factor: float = D
         for i in coldest:
             if need <= budget:
                 break
-            # whole rows per device: one row fewer per device than the total allows, for the per-device rounding
-            rows = min(tables[i].rows, max((host_total - in_host) // row_bytes[i] - len(host), 0))
+            # whole rows per device: one row fewer per device than the total allows, for the per-device rounding;
+            # a host row leaves its rowwise optimizer state in HBM (memory.py)
+            host_row = row_bytes[i] - device_state_bytes(instance, 1, tables[i].dim)
+            rows = min(tables[i].rows, max((host_total - in_host) // host_row - len(host), 0))
             host_rows[i] = rows
-            need -= rows * row_bytes[i]
-            in_host += rows * row_bytes[i]
+            need -= rows * host_row
+            in_host += rows * host_row
             if rows < tables[i].rows:
                 break  # host memory is full
         if need > budget:
@@ -181,23 +183,25 @@ def _place(instance: Instance, part: _Part, row_hbm: int, hbm_free: np.ndarray, 
     """One part, whole or in row blocks; the free arrays change only when it is placed."""
     t, k = instance.tables[part.table], part.kernel
     slot = cache_bytes(instance, t, 1, t.dim)  # one cache slot
+    state = device_state_bytes(instance, 1, t.dim)  # per row: rowwise optimizer state stays in HBM (memory.py)
 
     def hbm_of(rows: int) -> int:
         if k is Kernel.fused:
             return rows * row_hbm
         if k is Kernel.fused_uvm_caching:
-            return min(rows, math.ceil(clf * rows)) * slot  # as Shard.cache_rows counts it
-        return 0
+            return min(rows, math.ceil(clf * rows)) * slot + rows * state  # as Shard.cache_rows counts it
+        return rows * state
 
     def host_of(rows: int) -> int:
-        return 0 if k is Kernel.fused else rows * row_hbm
+        return 0 if k is Kernel.fused else rows * (row_hbm - state)
 
     def most_rows(d: int, limit: int) -> int:
         if k is Kernel.fused:
             return min(limit, int(hbm_free[d]) // row_hbm)
-        limit = min(limit, int(host_free[d]) // row_hbm)
-        if k is Kernel.fused_uvm_caching:
-            limit = min(limit, int((int(hbm_free[d]) // slot) / clf))
+        limit = min(limit, int(host_free[d]) // (row_hbm - state))
+        per_row = (clf * slot if k is Kernel.fused_uvm_caching else 0.0) + state
+        if per_row > 0:
+            limit = min(limit, int(int(hbm_free[d]) / per_row))
             while limit > 0 and hbm_of(limit) > hbm_free[d]:
                 limit -= 1
         return max(limit, 0)

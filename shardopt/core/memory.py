@@ -7,12 +7,14 @@ own); adam keeps two fp32 moments per weight.
 
 Tiers (the shard's `kernel`, TorchRec's compute kernels):
 - `fused`: weights and optimizer state in HBM.
-- `fused_uvm_caching`: weights and optimizer state in host memory (fbgemm allocates both as UVM for a
-  MANAGED_CACHING table); in HBM the cache: ceil(cache_load_factor x rows) slots, each a row of weights plus
-  CACHE_SLOT_META_BYTES of fbgemm's cache state (lxu_cache_state: the int64 row index of the slot; lxu_state: the
-  int64 LRU / LFU stamp). TorchRec's planner estimates the HBM side as load factor x (weights + optimizer state):
-  more than fbgemm allocates when the optimizer keeps state, which is why our plans can be denser than its own.
-- `fused_uvm`: weights and optimizer state in host memory, nothing in HBM.
+- `fused_uvm_caching`: weights in host memory (UVM, fbgemm's MANAGED_CACHING); in HBM the cache:
+  ceil(cache_load_factor x rows) slots, each a row of weights plus CACHE_SLOT_META_BYTES of fbgemm's cache state
+  (lxu_cache_state: the int64 row index of the slot; lxu_state: the int64 LRU / LFU stamp). TorchRec's planner
+  estimates the HBM side as load factor x (weights + optimizer state).
+- `fused_uvm`: weights in host memory, no cache.
+- Optimizer state of a UVM shard: fbgemm's `construct_split_state` keeps *rowwise* state on the device even for a
+  managed table ("if optimizer state is rowwise, optimizer is on device"), so rowwise_adagrad's accumulator stays in
+  HBM; adam's moments are managed like the weights (host memory).
 """
 
 from __future__ import annotations
@@ -50,20 +52,30 @@ def cache_bytes(instance: Instance, table: Table, cache_rows: int, cols: int) ->
     return cache_rows * (cols * instance.table_dtype(table).nbytes + CACHE_SLOT_META_BYTES)
 
 
+def device_state_bytes(instance: Instance, rows: int, cols: int) -> int:
+    """Optimizer state that stays in HBM when the weights are in host memory: fbgemm keeps rowwise state on the
+    device (rowwise_adagrad's accumulator), other state is managed with the weights."""
+    if instance.workload.optimizer is Optimizer.rowwise_adagrad:
+        return optimizer_state_bytes(Optimizer.rowwise_adagrad, rows, cols)
+    return 0
+
+
 def shard_bytes(instance: Instance, table: Table, shard: Shard) -> int:
-    """HBM bytes of a shard: the whole slice for `fused`, its cache for `fused_uvm_caching`, 0 for `fused_uvm`."""
+    """HBM bytes of a shard: the whole slice for `fused`; for UVM kernels the cache (`fused_uvm_caching`) and the
+    rowwise optimizer state fbgemm keeps on the device."""
+    rows, cols = shard.height(table), shard.width(table)
     if shard.kernel is Kernel.fused:
-        return slice_bytes(instance, table, shard.height(table), shard.width(table))
-    if shard.kernel is Kernel.fused_uvm:
-        return 0
-    return cache_bytes(instance, table, shard.cache_rows(table), shard.width(table))
+        return slice_bytes(instance, table, rows, cols)
+    cache = cache_bytes(instance, table, shard.cache_rows(table), cols) if shard.kernel is Kernel.fused_uvm_caching else 0
+    return cache + device_state_bytes(instance, rows, cols)
 
 
 def shard_host_bytes(instance: Instance, table: Table, shard: Shard) -> int:
-    """Host-memory (UVM) bytes of a shard: the whole slice unless it lives in HBM."""
+    """Host-memory (UVM) bytes of a shard: for UVM kernels its weights and the optimizer state managed with them."""
     if shard.kernel is Kernel.fused:
         return 0
-    return slice_bytes(instance, table, shard.height(table), shard.width(table))
+    rows, cols = shard.height(table), shard.width(table)
+    return slice_bytes(instance, table, rows, cols) - device_state_bytes(instance, rows, cols)
 
 
 def table_bytes_array(instance: Instance) -> np.ndarray:
