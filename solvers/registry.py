@@ -67,8 +67,8 @@ register("neuroshard_faithful", "solvers.neuroshard", "NeuroShardFaithfulSolver"
 register("cpsat", "solvers.exact", "CpSatSolver", "exact", "OR-Tools CP-SAT on the linearised cost model (re-linearised until no improvement); whole tables and dyadic column pieces; hard memory capacities; warm start from the best heuristic / pre-split plan; reports the linear model's bound")
 register("milp", "solvers.exact", "MilpSolver", "exact", "MILP (PuLP + CBC) on the linearised cost model (re-linearised until no improvement); whole tables and dyadic column pieces; hard memory capacities; warm start; reports the linear model's bound")
 register("milp_highs", "solvers.exact", "MilpHighsSolver", "exact", "MILP (scipy.optimize.milp, i.e. HiGHS) on the linearised cost model (re-linearised until no improvement); whole tables and dyadic column pieces; hard memory capacities; reports the linear model's bound")
-register("torchrec", "solvers.torchrec_solver", "TorchRecSolver", "baseline", "TorchRec's EmbeddingShardingPlanner, table- and column-wise (optional extra [torchrec], installed with --no-deps)")
-register("torchrec_all", "solvers.torchrec_solver", "TorchRecAllTypesSolver", "baseline", "TorchRec's planner with every sharding type the IR expresses: table/column/row-wise, table-row/column-wise, grid, data-parallel (extra [torchrec])")
+register("torchrec", "solvers.torchrec_solver", "TorchRecSolver", "baseline", "TorchRec's EmbeddingShardingPlanner: table-, column-, row-, table-row-wise, data-parallel; UVM kernels (ddr_cap) when the instance has host memory (optional extra [torchrec], installed with --no-deps)")
+register("torchrec_all", "solvers.torchrec_solver", "TorchRecAllTypesSolver", "baseline", "TorchRec's planner with every sharding type the IR expresses: table/column/row-wise, table-row/column-wise, grid, data-parallel; UVM kernels with host memory (extra [torchrec])")
 register("dreamshard", "solvers.dreamshard", "DreamShardSolver", "rl", "DreamShard policy (per-device scorer shared across devices, REINFORCE on the estimated MDP): greedy + best-of-16 sampled rollouts")
 register("autoshard", "solvers.autoshard", "AutoShardSolver", "rl", "AutoShard LSTM actor-critic (A2C, reward = -plan cost) over the table sequence: greedy + best-of-16 sampled rollouts")
 register("milp_exact_neural", "solvers.exact", "MilpExactNeuralSolver", "exact", "MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents), comm linearised; neural cost model only, at most 12 tables x 4 devices")
@@ -78,8 +78,8 @@ _HEURISTIC_PLACEMENTS = "table-wise; row-wise for a table larger than every devi
 PLACEMENTS: dict[str, str] = {
     **{n: _HEURISTIC_PLACEMENTS for n in ("greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup")},
     **{n: "table-wise, column-wise (HBM only)" for n in ("neuroshard", "neuroshard_faithful", "cpsat", "milp", "milp_highs", "milp_exact_neural")},
-    "torchrec": "table-wise, column-wise (TorchRec's planner chooses)",
-    "torchrec_all": "table-wise, column-wise, row-wise, table-row-wise, data-parallel (TorchRec's planner chooses)",
+    "torchrec": "table-wise, column-wise, row-wise, table-row-wise, data-parallel; UVM-cached / UVM when the instance has host memory (TorchRec's planner chooses)",
+    "torchrec_all": "table-wise, column-wise, row-wise, table-row-wise, table-column-wise, grid, data-parallel; UVM-cached / UVM when the instance has host memory (TorchRec's planner chooses)",
     "dreamshard": "table-wise (HBM only)",
     "autoshard": "table-wise (HBM only)",
 }

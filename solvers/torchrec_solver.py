@@ -5,22 +5,30 @@ What the solver hands TorchRec (docs/torchrec.md has the full account):
 - the tables as `EmbeddingBagConfig`s of an `EmbeddingBagCollection` on the meta device (nothing is allocated),
   with the instance's optimizer attached to the weights so that TorchRec's storage estimator counts its state;
 - a `Topology` built by TorchRec's `TopologyFactory`: world size = devices, local world size = devices per host,
-  HBM capacity = each device's memory (per device through `CustomTopologyData` when the memory differs between
-  devices), the hardware profile's HBM, intra-host (NVLink) and inter-host (network) bandwidths in bytes/ms, and
-  compute device "cuda" by default: TorchRec's perf model for GPUs, used on a machine without one (planning does no
-  CUDA call; tests/test_torchrec.py checks that CUDA is never initialised);
-- `ParameterConstraints` per table: its pooling factor, the sharding types asked for (default table_wise and
-  column_wise), the compute kernel "fused" (TBE in device memory, the only kernel the IR models; "dense" for
-  data_parallel, the only one TorchRec allows there), and `min_partition` for column-wise splits (TorchRec's default
-  128: tables of dim <= 128 are never split unless it is lowered);
+  HBM capacity = each device's memory and DDR capacity (`ddr_cap`) = each device's share of host memory
+  (`host_memory_bytes`; per device through `CustomTopologyData` when it differs between devices or is 0), the
+  hardware profile's HBM, intra-host (NVLink), inter-host (network) and device-host link (`hbm_to_ddr_mem_bw`,
+  what UVM reads cross) bandwidths in bytes/ms, and compute device "cuda" by default: TorchRec's perf model for
+  GPUs, used on a machine without one (planning does no CUDA call; tests/test_torchrec.py checks that CUDA is never
+  initialised);
+- `ParameterConstraints` per table: its pooling factor, the sharding types asked for (default table_wise,
+  column_wise, row_wise, table_row_wise and data_parallel), the compute kernels: "fused" (TBE in HBM), and, when the
+  instance has host memory, "fused_uvm_caching" (host memory behind an HBM cache; no cache_params, so TorchRec
+  plans with its default load factor 0.2 and the plan comes back with it) and "fused_uvm" (host memory only);
+  "dense" for data_parallel, the only kernel TorchRec allows there; and `min_partition` for column-wise splits
+  (TorchRec's default 128: tables of dim <= 128 are never split by columns unless it is lowered);
 - the per-rank batch, ceil(global batch / devices) (TorchRec's batch_size is per rank, ours is global);
 - a storage reservation of 0 % by default (our memory_bytes is memory for the embeddings; TorchRec's default keeps
-  15 % back for the dense part of the model), configurable.
+  15 % back for the dense part of the model), configurable; TorchRec's default pipeline type (none) and storage
+  estimator otherwise.
 
 The plan comes back through shardopt.data.torchrec_io.from_torchrec_plan and the plan checker. TorchRec's storage model
-is not ours (it adds input/output buffers; rowwise_adagrad state is counted as 1/dim of a shard's weights, where
-fbgemm keeps one fp32 per row of *every* column shard); when its plan overflows our memory model on a device, the
-result is `no_solution` naming the device and the bytes, never a hidden or repaired plan. TorchRec's own per-rank
+is not ours: it adds input/output buffers of the per-rank batch to every shard's HBM (table-wise: the ids of the
+whole world's batch, 8 bytes each, and the pooled outputs), counts rowwise_adagrad state as 1/dim of a shard's
+weights (fbgemm keeps one fp32 per row of *every* column shard) and a UVM cache as load factor x (weights + state);
+docs/torchrec.md has the numbers. So TorchRec refuses some instances our checker would accept (INSUFFICIENT_STORAGE
+on the CPU-scale suites), and when its plan overflows our memory model on a device (HBM or host memory) the result is
+`no_solution` naming the device, the tier and the bytes, never a hidden or repaired plan. TorchRec's own per-rank
 perf and storage estimates are kept in `info`.
 
 `--time-limit` maps to the planner's `timeout_seconds` (an integer, rounded up, at least 1). TorchRec checks it
@@ -44,9 +52,14 @@ from costmodels.base import CostModel
 from shardopt.core.ir import Instance
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import (
+    COLUMN_WISE,
     DATA_PARALLEL,
     DENSE,
     FUSED,
+    ROW_WISE,
+    TABLE_ROW_WISE,
+    TABLE_WISE,
+    UVM_KERNELS,
     SUPPORTED_SHARDING_TYPES,
     TorchRecUnavailableError,
     apply_optimizer,
@@ -59,7 +72,9 @@ from shardopt.data.torchrec_io import (
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.registry import UnknownSolverError
 
-DEFAULT_SHARDING_TYPES: tuple[str, ...] = ("table_wise", "column_wise")
+# TorchRec at full strength: every kind of placement its planner proposes by default for an EmbeddingBagCollection
+# (table_column_wise and grid_shard are kept for `torchrec_all`: they add enumeration time, and the IR holds them)
+DEFAULT_SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)
 ALIAS = "table_"
 
 
@@ -148,11 +163,18 @@ def _quiet() -> Iterator[None]:
 
 
 class TorchRecSolver(Solver):
-    """TorchRec's `EmbeddingShardingPlanner` (default proposers, greedy perf partitioner) on the instance."""
+    """TorchRec's `EmbeddingShardingPlanner` (default proposers, greedy perf partitioner) on the instance.
+
+    Options: `sharding_types` (default DEFAULT_SHARDING_TYPES), `min_partition` (TorchRec's default 128),
+    `compute_device` ("cuda"), `storage_reservation` (0.0), `uvm` (True: allow fused_uvm_caching and fused_uvm
+    when the instance has host memory)."""
 
     name = "torchrec"
     family = "baseline"
-    description = "TorchRec's EmbeddingShardingPlanner (analytic perf/storage estimators, proposers, greedy partitioner); needs the [torchrec] extra"
+    description = (
+        "TorchRec's EmbeddingShardingPlanner (analytic perf/storage estimators, proposers, greedy partitioner): table-, column-, "
+        "row-, table-row-wise and data-parallel, UVM kernels when the instance has host memory; needs the [torchrec] extra"
+    )
 
     def __init__(
         self,
@@ -160,6 +182,7 @@ class TorchRecSolver(Solver):
         min_partition: int | None = None,
         compute_device: str = "cuda",
         storage_reservation: float = 0.0,
+        uvm: bool = True,
         name: str | None = None,
     ):
         if isinstance(sharding_types, str):
@@ -179,6 +202,7 @@ class TorchRecSolver(Solver):
         self.min_partition = min_partition
         self.compute_device = compute_device
         self.storage_reservation = float(storage_reservation)
+        self.uvm = bool(uvm)
         try:  # fail at construction (before any file is read), like an unknown solver name
             self._torchrec = require_torchrec()
         except TorchRecUnavailableError as exc:
@@ -190,7 +214,7 @@ class TorchRecSolver(Solver):
             "min_partition": self.min_partition if self.min_partition is not None else "torchrec default (128)",
             "compute_device": self.compute_device,
             "storage_reservation": self.storage_reservation,
-            "compute_kernel": FUSED,
+            "uvm": self.uvm,
             "uses_seed": False,
         }
 
@@ -201,13 +225,21 @@ class TorchRecSolver(Solver):
 
         topo = instance.topology
         caps = topo.capacities()
+        ddr = topo.host_capacities()
         bw = topology_bandwidths(topo)
         extra: dict[str, Any] = {}
-        note = {"hbm_cap_bytes": caps[0] if len(set(caps)) == 1 else caps}
+        custom: dict[str, list[int]] = {}
+        note: dict[str, Any] = {"hbm_cap_bytes": caps[0] if len(set(caps)) == 1 else caps, "ddr_cap_bytes": ddr[0] if len(set(ddr)) == 1 else ddr}
         if len(set(caps)) > 1:
-            extra["custom_topology_data"] = CustomTopologyData(data={"hbm_cap": list(caps)}, world_size=topo.num_devices)
+            custom["hbm_cap"] = list(caps)
             note["heterogeneous_memory"] = "per-device HBM capacities passed through TorchRec's CustomTopologyData"
-        hardware = HardwareConfig(hbm_cap_bytes=min(caps), **bw)
+        if len(set(ddr)) > 1 or min(ddr) == 0:
+            # per device (and 0, which TorchRec's HardwareConfig would flag as a detection failure) through the
+            # same CustomTopologyData; left out, TorchRec would assume 128 GiB of DDR per rank (constants.DDR_CAP)
+            custom["ddr_cap"] = list(ddr)
+        if custom:
+            extra["custom_topology_data"] = CustomTopologyData(data=custom, world_size=topo.num_devices)
+        hardware = HardwareConfig(hbm_cap_bytes=min(caps), ddr_cap_bytes=min(ddr) if min(ddr) > 0 else None, **bw)
         trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, additional_params=extra)
         kernel = KernelConfig(compute_device=self.compute_device, use_hardware_based_bandwidth=True)
         topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
@@ -215,15 +247,25 @@ class TorchRecSolver(Solver):
                      **{f"{k}_bytes_per_ms": v for k, v in bw.items()}})
         return topology, note
 
+    def compute_kernels(self, instance: Instance) -> list[str]:
+        """The compute kernels TorchRec may choose from: fused (HBM), the UVM kernels when the instance has host
+        memory (and `uvm` is on), dense when data_parallel is allowed."""
+        kernels = [FUSED]
+        if self.uvm and instance.topology.has_host_memory:
+            kernels += list(UVM_KERNELS)
+        if DATA_PARALLEL in self.sharding_types:
+            kernels.append(DENSE)
+        return kernels
+
     def _constraints(self, instance: Instance) -> dict[str, Any]:
         from torchrec.distributed.planner import ParameterConstraints
 
         out = {}
+        kernels = self.compute_kernels(instance)
         for t in instance.tables:
-            kernels = [FUSED] + ([DENSE] if DATA_PARALLEL in self.sharding_types else [])
             out[t.name] = ParameterConstraints(
                 sharding_types=list(self.sharding_types),
-                compute_kernels=kernels,
+                compute_kernels=list(kernels),
                 min_partition=self.min_partition,
                 pooling_factors=[float(t.pooling_factor)],
             )
@@ -268,6 +310,7 @@ class TorchRecSolver(Solver):
             "torchrec_version": getattr(self._torchrec, "__version__", "?"),
             "topology": topo_note,
             "batch_size_per_rank": batch,
+            "compute_kernels_allowed": self.compute_kernels(instance),
             "planner_seconds": plan_s,
             "num_proposals": planner._num_proposals,
             "num_plans": planner._num_plans,
@@ -295,20 +338,29 @@ class TorchRecSolver(Solver):
         names = [t.name for t in instance.tables]
         shards = [s.model_copy(update={"table": names[int(s.table[len(ALIAS):])]}) for s in from_torchrec_plan(planned, sharding_plan, module_path="")]
         check = check_plan(instance, shards)
-        over = [v for v in check.violations if v.kind == "memory"]
+        over = [v for v in check.violations if v.kind in ("memory", "host_memory")]
         if over:
-            est = {r["rank"]: r["hbm_bytes"] for r in info["per_rank"]}
+            topo = instance.topology
+            est = {r["rank"]: r for r in info["per_rank"]}
+            tiers = (
+                ("HBM", check.memory_use, topo.capacity, "hbm_bytes"),
+                ("host memory", check.host_memory_use, topo.host_capacity, "ddr_bytes"),
+            )
             info["overflow"] = [
-                {"device": d, "used_bytes": int(check.memory_use[d]), "capacity_bytes": instance.topology.capacity(d), "torchrec_hbm_estimate_bytes": est.get(d)}
-                for d in range(instance.topology.num_devices)
-                if check.memory_use[d] > instance.topology.capacity(d)
+                {"device": d, "tier": tier, "used_bytes": int(use[d]), "capacity_bytes": cap(d),
+                 "torchrec_hbm_estimate_bytes": est.get(d, {}).get("hbm_bytes"), "torchrec_ddr_estimate_bytes": est.get(d, {}).get("ddr_bytes"),
+                 "torchrec_estimate_bytes": est.get(d, {}).get(key)}
+                for tier, use, cap, key in tiers
+                for d in range(topo.num_devices)
+                if use[d] > cap(d)
             ]
             first = info["overflow"][0]
+            what = f"weights + {instance.workload.optimizer.value} state" + (" + UVM caches" if first["tier"] == "HBM" else "")
             reason = (
-                f"TorchRec's plan overflows shardopt's memory model on {len(over)} device(s): device {first['device']} needs "
-                f"{first['used_bytes']:,} bytes (weights + {instance.workload.optimizer.value} state) of its "
+                f"TorchRec's plan overflows shardopt's memory model on {len(info['overflow'])} device tier(s): device {first['device']} needs "
+                f"{first['used_bytes']:,} bytes of {first['tier']} ({what}) of its "
                 f"{first['capacity_bytes']:,} (over by {first['used_bytes'] - first['capacity_bytes']:,}); TorchRec's own "
-                f"storage estimate for that rank was {first['torchrec_hbm_estimate_bytes']:,} bytes. The plan is not "
+                f"{first['tier']} estimate for that rank was {first['torchrec_estimate_bytes']:,} bytes. The plan is not "
                 "repaired; the instance is not proven infeasible"
             )
             info["violations"] = [v.message for v in over]
@@ -317,7 +369,7 @@ class TorchRecSolver(Solver):
             self, instance, cost_model, shards, clock, seed=seed,
             status=SolveStatus.timeout if timed_out else SolveStatus.feasible,
             info=info,
-            extra_params={"batch_size_per_rank": batch, "timeout_seconds": timeout},
+            extra_params={"batch_size_per_rank": batch, "timeout_seconds": timeout, "compute_kernels": self.compute_kernels(instance)},
         )
 
     @staticmethod
@@ -327,6 +379,7 @@ class TorchRecSolver(Solver):
         keys = ("fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "input_dist_comms", "prefetch_compute")
         perf = [{k: 0.0 for k in keys} for _ in range(n)]
         hbm = [0] * n
+        ddr = [0] * n
         for so in best:
             for sh in so.shards:
                 if sh.rank is None or not 0 <= sh.rank < n:
@@ -336,11 +389,16 @@ class TorchRecSolver(Solver):
                         perf[sh.rank][k] += float(getattr(sh.perf, k, 0.0) or 0.0)
                 if sh.storage is not None:
                     hbm[sh.rank] += int(sh.storage.hbm)
-        per_rank = [{"rank": r, **{f"{k}_ms": v for k, v in perf[r].items()}, "total_ms": sum(perf[r].values()), "hbm_bytes": hbm[r]} for r in range(n)]
+                    ddr[sh.rank] += int(sh.storage.ddr)
+        per_rank = [
+            {"rank": r, **{f"{k}_ms": v for k, v in perf[r].items()}, "total_ms": sum(perf[r].values()), "hbm_bytes": hbm[r], "ddr_bytes": ddr[r]}
+            for r in range(n)
+        ]
         return {
             "per_rank": per_rank,
             "torchrec_perf_rating_ms": max(r["total_ms"] for r in per_rank) if per_rank else None,
             "sharding_types_chosen": dict(Counter(so.sharding_type for so in best)),
+            "compute_kernels_chosen": dict(Counter(so.compute_kernel for so in best)),
             "estimates_note": "TorchRec's own analytic estimates (its perf model for the compute device above), not shardopt's cost model",
         }
 

@@ -39,7 +39,7 @@ def _need_torchrec() -> None:
 
 
 def _shard_key(s: Any) -> tuple:
-    return (s.table, s.device, s.row_offset, s.col_offset, s.rows or 0, s.cols or 0, s.replicated)
+    return (s.table, s.device, s.row_offset, s.col_offset, s.rows or 0, s.cols or 0, s.replicated, s.kernel.value, s.cache_load_factor or 0.0)
 
 
 @app.command("export")
@@ -83,6 +83,7 @@ def export_cmd(
         for w in warnings:
             _warn(w)
         types = Counter(ps.sharding_type for ps in sharding_plan.plan[module_path].values())
+        kernels = Counter(ps.compute_kernel for ps in sharding_plan.plan[module_path].values())
         if fmt is ExportFormat.torchrec:
             doc = plan_to_json(sharding_plan, instance=instance, plan=plan, compute_device=compute_device.value, warnings=warnings)
             text = dumps_document(doc) + "\n"
@@ -96,6 +97,7 @@ def export_cmd(
             "module_path": module_path,
             "tables": len(instance.tables),
             "sharding_types": dict(types),
+            "compute_kernels": dict(kernels),
             "world_size": instance.topology.num_devices,
             "warnings": warnings,
             "round_trip": "identical",
@@ -112,7 +114,11 @@ def export_cmd(
             _emit_json(summary)
             return
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(types.items()))
-        lines = [f"wrote {_esc(str(out))}: TorchRec ShardingPlan ({fmt.value}) of {len(instance.tables)} tables ({kinds}) on {instance.topology.num_devices} ranks"]
+        kerns = ", ".join(f"{n} {k}" for k, n in sorted(kernels.items()))
+        lines = [
+            f"wrote {_esc(str(out))}: TorchRec ShardingPlan ({fmt.value}) of {len(instance.tables)} tables ({kinds}; kernels {kerns}) "
+            f"on {instance.topology.num_devices} ranks"
+        ]
         if fmt is ExportFormat.torchrec:
             lines.append("load it with shardopt.data.torchrec_io.load_torchrec_plan(PATH) and pass it to DistributedModelParallel(model, plan=...)")
         _print_lines(_console(), lines)

@@ -11,16 +11,27 @@ Mapping between the two worlds (docs/torchrec.md has the full account):
   `EmbeddingBagCollection` inside the user's model; "" when the collection itself is the model);
 - sharding type from the shards: replicated -> data_parallel (compute kernel "dense", the only one TorchRec allows
   for it); one whole-table shard -> table_wise; full-height column slices -> column_wise; full-width row slices ->
-  row_wise (table_row_wise when they match TorchRec's per-host layout); anything else -> grid_shard; every other
-  type uses the compute kernel "fused" (fbgemm's TBE with the optimizer fused into backward, in device memory);
+  table_row_wise when they are TorchRec's layout over the ranks of one host (of several), row_wise when they are its
+  layout over all ranks; row x column blocks -> grid_shard (each column block in the one-host layout);
+- compute kernel from the shards' `kernel` (one per table: TorchRec's ParameterSharding has one compute kernel and
+  one `cache_params`): fused -> "fused"; fused_uvm_caching -> "fused_uvm_caching" with
+  `cache_params=CacheParams(load_factor=cache_load_factor)`; fused_uvm -> "fused_uvm";
 - a shard `{table, device, col_offset, cols, row_offset, rows}` is a `ShardMetadata(shard_offsets=[row_offset,
   col_offset], shard_sizes=[rows, cols], placement="rank:N/cuda:M")` with N = device and M = N % devices_per_host;
 - shards of size zero (TorchRec's row-wise layout gives the last ranks empty shards when rows < world size) are
   dropped on import and restored on export.
 
+Export refuses (ValueError naming the table) what TorchRec cannot load as it means: a table whose shards mix
+kernels or cache load factors; row slices that are not TorchRec's row layout (blocks of ceil(rows / ranks) on
+the ranks of the group in rank order: TorchRec's input distribution buckets ids by that block size whatever the
+sharding spec says, so another layout would send ids to the wrong rank); and slices of one table on one rank of
+different shapes (TorchRec's fused kernel stacks them as equal blocks). Uneven column slices on different ranks,
+and equal ones on one rank in any order, are fine (tests/test_torchrec_dmp.py runs them).
+
 Round trip: ours -> TorchRec -> ours gives back the same shard list for every plan whose shards are in
 :func:`normalize_shards` form (whole-table shards with default fields, explicit `cols` / `rows` only where a shard
-does not span the table) and grouped by table in instance order; this is the form every solver here produces.
+does not span the table, kernel and cache load factor kept) and grouped by table in instance order; this is the
+form every solver here produces.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from shardopt.core.ir import (
     Dtype,
     Instance,
     IRError,
+    Kernel,
     Optimizer,
     Plan,
     Shard,
@@ -128,7 +140,7 @@ def torchrec_available() -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# sharding types
+# sharding types and compute kernels
 
 TABLE_WISE = "table_wise"
 COLUMN_WISE = "column_wise"
@@ -140,8 +152,18 @@ GRID_SHARD = "grid_shard"
 # every TorchRec sharding type whose shards our IR expresses (and the analytic judge costs: column and row slices,
 # replicas); TorchRec's other kinds (key-value / SSD virtual tables) need storage tiers the IR does not model
 SUPPORTED_SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, TABLE_COLUMN_WISE, DATA_PARALLEL, GRID_SHARD)
+# TorchRec's compute kernels (torchrec.distributed.embedding_types.EmbeddingComputeKernel values) that the IR holds
 FUSED = "fused"
+FUSED_UVM_CACHING = "fused_uvm_caching"
+FUSED_UVM = "fused_uvm"
 DENSE = "dense"
+UVM_KERNELS: tuple[str, ...] = (FUSED_UVM_CACHING, FUSED_UVM)
+KERNEL_OF: dict[Kernel, str] = {Kernel.fused: FUSED, Kernel.fused_uvm_caching: FUSED_UVM_CACHING, Kernel.fused_uvm: FUSED_UVM}
+# The load factor a fused_uvm_caching table gets when its ParameterSharding has no cache_params (or load_factor None)
+# and the sharder's fused_params name none: fbgemm's SplitTableBatchedEmbeddingBagsCodegen(cache_load_factor=0.2),
+# which TorchRec's BatchedFusedEmbeddingBag builds without one; TorchRec's planner assumes the same
+# (torchrec.distributed.planner.constants.UVM_CACHING_RATIO = 0.2, used by its storage and perf estimators).
+TORCHREC_DEFAULT_CACHE_LOAD_FACTOR = 0.2
 COMPUTE_DEVICES = ("cuda", "cpu")
 
 
@@ -176,7 +198,8 @@ def rw_layout(rows: int, num_ranks: int) -> list[tuple[int, int]]:
 
 
 def normalize_shard(table: Table, shard: Shard) -> Shard:
-    """The canonical form of `shard`: defaults for a whole-table extent, explicit counts where it does not span."""
+    """The canonical form of `shard`: defaults for a whole-table extent, explicit counts where it does not span;
+    kernel and cache load factor as they are."""
     c0, c1 = shard.col_range(table)
     r0, r1 = shard.row_range(table)
     full_cols = c0 == 0 and c1 == table.dim
@@ -189,6 +212,8 @@ def normalize_shard(table: Table, shard: Shard) -> Shard:
         row_offset=r0,
         rows=None if full_rows else r1 - r0,
         replicated=shard.replicated,
+        kernel=shard.kernel,
+        cache_load_factor=shard.cache_load_factor,
     )
 
 
@@ -207,8 +232,98 @@ def normalize_shards(instance: Instance, shards: Iterable[Shard]) -> list[Shard]
     return out
 
 
+def _host_ranks(instance: Instance, host: int) -> list[int]:
+    topo = instance.topology
+    return [d for d in range(topo.num_devices) if topo.host_of(d) == host]
+
+
+def _layout_entries(rows: int, ranks: list[int]) -> list[tuple[int, int, int]]:
+    """(row_offset, rows, rank) of TorchRec's row layout over `ranks`, the non-empty blocks only."""
+    return [(off, n, r) for (off, n), r in zip(rw_layout(rows, len(ranks)), ranks) if n > 0]
+
+
+def _fmt_rows(entries: list[tuple[int, int, int]], limit: int = 6) -> str:
+    shown = ", ".join(f"[{o}, {o + n}) on {r}" for o, n, r in entries[:limit])
+    return shown + (f", ... ({len(entries)} in all)" if len(entries) > limit else "")
+
+
+def _row_kind(instance: Instance, table: Table, shards: list[Shard]) -> tuple[str | None, list[int], str]:
+    """For full-width row slices: (TorchRec sharding type, its ranks, "") when they are one of TorchRec's row layouts
+    (table_row_wise over one host's ranks of several hosts, tried first; row_wise over all ranks), else (None, [],
+    why) with the layouts that would have been accepted."""
+    topo = instance.topology
+    ours = sorted((s.row_range(table)[0], s.height(table), s.device) for s in shards)
+    tried = []
+    hosts = {topo.host_of(s.device) for s in shards}
+    if len(hosts) == 1 and topo.num_hosts > 1:
+        host = next(iter(hosts))
+        ranks = _host_ranks(instance, host)
+        expected = _layout_entries(table.rows, ranks)
+        if ours == expected:
+            return TABLE_ROW_WISE, ranks, ""
+        tried.append(f"table_row_wise on host {host} (ranks {ranks[0]}..{ranks[-1]}): {_fmt_rows(expected)}")
+    ranks = list(range(topo.num_devices))
+    expected = _layout_entries(table.rows, ranks)
+    if ours == expected:
+        return ROW_WISE, ranks, ""
+    tried.append(f"row_wise over all {len(ranks)} ranks: {_fmt_rows(expected)}")
+    why = (
+        f"table {table.name!r}: its row shards ({_fmt_rows(ours)}) are not a TorchRec row layout: TorchRec puts blocks "
+        f"of ceil(rows / ranks) rows on the ranks of the group in rank order (and routes each id to the rank of its "
+        f"block whatever the sharding spec says), i.e. " + "; or ".join(tried) + ". Re-split the table in one of these "
+        "layouts (shardopt.data.torchrec_io.rw_layout)"
+    )
+    return None, [], why
+
+
+def _grid_problem(instance: Instance, table: Table, shards: list[Shard]) -> str:
+    """'' when row x column blocks are TorchRec's grid layout (each column block split by rows over the ranks of one
+    host in TorchRec's row layout), else why not."""
+    topo = instance.topology
+    by_cols: dict[tuple[int, int], list[Shard]] = defaultdict(list)
+    for s in shards:
+        by_cols[s.col_range(table)].append(s)
+    for (c0, c1), group in sorted(by_cols.items()):
+        ours = sorted((s.row_range(table)[0], s.height(table), s.device) for s in group)
+        hosts = sorted({topo.host_of(s.device) for s in group})
+        ok = len(hosts) == 1 and ours == _layout_entries(table.rows, _host_ranks(instance, hosts[0]))
+        if not ok:
+            host = hosts[0]
+            expected = _layout_entries(table.rows, _host_ranks(instance, host))
+            return (
+                f"table {table.name!r}: columns [{c0}, {c1}) are split by rows as {_fmt_rows(ours)}, which is not TorchRec's "
+                f"grid_shard layout (each column block split over the ranks of one host in blocks of ceil(rows / devices "
+                f"per host), in rank order: on host {host} {_fmt_rows(expected)})"
+            )
+    return ""
+
+
+def _same_rank_problem(table: Table, shards: list[Shard]) -> str:
+    """'' unless one rank holds several slices of the table of different shapes, which TorchRec cannot shard: its
+    fused kernel views a table's slices on one rank as one stack of equal blocks
+    (torchrec.distributed.batched_embedding_kernel._gen_named_parameters_by_table_fused: data.view(-1, width of the
+    first)), so DistributedModelParallel fails ("shape '[-1, 16]' is invalid for input of size 600") or builds a
+    parameter of the wrong shape. TorchRec's own column-wise layouts use equal blocks, so never meet this."""
+    by_rank: dict[int, list[Shard]] = defaultdict(list)
+    for s in shards:
+        by_rank[s.device].append(s)
+    for rank, group in sorted(by_rank.items()):
+        shapes = sorted({(s.height(table), s.width(table)) for s in group})
+        if len(shapes) > 1:
+            shown = ", ".join(f"{h} x {w}" for h, w in shapes)
+            return (
+                f"table {table.name!r}: device {rank} holds {len(group)} slices of it of different shapes ({shown} rows x "
+                "columns); TorchRec's fused kernel keeps a table's slices on one rank as equal blocks and cannot shard "
+                "this (DistributedModelParallel fails): give the slices on one device the same width, or put them on "
+                "different devices"
+            )
+    return ""
+
+
 def classify_table(instance: Instance, table: Table, shards: list[Shard]) -> str:
-    """TorchRec's sharding type for one table's shards (see the module docstring)."""
+    """TorchRec's sharding type for one table's shards (see the module docstring). Row slices that are no TorchRec
+    layout classify as row_wise (table_row_wise when on one host of several); :func:`export_problems` says why
+    they cannot be exported."""
     if any(s.replicated for s in shards):
         return DATA_PARALLEL
     spans = [(s.row_range(table), s.col_range(table)) for s in shards]
@@ -217,45 +332,69 @@ def classify_table(instance: Instance, table: Table, shards: list[Shard]) -> str
     if all(r == (0, table.rows) for r, _ in spans):
         return COLUMN_WISE
     if all(c == (0, table.dim) for _, c in spans):
+        kind, _, _ = _row_kind(instance, table, shards)
+        if kind is not None:
+            return kind
         topo = instance.topology
         hosts = {topo.host_of(s.device) for s in shards}
-        if len(hosts) == 1 and topo.num_hosts > 1:
-            return TABLE_ROW_WISE
-        return ROW_WISE
+        return TABLE_ROW_WISE if len(hosts) == 1 and topo.num_hosts > 1 else ROW_WISE
     return GRID_SHARD
+
+
+def table_kernel(table: Table, shards: list[Shard]) -> tuple[Kernel, float | None]:
+    """The one (kernel, cache load factor) of a table's shards; ValueError naming the table when they differ
+    (TorchRec's ParameterSharding has one compute kernel and one cache_params per table)."""
+    kernels = sorted({s.kernel for s in shards}, key=lambda k: k.value)
+    if len(kernels) > 1:
+        where = "; ".join(f"{k.value} on device(s) {sorted({s.device for s in shards if s.kernel is k})}" for k in kernels)
+        raise ValueError(
+            f"table {table.name!r}: its shards use {len(kernels)} kernels ({where}), but TorchRec has one compute kernel "
+            "per table (one ParameterSharding): give all of the table's shards the same kernel"
+        )
+    factors = sorted({s.cache_load_factor for s in shards if s.cache_load_factor is not None})
+    if len(factors) > 1:
+        raise ValueError(
+            f"table {table.name!r}: its fused_uvm_caching shards use {len(factors)} cache load factors "
+            f"({', '.join(f'{f:g}' for f in factors)}), but TorchRec has one cache_params.load_factor per table: give "
+            "all of the table's shards the same cache_load_factor"
+        )
+    return kernels[0], (factors[0] if factors else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # ours -> TorchRec
 
 
-def _table_specs(instance: Instance, table: Table, shards: list[Shard], compute_device: str) -> tuple[str, list[tuple[list[int], list[int], int]], list[str]]:
-    """(sharding type, [(offsets, sizes, rank)], warnings) for one table."""
-    topo = instance.topology
+def _table_specs(instance: Instance, table: Table, shards: list[Shard]) -> tuple[str, list[tuple[list[int], list[int], int]]]:
+    """(sharding type, [(offsets, sizes, rank)]) of one table; ValueError naming the table when TorchRec has no
+    layout for its shards."""
     kind = classify_table(instance, table, shards)
-    warnings: list[str] = []
     if kind == DATA_PARALLEL:
-        return kind, [([0, 0], [table.rows, table.dim], s.device) for s in sorted(shards, key=lambda s: s.device)], warnings
-    entries = [([s.row_range(table)[0], s.col_range(table)[0]], [s.height(table), s.width(table)], s.device) for s in shards]
+        return kind, [([0, 0], [table.rows, table.dim], s.device) for s in sorted(shards, key=lambda s: s.device)]
     if kind in (ROW_WISE, TABLE_ROW_WISE):
-        if kind == ROW_WISE:
-            ranks = list(range(topo.num_devices))
-        else:
-            host = topo.host_of(shards[0].device)
-            ranks = [d for d in range(topo.num_devices) if topo.host_of(d) == host]
-        layout = rw_layout(table.rows, len(ranks))
-        ours = sorted((e[0][0], e[1][0], e[2]) for e in entries)
-        expected = [(off, n, r) for (off, n), r in zip(layout, ranks) if n > 0]
-        if ours == expected:
-            # TorchRec's own layout: one block per rank in rank order, the empty ones included
-            entries = [([off, 0], [n, table.dim], r) for (off, n), r in zip(layout, ranks)]
-        else:
-            warnings.append(
-                f"table {table.name!r}: its row shards are not TorchRec's {kind} layout (blocks of ceil(rows / ranks) "
-                f"on ranks {ranks[0]}..{ranks[-1]} in order); the plan is exported as given and TorchRec's {kind} "
-                "sharder may refuse it"
-            )
-    return kind, entries, warnings
+        kind2, ranks, why = _row_kind(instance, table, shards)
+        if kind2 is None:
+            raise ValueError(why)
+        # TorchRec's own layout: one block per rank of the group in rank order, the empty ones included
+        return kind2, [([off, 0], [n, table.dim], r) for (off, n), r in zip(rw_layout(table.rows, len(ranks)), ranks)]
+    if kind in (COLUMN_WISE, GRID_SHARD):
+        why = _same_rank_problem(table, shards)
+        if why:
+            raise ValueError(why)
+    if kind == GRID_SHARD:
+        why = _grid_problem(instance, table, shards)
+        if why:
+            raise ValueError(why)
+        topo = instance.topology
+        by_cols: dict[tuple[int, int], list[Shard]] = defaultdict(list)
+        for s in shards:
+            by_cols[s.col_range(table)].append(s)
+        entries = []
+        for (c0, c1), group in by_cols.items():  # column blocks in the plan's order, each over its host's ranks
+            ranks = _host_ranks(instance, topo.host_of(group[0].device))
+            entries += [([off, c0], [n, c1 - c0], r) for (off, n), r in zip(rw_layout(table.rows, len(ranks)), ranks)]
+        return kind, entries
+    return kind, [([s.row_range(table)[0], s.col_range(table)[0]], [s.height(table), s.width(table)], s.device) for s in shards]
 
 
 def to_torchrec_plan(instance: Instance, plan: Plan | list[Shard], *, module_path: str = "", compute_device: str = "cuda") -> Any:
@@ -263,14 +402,18 @@ def to_torchrec_plan(instance: Instance, plan: Plan | list[Shard], *, module_pat
 
     One `ParameterSharding` per table (keyed by table name) under `module_path` (the path of the
     `EmbeddingBagCollection` in the model; "" when the collection is the model), with its sharding type, compute kernel
-    "fused" ("dense" for data_parallel), ranks and an `EnumerableShardingSpec` with "rank:N/cuda:M" placements
-    (M = N % devices_per_host). The plan should be valid for the instance (shardopt.core.plan_check); ValueError otherwise."""
+    ("dense" for data_parallel; else the shards' kernel: "fused", "fused_uvm_caching" with
+    `cache_params=CacheParams(load_factor=...)`, or "fused_uvm"), ranks and an `EnumerableShardingSpec` with
+    "rank:N/cuda:M" placements (M = N % devices_per_host). ValueError when the plan is not valid for the instance
+    (shardopt.core.plan_check), when a table's shards mix kernels or load factors, or when row slices are not a
+    TorchRec row layout (the message names the table)."""
     sharding_plan, _ = _to_torchrec_plan(instance, plan, module_path=module_path, compute_device=compute_device)
     return sharding_plan
 
 
-def export_warnings(instance: Instance, plan: Plan | list[Shard]) -> list[str]:
-    """What TorchRec may not accept as is in `plan` (row shards not in its layout, grid shards); empty when all is plain."""
+def export_problems(instance: Instance, plan: Plan | list[Shard]) -> list[str]:
+    """Why each table of `plan` that TorchRec cannot load as it means would be refused by :func:`to_torchrec_plan`
+    (mixed kernels or load factors in one table, row slices in no TorchRec layout); empty when every table exports."""
     shards = plan.shards if isinstance(plan, Plan) else plan
     by_table: dict[str, list[Shard]] = defaultdict(list)
     for s in shards:
@@ -278,14 +421,32 @@ def export_warnings(instance: Instance, plan: Plan | list[Shard]) -> list[str]:
     out: list[str] = []
     for t in instance.tables:
         if by_table.get(t.name):
-            out.extend(_table_specs(instance, t, by_table[t.name], "cuda")[2])
+            try:
+                table_kernel(t, by_table[t.name])
+                _table_specs(instance, t, by_table[t.name])
+            except ValueError as exc:
+                out.append(str(exc))
     return out
+
+
+def export_warnings(instance: Instance, plan: Plan | list[Shard], compute_device: str = "cuda") -> list[str]:
+    """What TorchRec accepts but may not run as the plan means (empty when all is plain): UVM kernels placed on
+    compute device cpu, where TorchRec keeps every table in host memory whatever the kernel."""
+    shards = plan.shards if isinstance(plan, Plan) else plan
+    uvm = sorted({s.table for s in shards if s.kernel is not Kernel.fused})
+    if compute_device == "cpu" and uvm:
+        return [
+            f"{len(uvm)} table(s) ({', '.join(repr(n) for n in uvm[:5])}{', ...' if len(uvm) > 5 else ''}) use UVM kernels, "
+            "exported for compute device cpu: TorchRec's CPU path keeps every table in host memory (fbgemm's HOST "
+            "location) whatever the kernel, so the memory tiers of the plan do not apply there"
+        ]
+    return []
 
 
 def _to_torchrec_plan(instance: Instance, plan: Plan | list[Shard], *, module_path: str, compute_device: str) -> tuple[Any, list[str]]:
     require_torchrec()
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
-    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
+    from torchrec.distributed.types import CacheParams, EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
 
     from shardopt.core.plan_check import check_plan
 
@@ -301,23 +462,26 @@ def _to_torchrec_plan(instance: Instance, plan: Plan | list[Shard], *, module_pa
         by_table[s.table].append(s)
     dph = instance.topology.devices_per_host
     module_plan = EmbeddingModuleShardingPlan()
-    warnings: list[str] = []
     for t in instance.tables:
-        kind, entries, warn = _table_specs(instance, t, by_table[t.name], compute_device)
-        warnings.extend(warn)
+        kernel, load_factor = table_kernel(t, by_table[t.name])
+        kind, entries = _table_specs(instance, t, by_table[t.name])
         ranks = [r for _, _, r in entries]
-        if kind == DATA_PARALLEL:
+        if kind == DATA_PARALLEL:  # replicas live in HBM (the IR allows no other kernel for them)
             module_plan[t.name] = ParameterSharding(sharding_type=kind, compute_kernel=DENSE, ranks=ranks, sharding_spec=None)
             continue
         spec = EnumerableShardingSpec(
             [ShardMetadata(shard_offsets=list(off), shard_sizes=list(size), placement=placement(r, dph, compute_device)) for off, size, r in entries]
         )
-        module_plan[t.name] = ParameterSharding(sharding_type=kind, compute_kernel=FUSED, ranks=ranks, sharding_spec=spec)
-    return ShardingPlan({module_path: module_plan}), warnings
+        cache = CacheParams(load_factor=float(load_factor)) if kernel is Kernel.fused_uvm_caching else None
+        module_plan[t.name] = ParameterSharding(sharding_type=kind, compute_kernel=KERNEL_OF[kernel], ranks=ranks, sharding_spec=spec, cache_params=cache)
+    return ShardingPlan({module_path: module_plan}), export_warnings(instance, shards, compute_device)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # TorchRec -> ours
+
+# one table of a TorchRec plan, as read from a ShardingPlan or its JSON form
+_Row = tuple[str, str, "list[int] | None", "list[tuple[list[int], list[int], int]] | None", "float | None"]
 
 
 def _module_plan(sharding_plan: Any, module_path: str | None) -> Mapping[str, Any]:
@@ -331,21 +495,32 @@ def _module_plan(sharding_plan: Any, module_path: str | None) -> Mapping[str, An
     return plans[module_path]
 
 
-def from_torchrec_plan(instance: Instance, sharding_plan: Any, *, module_path: str | None = None) -> list[Shard]:
+def from_torchrec_plan(
+    instance: Instance, sharding_plan: Any, *, module_path: str | None = None, default_cache_load_factor: float = TORCHREC_DEFAULT_CACHE_LOAD_FACTOR
+) -> list[Shard]:
     """Our shards of a TorchRec `ShardingPlan` (or its JSON form, see :func:`plan_to_json`) for `instance`, in normal
-    form, grouped by table in instance order. ValueError naming the table when a table is missing, unknown, or has a
-    shard our IR cannot hold."""
+    form, grouped by table in instance order.
+
+    Compute kernels: "fused" -> fused; "fused_uvm_caching" -> fused_uvm_caching with `cache_params.load_factor`, or,
+    when the ParameterSharding has no cache_params (or its load_factor is None), `default_cache_load_factor`:
+    TorchRec's default 0.2 (fbgemm's SplitTableBatchedEmbeddingBagsCodegen(cache_load_factor=0.2), which TorchRec
+    builds without one; its planner assumes UVM_CACHING_RATIO = 0.2) unless you gave the sharder
+    `fused_params={"cache_load_factor": x}`, then pass x here; "fused_uvm" -> fused_uvm; "dense" only with
+    data_parallel (replicas in HBM). ValueError naming the table when a table is missing, unknown, or has a shard,
+    kernel or load factor our IR cannot hold."""
     if isinstance(sharding_plan, dict) and "plan" in sharding_plan and isinstance(sharding_plan["plan"], dict):
-        return _shards_from_json(instance, sharding_plan, module_path)
+        return _shards_from_rows(instance, _json_rows(_check_export_doc(sharding_plan, "TorchRec plan"), module_path), default_cache_load_factor)
     module_plan = _module_plan(sharding_plan, module_path)
-    rows: dict[str, tuple[str, list[int] | None, list[tuple[list[int], list[int], int]] | None]] = {}
+    rows: dict[str, _Row] = {}
     for name, ps in module_plan.items():
         spec = ps.sharding_spec
         entries = None
         if spec is not None:
             entries = [(list(m.shard_offsets), list(m.shard_sizes), _rank(m.placement)) for m in spec.shards]
-        rows[name] = (ps.sharding_type, list(ps.ranks) if ps.ranks is not None else None, entries)
-    return _shards_from_rows(instance, rows)
+        cache = getattr(ps, "cache_params", None)
+        load_factor = getattr(cache, "load_factor", None) if cache is not None else None
+        rows[name] = (ps.sharding_type, str(ps.compute_kernel), list(ps.ranks) if ps.ranks is not None else None, entries, load_factor)
+    return _shards_from_rows(instance, rows, default_cache_load_factor)
 
 
 def _rank(p: Any) -> int:
@@ -356,7 +531,26 @@ def _rank(p: Any) -> int:
     return rank_of_placement(str(p))
 
 
-def _shards_from_rows(instance: Instance, rows: dict[str, tuple[str, list[int] | None, list[tuple[list[int], list[int], int]] | None]]) -> list[Shard]:
+def _kernel_fields(table: str, kind: str, compute_kernel: str, load_factor: float | None, default_lf: float) -> dict[str, Any]:
+    """Shard fields of a TorchRec compute kernel (see from_torchrec_plan)."""
+    if kind == DATA_PARALLEL:
+        if compute_kernel not in (DENSE, FUSED):
+            raise ValueError(f"table {table!r}: data_parallel with compute kernel {compute_kernel!r}: shardopt's replicas live in HBM (TorchRec's kernel 'dense')")
+        return {}
+    if compute_kernel == FUSED:
+        return {}
+    if compute_kernel == FUSED_UVM:
+        return {"kernel": Kernel.fused_uvm}
+    if compute_kernel == FUSED_UVM_CACHING:
+        lf = default_lf if load_factor is None else load_factor
+        if isinstance(lf, bool) or not isinstance(lf, (int, float)) or not 0 < lf <= 1:
+            raise ValueError(f"table {table!r}: cache_params.load_factor {lf!r} is not a share of the shard's rows in (0, 1]")
+        return {"kernel": Kernel.fused_uvm_caching, "cache_load_factor": float(lf)}
+    known = f"{FUSED}, {FUSED_UVM_CACHING}, {FUSED_UVM}; {DENSE} with data_parallel"
+    raise ValueError(f"table {table!r}: compute kernel {compute_kernel!r} has no shardopt equivalent (supported: {known})")
+
+
+def _shards_from_rows(instance: Instance, rows: dict[str, _Row], default_lf: float = TORCHREC_DEFAULT_CACHE_LOAD_FACTOR) -> list[Shard]:
     index = instance.table_index()
     unknown = [n for n in rows if n not in index]
     if unknown:
@@ -367,13 +561,14 @@ def _shards_from_rows(instance: Instance, rows: dict[str, tuple[str, list[int] |
     n_dev = instance.topology.num_devices
     out: list[Shard] = []
     for t in instance.tables:
-        kind, ranks, entries = rows[t.name]
+        kind, compute_kernel, ranks, entries, load_factor = rows[t.name]
+        if kind not in SUPPORTED_SHARDING_TYPES:
+            raise ValueError(f"table {t.name!r}: sharding type {kind!r} has no shardopt equivalent (supported: {', '.join(SUPPORTED_SHARDING_TYPES)})")
+        fields = _kernel_fields(t.name, kind, compute_kernel, load_factor, default_lf)
         if kind == DATA_PARALLEL:
             devices = ranks if ranks else list(range(n_dev))
             out.extend(Shard(table=t.name, device=int(d), replicated=True) for d in devices)
             continue
-        if kind not in SUPPORTED_SHARDING_TYPES:
-            raise ValueError(f"table {t.name!r}: sharding type {kind!r} has no shardopt equivalent (supported: {', '.join(SUPPORTED_SHARDING_TYPES)})")
         if not entries:
             raise ValueError(f"table {t.name!r}: {kind} sharding without a sharding spec")
         for (r0, c0), (h, w), rank in entries:
@@ -381,7 +576,8 @@ def _shards_from_rows(instance: Instance, rows: dict[str, tuple[str, list[int] |
                 continue  # TorchRec's empty row blocks: nothing to hold
             if not 0 <= rank < n_dev:
                 raise ValueError(f"table {t.name!r}: a shard on rank {rank}, but the instance has devices 0..{n_dev - 1}")
-            out.append(normalize_shard(t, Shard(table=t.name, device=int(rank), col_offset=int(c0), cols=int(w), row_offset=int(r0), rows=int(h))))
+            shard = Shard(table=t.name, device=int(rank), col_offset=int(c0), cols=int(w), row_offset=int(r0), rows=int(h), **fields)
+            out.append(normalize_shard(t, shard))
     return out
 
 
@@ -389,25 +585,50 @@ def _shards_from_rows(instance: Instance, rows: dict[str, tuple[str, list[int] |
 # JSON form of a ShardingPlan (what `shardopt export --format torchrec` writes)
 
 EXPORT_FORMAT = "shardopt.torchrec_sharding_plan"
-EXPORT_FORMAT_VERSION = 1
+EXPORT_FORMAT_VERSION = 1  # cache_params (optional per table) was added compatibly: older files still read
+# the CacheParams fields the JSON form carries: plain numbers and flags, and two enums by name
+_CACHE_NUMBERS = ("load_factor", "reserved_memory")
+_CACHE_FLAGS = ("prefetch_pipeline",)
+_CACHE_ENUMS = ("algorithm", "precision")
+
+
+def _cache_params_json(cache: Any) -> dict[str, Any] | None:
+    if cache is None:
+        return None
+    out: dict[str, Any] = {}
+    for k in _CACHE_NUMBERS + _CACHE_FLAGS:
+        v = getattr(cache, k, None)
+        if v is not None:
+            out[k] = v
+    for k in _CACHE_ENUMS:
+        v = getattr(cache, k, None)
+        if v is not None:
+            out[k] = getattr(v, "name", str(v))
+    return out or None
 
 
 def plan_to_json(sharding_plan: Any, *, instance: Instance | None = None, plan: Plan | None = None, compute_device: str = "cuda", warnings: list[str] | None = None) -> dict[str, Any]:
     """A JSON document of a TorchRec `ShardingPlan`: per module path, per table, its sharding type, compute kernel,
-    ranks and shards (offsets [row, col], sizes [rows, cols], placement). :func:`load_torchrec_plan` reads it back."""
+    ranks, shards (offsets [row, col], sizes [rows, cols], placement) and, for UVM-cached tables, `cache_params`
+    ({"load_factor": x}, plus TorchRec's other plain CacheParams fields where set). :func:`load_torchrec_plan` reads
+    it back."""
     modules: dict[str, Any] = {}
     for path, module_plan in sharding_plan.plan.items():
         tables: dict[str, Any] = {}
         for name, ps in module_plan.items():
             spec = ps.sharding_spec
-            tables[name] = {
+            entry: dict[str, Any] = {
                 "sharding_type": ps.sharding_type,
                 "compute_kernel": ps.compute_kernel,
                 "ranks": list(ps.ranks) if ps.ranks is not None else None,
-                "shards": None
-                if spec is None
-                else [{"offsets": list(m.shard_offsets), "sizes": list(m.shard_sizes), "placement": str(m.placement)} for m in spec.shards],
             }
+            cache = _cache_params_json(getattr(ps, "cache_params", None))
+            if cache is not None:
+                entry["cache_params"] = cache
+            entry["shards"] = (
+                None if spec is None else [{"offsets": list(m.shard_offsets), "sizes": list(m.shard_sizes), "placement": str(m.placement)} for m in spec.shards]
+            )
+            tables[name] = entry
         modules[path] = tables
     doc: dict[str, Any] = {"format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION, "torchrec_version": TORCHREC_VERSION}
     try:
@@ -437,25 +658,56 @@ def _check_export_doc(doc: Any, source: str) -> dict[str, Any]:
         raise IRError([f"format_version: {doc.get('format_version')!r} is not supported (this shardopt reads {EXPORT_FORMAT_VERSION})"], source)
     if not isinstance(doc.get("plan"), dict):
         raise IRError(["plan: expected an object of module paths"], source)
+    for path, tables in doc["plan"].items():
+        if not isinstance(tables, dict):
+            raise IRError([f"plan.{path!r}: expected an object of tables"], source)
+        for name, e in tables.items():
+            where = f"plan.{path!r}.{name}"
+            if not isinstance(e, dict) or not isinstance(e.get("sharding_type"), str) or not isinstance(e.get("compute_kernel"), str):
+                raise IRError([f"{where}: expected an object with sharding_type and compute_kernel"], source)
+            cache = e.get("cache_params")
+            if cache is not None:
+                if not isinstance(cache, dict):
+                    raise IRError([f"{where}.cache_params: expected an object (e.g. {{\"load_factor\": 0.2}})"], source)
+                extra = sorted(set(cache) - set(_CACHE_NUMBERS + _CACHE_FLAGS + _CACHE_ENUMS))
+                if extra:
+                    raise IRError([f"{where}.cache_params.{extra[0]}: unknown field (known: {', '.join(_CACHE_NUMBERS + _CACHE_FLAGS + _CACHE_ENUMS)})"], source)
+                for k in _CACHE_NUMBERS:
+                    v = cache.get(k)
+                    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                        raise IRError([f"{where}.cache_params.{k}: {v!r} is not a number"], source)
     return doc
 
 
-def _json_rows(doc: dict[str, Any], module_path: str | None) -> dict[str, tuple[str, list[int] | None, list[tuple[list[int], list[int], int]] | None]]:
+def _json_rows(doc: dict[str, Any], module_path: str | None) -> dict[str, _Row]:
     module_plan = _module_plan(doc["plan"], module_path)
-    rows = {}
+    rows: dict[str, _Row] = {}
     for name, entry in module_plan.items():
         shards = entry.get("shards")
         entries = None if shards is None else [(list(s["offsets"]), list(s["sizes"]), rank_of_placement(s["placement"])) for s in shards]
-        rows[name] = (entry["sharding_type"], entry.get("ranks"), entries)
+        cache = entry.get("cache_params") or {}
+        rows[name] = (entry["sharding_type"], entry["compute_kernel"], entry.get("ranks"), entries, cache.get("load_factor"))
     return rows
 
 
-def _shards_from_json(instance: Instance, doc: dict[str, Any], module_path: str | None) -> list[Shard]:
-    return _shards_from_rows(instance, _json_rows(_check_export_doc(doc, "TorchRec plan"), module_path))
+def _cache_params_from_json(cache: dict[str, Any] | None, where: str) -> Any:
+    if not cache:
+        return None
+    from torchrec.distributed.types import CacheAlgorithm, CacheParams, DataType
+
+    kw: dict[str, Any] = {k: cache[k] for k in _CACHE_NUMBERS + _CACHE_FLAGS if cache.get(k) is not None}
+    for k, enum in (("algorithm", CacheAlgorithm), ("precision", DataType)):
+        if cache.get(k) is not None:
+            try:
+                kw[k] = enum[str(cache[k])]
+            except KeyError:
+                raise IRError([f"{where}.cache_params.{k}: {cache[k]!r} is not one of {', '.join(e.name for e in enum)}"]) from None
+    return CacheParams(**kw)
 
 
 def load_torchrec_plan(source: str | Path | dict[str, Any]) -> Any:
-    """The TorchRec `ShardingPlan` of a document written by `shardopt export --format torchrec` (a path or the dict)."""
+    """The TorchRec `ShardingPlan` of a document written by `shardopt export --format torchrec` (a path or the dict),
+    cache_params included."""
     require_torchrec()
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
     from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
@@ -476,7 +728,13 @@ def load_torchrec_plan(source: str | Path | dict[str, Any]) -> Any:
                 spec = EnumerableShardingSpec(
                     [ShardMetadata(shard_offsets=list(s["offsets"]), shard_sizes=list(s["sizes"]), placement=s["placement"]) for s in e["shards"]]
                 )
-            module_plan[name] = ParameterSharding(sharding_type=e["sharding_type"], compute_kernel=e["compute_kernel"], ranks=e.get("ranks"), sharding_spec=spec)
+            module_plan[name] = ParameterSharding(
+                sharding_type=e["sharding_type"],
+                compute_kernel=e["compute_kernel"],
+                ranks=e.get("ranks"),
+                sharding_spec=spec,
+                cache_params=_cache_params_from_json(e.get("cache_params"), f"plan.{path!r}.{name}"),
+            )
         plans[path] = module_plan
     return ShardingPlan(plans)
 
@@ -755,11 +1013,14 @@ def per_rank_batch(instance: Instance) -> int:
 
 
 def topology_bandwidths(topology: Topology) -> dict[str, float]:
-    """The hardware profile's bandwidths (topology overrides first) in TorchRec's unit, bytes per millisecond."""
+    """The hardware profile's bandwidths (topology overrides first) in TorchRec's unit, bytes per millisecond:
+    HBM, intra-host (NVLink), inter-host (network) and the device-host link that UVM reads cross (TorchRec's
+    hbm_to_ddr_mem_bw)."""
     p = PROFILES[topology.hardware]
     intra = topology.intra_host_bandwidth or p.nvlink_bandwidth
     inter = topology.inter_host_bandwidth or p.network_bandwidth
-    return {"hbm_mem_bw": p.hbm_bandwidth / 1000.0, "intra_host_bw": intra / 1000.0, "inter_host_bw": inter / 1000.0}
+    host = topology.host_link_bandwidth or p.host_link_bandwidth
+    return {"hbm_mem_bw": p.hbm_bandwidth / 1000.0, "intra_host_bw": intra / 1000.0, "inter_host_bw": inter / 1000.0, "hbm_to_ddr_mem_bw": host / 1000.0}
 
 
 def dumps_json(doc: dict[str, Any]) -> str:
@@ -768,10 +1029,12 @@ def dumps_json(doc: dict[str, Any]) -> str:
 
 __all__ = [
     "SUPPORTED_SHARDING_TYPES",
+    "TORCHREC_DEFAULT_CACHE_LOAD_FACTOR",
     "TORCHREC_RUNTIME_PINS",
     "TORCHREC_VERSION",
     "TorchRecUnavailableError",
     "embedding_bag_configs",
+    "export_problems",
     "export_warnings",
     "from_torchrec_plan",
     "install_commands",
