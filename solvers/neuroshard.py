@@ -496,8 +496,8 @@ def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, star
     from solvers.heuristics import GreedySolver
 
     seeded = GreedySolver().solve(instance, cost_model, seed=seed)
-    if seeded.plan is None:
-        return None
+    if seeded.plan is None or len(seeded.plan.shards) != len(instance.tables) or any(s.kernel.in_host_memory for s in seeded.plan.shards):
+        return None  # (a greedy plan with row-wise or host-memory shards is no seed for a table-wise HBM state)
     where = {s.table: s.device for s in seeded.plan.shards}
     device_of = np.array([where[instance.tables[t].name] for t, _, _ in start], dtype=np.int64)
     states0, widths0, _, _ = pm.info(list(start))

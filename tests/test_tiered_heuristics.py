@@ -135,3 +135,18 @@ def test_greedy_places_every_committed_huge_and_tiered_instance(suite: str) -> N
             mine = sorted((s.row_offset, s.height(t), s.device) for s in r.plan.shards if s.table == t.name)
             if len(mine) > 1:
                 assert mine == [(o, n, d) for d, (o, n) in enumerate(rw_layout(t.rows, inst.topology.num_devices)) if n > 0]
+
+
+def test_neuroshard_is_not_seeded_with_a_row_wise_greedy_plan() -> None:
+    """A table too big whole but not as column slices: greedy now answers row-wise, which is no seed for
+    neuroshard's table-wise state (it became an invalid plan, a PlanError, before)."""
+    from solvers.neuroshard import PieceModel, _greedy_seed
+
+    inst = instance_from_dict(oversized(1.5))
+    cm = get_cost_model("analytic")
+    start = tuple(sorted((i, 0, t.dim) for i, t in enumerate(inst.tables)))
+    assert _greedy_seed(inst, cm, PieceModel(inst, cm.bind(inst)), start, 0) is None
+    r = get_solver("neuroshard").solve(inst, cm, time_limit=5, seed=0)
+    assert r.status.value in ("feasible", "timeout", "no_solution"), r.status
+    if r.plan is not None:
+        assert check_plan(inst, r.plan).ok
