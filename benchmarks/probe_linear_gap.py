@@ -39,7 +39,9 @@ if str(ROOT) not in sys.path:
 
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.exact import COST_SCALE, Problem, _milp_rows, table_lower_bounds  # noqa: E402
+from solvers.exact.constants import COST_SCALE  # noqa: E402
+from solvers.exact.formulation import Problem, table_lower_bounds  # noqa: E402
+from solvers.exact.milp import _milp_rows  # noqa: E402
 from solvers.linear_search import linear_local_search  # noqa: E402
 from solvers.linearize import linearize  # noqa: E402
 from solvers.registry import get_solver  # noqa: E402

@@ -585,10 +585,10 @@ def test_cli_says_what_the_bound_of_a_neighbourhood_solve_is(monkeypatch, tmp_pa
 
     from typer.testing import CliRunner
 
-    import solvers.exact as exact
+    import solvers.exact.constants as constants
     from shardopt.cli import app
 
-    monkeypatch.setattr(exact, "LARGE_MODEL", 10)
+    monkeypatch.setattr(constants, "LARGE_MODEL", 10)
     path = tmp_path / "inst.json"
     path.write_text(json.dumps(make_instance(16, 4, seed=7, mem_factor=1.4).model_dump(mode="json")))
     runner = CliRunner()
@@ -605,9 +605,9 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     """Over LARGE_MODEL pairs the model is re-solved a neighbourhood at a time (slowest and light devices free, the
     rest fixed): every plan it keeps is valid and never worse than the warm start. (The threshold is lowered here
     so that a small instance counts as large.)"""
-    import solvers.exact as exact
+    import solvers.exact.constants as constants
 
-    monkeypatch.setattr(exact, "LARGE_MODEL", 10)
+    monkeypatch.setattr(constants, "LARGE_MODEL", 10)
     inst = make_instance(24, 8, seed=7, mem_factor=1.4)
     r = get_solver("cpsat", neighbourhood=4).solve(inst, CM, time_limit=6, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok

@@ -1,6 +1,6 @@
 """A certified lower bound of the *analytic* cost model over table-wise and column-wise plans.
 
-The exact solvers' bound (solvers/exact.py) is a bound of a model linearised around one plan: a plan better than it
+The exact solvers' bound (solvers/exact/) is a bound of a model linearised around one plan: a plan better than it
 under the real analytic model can exist. This package bounds the analytic model itself: `analytic_lower_bound`
 returns a number B such that every plan of the instance made of table-wise and column-wise shards (any column split
 into shards whose widths are multiples of DIM_ALIGNMENT, several shards of one table on one device included; not

@@ -1,0 +1,108 @@
+"""Exact solvers: the min-max assignment with hard memory capacities, solved by CP-SAT or a MILP solver under a
+linearisation of the cost model, re-linearised around every better plan.
+
+Model (one binary x[t, d] per table and device where the table fits; solvers.linearize for the cost terms)::
+
+    minimise z
+    sum_d x[t, d] = 1                                   every table on exactly one device
+    sum_t bytes_t x[t, d] <= capacity_d                 weights + optimizer state (shardopt.core.memory)
+    u_d = sum_t dim_t x[t, d]                           pooled width of device d
+    m_d >= k0[d, k] + k1[d, k] u_d + k2[d, k] v_h(d)    comm planes (v_h = sum of u over host h)
+    y_d >= x[t, d], y_d <= sum_t x[t, d]                y_d: device d holds a table (an empty device computes nothing)
+    z >= c0[d] y_d + sum_t a[t, d] x[t, d] + m_d        device cost, every device
+
+The loop (`ExactSolver.solve`): warm start = the best plan of the heuristics (greedy, the proxy greedies and
+round-robin, judged by the full cost model); linearise around it; solve the linear model (CP-SAT gets a complete
+hint -- every x, u, m, y and z -- and the cutoff z <= the hint's cost; CBC a warm-start solution; scipy's HiGHS takes
+none), preferring among equal z the plan that moves the fewest tables (the linearisation is accurate near its point);
+judge the plan with the full model; if it is better, re-linearise around it and solve again; if not, solve again in
+a trust region (at most R tables move, R halved each time) until R < 1; stop there or at the time limit. The best
+plan by the *full* model is returned, so the result is never worse than the warm start. The reported lower bound is
+the best bound of the linearised problem around the returned plan (raised by the table-cut bound): a bound of the
+linear model, not of the full cost model (docs/exact-solvers.md).
+
+CP-SAT needs integers: every cost coefficient is rounded down to units of 1e-4 ms (`COST_SCALE`), so the integer
+model never over-states a plan's linear cost and its bound less one unit is a bound of the real-coefficient model; a
+comm plane constraint is multiplied by a further power of ten so that its per-unit-width slopes keep at least 6
+significant digits (`plane_scale` in `info`). The MILPs use the real coefficients.
+
+Valid cuts: ``z >= sum_d lb[t, d] x[t, d]`` (`table_lower_bounds`) for the tables whose cost alone may bind.
+
+Symmetry: devices on one host with the same capacity are interchangeable in the full model; when their linearised
+cost terms are identical too (e.g. devices that are empty at the expansion point), the devices of such a class are
+ordered by the largest table they hold: the i-th device of a class may only hold tables of rank >= i in the
+bytes-descending order (valid: sort the class's devices by the best-ranked table each holds). The hint is permuted
+to match. Classes whose linear terms differ are left alone (breaking them would cut off better plans).
+
+Infeasibility: shardopt.core.feasibility's necessary conditions first (status `infeasible` with the table or the byte
+count); then a solver that proves the bin packing impossible gives `infeasible` with a reason naming the capacity
+problem.
+
+Exact neural mode (`milp_exact_neural`, the neural cost model only, at most EXACT_NEURAL_MAX_TABLES tables x
+EXACT_NEURAL_MAX_DEVICES devices): the compute model's head is encoded exactly (see `neural_head_extra`).
+
+The modules, each importing only those above it in this list (no circles):
+
+- `constants`: the numbers several modules read (COST_SCALE, LARGE_MODEL), read through the module at run time
+- `formulation`: `Problem`, `LinearSolve`, symmetry, the valid bounds (`width_caps`, `comm_floor`,
+  `table_lower_bounds`, `table_cut_bound`), `plan_cost`, the packing reason
+- `cpsat`: `solve_cpsat`, the CP-SAT backend (integer model, hint, cutoff)
+- `milp`: `_milp_rows` (the model as sparse rows), `solve_highs` (HiGHS) and `solve_cbc` (PuLP + CBC)
+- `neural_head`: the exact neural mode's encoding of the compute head (`neural_head_extra`, softplus tangents)
+- `solver`: `ExactSolver` (warm starts, the re-linearisation loop, local and neighbourhood search, the bound and
+  status) and the registered `CpSatSolver`, `MilpSolver`, `MilpHighsSolver`, `MilpExactNeuralSolver`; `BACKENDS`
+
+This package re-exports the names other code uses. A tuning number is changed where it is read: LARGE_MODEL and
+COST_SCALE in `solvers.exact.constants`, the others in the module that defines them (a copy re-exported here
+would not be the one read).
+"""
+
+from solvers.exact.constants import COST_SCALE
+from solvers.exact.cpsat import solve_cpsat
+from solvers.exact.formulation import (
+    LinearSolve,
+    Problem,
+    comm_floor,
+    plan_cost,
+    table_cut_bound,
+    table_lower_bounds,
+    width_caps,
+)
+from solvers.exact.milp import _milp_rows, solve_cbc, solve_highs
+from solvers.exact.neural_head import neural_head_extra, softplus_error, softplus_tangents
+from solvers.exact.solver import (
+    BACKEND_LABEL,
+    BACKENDS,
+    DEFAULT_TIME_LIMIT,
+    CpSatSolver,
+    ExactSolver,
+    MilpExactNeuralSolver,
+    MilpHighsSolver,
+    MilpSolver,
+)
+
+__all__ = [
+    "BACKENDS",
+    "BACKEND_LABEL",
+    "COST_SCALE",
+    "DEFAULT_TIME_LIMIT",
+    "CpSatSolver",
+    "ExactSolver",
+    "LinearSolve",
+    "MilpExactNeuralSolver",
+    "MilpHighsSolver",
+    "MilpSolver",
+    "Problem",
+    "_milp_rows",
+    "comm_floor",
+    "neural_head_extra",
+    "plan_cost",
+    "softplus_error",
+    "softplus_tangents",
+    "solve_cbc",
+    "solve_cpsat",
+    "solve_highs",
+    "table_cut_bound",
+    "table_lower_bounds",
+    "width_caps",
+]

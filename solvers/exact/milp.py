@@ -1,0 +1,380 @@
+"""The MILP backends: the linear model (formulation.py) as sparse rows, solved by HiGHS (scipy.optimize.milp) or by
+CBC (through PuLP).
+
+Why together and apart from CP-SAT: both MILP solvers take one model in real coefficients -- `_milp_rows` builds it
+once as rows lo <= A v <= hi, and the exact neural mode (neural_head.py) extends those rows before either solver
+sees them --, and both differ from CP-SAT (cpsat.py) in arithmetic (no integer scaling), in how a warm start is
+given (HiGHS takes none: a cutoff; CBC a mipstart of every column) and in how the bound is read (HiGHS reports it,
+CBC's is read from its log).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solvers.exact import constants
+from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
+from solvers.linearize import Linearization
+
+MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
+
+
+@dataclass
+class _Rows:
+    """A sparse MILP in scipy's form: variables x (pairs), u [D], m [D], z; rows lo <= A v <= hi."""
+
+    pairs: np.ndarray  # [n, 2] (t, d)
+    n_vars: int
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+
+    def add(self, cols: np.ndarray, vals: np.ndarray, lo: float, hi: float) -> None:
+        r = len(self.lo)
+        self.rows.extend([r] * len(cols))
+        self.cols.extend(int(c) for c in cols)
+        self.vals.extend(float(v) for v in vals)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+
+def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tuple[_Rows, dict[str, Any]]:
+    """The linearised model as sparse rows (shared by CBC through PuLP and HiGHS through scipy).
+
+    Columns: x (allowed (item, device) pairs, by item then device; binary, or a count 0..parts when the pieces of a
+    table need not be apart), k (pieces kept in place, for counts only), then u [D], m [D], y [D], z."""
+    I, D = prob.num_items, prob.num_devices
+    upper = prob.upper
+    pairs = np.argwhere(prob.allowed)  # [n, 2] sorted by item then device
+    n = len(pairs)
+    center = prob.center
+    keep_pairs = (
+        np.flatnonzero((center[pairs[:, 0], pairs[:, 1]] > 0) & (upper[pairs[:, 0]] > 1)) if center is not None else np.arange(0)
+    )
+    K0 = n
+    U = K0 + len(keep_pairs)
+    M, Y, Z = U + D, U + 2 * D, U + 3 * D
+    rows = _Rows(pairs, U + 3 * D + 1)
+    total = lin.total_width
+    starts = np.searchsorted(pairs[:, 0], np.arange(I + 1))  # pairs are sorted by item
+    _add_cover(rows, prob, starts)
+    order = np.argsort(pairs[:, 1], kind="stable")
+    dev_starts = np.searchsorted(pairs[order, 1], np.arange(D + 1))
+    by_dev = [order[dev_starts[d] : dev_starts[d + 1]] for d in range(D)]
+    W = _add_memory_and_widths(rows, prob, lin, by_dev, U)
+    _add_planes(rows, lin, D, U, M, W)
+    _add_device_costs(rows, prob, lin, by_dev, M, Y, Z)
+    cuts = _add_table_cuts(rows, prob, lin, starts, Z) if prob.table_cuts else 0
+    stay = _add_stay(rows, prob, keep_pairs, K0) if center is not None else None
+    m_lo, m_hi = _device_plane_bounds(lin, total)
+    keep_hi = center[pairs[keep_pairs, 0], pairs[keep_pairs, 1]].astype(np.float64) if center is not None else np.zeros(0)
+    bounds_lo = np.concatenate([np.zeros(n), np.zeros(len(keep_pairs)), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
+    bounds_hi = np.concatenate(
+        [upper[pairs[:, 0]].astype(np.float64), keep_hi, np.full(D, total / W), m_hi + 1.0, np.ones(D), [np.inf if hint_cost is None else hint_cost + 1e-6]]
+    )
+    integer = np.arange(Y, Y + D, dtype=np.int64)
+    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "M": M, "Y": Y, "Z": Z, "W": W, "stay": stay, "integer": integer, "cuts": cuts,
+                  "keep_pairs": keep_pairs, "K0": K0}
+
+
+def _add_cover(rows: _Rows, prob: Problem, starts: np.ndarray) -> None:
+    """The pieces cover the table: sum (L / parts_i) x = L (L: the narrowest piece's parts); apart: at most one
+    piece of the table per device."""
+    items, pairs = prob.items, rows.pairs
+    for t in range(prob.num_tables):
+        lo_i, hi_i = int(items.first[t]), int(items.first[t + 1])
+        idx = np.arange(starts[lo_i], starts[hi_i])
+        L = float(items.parts[lo_i:hi_i].max())
+        rows.add(idx, L / items.parts[pairs[idx, 0]], L, L)
+        if hi_i - lo_i > 1 and items.apart:  # at most one piece of the table per device
+            for d in np.unique(pairs[idx, 1]):
+                on = idx[pairs[idx, 1] == d]
+                if len(on) > 1:
+                    rows.add(on, np.ones(len(on)), -np.inf, 1.0)
+
+
+def _add_memory_and_widths(rows: _Rows, prob: Problem, lin: Linearization, by_dev: list[np.ndarray], U: int) -> float:
+    """The capacity rows and u_d = the pooled width of device d. Returns W, the unit of the widths."""
+    pairs, upper, D = rows.pairs, prob.upper, prob.num_devices
+    # numerics: memory rows are in units of the device's capacity (bytes would put 1e10 beside 1e-5 in one model,
+    # which CBC 2.10 cannot take); widths in units of W = the mean device width. Plans are checked exactly after.
+    for d in range(D):
+        idx = by_dev[d]
+        sz = prob.sizes[pairs[idx, 0]].astype(np.float64)
+        if (sz * upper[pairs[idx, 0]]).sum() > prob.caps[d]:
+            rows.add(idx, sz / float(prob.caps[d]), -np.inf, 1.0)
+    W = max(1.0, lin.total_width / D)
+    for d in range(D):
+        idx = by_dev[d]
+        rows.add(np.append(idx, U + d), np.append(lin.dims[pairs[idx, 0]] / W, -1.0), 0.0, 0.0)
+    return W
+
+
+def _add_planes(rows: _Rows, lin: Linearization, D: int, U: int, M: int, W: float) -> None:
+    """m_d >= every comm plane of device d (its own width and its host's)."""
+    members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
+    for d in range(D):
+        for k in range(lin.num_planes):
+            cols = [M + d, U + d]
+            vals = [1.0, -float(lin.k1[d, k]) * W]
+            if lin.k2[d, k] != 0:
+                cols += [U + j for j in members[lin.host[d]]]
+                vals += [-float(lin.k2[d, k]) * W] * len(members[lin.host[d]])
+            # merge the duplicate u_d column (d is one of its host's members)
+            merged: dict[int, float] = {}
+            for c, v in zip(cols, vals):
+                merged[c] = merged.get(c, 0.0) + v
+            rows.add(np.array(list(merged)), np.array(list(merged.values())), float(lin.k0[d, k]), np.inf)
+
+
+def _add_device_costs(rows: _Rows, prob: Problem, lin: Linearization, by_dev: list[np.ndarray], M: int, Y: int, Z: int) -> None:
+    """y_d = 1 iff device d holds a shard, and z >= c0[d] y_d + sum a[i, d] x[i, d] + m_d, every device."""
+    pairs, upper = rows.pairs, prob.upper
+    for d in range(prob.num_devices):
+        idx = by_dev[d]
+        if len(idx):  # y_d = 1 iff device d holds a shard (aggregated: one row each way)
+            rows.add(np.append(idx, Y + d), np.append(np.ones(len(idx)), -float(upper[pairs[idx, 0]].sum())), -np.inf, 0.0)
+        rows.add(np.append(idx, Y + d), np.append(-np.ones(len(idx)), 1.0), -np.inf, 0.0)
+        rows.add(
+            np.concatenate([idx, [M + d, Y + d, Z]]), np.concatenate([-lin.a[pairs[idx, 0], d], [-1.0, -float(lin.c0[d]), 1.0]]), 0.0, np.inf
+        )
+
+
+def _add_table_cuts(rows: _Rows, prob: Problem, lin: Linearization, starts: np.ndarray, Z: int) -> int:
+    """z >= sum_{i of t} sum_d lb[i, d] x[i, d] / parts_i (table_lower_bounds), less a hair for tolerances. Returns
+    how many cuts were added."""
+    items, pairs = prob.items, rows.pairs
+    lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
+    cuts = 0
+    for t in _useful_cuts(lb, items):
+        idx = np.arange(starts[items.first[t]], starts[items.first[t + 1]])
+        lbv = lb[pairs[idx, 0], pairs[idx, 1]]
+        coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) / items.parts[pairs[idx, 0]]  # (weights: share of the dim)
+        rows.add(np.append(idx, Z), np.append(-coef, 1.0), 0.0, np.inf)
+        cuts += 1
+    return cuts
+
+
+def _add_stay(rows: _Rows, prob: Problem, keep_pairs: np.ndarray, K0: int) -> np.ndarray:
+    """The shards of the plan in hand kept in place (x for Booleans, k <= x for counts) and the trust region's row.
+    Returns their columns (the objective's tie-break)."""
+    center, pairs, upper = prob.center, rows.pairs, prob.upper
+    assert center is not None
+    on = center[pairs[:, 0], pairs[:, 1]] > 0
+    stay_x = np.flatnonzero(on & (upper[pairs[:, 0]] == 1))
+    for j, p in enumerate(keep_pairs):  # k <= x (and k <= the center's count, by its bound)
+        rows.add(np.array([K0 + j, p]), np.array([1.0, -1.0]), -np.inf, 0.0)
+    stay = np.concatenate([stay_x, K0 + np.arange(len(keep_pairs))]).astype(np.int64)
+    if prob.radius is not None:
+        rows.add(stay, np.ones(len(stay)), float(int(center.sum()) - prob.radius), np.inf)
+    return stay
+
+
+def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.ndarray, D: int) -> np.ndarray:
+    n = len(rows.pairs)
+    v = np.zeros(rows.n_vars)
+    v[:n] = hint[rows.pairs[:, 0], rows.pairs[:, 1]].astype(np.float64)
+    kp = b["keep_pairs"]
+    v[b["K0"] : b["K0"] + len(kp)] = v[kp]  # (the hint is the center: every shard kept)
+    dimsum, hostsum = lin.widths(hint)
+    v[b["U"] : b["U"] + D] = dimsum / b["W"]
+    v[b["M"] : b["M"] + D] = (lin.k0 + lin.k1 * dimsum[:, None] + lin.k2 * hostsum[:, None]).max(axis=1)
+    v[b["Y"] : b["Y"] + D] = hint.sum(axis=0) > 0
+    v[b["Z"]] = lin.cost(hint)
+    return v
+
+
+def _counts_from(rows: _Rows, xv: np.ndarray, I: int, D: int) -> np.ndarray:
+    n = len(rows.pairs)
+    counts = np.zeros((I, D), dtype=np.int64)
+    counts[rows.pairs[:, 0], rows.pairs[:, 1]] = np.rint(xv[:n]).astype(np.int64)
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HiGHS
+
+
+def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
+    """scipy.optimize.milp (HiGHS). It takes no starting solution: the warm start only serves as the cutoff z <= its
+    linearised cost and as the plan to keep if HiGHS finds nothing better."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_array
+
+    t0 = time.perf_counter()
+    hint_cost = lin.cost(hint) if hint is not None else None
+    rows, b = _milp_rows(prob, lin, hint_cost)
+    if extra is not None:
+        rows, b = extra(rows, b)
+    n = len(rows.pairs)
+    A = csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), rows.n_vars))
+    c = np.zeros(rows.n_vars)
+    c[b["Z"]] = 1.0
+    if b["stay"] is not None and prob.tiebreak:
+        c[b["stay"]] = -MOVE_TIEBREAK_MS
+    integrality = np.zeros(rows.n_vars)
+    integrality[:n] = 1
+    integrality[b["integer"]] = 1
+    build_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    res = milp(
+        c,
+        integrality=integrality,
+        bounds=Bounds(b["lo"], b["hi"]),
+        constraints=LinearConstraint(A, np.array(rows.lo), np.array(rows.hi)),
+        # (HiGHS checks its clock between phases: on models over LARGE_MODEL pairs it was seen 5 s late; 10 % margin)
+        options={"time_limit": max(0.01, (float(time_limit) - build_s) * (0.9 if n > constants.LARGE_MODEL else 1.0)), "mip_rel_gap": 1e-9, "disp": False, "presolve": True},
+    )
+    solve_s = time.perf_counter() - t1
+    info = {"variables": rows.n_vars, "rows": len(rows.lo), "table_cuts": b.get("cuts", 0), "highs_status": int(res.status), "highs_message": str(res.message), "planes": lin.num_planes}
+    bound = getattr(res, "mip_dual_bound", None)
+    bound = float(bound) if bound is not None and np.isfinite(bound) else None
+    if res.status == 2:
+        if hint is not None:  # only the cutoff z <= the hint's cost makes it so: nothing better than the hint exists
+            return LinearSolve("optimal", hint.copy(), hint_cost, hint_cost, build_s, solve_s, {**info, "cutoff_proof": True})
+        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+    if res.x is None:
+        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+    counts = _counts_from(rows, res.x, prob.num_items, prob.num_devices)
+    info["solution"] = res.x
+    status = "optimal" if res.status == 0 else "feasible"
+    zval = float(res.x[b["Z"]])
+    return LinearSolve(status, counts, zval, bound if bound is not None else (zval if status == "optimal" else None), build_s, solve_s, info)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CBC
+
+_CBC_RESULT = re.compile(r"Result - (.+)")
+_CBC_BOUND = re.compile(r"Lower bound:\s+(-?[\d.eE+-]+)")
+_CBC_OBJ = re.compile(r"Objective value:\s+(-?[\d.eE+-]+)")
+
+
+def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
+    """PuLP + CBC, warm-started from the hint (CBC's mipstart); the bound is read from CBC's log."""
+    with warnings.catch_warnings():  # PuLP 3.3 announces its 4.0 API on every variable
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _solve_cbc(prob, lin, hint, time_limit, seed, workers, deterministic, extra)
+
+
+def _solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
+    import pulp
+
+    t0 = time.perf_counter()
+    # no cutoff row here: with its incumbent at the cutoff, CBC 2.10 ends with "Problem proven infeasible"
+    rows, b = _milp_rows(prob, lin, None)
+    if extra is not None:
+        rows, b = extra(rows, b)
+    prob_lp, variables = _pulp_model(rows, b, prob.tiebreak)
+    warm = hint is not None
+    if hint is not None:
+        _set_start(variables, rows, b, lin, hint, prob.num_devices)
+    build_s = time.perf_counter() - t0
+    if time_limit - build_s < 1.0:  # CBC's time limit is in whole seconds: less than one left is none
+        return LinearSolve("unknown", None, None, None, build_s, 0.0, {"skipped": "under 1 s left"})
+    with tempfile.TemporaryDirectory(prefix="shardopt-cbc-") as tmp:
+        log = Path(tmp) / "cbc.log"
+        cmd = pulp.PULP_CBC_CMD(
+            msg=False,
+            timeLimit=max(1, int(math.floor(time_limit - build_s))),
+            # deterministic: one thread (CBC 2.10.3's deterministic parallel mode, threads + 100, crashes on some
+            # of these models)
+            threads=1 if deterministic else max(1, int(workers)),
+            warmStart=warm,
+            logPath=str(log) if not os.environ.get("CBCDEBUG") else "/tmp/cbc_debug.log",
+            gapRel=0.0,
+            keepFiles=False,
+            options=[f"randomCbcSeed {int(seed) % (2**31 - 1) + 1}"],
+        )
+        t1 = time.perf_counter()
+        try:
+            prob_lp.solve(cmd)
+        except pulp.PulpSolverError as exc:  # CBC died: this solve found nothing; the loop keeps its best plan
+            return LinearSolve("unknown", None, None, None, build_s, time.perf_counter() - t1, {"cbc_error": str(exc)[:300]})
+        solve_s = time.perf_counter() - t1
+        text = log.read_text() if log.exists() else ""
+    return _read_cbc(prob_lp, variables, rows, b, prob, lin, text, build_s, solve_s)
+
+
+def _pulp_model(rows: _Rows, b: dict[str, Any], tiebreak: bool) -> tuple[Any, list[Any]]:
+    """The rows as a PuLP problem: (the problem, its variables in column order)."""
+    import pulp
+
+    n = len(rows.pairs)
+    integer = set(np.asarray(b.get("integer", []), dtype=int).tolist())
+    variables = []
+    for j in range(rows.n_vars):
+        lo = None if not np.isfinite(b["lo"][j]) else float(b["lo"][j])
+        hi = None if not np.isfinite(b["hi"][j]) else float(b["hi"][j])
+        if j < n:
+            name = f"x{rows.pairs[j, 0]}_{rows.pairs[j, 1]}"
+            variables.append(pulp.LpVariable(name, cat=pulp.LpBinary) if hi == 1.0 else pulp.LpVariable(name, lowBound=0, upBound=hi, cat=pulp.LpInteger))
+        else:
+            variables.append(pulp.LpVariable(f"v{j}", lowBound=lo, upBound=hi, cat=pulp.LpInteger if j in integer else pulp.LpContinuous))
+    prob_lp = pulp.LpProblem("shardopt", pulp.LpMinimize)
+    if b["stay"] is not None and tiebreak:
+        prob_lp += variables[b["Z"]] - MOVE_TIEBREAK_MS * pulp.lpSum(variables[j] for j in b["stay"])
+    else:
+        prob_lp += variables[b["Z"]]
+    r_cols: list[list[tuple[int, float]]] = [[] for _ in range(len(rows.lo))]
+    for r, c, v in zip(rows.rows, rows.cols, rows.vals):
+        r_cols[r].append((c, v))
+    for r, terms in enumerate(r_cols):
+        expr = pulp.LpAffineExpression([(variables[c], v) for c, v in terms])
+        lo, hi = rows.lo[r], rows.hi[r]
+        if lo == hi:
+            prob_lp += expr == lo, f"r{r}"
+        else:
+            if np.isfinite(lo):
+                prob_lp += expr >= lo, f"r{r}_lo"
+            if np.isfinite(hi):
+                prob_lp += expr <= hi, f"r{r}_hi"
+    return prob_lp, variables
+
+
+def _set_start(variables: list[Any], rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.ndarray, D: int) -> None:
+    """CBC's mipstart: every column's value at the hint plan (the extension's columns too, when it has them)."""
+    import pulp
+
+    values = _hint_vector(rows, b, lin, hint, D)
+    if "hint" in b:
+        values = b["hint"](values)
+    for j, (var, val) in enumerate(zip(variables, values)):
+        val = min(max(float(val), b["lo"][j]), b["hi"][j])  # (float noise must not put a start value out of bounds)
+        var.setInitialValue(float(round(val)) if var.cat != pulp.LpContinuous else val)
+
+
+def _read_cbc(
+    prob_lp: Any, variables: list[Any], rows: _Rows, b: dict[str, Any], prob: Problem, lin: Linearization, text: str, build_s: float, solve_s: float
+) -> LinearSolve:
+    """The solve's status, item counts, linear cost and bound (from CBC's log `text`)."""
+    import pulp
+
+    result = _CBC_RESULT.findall(text)
+    bound_m = _CBC_BOUND.findall(text)
+    info = {"variables": rows.n_vars, "rows": len(rows.lo), "table_cuts": b.get("cuts", 0), "cbc_result": result[-1].strip() if result else None, "planes": lin.num_planes, "pulp_status": pulp.LpStatus.get(prob_lp.status)}
+    bound = float(bound_m[-1]) if bound_m else None
+    if prob_lp.status == pulp.LpStatusInfeasible or (result and "infeasible" in result[-1].lower()):
+        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+    if prob_lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+    xv = np.array([v.varValue if v.varValue is not None else 0.0 for v in variables])
+    counts = _counts_from(rows, xv, prob.num_items, prob.num_devices)
+    info["solution"] = xv
+    proven = prob_lp.sol_status == pulp.LpSolutionOptimal and bool(result) and result[-1].strip().startswith("Optimal")
+    objective = float(variables[b["Z"]].varValue)
+    if proven and bound is None:
+        bound = objective
+    return LinearSolve("optimal" if proven else "feasible", counts, objective, bound, build_s, solve_s, info)

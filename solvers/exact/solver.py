@@ -1,0 +1,714 @@
+"""The exact solvers themselves: `ExactSolver`, the loop around the backends, and the registered solvers `cpsat`,
+`milp`, `milp_highs` and `milp_exact_neural`.
+
+Why here and not with the backends: the backends (cpsat.py, milp.py) each solve one linear model once; everything
+that makes that a solver -- options, the refusal and the necessary conditions, the warm starts, the items offered,
+the re-linearisation loop with its trust region, the local search of the linear model, the neighbourhood search of
+large models, the bound reported and its meaning, the status -- is the same whatever the backend, and lives here
+(the package's docstring tells the method).
+
+`ExactSolver.solve` works on a `_Run` (what one solve is given) and a `_Loop` (the plan in hand, the linearisation,
+the trust region, the bound so far), both changed in place by the methods that make up the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel, CostModel
+from shardopt.core.feasibility import infeasibility_reason
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.core.memory import slice_bytes, table_bytes_array
+from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.exact import constants
+from solvers.exact.cpsat import solve_cpsat
+from solvers.exact.formulation import (
+    LinearSolve,
+    Problem,
+    _Bound,
+    _canonical,
+    _packing_reason,
+    _symmetry,
+    _unusable,
+    plan_cost,
+    table_cut_bound,
+    table_lower_bounds,
+)
+from solvers.exact.milp import solve_cbc, solve_highs
+from solvers.exact.neural_head import neural_head_extra
+from solvers.linear_search import linear_local_search
+from solvers.linearize import COMM_FORMS, Linearization, linearize
+from solvers.split_items import Items, build_items, split_candidates, split_counts
+
+DEFAULT_TIME_LIMIT = 60.0
+WARM_START_SOLVERS = ("greedy", "size", "dim", "lookup", "size_lookup", "round_robin")
+EXACT_NEURAL_MAX_TABLES = 12
+EXACT_NEURAL_MAX_DEVICES = 4
+DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
+DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
+DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
+DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
+# large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
+# time limit. Off by default: on 856 x 128 in 60 s it costs the search ~4.5 s (plan 10.149 against 10.118 ms) for a
+# bound of 9.886 ms instead of the table cuts' 7.118; `shardopt bound` gives the same bound outside the solve's time.
+CERTIFIED_BOUND_SHARE = 0.15
+CERTIFIED_BOUND_MAX_S = 15.0
+DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.linear_search) within this share of the time left
+SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
+
+BACKENDS = {"cpsat": solve_cpsat, "cbc": solve_cbc, "highs": solve_highs}
+BACKEND_LABEL = {"cpsat": "CP-SAT", "cbc": "CBC", "highs": "HiGHS"}
+
+
+@dataclass
+class _Run:
+    """What one solve works on: the instance, its bound cost model, the items offered, memory, the clock and the
+    time, the info it reports."""
+
+    instance: Instance
+    cost_model: CostModel
+    bm: BoundCostModel
+    items: Items
+    caps: np.ndarray  # [D] bytes
+    fits: np.ndarray  # [I, D] a shard of the item fits on the device
+    clock: Stopwatch
+    budget: float  # the time limit (s)
+    reserve: float  # kept back for extracting, judging and checking the last plan
+    seed: int
+    info: dict[str, Any]
+
+
+@dataclass
+class _Loop:
+    """The re-linearisation loop's state."""
+
+    best: np.ndarray | None  # the best plan by the full model (item counts), None until one is found
+    best_cost: float
+    point: np.ndarray  # the expansion point of the linearisation
+    lin: Linearization | None = None
+    radius: int | None = None  # trust region: None = unrestricted
+    tried: dict[int | None, bool] = field(default_factory=dict)  # radii tried around the current point -> proven (no repeats)
+    final: bool = False  # the last unrestricted solve around the current point, with all the time left
+    bound: dict[str, Any] | None = None  # the last unrestricted solve: its bound and its expansion point
+    timed_out: bool = False
+    converged: bool = False
+    proven_infeasible: bool = False
+    lb: np.ndarray | None = None
+    cut_bound: float = -math.inf
+    searched: np.ndarray | None = None  # the plan the last local search of the linear model started from
+
+
+class ExactSolver(Solver):
+    """Linearise -> solve exactly -> judge with the full model -> re-linearise, from the best heuristic's plan."""
+
+    family = "exact"
+    backend = "cpsat"
+
+    def __init__(
+        self,
+        comm: str = "planes",
+        max_iterations: int = 30,
+        workers: int | None = None,
+        deterministic: bool = True,
+        symmetry: bool = True,
+        warm_start: bool = True,
+        default_time_limit: float = DEFAULT_TIME_LIMIT,
+        cutoff: bool = True,
+        trust_region: bool = True,
+        tiebreak: bool = True,
+        table_cuts: bool = True,
+        exact_neural: bool = False,
+        max_split: int = DEFAULT_MAX_SPLIT,
+        split_tables: int = DEFAULT_SPLIT_TABLES,
+        split_apart: bool = True,
+        neuroshard_share: float = 0.0,
+        presplit_share: float = DEFAULT_PRESPLIT_SHARE,
+        neighbourhood: int = DEFAULT_NEIGHBOURHOOD,
+        search_share: float = DEFAULT_SEARCH_SHARE,
+        certified_bound: bool = False,
+    ):
+        if comm not in COMM_FORMS:
+            raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
+        if max_iterations < 1:
+            raise ValueError(f"max_iterations: {max_iterations} must be >= 1")
+        self.comm = comm
+        self.max_iterations = int(max_iterations)
+        self.deterministic = bool(deterministic)
+        # (one worker proves some small models several times faster, but finds worse plans within short limits on
+        # the test suites: docs/exact-solvers.md, "Workers"; -O workers=1 asks for it)
+        self.workers = int(workers) if workers else (os.cpu_count() or 1)
+        self.symmetry = bool(symmetry)
+        self.warm_start = bool(warm_start)
+        self.default_time_limit = float(default_time_limit)
+        self.cutoff = bool(cutoff)
+        self.trust_region = bool(trust_region)
+        self.tiebreak = bool(tiebreak)
+        self.exact_neural = bool(exact_neural)
+        if self.exact_neural and self.backend == "cpsat":
+            raise ValueError("exact_neural: the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
+        self.table_cuts = bool(table_cuts) and not self.exact_neural  # (the cuts bound the linearised compute)
+        if int(max_split) < 1 or int(max_split) & (int(max_split) - 1):
+            raise ValueError(f"max_split: {max_split} must be a power of two >= 1 (1: whole tables only)")
+        if int(split_tables) < 0:
+            raise ValueError(f"split_tables: {split_tables} must be >= 0")
+        # the exact neural mode encodes whole tables' encodings: it stays table-wise
+        self.max_split = 1 if self.exact_neural else int(max_split)
+        self.split_tables = int(split_tables)
+        self.split_apart = bool(split_apart)
+        if not 0.0 <= float(neuroshard_share) < 1.0:
+            raise ValueError(f"neuroshard_share: {neuroshard_share} must be in [0, 1) (the share of the time limit NeuroShard's warm start may use)")
+        self.neuroshard_share = float(neuroshard_share)
+        if not 0.0 <= float(presplit_share) < 1.0:
+            raise ValueError(f"presplit_share: {presplit_share} must be in [0, 1) (the share of the time limit the pre-split warm start's polish may use)")
+        self.presplit_share = float(presplit_share)
+        if int(neighbourhood) < 0:
+            raise ValueError(f"neighbourhood: {neighbourhood} must be >= 0 (0: solve large models whole)")
+        self.neighbourhood = int(neighbourhood)
+        if not 0.0 <= float(search_share) < 1.0:
+            raise ValueError(f"search_share: {search_share} must be in [0, 1) (the share of the time left a local search of the linear model may use; 0: none)")
+        self.search_share = float(search_share)
+        self.certified_bound = bool(certified_bound)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "layout": "table-wise" if self.max_split < 2 or self.split_tables == 0 else "table-wise + column splits",
+            "max_split": self.max_split,
+            "split_tables": self.split_tables,
+            "split_apart": self.split_apart,
+            "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
+            "presplit_share": self.presplit_share if self.max_split > 1 else 0.0,
+            "neighbourhood": self.neighbourhood,
+            "search_share": self.search_share,
+            "certified_bound": self.certified_bound,
+            "comm": self.comm,
+            "max_iterations": self.max_iterations,
+            "workers": self.workers,
+            "deterministic": self.deterministic,
+            "symmetry": self.symmetry,
+            "warm_start": self.warm_start,
+            "trust_region": self.trust_region,
+            "tiebreak": self.tiebreak,
+            "table_cuts": self.table_cuts,
+            "exact_neural": self.exact_neural,
+            "cost_unit_ms": 1.0 / constants.COST_SCALE if self.backend == "cpsat" else None,
+        }
+
+    # -- pieces a subclass may change ------------------------------------------------------------------------
+    def check(self, instance: Instance, bm: BoundCostModel) -> str | None:
+        """A reason to refuse this instance / cost model (None: go ahead)."""
+        if not self.exact_neural:
+            return None
+        T, D = len(instance.tables), instance.topology.num_devices
+        if T > EXACT_NEURAL_MAX_TABLES or D > EXACT_NEURAL_MAX_DEVICES:
+            return (
+                f"{self.name}: exact neural mode is for small instances only (at most {EXACT_NEURAL_MAX_TABLES} tables on "
+                f"at most {EXACT_NEURAL_MAX_DEVICES} devices: the head's ReLUs cost up to 192 binaries per device); this "
+                f"instance has {T} tables on {D} devices. Use milp / cpsat (linearised) instead."
+            )
+        if not (hasattr(bm, "w") and hasattr(bm.w, "layers") and bm.w.layers("head")):
+            return f"{self.name}: exact neural mode needs the neural cost model (--cost-model neural or a MODEL.npz), not {type(bm).__name__}"
+        return None
+
+    def linear_solve(self, prob: Problem, lin: Linearization, bm: BoundCostModel, hint: np.ndarray | None, time_limit: float, seed: int) -> LinearSolve:
+        fn = BACKENDS[self.backend]
+        if self.exact_neural:  # the compute terms come from the encoded head; the comm planes stay
+            zero = dataclasses.replace(lin, a=np.zeros_like(lin.a), c0=np.zeros_like(lin.c0))
+            extra, stats = neural_head_extra(bm, prob)
+            res = fn(prob, zero, hint, time_limit, seed, self.workers, self.deterministic, extra)
+            res.info.update(stats)
+            return res
+        if self.backend == "cpsat":
+            return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic, self.cutoff)
+        return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic)
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float) -> list[dict[str, Any]]:
+        """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
+        (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget) and NeuroShard's
+        (within `neuroshard_share`; off by default); each judged by the full cost model."""
+        from solvers.neuroshard import presplit_plan
+        from solvers.registry import get_solver
+
+        model = _Bound(bm, label)
+        out = []
+        names = list(WARM_START_SOLVERS)
+        if self.max_split > 1 and self.neuroshard_share > 0:
+            names.append("neuroshard")
+        if self.max_split > 1 and self.presplit_share > 0:
+            got = presplit_plan(instance, bm, self.max_split, time_limit=self.presplit_share * budget)
+            out.append({"solver": "presplit", "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
+                        **({"shards": got[0]} if got else {})})
+        for name in names:
+            if name == "neuroshard":
+                r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, self.neuroshard_share * budget))
+            else:
+                r = get_solver(name).solve(instance, model, seed=seed)
+            if r.plan is None:
+                out.append({"solver": name, "status": r.status.value, "cost": None})
+                continue
+            out.append({"solver": name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
+        return out
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        budget = self.default_time_limit if time_limit is None else float(time_limit)
+        reason = self._infeasibility(instance)
+        if reason is not None:
+            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+        bm = cost_model.bind(instance)
+        refuse = self.check(instance, bm)
+        if refuse is not None:
+            return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
+        caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
+        items, best, best_cost = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info)
+        info["warm_start_s"] = clock.elapsed
+        if best is None:
+            info["warm_start"] = None
+        fits = items.size[:, None] <= caps[None, :]
+        run = _Run(instance, cost_model, bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info)
+        st = _Loop(best, best_cost, best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64))
+        certified: float | None = None
+        if self.neighbourhood > 0 and best is not None and int(fits.sum()) > constants.LARGE_MODEL:
+            certified = self._solve_large(run, st)
+        else:
+            self._relinearise(run, st)
+        return self._outcome(run, st, certified)
+
+    def _start(
+        self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float, caps: np.ndarray, info: dict[str, Any]
+    ) -> tuple[Items, np.ndarray | None, float]:
+        """The warm starts, the items offered (with pieces for what the best start cuts) and the best start's plan
+        as item counts with its full cost (None, inf: none)."""
+        starts = self.warm_starts(instance, bm, label, seed, budget) if self.warm_start else []
+        good = sorted((s for s in starts if s["cost"] is not None), key=lambda s: s["cost"])  # (stable: ties keep list order)
+        items = self.items(instance, bm, good[0]["shards"] if good else None)  # (pieces for what the best start cuts)
+        info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
+        best: np.ndarray | None = None
+        best_cost = math.inf
+        if self.warm_start:
+            info["warm_starts"] = {s["solver"]: s["cost"] for s in starts}
+            for cand in good:
+                counts = items.counts_from_shards(instance, cand["shards"], len(caps))
+                if counts is None:  # (e.g. two pieces of a table on one device when split_apart) not expressible here
+                    continue
+                best, best_cost = counts, plan_cost(bm, items, counts)
+                info["warm_start"] = {"solver": cand["solver"], "cost": best_cost}
+                break
+        return items, best, best_cost
+
+    def _solve_large(self, run: _Run, st: _Loop) -> float | None:
+        """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed (and first, when asked
+        for, the certified bound). Returns the certified bound (None: none)."""
+        assert st.best is not None
+        certified = self._certified_bound(run.instance, run.cost_model, run.budget, run.clock, run.info) if self.certified_bound else None
+        st.best, st.best_cost, st.cut_bound = self._neighbourhoods(run, st.best, st.best_cost)
+        if math.isfinite(st.cut_bound):
+            st.bound = {"value": st.cut_bound, "point": st.best.copy(), "proven": False}
+        st.timed_out = True
+        return certified
+
+    # -- the re-linearisation loop ------------------------------------------------------------------------------
+    def _relinearise(self, run: _Run, st: _Loop) -> None:
+        """Linearise around the plan in hand, solve, judge with the full model; again around every better plan, in
+        a shrinking trust region around a plan the linear model did not improve (the package's docstring)."""
+        for it in range(self.max_iterations):
+            if run.budget - run.reserve - run.clock.elapsed <= 0.05:
+                st.timed_out = True
+                break
+            if not self._iteration(run, st, it):
+                break
+
+    def _iteration(self, run: _Run, st: _Loop, it: int) -> bool:
+        """One pass of the loop. Returns False when the loop is over."""
+        lin_s = 0.0
+        if st.lin is None or not np.array_equal(st.lin.point, st.point):
+            t_lin = time.perf_counter()
+            st.lin, st.lb, st.cut_bound = self._linearisation(run, st.point)  # (with table cuts: every plan puts each table somewhere)
+            lin_s = time.perf_counter() - t_lin
+        lin = st.lin
+        if self._search_first(run, st, it):
+            return True
+        restricted = st.radius is not None
+        prob, classes = self._problem(run, st)
+        remaining = run.budget - run.reserve - run.clock.elapsed
+        n_center = int(st.best.sum()) if st.best is not None else len(run.instance.tables)  # shards of the plan in hand
+        res = self.linear_solve(prob, lin, run.bm, prob.center, max(0.05, remaining * self._time_share(run, st)), run.seed)
+        st.tried[st.radius] = res.status in ("optimal", "infeasible")
+        row = self._row(it, st, res, lin_s, len(classes))
+        run.info["iterations"].append(row)
+        if not restricted and res.status in ("optimal", "feasible", "unknown"):
+            self._keep_bound(st, res)
+        if res.status == "infeasible":
+            if st.best is None:
+                st.proven_infeasible = True
+                return False
+            res = LinearSolve("optimal", st.best.copy(), lin.cost(st.best), None, res.build_s, res.solve_s)  # (cutoff)
+        why = _unusable(run.items, res.counts, run.caps)
+        if res.counts is not None and why is not None:  # (never seen) never use such a plan
+            row["rejected"] = why
+        if why is not None:
+            if st.best is None:  # nothing in hand and nothing found: the time is gone
+                st.timed_out = True
+                return False
+            full, moved, improved = math.inf, n_center, False  # no solution in this solve's time: look closer
+        else:
+            full, moved, improved = self._judge(run, st, res, row, n_center)
+        row["improved"] = bool(improved)
+        if improved:
+            assert res.counts is not None
+            self._accept(st, res.counts, full)
+            return True
+        return self._look_closer(run, st, moved)
+
+    def _linearisation(self, run: _Run, point: np.ndarray) -> tuple[Linearization, np.ndarray | None, float]:
+        """The linear model around `point`, with the table cuts' lower bounds and their bound (None, -inf without)."""
+        lin = linearize(run.bm, point, self.comm, run.items)
+        if not self.table_cuts:
+            return lin, None, -math.inf
+        lb = table_lower_bounds(lin, run.fits, run.items.size, run.caps)
+        return lin, lb, table_cut_bound(lb, run.items)
+
+    def _search_first(self, run: _Run, st: _Loop, it: int) -> bool:
+        """Once per plan in hand (outside a trust region): a local search of the linear model. Returns whether it
+        found a better plan (now in hand)."""
+        if not (self.search_share > 0 and st.best is not None and st.radius is None and (st.searched is None or not np.array_equal(st.searched, st.best))):
+            return False
+        assert st.lin is not None
+        st.searched = st.best.copy()  # (once per plan in hand: with its seed the search is deterministic)
+        found = self._local_search(
+            run.bm, st.lin, run.items, run.caps, st.best, st.best_cost, run.seed + it, (run.budget - run.reserve - run.clock.elapsed) * self.search_share, run.info, it
+        )
+        if found is None:
+            return False
+        st.best, st.best_cost = found
+        st.point, st.tried, st.final = st.best, {}, False
+        return True
+
+    def _problem(self, run: _Run, st: _Loop) -> tuple[Problem, list[list[int]]]:
+        """The model to solve: symmetry broken (not in a trust region), the plan in hand as its hint and center.
+        Returns it and the symmetry classes used."""
+        assert st.lin is not None
+        allowed, classes, rank = _symmetry(run.instance, st.lin, run.fits, run.items)
+        if not self.symmetry or st.radius is not None:  # (a trust region around a plan is not symmetric in the devices)
+            allowed, classes = run.fits.copy(), []
+        hint = _canonical(st.best, classes, rank) if st.best is not None else None
+        if hint is not None and (hint[~allowed] > 0).any():
+            hint = None  # (cannot happen: the canonical form meets the rule) never hand a solver a bad hint
+        prob = Problem(
+            run.instance, run.items, run.items.size, run.caps, allowed, classes, rank, hint, st.radius if hint is not None else None, self.tiebreak,
+            self.table_cuts, st.lb,
+        )
+        return prob, classes
+
+    def _time_share(self, run: _Run, st: _Loop) -> float:
+        """The share of the time left for this solve: an unrestricted solve of a plan in hand leaves time for the
+        trust-region steps that may follow (on a large model one solve is all the time allows: it gets all of it)."""
+        small = int(run.fits.sum()) <= constants.LARGE_MODEL
+        restricted = st.radius is not None
+        return 0.5 if (self.trust_region and small and st.best is not None and not restricted and len(run.instance.tables) > 1 and not st.final) else 1.0
+
+    def _row(self, it: int, st: _Loop, res: LinearSolve, lin_s: float, n_classes: int) -> dict[str, Any]:
+        """The iteration's row of info["iterations"]."""
+        return {
+            "iteration": it,
+            "radius": st.radius,
+            "linear_status": res.status,
+            "linear_objective": res.objective,
+            "linear_bound": res.bound if st.radius is None else None,
+            "table_cut_bound": st.cut_bound if math.isfinite(st.cut_bound) else None,
+            "expansion_cost": st.best_cost if st.best is not None else None,
+            "linearize_s": round(lin_s, 4),
+            "build_s": round(res.build_s, 4),
+            "solve_s": round(res.solve_s, 4),
+            "symmetry_classes": n_classes,
+            **{k: v for k, v in res.info.items() if k != "solution"},
+        }
+
+    @staticmethod
+    def _keep_bound(st: _Loop, res: LinearSolve) -> None:
+        """An unrestricted solve's bound (raised by the table cuts): kept when it is around a new point, higher, or
+        proven."""
+        value = max(res.bound if res.bound is not None else -math.inf, st.cut_bound)
+        same = st.bound is not None and np.array_equal(st.bound["point"], st.point)
+        if math.isfinite(value) and (not same or value > st.bound["value"] or res.status == "optimal"):
+            st.bound = {"value": value, "point": st.point.copy(), "proven": res.status == "optimal" or (same and st.bound["proven"])}
+
+    @staticmethod
+    def _judge(run: _Run, st: _Loop, res: LinearSolve, row: dict[str, Any], n_center: int) -> tuple[float, int, bool]:
+        """A usable plan of the linear model judged by the full model: (its cost, the shards that left their
+        device, whether it is better than the plan in hand)."""
+        assert res.counts is not None
+        full = plan_cost(run.bm, run.items, res.counts)
+        moved = int(np.maximum(st.point - res.counts, 0).sum()) if st.best is not None else n_center  # shards that left
+        row["full_cost"] = full
+        row["moved_shards"] = moved
+        row["split_tables"] = len(run.items.split_used(res.counts))
+        improved = st.best is None or full < st.best_cost - 1e-9 * max(1.0, abs(st.best_cost))
+        return full, moved, improved
+
+    @staticmethod
+    def _accept(st: _Loop, counts: np.ndarray, full: float) -> None:
+        """A better plan: in hand, the new expansion point; a trust region around the old one doubles."""
+        st.best, st.best_cost = counts.copy(), full
+        st.point, st.tried, st.final = st.best, {}, False
+        if st.radius is not None:
+            st.radius = None if 2 * st.radius >= int(st.best.sum()) else 2 * st.radius
+
+    def _look_closer(self, run: _Run, st: _Loop, moved: int) -> bool:
+        """No better plan by the full model: the linear model misled us; look closer (halve the trust region), or
+        stop. Returns False when the loop is over."""
+        if not self.trust_region or st.best is None:
+            st.converged = True
+            return False
+        radius = max(0, (moved if st.radius is None else min(st.radius, moved)) // 2)
+        while radius in st.tried:
+            radius //= 2
+        st.radius = radius
+        if radius < 1:
+            # the bound of the linear model around this plan needs an unrestricted solve; one that ended on its
+            # time share without a proof gets the rest of the time
+            if None not in st.tried or (not st.tried[None] and not st.final and run.budget - run.clock.elapsed > 0.5):
+                st.final = None in st.tried
+                st.radius = None
+                return True
+            st.converged = True
+            return False
+        return True
+
+    # -- the result -------------------------------------------------------------------------------------------
+    def _outcome(self, run: _Run, st: _Loop, certified: float | None) -> SolveResult:
+        """The best plan with its status and bound, or why there is none."""
+        instance, items, clock, info = run.instance, run.items, run.clock, run.info
+        if st.proven_infeasible:
+            why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
+            return fail(self, SolveStatus.infeasible, why, clock, {**info, "proof": self.backend})
+        best = st.best
+        if best is None:
+            why = (
+                f"{self.name}: no plan found within the time limit of {run.budget:g} s (no heuristic packed the tables and "
+                f"{BACKEND_LABEL[self.backend]} found no assignment in time); the instance is not proven infeasible"
+            )
+            return fail(self, SolveStatus.no_solution, why, clock, info)
+        bound = st.bound
+        lower = bound["value"] if bound is not None else None
+        around_best = bound is not None and np.array_equal(bound["point"], best)
+        bound_is_for = None if bound is None else (
+            "the linearised model around the returned plan" if around_best else "the linearised model around an earlier plan"
+        )
+        linear_lower = lower
+        if certified is not None and (lower is None or certified > lower):
+            # a bound of the cost model itself over every table- and column-wise plan: stronger in meaning (and, on
+            # 856 x 128, in value) than the linear model's table cuts
+            lower, bound_is_for = certified, "the analytic model itself (certified: every table- and column-wise plan)"
+        info.update(
+            best_full_cost=st.best_cost,
+            linear_bound=linear_lower,
+            linear_bound_proven_optimal=bool(bound and bound["proven"]),
+            bound_is_for=bound_is_for,
+            converged=st.converged,
+            iterations_run=len(info["iterations"]),
+            split_tables_used=[instance.tables[t].name for t in items.split_used(best)],
+        )
+        if linear_lower is not None and st.best_cost > 0:
+            info["gap_to_linear_bound"] = (st.best_cost - linear_lower) / st.best_cost
+        over = clock.elapsed > run.budget
+        if st.converged and not over and around_best and bound is not None and bound["proven"]:
+            status = SolveStatus.optimal
+        elif st.timed_out or over:
+            status = SolveStatus.timeout
+        else:
+            status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
+        shards = items.shards(best, instance)
+        return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
+
+    def _local_search(
+        self, bm: BoundCostModel, lin: Linearization, items: Items, caps: np.ndarray, best: np.ndarray, best_cost: float,
+        seed: int, time_limit: float, info: dict[str, Any], iteration: int,
+    ) -> tuple[np.ndarray, float] | None:
+        """A local search of the linear model around `best` (solvers.linear_search); the plans along its path judged
+        by the full model. Returns a better plan and its full cost, or None. Each search is a row of
+        info["local_searches"]."""
+        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL)
+        t0 = time.perf_counter()
+        plans = res.plans()
+        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(plans) if _unusable(items, c, caps) is None]
+        full, k = min(judged) if judged else (math.inf, -1)
+        improved = bool(judged) and full < best_cost - 1e-9 * max(1.0, abs(best_cost))
+        plan = plans[k] if improved else None
+        info.setdefault("local_searches", []).append({
+            "before_iteration": iteration, "expansion_cost": best_cost, "linear_start": res.start_cost, "linear_best": res.cost,
+            "full_cost": full if judged else None, "improved": improved, "plans_judged": len(judged), "steps": res.steps, "kicks": res.kicks,
+            "stopped": res.stopped, "search_s": round(res.seconds, 4), "judge_s": round(time.perf_counter() - t0, 4),
+            "moved_shards": int(np.maximum(best - plan, 0).sum()) if plan is not None else 0,
+        })
+        return (plan, full) if plan is not None else None
+
+    def _certified_bound(self, instance: Instance, cost_model: CostModel, budget: float, clock: Stopwatch, info: dict[str, Any]) -> float | None:
+        """The analytic model's certified bound (solvers.analytic_bound) within CERTIFIED_BOUND_SHARE of the time
+        limit, for large models, where the linear model's only bound is the weak table cuts. None for another cost
+        model or when nothing finite was proven."""
+        from solvers.analytic_bound import BoundError, analytic_lower_bound
+
+        t0 = clock.elapsed
+        try:
+            res = analytic_lower_bound(instance, cost_model, time_limit=min(CERTIFIED_BOUND_MAX_S, CERTIFIED_BOUND_SHARE * budget))
+        except BoundError:  # (not the analytic model: nothing to certify with)
+            return None
+        ok = res.status in ("optimal", "bound") and math.isfinite(res.value_ms)
+        info["certified_bound"] = {"value": res.value_ms if ok else None, "status": res.status, "source": res.source,
+                                   "seconds": clock.elapsed - t0}
+        return res.value_ms if ok else None
+
+    def _neighbourhoods(self, run: _Run, best: np.ndarray, best_cost: float) -> tuple[np.ndarray, float, float]:
+        """Large-neighbourhood search with the exact model: the `neighbourhood` / 2 slowest devices and as many light
+        ones (the lightest first, the next ones after each failure) are re-solved exactly -- the tables that lie wholly
+        on them free to move among them, the rest of the plan fixed -- linearised around the best plan, judged by the
+        full model. Tables with pieces on other devices too stay fixed. Returns (best, its cost, the table-cut bound
+        of the last linearisation)."""
+        clock, info, items, caps = run.clock, run.info, run.items, run.caps
+        deadline = run.budget - run.reserve
+        k = max(1, self.neighbourhood // 2)
+        fails, cut = 0, -math.inf
+        lin: Linearization | None = None
+        rank = np.zeros(items.num_items, dtype=np.int64)
+        searched: np.ndarray | None = None
+        while deadline - clock.elapsed > 0.5:
+            t0 = time.perf_counter()
+            if lin is None or not np.array_equal(lin.point, best):
+                lin, _, cut = self._linearisation(run, best)
+            lin_s = time.perf_counter() - t0
+            if self.search_share > 0 and (searched is None or not np.array_equal(searched, best)):
+                # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again
+                # after every plan a neighbourhood improved
+                searched = best.copy()
+                found = self._local_search(run.bm, lin, items, caps, best, best_cost, run.seed + len(info["iterations"]),
+                                           (deadline - clock.elapsed) * self.search_share, info, len(info["iterations"]))
+                if found is not None:
+                    best, best_cost = found
+                    continue
+            chosen, free_tables, allowed = _neighbourhood(lin, items, run.fits, best, k, fails)
+            prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.tiebreak, False, None)
+            share = min(deadline - clock.elapsed - 0.3, max(1.0, 0.1 * deadline))
+            res = self._neighbourhood_solve(prob, lin, run.bm, best, max(0.2, share), run.seed + fails)
+            row: dict[str, Any] = {"neighbourhood_devices": [int(d) for d in chosen], "free_tables": int(len(free_tables)),
+                                   "linear_status": res.status, "linear_objective": res.objective, "solve_s": round(res.solve_s, 4),
+                                   "build_s": round(res.build_s, 4), "table_cut_bound": cut if math.isfinite(cut) else None,
+                                   "expansion_cost": best_cost, "variables": res.info.get("variables")}
+            improved = False
+            if _unusable(items, res.counts, caps) is None:
+                assert res.counts is not None
+                full = plan_cost(run.bm, items, res.counts)
+                row.update(full_cost=full, moved_shards=int(np.maximum(best - res.counts, 0).sum()), split_tables=len(items.split_used(res.counts)))
+                if full < best_cost - 1e-9 * max(1.0, abs(best_cost)):
+                    best, best_cost, improved = res.counts.copy(), full, True
+            row.update(improved=improved, iteration=len(info["iterations"]), radius=None, linearize_s=round(lin_s, 4))
+            info["iterations"].append(row)
+            fails = 0 if improved else fails + 1
+        return best, best_cost, cut
+
+    def _neighbourhood_solve(self, prob: Problem, lin: Linearization, bm: BoundCostModel, best: np.ndarray, time_limit: float, seed: int) -> LinearSolve:
+        """One neighbourhood's model solved by this solver's backend."""
+        if self.backend == "cpsat":
+            # deterministic: one worker (CP-SAT 9.15's interleaved search aborted the process -- "Check failed:
+            # heuristics.fixed_search != nullptr" -- on these part-fixed models); else the full portfolio
+            workers = 1 if self.deterministic else self.workers
+            return solve_cpsat(prob, lin, best, time_limit, seed, workers, False, self.cutoff)
+        return self.linear_solve(prob, lin, bm, best, time_limit, seed)
+
+    def items(self, instance: Instance, bm: BoundCostModel, start: list[Shard] | None = None) -> Items:
+        """The pieces offered: whole tables, and column pieces (dim/2, dim/4, ... >= dim/max_split) of the
+        `split_tables` tables with the highest compute alone, of any table too big for every device whole, and of
+        the tables the warm start `start` cuts (as fine as it cuts them)."""
+        split = split_candidates(bm, self.max_split, self.split_tables)
+        caps = instance.topology.capacities()
+        too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
+        if self.max_split > 1 and too_big:
+            split = np.union1d(split, np.array(too_big, dtype=np.int64))
+        deeper: dict[int, int] = {}
+        index = instance.table_index()
+        for sh in start or []:
+            t = index[sh.table]
+            w = sh.width(instance.tables[t])
+            if w != instance.tables[t].dim:
+                deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)
+        return build_items(instance, bm, split, self.max_split, self.split_apart, deeper)
+
+    def _infeasibility(self, instance: Instance) -> str | None:
+        """Necessary conditions: shardopt.core.feasibility's for whole tables; with splits, a table too big for every
+        device must fit once cut into max_split shards."""
+        if self.max_split < 2:
+            return infeasibility_reason(instance)
+        caps = instance.topology.capacities()
+        sizes = table_bytes_array(instance)
+        if int(sizes.sum()) > sum(caps):
+            return infeasibility_reason(instance)
+        for t, size in zip(instance.tables, sizes):
+            if size <= max(caps):
+                continue
+            ks = split_counts(t.dim, self.max_split)
+            if not ks:
+                return (f"table {t.name!r} needs {int(size):,} bytes but the largest device holds {max(caps):,} bytes, and its dim "
+                        f"{t.dim} cannot be cut into equal {DIM_ALIGNMENT}-aligned column shards (max_split {self.max_split})")
+            piece = slice_bytes(instance, t, t.rows, t.dim // ks[-1])
+            if piece > max(caps):
+                return (f"table {t.name!r} needs {int(size):,} bytes; even cut into {ks[-1]} column shards of {t.dim // ks[-1]} each, "
+                        f"a shard needs {piece:,} bytes, more than the largest device's {max(caps):,} (max_split {self.max_split})")
+        return None
+
+
+def _neighbourhood(lin: Linearization, items: Items, fits: np.ndarray, best: np.ndarray, k: int, fails: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The next neighbourhood (`ExactSolver._neighbourhoods`): (its devices -- the k slowest and k light ones, the
+    lightest first, the next ones after each failure --, the tables free to move, the allowed (item, device) pairs)."""
+    order = np.argsort(-lin.device_costs(best), kind="stable")
+    light = order[k:][::-1]  # lightest first
+    start = (fails * k) % max(1, len(light))
+    chosen = np.unique(np.concatenate([order[:k], np.roll(light, -start)[:k]]))
+    # free: the tables whose every piece is on a chosen device (a table also elsewhere stays as it is)
+    inside = np.bincount(items.table, weights=best[:, chosen].sum(axis=1), minlength=items.num_tables)
+    total = np.bincount(items.table, weights=best.sum(axis=1), minlength=items.num_tables)
+    free_tables = np.flatnonzero((inside > 0) & (inside == total))
+    free = np.isin(items.table, free_tables)
+    allowed = best > 0  # fixed pieces stay where they are
+    allowed[free] = False
+    allowed[np.ix_(np.flatnonzero(free), chosen)] = fits[np.ix_(np.flatnonzero(free), chosen)]
+    return chosen, free_tables, allowed
+
+
+class CpSatSolver(ExactSolver):
+    name = "cpsat"
+    backend = "cpsat"
+    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces, hard memory capacities, warm start, bound"
+
+
+class MilpSolver(ExactSolver):
+    name = "milp"
+    backend = "cbc"
+    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces, hard memory capacities, warm start, bound"
+
+
+class MilpExactNeuralSolver(ExactSolver):
+    name = "milp_exact_neural"
+    backend = "highs"
+    description = (
+        f"MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents); the neural "
+        f"cost model only, at most {EXACT_NEURAL_MAX_TABLES} tables x {EXACT_NEURAL_MAX_DEVICES} devices"
+    )
+
+    def __init__(self, **options: Any):
+        options.setdefault("exact_neural", True)
+        super().__init__(**options)
+
+
+class MilpHighsSolver(ExactSolver):
+    name = "milp_highs"
+    backend = "highs"
+    description = "MILP (scipy.optimize.milp = HiGHS) on the linearised cost, re-linearised until no improvement; whole tables and dyadic column pieces; no warm start (HiGHS via scipy takes none)"
