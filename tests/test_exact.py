@@ -255,16 +255,19 @@ def test_total_memory_short_is_infeasible() -> None:
 
 
 @pytest.mark.parametrize("name", EXACT)
-def test_bin_packing_proven_infeasible(name: str) -> None:
-    """3 tables of 6 units on 2 devices of 10: the total fits (18 <= 20), no two tables share a device."""
+def test_bin_packing_of_its_placements_proven_impossible(name: str) -> None:
+    """3 tables of 6 units on 2 devices of 10: the total fits (18 <= 20), no two tables share a device. The solver
+    proves that no assignment of its placements fits; a row-wise split would (one table halved over both devices),
+    so the instance is not infeasible (issue 17): no_solution, with the solver's proof in the reason."""
     inst = instance_doc([(1500, 4, 1.0)] * 3, [40_000] * 2)  # each table 1500 x 4 x 4 = 24,000 bytes (sgd, fp32)
     assert all(get_solver(h).solve(inst, CM).plan is None for h in HEURISTICS)
     t0 = time.perf_counter()
     r = get_solver(name).solve(inst, CM, time_limit=20)
     assert time.perf_counter() - t0 < 20
-    assert r.status is SolveStatus.infeasible and r.plan is None
+    assert r.status is SolveStatus.no_solution and r.plan is None
     assert "no assignment of whole tables fits" in r.reason and "72,000" in r.reason and "80,000" in r.reason
     assert "3 tables each need more than half of the largest device" in r.reason
+    assert "not proven infeasible" in r.reason and r.info["placements_disproved_by"]
 
 
 @pytest.mark.parametrize("name", ["cpsat", "milp_highs"])
@@ -470,7 +473,8 @@ def test_a_table_too_big_for_any_device_is_split() -> None:
     big = inst.tables[int(np.argmax(table_bytes_array(inst)))].name
     assert sum(1 for s in r.plan.shards if s.table == big) == 2 and big in r.info["split_tables_used"]
     whole = get_solver("cpsat", max_split=1).solve(inst, CM, time_limit=20)
-    assert whole.status is SolveStatus.infeasible and "fits on no device" in whole.reason
+    assert whole.status is SolveStatus.no_solution and "fits on no device" in whole.reason
+    assert "table-wise in HBM only" in whole.reason
 
 
 def test_linearisation_is_exact_at_a_split_plan() -> None:

@@ -34,9 +34,10 @@ ordered by the largest table they hold: the i-th device of a class may only hold
 bytes-descending order (valid: sort the class's devices by the best-ranked table each holds). The hint is permuted
 to match. Classes whose linear terms differ are left alone (breaking them would cut off better plans).
 
-Infeasibility: shardopt.core.feasibility's necessary conditions first (status `infeasible` with the table or the byte
-count); then a solver that proves the bin packing impossible gives `infeasible` with a reason naming the capacity
-problem.
+Infeasibility: shardopt.core.feasibility's necessary conditions first; then a solver that proves the bin packing of
+its placements (HBM table-wise and column pieces) impossible says so with a reason naming the capacity problem. Both
+are `infeasible` only when the tables exceed all HBM and host memory together (solvers.base.unplaceable); otherwise
+row-wise or host-memory plans may exist and the status is `no_solution`.
 
 Exact neural mode (`milp_exact_neural`, the neural cost model only, at most EXACT_NEURAL_MAX_TABLES tables x
 EXACT_NEURAL_MAX_DEVICES devices): the compute model's head is encoded exactly (see `neural_head_extra`).

@@ -26,7 +26,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes, table_bytes_array
-from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.exact import constants
 from solvers.exact.cpsat import solve_cpsat
 from solvers.exact.formulation import (
@@ -262,7 +262,7 @@ class ExactSolver(Solver):
         budget = self.default_time_limit if time_limit is None else float(time_limit)
         reason = self._infeasibility(instance)
         if reason is not None:
-            return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+            return unplaceable(self, instance, reason, clock, self._placements())
         bm = cost_model.bind(instance)
         refuse = self.check(instance, bm)
         if refuse is not None:
@@ -489,8 +489,10 @@ class ExactSolver(Solver):
         """The best plan with its status and bound, or why there is none."""
         instance, items, clock, info = run.instance, run.items, run.clock, run.info
         if st.proven_infeasible:
+            # the solver proved its own placements (HBM table-wise and column pieces) impossible; row-wise or
+            # host-memory plans may still exist, so this is `infeasible` only with the tiered proof (unplaceable)
             why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
-            return fail(self, SolveStatus.infeasible, why, clock, {**info, "proof": self.backend})
+            return unplaceable(self, instance, why, clock, self._placements(), {**info, "placements_disproved_by": self.backend})
         best = st.best
         if best is None:
             why = (
@@ -641,6 +643,9 @@ class ExactSolver(Solver):
             if w != instance.tables[t].dim:
                 deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)
         return build_items(instance, bm, split, self.max_split, self.split_apart, deeper)
+
+    def _placements(self) -> str:
+        return "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"
 
     def _infeasibility(self, instance: Instance) -> str | None:
         """Necessary conditions: shardopt.core.feasibility's for whole tables; with splits, a table too big for every
