@@ -91,7 +91,7 @@ def bound(
         label = cost_model_label(model, instance)
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}, "cost_model": label}
         if result.status == "infeasible":
-            what = "table-wise" if table_wise else "table- or column-wise"
+            what = "table-wise HBM" if table_wise else "table- or column-wise HBM"
             raise CLIError(f"no {what} plan fits in memory: {result.reason}", EXIT_INFEASIBLE, "infeasible",
                            extra={**head, "bound": result.to_dict()})
         plan_doc, warnings = _plan_doc(instance, plan_path, model, result) if plan_path is not None else (None, [])

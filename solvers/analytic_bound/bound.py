@@ -21,13 +21,13 @@ from solvers.analytic_bound.table_cuts import table_cut_bound
 from solvers.analytic_bound.terms import BoundError, ShardTerms
 
 COVERS = (
-    "every plan of table-wise and column-wise shards (any split into shards whose widths are multiples of "
+    "every plan of table-wise and column-wise shards in HBM (any split into shards whose widths are multiples of "
     f"{DIM_ALIGNMENT}, several shards of one table on one device included), under the analytic cost model; not "
-    "row-wise or data-parallel shards, not other cost models"
+    "row-wise, data-parallel or host-memory (UVM) shards, not other cost models"
 )
 COVERS_TABLE_WISE = (
-    "every table-wise plan (each table whole on one device), under the analytic cost model; not column-, row-wise or "
-    "data-parallel shards, not other cost models"
+    "every table-wise plan in HBM (each table whole on one device), under the analytic cost model; not column-, "
+    "row-wise, data-parallel or host-memory (UVM) shards, not other cost models"
 )
 FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only
 
