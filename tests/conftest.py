@@ -2,7 +2,7 @@
 
 `instances(...)` draws any valid `shardopt.core.ir.Instance`: tables of 1..1e6 rows, dims in multiples of 4 up to 256,
 float pooling factors in [0, 50], Zipf or 17-bin-histogram access, optional per-table dtype; 1..16 devices with
-devices_per_host dividing the device count or not; any hardware profile; one memory size or one per device, drawn
+devices_per_host dividing the device count or at least it (one partly used host); any hardware profile; one memory size or one per device, drawn
 relative to the tables' bytes so that instances range from roomy to tight to infeasible.
 
 `make_instance(n_tables, n_devices, seed, mem_factor)` builds a deterministic instance from a numpy seed.
@@ -86,8 +86,8 @@ def instances(
     tables = [draw(table_dicts(f"t{i}")) for i in range(n_tables)]
     if draw(st.booleans()):
         per_host = draw(st.sampled_from([d for d in range(1, n_dev + 1) if n_dev % d == 0]))
-    else:
-        per_host = draw(st.integers(1, max(1, n_dev + 2)))
+    else:  # one host, partly used (uneven hosts are refused by the IR)
+        per_host = draw(st.integers(n_dev, n_dev + 2))
     topology: dict[str, Any] = {
         "num_devices": n_dev,
         "devices_per_host": per_host,

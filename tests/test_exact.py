@@ -105,7 +105,7 @@ def _neural():
 @pytest.mark.parametrize("comm", ["planes", "linear"])
 def test_linearisation_is_exact_at_its_expansion_point(model: str, comm: str) -> None:
     cm = CM if model == "analytic" else _neural()
-    for inst in (make_instance(10, 4, seed=2), make_instance(24, 16, seed=3, per_host=4), make_instance(7, 5, seed=4, per_host=2)):
+    for inst in (make_instance(10, 4, seed=2), make_instance(24, 16, seed=3, per_host=4), make_instance(7, 6, seed=4, per_host=2)):
         bm = cm.bind(inst)
         rng = np.random.default_rng(0)
         for _ in range(3):

@@ -46,7 +46,7 @@ def base_doc(**workload) -> dict:
             {"name": "t2", "rows": 1000, "dim": 64, "pooling_factor": 10.0, "access": {"histogram": [1.0] + [0.0] * 16}},
             {"name": "t3", "rows": 50, "dim": 8, "pooling_factor": 1.0, "access": {"zipf": 1.2}},
         ],
-        "topology": {"num_devices": 3, "devices_per_host": 2, "memory_bytes": 10**7, "hardware": "v100"},
+        "topology": {"num_devices": 3, "devices_per_host": 3, "memory_bytes": 10**7, "hardware": "v100"},
         "workload": {"batch_size": 1024, "optimizer": "sgd", "weight_dtype": "fp32", **workload},
         "metadata": {"suite": "unit"},
     }
@@ -193,6 +193,8 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         (lambda d: d["tables"][1].update(rows=-5), "tables[1].rows: -5: input should be greater than or equal to 1"),
         (lambda d: d["tables"][1].update(rows=10**30), "tables[1].rows: 1000000000000000000000000000000: input should be less than or equal to 1099511627776"),
         (lambda d: d["topology"].update(memory_bytes=2**70), f"topology.memory_bytes: {2**70} is more than {2**62} bytes (2^62), the most the memory model holds"),
+        (lambda d: d["topology"].update(num_devices=4, devices_per_host=3, memory_bytes=10**9),
+         "topology.devices_per_host: 3 does not divide num_devices 4: hosts must have equal device counts (use 4 devices on one host, or a divisor of 4)"),
         (lambda d: d["workload"].update(batch_size=10**20), "workload.batch_size: 100000000000000000000: input should be less than or equal to 1099511627776"),
         (lambda d: d["tables"][0].update(pooling_factor=-1), "tables[0].pooling_factor: -1: input should be greater than or equal to 0"),
         (lambda d: d["tables"][0].update(dim="abc"), 'tables[0].dim: "abc": input should be a valid integer'),

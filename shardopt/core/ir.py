@@ -197,6 +197,13 @@ class Topology(IRModel):
             v = getattr(self, name)
             if isinstance(v, list) and len(v) != self.num_devices:
                 raise ValueError(f"{name}: {len(v)} values for {self.num_devices} devices")
+        if self.num_devices > self.devices_per_host and self.num_devices % self.devices_per_host:
+            # uneven hosts: TorchRec's topology (local world size) and its table_row_wise layout assume every host
+            # has the same number of devices; a job on part of one host (devices_per_host >= num_devices) is fine
+            raise ValueError(
+                f"devices_per_host: {self.devices_per_host} does not divide num_devices {self.num_devices}: hosts must "
+                f"have equal device counts (use {self.num_devices} devices on one host, or a divisor of {self.num_devices})"
+            )
         return self
 
     @model_serializer(mode="wrap")
