@@ -184,15 +184,18 @@ def test_certified_bounds_give_the_gap_column(tmp_path, suite):
 
 
 def test_a_bound_highs_had_no_time_for_says_so(tmp_path):
-    """No time for HiGHS on devices that are not interchangeable (hosts of 4, 4 and 2): the stored bound is the
-    weak table-cut one (finite, never -inf), and the row says so."""
+    """No time for HiGHS on devices that are not interchangeable (two of ten with more memory): the stored bound is
+    the weak table-cut one (finite, never -inf), and the row says so."""
     from conftest import make_instance
 
     from shardopt.core.ir import to_dict
     from shardopt.leaderboard.run import bound_row
 
     path = tmp_path / "uneven.json"
-    path.write_text(json.dumps(to_dict(make_instance(60, 10, seed=1, mem_factor=1.5, per_host=4))))
+    doc = to_dict(make_instance(60, 10, seed=1, mem_factor=1.5, per_host=5))
+    m = doc["topology"]["memory_bytes"]
+    doc["topology"]["memory_bytes"] = [m] * 8 + [int(1.2 * m)] * 2
+    path.write_text(json.dumps(doc))
     row = bound_row("x", str(path), "h", "analytic", 0.0)
     assert row["status"] == "bound" and 0 < row["value_ms"] < float("inf") and "table-cut" in row["reason"]
 
