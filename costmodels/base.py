@@ -186,16 +186,10 @@ class BoundCostModel(ABC):
     @cached_property
     def histograms(self) -> np.ndarray:
         """Each table's 17-bin access histogram [T, 17]: as given, or derived from its Zipf exponent at the batch."""
-        from shardopt.core.stats import histogram_from_zipf
+        from shardopt.core.stats import table_histogram
 
-        rows = []
-        for t in self.instance.tables:
-            if t.access.histogram is not None:
-                h = np.asarray(t.access.histogram, dtype=np.float64)
-                rows.append(h / h.sum())
-            else:
-                rows.append(np.asarray(histogram_from_zipf(t.rows, t.pooling_factor, float(t.access.zipf), self.instance.workload.batch_size)))
-        return np.stack(rows)
+        batch = self.instance.workload.batch_size
+        return np.stack([table_histogram(t, batch) for t in self.instance.tables])
 
     @abstractmethod
     def compute_costs(self, states: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from costmodels.analytic import cache_miss_share
 from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
-from shardopt.core.stats import histogram_from_zipf
+from shardopt.core.stats import table_histogram
 
 HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables may plan for: the packer needs slack
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
@@ -100,19 +100,12 @@ def cached_lookup_share(histogram: np.ndarray, rows: int, lookups: float, cache_
     return 1.0 - cache_miss_share(histogram, float(rows), float(lookups), float(cache_rows))
 
 
-def table_histogram(instance: Instance, table: Table) -> np.ndarray:
-    if table.access.histogram is not None:
-        h = np.asarray(table.access.histogram, dtype=np.float64)
-        return h / h.sum()
-    return np.asarray(histogram_from_zipf(table.rows, table.pooling_factor, float(table.access.zipf), instance.workload.batch_size))
-
-
 def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = None) -> float:
     """The smallest offered load factor whose cache serves HIT_TARGET of the table's lookups (the largest offered
     when none does). `rows`: the rows of the shard (a row-wise block sees its share of the lookups)."""
     n = table.rows if rows is None else rows
     lookups = instance.workload.batch_size * table.pooling_factor * n / table.rows
-    hist = table_histogram(instance, table)
+    hist = table_histogram(table, instance.workload.batch_size)
     for f in CACHE_LOAD_FACTORS:
         if cached_lookup_share(hist, n, lookups, f * n) >= HIT_TARGET:
             return f

@@ -146,6 +146,18 @@ class Table(IRModel):
         return v
 
 
+def _check_byte_counts(v: int | list[int], zero_ok: bool) -> int | list[int]:
+    """One memory size or one per device: each > 0 (>= 0 where `zero_ok`) and at most MAX_BYTES."""
+    values = v if isinstance(v, list) else [v]
+    for i, m in enumerate(values):
+        where = f"[{i}]: " if isinstance(v, list) else ""
+        if m < 0 or (m == 0 and not zero_ok):
+            raise ValueError(f"{where}{m} must be {'>= 0' if zero_ok else '> 0'}")
+        if m > MAX_BYTES:
+            raise ValueError(f"{where}{m} is more than {MAX_BYTES} bytes (2^62), the most the memory model holds")
+    return v
+
+
 class Topology(IRModel):
     num_devices: int = Field(ge=1, le=MAX_DEVICES)
     devices_per_host: int = Field(ge=1, le=MAX_DEVICES)
@@ -170,26 +182,12 @@ class Topology(IRModel):
     @field_validator("memory_bytes")
     @classmethod
     def _check_memory(cls, v: int | list[int]) -> int | list[int]:
-        values = v if isinstance(v, list) else [v]
-        for i, m in enumerate(values):
-            where = f"[{i}]: " if isinstance(v, list) else ""
-            if m <= 0:
-                raise ValueError(f"{where}{m} must be > 0")
-            if m > MAX_BYTES:
-                raise ValueError(f"{where}{m} is more than {MAX_BYTES} bytes (2^62), the most the memory model holds")
-        return v
+        return _check_byte_counts(v, zero_ok=False)
 
     @field_validator("host_memory_bytes")
     @classmethod
     def _check_host_memory(cls, v: int | list[int]) -> int | list[int]:
-        values = v if isinstance(v, list) else [v]
-        for i, m in enumerate(values):
-            where = f"[{i}]: " if isinstance(v, list) else ""
-            if m < 0:
-                raise ValueError(f"{where}{m} must be >= 0")
-            if m > MAX_BYTES:
-                raise ValueError(f"{where}{m} is more than {MAX_BYTES} bytes (2^62), the most the memory model holds")
-        return v
+        return _check_byte_counts(v, zero_ok=True)
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Topology:

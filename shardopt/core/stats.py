@@ -27,8 +27,12 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # the IR imports nothing from here; a type only
+    from shardopt.core.ir import Table
 
 __all__ = [
     "ACCESS_BINS",
@@ -625,3 +629,12 @@ def generate_trace_zipf(
     if not np.any(indices == rows - 1):
         indices[rng.integers(lookups)] = rows - 1
     return indices, _bag_offsets(lookups, batch_size, rng)
+
+
+def table_histogram(table: "Table", batch_size: int) -> np.ndarray:
+    """A table's 17-bin access histogram at `batch_size` lookups per sample-batch: as given (normalised), or derived
+    from its Zipf exponent (histogram_from_zipf). The one place the IR's two access descriptions become a histogram."""
+    if table.access.histogram is not None:
+        h = np.asarray(table.access.histogram, dtype=np.float64)
+        return h / h.sum()
+    return np.asarray(histogram_from_zipf(table.rows, table.pooling_factor, float(table.access.zipf), batch_size))
