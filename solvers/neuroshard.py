@@ -22,6 +22,12 @@ docs/benchmarks.md:
   than half a device, halved up front) joins the first beam, so the search does not spend one step per halving to
   reach them (856 x 128 production: 13.26 -> 10.21 ms in the 55 s budget; docs/neuroshard.md).
 
+Beyond HBM (issue 17): where table-wise and column-wise placements in HBM cannot hold the instance, the same search
+runs within the heuristics' tiered layout (solvers.tiering, the layout greedy ends with): the row-wise tables' blocks
+are every device's background from the start, the UVM tables are pieces in their tier (HBM and host bytes, the
+cache's miss share in their state), and the search chooses devices and column splits for the packed tables under
+both capacities (`PieceModel`, docs/placements.md).
+
 The grid's 11 greedy runs of every beam state of a step go in lock-step: one batched cost-model call per piece
 position for all (state, scale) lanes, using the cost models' additive device states (no re-encoding of a
 device's other pieces).
@@ -36,10 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from costmodels.base import BoundCostModel, CostModel
-from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
-from shardopt.core.memory import slice_bytes
+from costmodels.base import BoundCostModel, CostModel, shard_cache_fraction
+from shardopt.core.feasibility import tiered_infeasibility_reason
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
+from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
+from solvers.heuristics import GreedySolver
+from solvers.tiering import TieredLayout, plan_tiers
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
@@ -77,24 +86,51 @@ class GridResult:
 
 
 class PieceModel:
-    """Per-piece states, widths, bytes and single costs of one instance, cached across beam states."""
+    """Per-piece states, widths, bytes and single costs of one instance, cached across beam states.
 
-    def __init__(self, instance: Instance, bm: BoundCostModel):
-        self.instance, self.bm = instance, bm
-        self._cache: dict[Piece, tuple[np.ndarray, int, float]] = {}
+    With a `layout` (solvers.tiering: the instance does not fit table-wise / column-wise in HBM), the pieces are
+    the packed tables and their column slices, each in its table's memory tier (kernel and cache: its state prices
+    the cache misses, its bytes are split between HBM and host memory), and the row-wise tables' fixed shards are
+    every device's background: their state, pooled width and bytes are on the devices before any piece is placed.
+    The search then chooses devices and column splits within the layout's tiers."""
+
+    def __init__(self, instance: Instance, bm: BoundCostModel, layout: TieredLayout | None = None):
+        self.instance, self.bm, self.layout = instance, bm, layout
+        self._cache: dict[Piece, tuple[np.ndarray, int, float, int]] = {}
+        D = instance.topology.num_devices
+        self.base_states = np.zeros((D, bm.state_size))
+        self.base_dims = np.zeros(D)
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        self.host_caps = np.array(instance.topology.host_capacities(), dtype=np.int64)
+        if layout is not None:
+            for sh in layout.fixed:
+                d, st, w = bm.shard_contribution(sh)
+                self.base_states[d] += st
+                self.base_dims[d] += w
+            self.caps = self.caps - layout.fixed_hbm
+            self.host_caps = self.host_caps - layout.fixed_host
+        self.base_compute = bm.compute_costs(self.base_states).sum(axis=-1)  # [D]
+
+    @property
+    def tables(self) -> list[int]:
+        """The tables the search places (all, or the layout's packed ones)."""
+        if self.layout is None:
+            return list(range(len(self.instance.tables)))
+        return [int(i) for i in self.layout.packed]
+
+    def shard(self, piece: Piece, device: int) -> Shard:
+        """The shard of `piece` on `device`, in its table's tier."""
+        t, off, cols = piece
+        table = self.instance.tables[t]
+        tier = self.layout.tiers[t] if self.layout is not None else None
+        kw: dict[str, Any] = {} if tier is None or tier.kernel is Kernel.fused else {"kernel": tier.kernel, "cache_load_factor": tier.cache_load_factor}
+        if off == 0 and cols == table.dim:
+            return Shard(table=table.name, device=int(device), **kw)
+        return Shard(table=table.name, device=int(device), col_offset=off, cols=cols, **kw)
 
     def info(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(states [P, F], widths [P], bytes [P], single compute costs [P]) of `pieces`."""
-        missing = [p for p in pieces if p not in self._cache]
-        if missing:
-            t = np.array([p[0] for p in missing])
-            c = np.array([p[2] for p in missing])
-            states = self.bm.shard_states(t, c, np.ones(len(missing)), np.ones(len(missing)))
-            single = self.bm.compute_costs(states).sum(axis=-1)
-            for k, p in enumerate(missing):
-                table = self.instance.tables[p[0]]
-                self._cache[p] = (states[k], slice_bytes(self.instance, table, table.rows, p[2]), float(single[k]))
+        """(states [P, F], widths [P], HBM bytes [P], single compute costs [P]) of `pieces`."""
+        self._fill(pieces)
         rows = [self._cache[p] for p in pieces]
         return (
             np.stack([r[0] for r in rows]),
@@ -102,6 +138,49 @@ class PieceModel:
             np.array([r[1] for r in rows], dtype=np.int64),
             np.array([r[2] for r in rows]),
         )
+
+    def host_sizes(self, pieces: list[Piece]) -> np.ndarray:
+        """Host-memory bytes of `pieces` [P] (0 for pieces in HBM)."""
+        self._fill(pieces)
+        return np.array([self._cache[p][3] for p in pieces], dtype=np.int64)
+
+    def _fill(self, pieces: list[Piece]) -> None:
+        missing = [p for p in pieces if p not in self._cache]
+        if not missing:
+            return
+        t = np.array([p[0] for p in missing])
+        c = np.array([p[2] for p in missing])
+        ones = np.ones(len(missing))
+        if self.layout is None:
+            states = self.bm.shard_states(t, c, ones, ones)
+        else:  # each piece in its table's tier: the share of its rows its HBM cache holds
+            probes = [self.shard(p, 0) for p in missing]
+            cf = np.array([shard_cache_fraction(s, self.instance.tables[p[0]].rows) for s, p in zip(probes, missing)])
+            host = np.array([s.kernel.in_host_memory for s in probes])
+            states = self.bm.shard_states(t, c, ones, ones, cf, host)
+        single = self.bm.compute_costs(states).sum(axis=-1)
+        for k, p in enumerate(missing):
+            table = self.instance.tables[p[0]]
+            if self.layout is None:
+                hbm, host_b = slice_bytes(self.instance, table, table.rows, p[2]), 0
+            else:
+                probe = self.shard(p, 0)
+                hbm, host_b = shard_bytes(self.instance, table, probe), shard_host_bytes(self.instance, table, probe)
+            self._cache[p] = (states[k], hbm, float(single[k]), host_b)
+
+    def plan_cost(self, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray) -> tuple[float, np.ndarray]:
+        """The plan cost (max over devices of compute + both all-to-alls) of the pieces on `device_of`, the
+        background included, and every device's total."""
+        return plan_cost(self.bm, states, widths, device_of, self.base_states, self.base_dims)
+
+    def all_pieces(self) -> tuple[Piece, ...]:
+        """The unsplit state: every table the search places, whole."""
+        return tuple(sorted((i, 0, self.instance.tables[i].dim) for i in self.tables))
+
+    def to_shards(self, pieces: list[Piece], device_of: np.ndarray) -> list[Shard]:
+        """The plan: each piece on its device in its tier, and the layout's fixed row-wise shards."""
+        shards = [self.shard(p, int(d)) for p, d in zip(pieces, device_of)]
+        return shards + (list(self.layout.fixed) if self.layout is not None else [])
 
 
 def grid_greedy(
@@ -126,13 +205,15 @@ def grid_greedy(
         w = order.widths[lanes.state, i]
         size = order.sizes[lanes.state, i]
         ok = (lanes.free >= size[:, None]) & (lanes.dims + w[:, None] <= lanes.cap[:, None] + 1e-9) & lanes.alive[:, None]
+        if lanes.host_free is not None:
+            ok &= lanes.host_free >= order.host[lanes.state, i][:, None]
         if cfg.split_apart:
             _keep_apart(ok, sib[lanes.state, i], lanes)
         new = bm.compute_costs(lanes.S + x[:, None, :]).sum(axis=-1)  # [L, D]
         score = np.where(ok, new, np.inf)
         if comm_aware:
             _score_by_plan_cost(bm, score, ok, new, lanes, w)
-        _place(lanes, i, score, new, x, w, size)
+        _place(lanes, i, score, new, x, w, size, order.host[lanes.state, i] if lanes.host_free is not None else None)
     return _best_per_state(bm, lanes, order, cfg.scales)
 
 
@@ -146,6 +227,7 @@ class _GreedyOrder:
     widths: np.ndarray  # [B, P]
     sizes: np.ndarray  # [B, P] bytes
     owner: np.ndarray  # [B, P] table index
+    host: np.ndarray  # [B, P] host-memory bytes
 
 
 def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrder:
@@ -157,7 +239,8 @@ def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrde
     wd = np.stack([info[1][o] for info, o in zip(infos, orders)])  # [B, P]
     sz = np.stack([info[2][o] for info, o in zip(infos, orders)])  # [B, P]
     own = np.stack([np.array([p[0] for p in pieces])[o] for pieces, o in zip(states_list, orders)])  # [B, P]
-    return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own)
+    hb = np.stack([pm.host_sizes(pieces)[o] for pieces, o in zip(states_list, orders)])  # [B, P]
+    return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own, host=hb)
 
 
 def _sibling_positions(own: np.ndarray) -> np.ndarray:
@@ -192,6 +275,7 @@ class _Lanes:
     S: np.ndarray  # [L, D, F]
     dims: np.ndarray  # [L, D]
     free: np.ndarray  # [L, D]
+    host_free: np.ndarray | None  # [L, D] (None: no piece uses host memory)
     compute: np.ndarray  # [L, D]
     alive: np.ndarray  # [L]
     placed_on: np.ndarray  # [L, P] device per greedy position (-1: not placed)
@@ -199,19 +283,21 @@ class _Lanes:
 
 
 def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...]) -> _Lanes:
-    """Empty devices in every lane; each lane's dim cap is its scale x its state's total width / devices."""
+    """Devices holding only the background (nothing without a layout) in every lane; each lane's dim cap is its
+    scale x its state's total width (background included) / devices."""
     n_states, n_pieces, F = order.states.shape
     n_scales, n_dev = len(scales), pm.bm.num_devices
     L = n_states * n_scales
     lane_state = np.repeat(np.arange(n_states), n_scales)
-    cap = np.tile(np.array(scales), n_states) * order.widths.sum(axis=1)[lane_state] / n_dev  # [L]
+    cap = np.tile(np.array(scales), n_states) * (order.widths.sum(axis=1)[lane_state] + pm.base_dims.sum()) / n_dev  # [L]
     return _Lanes(
         state=lane_state,
         cap=cap,
-        S=np.zeros((L, n_dev, F)),
-        dims=np.zeros((L, n_dev)),
+        S=np.broadcast_to(pm.base_states, (L, n_dev, F)).copy(),
+        dims=np.broadcast_to(pm.base_dims, (L, n_dev)).copy(),
         free=np.broadcast_to(pm.caps, (L, n_dev)).copy(),
-        compute=np.zeros((L, n_dev)),
+        host_free=np.broadcast_to(pm.host_caps, (L, n_dev)).copy() if order.host.any() else None,
+        compute=np.broadcast_to(pm.base_compute, (L, n_dev)).copy(),
         alive=np.ones(L, dtype=bool),
         placed_on=np.full((L, n_pieces), -1, dtype=np.int64),
         ids=np.arange(L),
@@ -244,7 +330,8 @@ def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, n
         score[lane, cands] = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
 
 
-def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndarray, w: np.ndarray, size: np.ndarray) -> None:
+def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndarray, w: np.ndarray, size: np.ndarray,
+           host: np.ndarray | None = None) -> None:
     """Greedy position `i` onto each lane's best-scored device; a lane with no allowed device dies (no plan)."""
     best = np.argmin(score, axis=1)
     lanes.alive &= np.isfinite(score[lanes.ids, best])
@@ -253,6 +340,8 @@ def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndar
     lanes.S[live, d] += x[live]
     lanes.dims[live, d] += w[live]
     lanes.free[live, d] -= size[live]
+    if host is not None and lanes.host_free is not None:
+        lanes.host_free[live, d] -= host[live]
     lanes.compute[live, d] = new[live, d]
     lanes.placed_on[live, i] = d
 
@@ -280,9 +369,12 @@ def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scal
     return results
 
 
-def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray) -> tuple[float, np.ndarray]:
-    S = np.zeros((bm.num_devices, states.shape[1]))
-    dims = np.zeros(bm.num_devices)
+def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray,
+              base_states: np.ndarray | None = None, base_dims: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """(plan cost, every device's total) of pieces with `states` and `widths` on `device_of`, on devices that
+    already hold `base_states` / `base_dims` (a tiered layout's fixed shards; None: empty devices)."""
+    S = np.zeros((bm.num_devices, states.shape[1])) if base_states is None else base_states.copy()
+    dims = np.zeros(bm.num_devices) if base_dims is None else base_dims.copy()
     np.add.at(S, device_of, states)
     np.add.at(dims, device_of, widths)
     totals = bm.compute_costs(S).sum(axis=-1) + bm.comm_totals(dims)
@@ -294,11 +386,13 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     while memory holds (and halves stay apart with `split_apart`)."""
     bm = pm.bm
     states, widths, sizes, _ = pm.info(pieces)
+    hsizes = pm.host_sizes(pieces)
     owner = np.array([p[0] for p in pieces])
     device_of = device_of.copy()
     n_dev = bm.num_devices
     used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
-    cost, totals = plan_cost(bm, states, widths, device_of)
+    hused = np.bincount(device_of, weights=hsizes, minlength=n_dev).astype(np.int64)
+    cost, totals = pm.plan_cost(states, widths, device_of)
     moves = 0
     improved = True
     while improved and (deadline is None or clock.elapsed < deadline):
@@ -308,14 +402,16 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
             siblings = set(device_of[(owner == owner[p]) & (np.arange(len(pieces)) != p)].tolist()) if cfg.split_apart else set()
             # moves
             for d in range(n_dev):
-                if d == hot or d in siblings or used[d] + sizes[p] > pm.caps[d]:
+                if d == hot or d in siblings or used[d] + sizes[p] > pm.caps[d] or hused[d] + hsizes[p] > pm.host_caps[d]:
                     continue
                 trial = device_of.copy()
                 trial[p] = d
-                c, t = plan_cost(bm, states, widths, trial)
+                c, t = pm.plan_cost(states, widths, trial)
                 if c < cost - 1e-12:
                     used[hot] -= sizes[p]
                     used[d] += sizes[p]
+                    hused[hot] -= hsizes[p]
+                    hused[d] += hsizes[p]
                     device_of, cost, totals, improved = trial, c, t, True
                     moves += 1
                     break
@@ -331,12 +427,16 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                     continue
                 if used[d] - sizes[q] + sizes[p] > pm.caps[d] or used[hot] - sizes[p] + sizes[q] > pm.caps[hot]:
                     continue
+                if hused[d] - hsizes[q] + hsizes[p] > pm.host_caps[d] or hused[hot] - hsizes[p] + hsizes[q] > pm.host_caps[hot]:
+                    continue
                 trial = device_of.copy()
                 trial[p], trial[q] = d, hot
-                c, t = plan_cost(bm, states, widths, trial)
+                c, t = pm.plan_cost(states, widths, trial)
                 if c < cost - 1e-12:
                     used[hot] += sizes[q] - sizes[p]
                     used[d] += sizes[p] - sizes[q]
+                    hused[hot] += hsizes[q] - hsizes[p]
+                    hused[d] += hsizes[p] - hsizes[q]
                     device_of, cost, totals, improved = trial, c, t, True
                     moves += 1
                     break
@@ -354,7 +454,8 @@ def split(piece: Piece) -> tuple[Piece, Piece] | None:
 
 
 def presplit_plan(
-    instance: Instance, bm: BoundCostModel, max_pieces: int = 8, cfg: NeuroShardConfig | None = None, time_limit: float | None = None
+    instance: Instance, bm: BoundCostModel, max_pieces: int = 8, cfg: NeuroShardConfig | None = None, time_limit: float | None = None,
+    layout: TieredLayout | None = None,
 ) -> tuple[list[Shard], float] | None:
     """One NeuroShard state chosen up front instead of searched: every table whose compute alone exceeds the mean
     device compute, or whose bytes exceed half the largest device, is halved until its pieces do not (at most
@@ -367,7 +468,7 @@ def presplit_plan(
     polish, not restructure, a plan) a split layout to work from. `time_limit` ends the polish (the grid runs whole)."""
     cfg = cfg or NeuroShardConfig()
     clock = Stopwatch()
-    pm = PieceModel(instance, bm)
+    pm = PieceModel(instance, bm, layout)
     pieces = presplit_pieces(pm, max_pieces)
     results = grid_greedy(pm, [pieces], cfg, comm_aware=True, clock=clock)
     if not results or results[0].device_of is None:
@@ -376,16 +477,16 @@ def presplit_plan(
             return None
     device_of, _ = polish(pm, pieces, results[0].device_of, cfg, clock, time_limit)
     states, widths, _, _ = pm.info(pieces)
-    cost, _ = plan_cost(bm, states, widths, device_of)
-    return pieces_to_shards(instance, pieces, device_of), cost
+    cost, _ = pm.plan_cost(states, widths, device_of)
+    return pm.to_shards(pieces, device_of), cost
 
 
 def presplit_pieces(pm: PieceModel, max_pieces: int = 8) -> list[Piece]:
     """The pre-split state: each table halved while its pieces' compute alone exceeds the mean device compute or
     their bytes exceed half the largest device (at most `max_pieces` pieces, halves that stay 4-aligned)."""
-    whole: list[Piece] = [(i, 0, t.dim) for i, t in enumerate(pm.instance.tables)]
+    whole: list[Piece] = list(pm.all_pieces())
     _, _, nbytes, single = pm.info(whole)
-    target = float(single.sum()) / pm.bm.num_devices
+    target = (float(single.sum()) + float(pm.base_compute.sum())) / pm.bm.num_devices
     room = float(pm.caps.max()) / 2  # a piece bigger than half a device is hard to pack: halve it too
     pieces: list[Piece] = []
     for p, c, b in zip(whole, single, nbytes):
@@ -395,15 +496,6 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8) -> list[Piece]:
             parts *= 2
         pieces += todo
     return sorted(pieces)
-
-
-def pieces_to_shards(instance: Instance, pieces: list[Piece], device_of: np.ndarray) -> list[Shard]:
-    shards = []
-    for (t, off, cols), d in zip(pieces, device_of):
-        table = instance.tables[t]
-        whole = off == 0 and cols == table.dim
-        shards.append(Shard(table=table.name, device=int(d)) if whole else Shard(table=table.name, device=int(d), col_offset=off, cols=cols))
-    return shards
 
 
 class _StateScorer:
@@ -461,7 +553,8 @@ class _Search:
 
 
 def _seeded_search(
-    instance: Instance, cost_model: CostModel, pm: PieceModel, scorer: _StateScorer, start: tuple[Piece, ...], first: GridResult, seed: int
+    instance: Instance, cost_model: CostModel, pm: PieceModel, scorer: _StateScorer, start: tuple[Piece, ...], first: GridResult, seed: int,
+    greedy: SolveResult | None = None,
 ) -> tuple[_Search, float | None, float | None]:
     """The first beam: the unsplit state, its best plan the grid's (`first`) or the greedy's when cheaper
     (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`), which becomes the best when
@@ -470,7 +563,7 @@ def _seeded_search(
     best, best_state = first, start
     greedy_cost = None
     if cfg.seed_with_greedy:
-        seeded = _greedy_seed(instance, cost_model, pm, start, seed)
+        seeded = _greedy_seed(instance, cost_model, pm, start, seed, greedy)
         if seeded is not None:
             greedy_cost = seeded.cost
             if greedy_cost < best.cost:
@@ -489,20 +582,47 @@ def _seeded_search(
     return _Search(best, best_state, beam), greedy_cost, presplit_cost
 
 
-def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, start: tuple[Piece, ...], seed: int) -> GridResult | None:
+def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, start: tuple[Piece, ...], seed: int,
+                 seeded: SolveResult | None = None) -> GridResult | None:
     """The cost-model greedy's table-wise plan as a result for the unsplit state `start`, judged by the full cost
     model (no scale: it is not a grid plan); None when the greedy finds no plan. Why: the search then never ends
     worse than the greedy solver."""
-    from solvers.heuristics import GreedySolver
-
-    seeded = GreedySolver().solve(instance, cost_model, seed=seed)
-    if seeded.plan is None or len(seeded.plan.shards) != len(instance.tables) or any(s.kernel.in_host_memory for s in seeded.plan.shards):
-        return None  # (a greedy plan with row-wise or host-memory shards is no seed for a table-wise HBM state)
-    where = {s.table: s.device for s in seeded.plan.shards}
-    device_of = np.array([where[instance.tables[t].name] for t, _, _ in start], dtype=np.int64)
+    if seeded is None:
+        seeded = GreedySolver().solve(instance, cost_model, seed=seed)
+    if seeded.plan is None:
+        return None
+    device_of = seed_devices(pm, seeded.plan.shards, start)
+    if device_of is None:
+        return None
     states0, widths0, _, _ = pm.info(list(start))
-    greedy_cost, _ = plan_cost(pm.bm, states0, widths0, device_of)
+    greedy_cost, _ = pm.plan_cost(states0, widths0, device_of)
     return GridResult(greedy_cost, device_of, None)
+
+
+def seed_devices(pm: PieceModel, shards: list[Shard], start: tuple[Piece, ...]) -> np.ndarray | None:
+    """The device of each whole-table piece of `start` in a plan (`shards`), or None when the plan is not one of
+    the search's states: it must place the packed tables whole, each in its layout tier, and the rest exactly as
+    the layout's fixed shards (a greedy plan with row-wise or host-memory shards is no seed for a table-wise HBM
+    state, nor one whose layout differs)."""
+    fixed = {(s.table, s.device, s.row_offset, s.rows, s.kernel, s.cache_load_factor) for s in (pm.layout.fixed if pm.layout else [])}
+    where: dict[str, Shard] = {}
+    for s in shards:
+        key = (s.table, s.device, s.row_offset, s.rows, s.kernel, s.cache_load_factor)
+        if key in fixed:
+            fixed.discard(key)
+            continue
+        if s.table in where:
+            return None
+        where[s.table] = s
+    if fixed:
+        return None
+    out = []
+    for t, off, cols in start:
+        s = where.get(pm.instance.tables[t].name)
+        if s is None or s != pm.shard((t, off, cols), s.device):  # (also: not whole, or in another tier)
+            return None
+        out.append(s.device)
+    return np.array(out, dtype=np.int64)
 
 
 def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, clock: Stopwatch, deadline: float | None) -> None:
@@ -580,29 +700,51 @@ class NeuroShardSolver(Solver):
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        """The search over table-wise and column-wise placements in HBM; where those cannot hold the instance (or
+        the search finds no plan that fits), the same search within a tiered layout (solvers.tiering: row-wise
+        tables fixed over all devices, cold tables in host memory behind HBM caches)."""
         clock = Stopwatch()
         cfg = self.config
-        reason = split_infeasibility(instance)
-        if reason:
-            return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM")
-        bm = cost_model.bind(instance)
-        pm = PieceModel(instance, bm)
         budget = time_limit if time_limit is not None else cfg.default_time_limit
+        reason = split_infeasibility(instance)
+        if reason is None:
+            result = self._search(instance, cost_model, None, clock, budget, seed)
+            if result.plan is not None or (budget is not None and cfg.anytime and clock.elapsed >= budget):
+                return result
+            reason = result.reason or "no plan in HBM"
+        proof = tiered_infeasibility_reason(instance)
+        if proof is not None:
+            return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
+        greedy = GreedySolver().solve(instance, cost_model, seed=seed)
+        rowwise = frozenset(instance.table_index()[s.table] for s in greedy.plan.shards if s.rows is not None) if greedy.plan is not None else frozenset()
+        layout = plan_tiers(instance, rowwise)
+        if isinstance(layout, str):
+            return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
+        return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
+
+    def _search(self, instance: Instance, cost_model: CostModel, layout: TieredLayout | None, clock: Stopwatch, budget: float | None, seed: int,
+                greedy: SolveResult | None = None) -> SolveResult:
+        """The seeded beam search, the comm-aware refinement and the polish over the pieces of `layout`'s packed
+        tables (all tables in HBM without one)."""
+        cfg = self.config
+        bm = cost_model.bind(instance)
+        pm = PieceModel(instance, bm, layout)
         deadline = budget if cfg.anytime else None
         scorer = _StateScorer(pm, cfg, clock, deadline, instance.topology.num_devices)
 
-        start: tuple[Piece, ...] = tuple(sorted((i, 0, t.dim) for i, t in enumerate(instance.tables)))
+        start = pm.all_pieces()
         (first,) = scorer.score([start])
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit of {budget:g} s ended the search before the first grid plan was scored", clock)
-        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed)
+        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
         _beam_search(search, pm, scorer, clock, deadline)
         if cfg.comm_aware and search.best.device_of is not None and not search.timed_out:
             _refine_comm_aware(search, pm, cfg, clock, deadline)
 
         best = search.best
         if best.device_of is None:
-            return fail(self, SolveStatus.no_solution, "no dimension-cap scale gave a plan that fits in memory, split or not; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
+            where = "within the tiered layout" if layout is not None else "split or not"
+            return fail(self, SolveStatus.no_solution, f"no dimension-cap scale gave a plan that fits in memory, {where}; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
         pieces = list(search.best_state)
         device_of = best.device_of
         moves = 0
@@ -610,8 +752,8 @@ class NeuroShardSolver(Solver):
         if cfg.polish and not timed_out:
             device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
             timed_out = deadline is not None and clock.elapsed >= deadline
-        shards = pieces_to_shards(instance, pieces, device_of)
-        info = {
+        shards = pm.to_shards(pieces, device_of)
+        info: dict[str, Any] = {
             "states_scored": scorer.evaluated,
             "beam_steps": search.steps,
             "no_split_grid_cost": first.cost,
@@ -623,8 +765,12 @@ class NeuroShardSolver(Solver):
             "polish_moves": moves,
             "comm_refined": search.comm_refined,
         }
+        extra: dict[str, Any] = {}
+        if layout is not None:
+            extra["placements"] = layout.summary()
+            info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
         status = SolveStatus.timeout if timed_out else SolveStatus.feasible
-        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm)
+        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra or None)
 
 
 class NeuroShardFaithfulSolver(NeuroShardSolver):
