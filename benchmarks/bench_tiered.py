@@ -9,11 +9,15 @@ placed. A solver without a plan is counted, with its status, never dropped.
 
 Run: `.venv/bin/python benchmarks/bench_tiered.py [--random 200] [--solvers torchrec_all,greedy,neuroshard,cpsat]
 [--time-limit 10] [--out benchmarks/results/tiered.json]` (the committed rows are that file gzipped).
+`--reuse OLD.json[.gz]` takes the rows of the solvers *not* in `--solvers` from an earlier run of the same
+instances (e.g. TorchRec's, which take most of the time) and re-runs only the named ones; the output says which
+rows were reused and from which file and date.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import platform
@@ -117,8 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default="torchrec_all")
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--reuse", type=Path, default=None, help="an earlier run's JSON (.gz): its rows of other solvers are kept")
     args = ap.parse_args(argv)
     names = args.solvers.split(",")
+    reused: list[dict] = []
+    reused_from = None
+    if args.reuse is not None:
+        opener = gzip.open if args.reuse.suffix == ".gz" else open
+        with opener(args.reuse, "rt") as fh:
+            old = json.load(fh)
+        reused = [r for r in old["rows"] if r["solver"] not in names]
+        reused_from = {"file": str(args.reuse), "date": old.get("date"), "command": old.get("command"),
+                       "solvers": sorted({r["solver"] for r in reused})}
     instances: list[tuple[str, Instance]] = []
     for suite in SUITES:
         for p in sorted((ROOT / "instances" / "suites" / suite).glob(f"{suite}-*.json")):
@@ -126,11 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     instances += [("random", random_instance(s)) for s in range(args.random)]
     t0 = time.perf_counter()
     rows = run(names, instances, args.time_limit)
+    if reused:
+        wanted = {(f, i.name) for f, i in instances}
+        rows += [r for r in reused if (r["family"], r["instance"]) in wanted]
+        names = reused_from["solvers"] + names  # type: ignore[index]
     summary = summarise(rows, names, args.baseline)
     doc = {"command": "python benchmarks/bench_tiered.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": f"{platform.node()} ({platform.machine()}), 2-core VM", "date": date.today().isoformat(),
            "judge": "sim (analytic model, the instance's own hardware profile)", "wall_s": round(time.perf_counter() - t0, 1),
-           "summary": summary, "rows": rows}
+           "reused": reused_from, "summary": summary, "rows": rows}
     for s in summary:
         ratio = s["geo_mean_cost_ratio_to_baseline"]
         print(f"{s['family']:12s} {s['solver']:14s} plans {s['plans']:4d}/{s['instances']:4d}  where {args.baseline} has one: "

@@ -48,6 +48,7 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
 from solvers.heuristics import GreedySolver
+from solvers.placement_polish import describe_placements, layout_of, polish_placements
 from solvers.tiering import TieredLayout, plan_tiers
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
@@ -70,11 +71,13 @@ class NeuroShardConfig:
     seed_with_greedy: bool = True  # the cost-model greedy's table-wise plan competes with the grid plans
     seed_with_presplit: bool = True  # the pre-split state (presplit_pieces) joins the first beam
     default_time_limit: float | None = 55.0  # the budget when the caller gives none (anytime only): done within 60 s
+    placement_polish: bool = True  # in a tiered layout: cost-driven caches / HBM moves (solvers.placement_polish)
+    data_parallel: bool | None = None  # offer data-parallel replicas: None = in tiered layouts only (see docstring)
 
 
 FAITHFUL = NeuroShardConfig(
     split_apart=False, comm_aware=False, dedup=False, polish=False, anytime=False, seed_with_greedy=False, seed_with_presplit=False,
-    default_time_limit=None
+    default_time_limit=None, placement_polish=False, data_parallel=False,
 )
 
 
@@ -753,6 +756,10 @@ class NeuroShardSolver(Solver):
             device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
             timed_out = deadline is not None and clock.elapsed >= deadline
         shards = pm.to_shards(pieces, device_of)
+        dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
+        placed: dict[str, Any] | None = None
+        if (cfg.placement_polish and layout is not None) or dp:
+            shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, clock, deadline, timed_out)
         info: dict[str, Any] = {
             "states_scored": scorer.evaluated,
             "beam_steps": search.steps,
@@ -766,9 +773,10 @@ class NeuroShardSolver(Solver):
             "comm_refined": search.comm_refined,
         }
         extra: dict[str, Any] = {}
-        if layout is not None:
-            extra["placements"] = layout.summary()
-            info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
+        if placed is not None:
+            info["placement_polish"] = placed
+        if layout is not None or any(s.replicated for s in shards):
+            extra["placements"], info["tiers"] = describe_placements(instance, shards)
         status = SolveStatus.timeout if timed_out else SolveStatus.feasible
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra or None)
 
@@ -779,6 +787,39 @@ class NeuroShardFaithfulSolver(NeuroShardSolver):
 
     def __init__(self, config: NeuroShardConfig | None = None, **overrides: Any):
         super().__init__(config or FAITHFUL, **overrides)
+
+
+def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, data_parallel: bool,
+                       clock: Stopwatch, deadline: float | None, timed_out: bool, rounds: int = 3) -> tuple[list[Shard], dict[str, Any], bool]:
+    """Cost-driven caches, HBM moves and (with `data_parallel`) replicas on the searched plan
+    (solvers.placement_polish), then, while that changed something, the device polish again under the new tiers
+    (a table whose cache grew may now be better elsewhere). Returns the plan, what was done and whether the budget
+    ran out."""
+    moves: list[dict[str, Any]] = []
+    device_moves = 0
+    before = None
+    for _ in range(rounds):
+        if timed_out:
+            break
+        shards, got = polish_placements(instance, bm, shards, data_parallel=data_parallel, clock=clock, deadline=deadline)
+        before = got["cost_before"] if before is None else before
+        moves += got["moves"]
+        timed_out = deadline is not None and clock.elapsed >= deadline
+        if not got["moves"] or not cfg.polish or timed_out:
+            break
+        pm = PieceModel(instance, bm, layout_of(instance, shards))
+        packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
+        index = instance.table_index()
+        mine = [s for s in shards if index[s.table] in packed]
+        pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
+        device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, clock, deadline)
+        device_moves += n
+        shards = pm.to_shards(pieces, device_of)
+        timed_out = deadline is not None and clock.elapsed >= deadline
+        if n == 0:
+            break
+    after = float(bm.plan_costs(shards).max_cost)
+    return shards, {"moves": moves, "device_moves": device_moves, "cost_before": before, "cost_after": after}, timed_out
 
 
 def split_infeasibility(instance: Instance) -> str | None:

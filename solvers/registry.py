@@ -78,7 +78,9 @@ _HEURISTIC_PLACEMENTS = "table-wise; row-wise for a table larger than every devi
 PLACEMENTS: dict[str, str] = {
     **{n: _HEURISTIC_PLACEMENTS for n in ("greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup")},
     **{n: ("table-wise, column-wise; where those cannot hold the instance in HBM: row-wise for a table larger than every "
-           "device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest searched table- and column-wise")
+           "device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest searched table- and column-wise, "
+           "then caches grown / tables moved back to HBM / small tables replicated data-parallel where the cost model says so "
+           "(data-parallel on HBM instances with -O data_parallel=true)")
        for n in ("neuroshard", "neuroshard_faithful")},
     **{n: "table-wise, column-wise (HBM only)" for n in ("cpsat", "milp", "milp_highs", "milp_exact_neural")},
     "torchrec": "table-wise, column-wise, row-wise, table-row-wise, data-parallel; UVM-cached / UVM when the instance has host memory (TorchRec's planner chooses)",

@@ -74,8 +74,10 @@ def test_tables_beyond_hbm_get_a_host_memory_plan_no_worse_than_greedy() -> None
     independent_memory_check(inst, r.plan)
     assert any(s.kernel is not Kernel.fused for s in r.plan.shards)
     assert r.predicted.max_cost <= greedy.predicted.max_cost + 1e-9  # greedy's plan seeds the search
-    assert r.plan.params["placements"] == greedy.plan.params["placements"]  # the same tiers, placed by the search
+    assert sum(r.plan.params["placements"].values()) == len(inst.tables)
     assert r.info["tiers"]
+    polished = r.info["placement_polish"]  # the cost-driven caches / HBM moves only ever lower the cost
+    assert polished["cost_after"] <= polished["cost_before"] + 1e-9
 
 
 def test_a_table_too_tall_for_column_slices_is_split_by_rows() -> None:

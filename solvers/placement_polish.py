@@ -1,0 +1,239 @@
+"""Cost-driven choices of *how* a table is held, once the devices are chosen: bigger HBM caches, host-memory tables
+back in HBM, and small tables replicated data-parallel, each kept only where the cost model says the plan gets
+cheaper and both memory tiers have room.
+
+Why: the tiering layout (solvers.tiering) is model-free: it moves the coldest tables per byte to host memory and
+gives each the smallest cache that serves 90 % of its lookups, and it leaves 10 % of every device's HBM free for
+the packer. After the packing, that slack is better spent where it pays most: TorchRec's
+`EmbeddingOffloadScaleupProposer` grows the UVM tables' caches while HBM allows, ranked by the tables' access
+statistics; here the cost model ranks every option against the plan's actual bottleneck. Data-parallel replicas
+(TorchRec's `data_parallel`) take a small table's pooled output out of the all-to-all and split its lookups over all
+devices, at the price of an all-reduce of its whole gradient and a copy on every device.
+
+The moves (each applies to every shard of one table, on the devices they are on):
+- `cache`: a UVM table's HBM cache set to a larger offered load factor (a `fused_uvm` table gets one);
+- `hbm`: a UVM table's shards moved into HBM (kernel `fused`);
+- `replicate` (only with `data_parallel`): a table held in HBM table- or column-wise replicated whole on every device.
+
+Search: best improvement, by (plan cost, then the sum of the device costs: a cheaper non-bottleneck device is kept
+when the maximum stays), until no move improves or the deadline passes. Deterministic: candidates in table order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel
+from shardopt.core.ir import Instance, Kernel, Shard
+from shardopt.core.memory import shard_bytes, shard_host_bytes
+from solvers.base import Stopwatch
+from solvers.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout
+
+POLISH_LOAD_FACTORS = tuple(sorted(set(CACHE_LOAD_FACTORS) | {0.75}))  # the caches a table may grow to
+REL_EPS = 1e-9  # an improvement must exceed this share of the plan cost
+
+
+@dataclass
+class _Plan:
+    """The plan as the polish changes it: shards grouped by table, each device's summed state, pooled width, extra
+    backward comm (replicas' all-reduce) and bytes in each tier."""
+
+    shards: dict[int, list[Shard]]  # table index -> its shards
+    S: np.ndarray  # [D, F]
+    dims: np.ndarray  # [D]
+    extra: np.ndarray  # [D]
+    hbm: np.ndarray  # [D]
+    host: np.ndarray  # [D]
+
+    def totals(self, bm: BoundCostModel) -> np.ndarray:
+        return bm.compute_costs(self.S).sum(axis=-1) + bm.comm_totals(self.dims) + self.extra
+
+
+def _contribution(instance: Instance, bm: BoundCostModel, table: int, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(state [D, F], width [D], extra comm [D], HBM bytes [D], host bytes [D]) that `shards` of `table` add."""
+    D, t = bm.num_devices, instance.tables[table]
+    S, dims, extra = np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D)
+    hbm, host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
+    for s in shards:
+        d, st, w = bm.shard_contribution(s)
+        S[d] += st
+        dims[d] += w
+        if s.replicated:
+            extra[d] += bm.replicated_comm(table)
+        hbm[d] += shard_bytes(instance, t, s)
+        host[d] += shard_host_bytes(instance, t, s)
+    return S, dims, extra, hbm, host
+
+
+def _options(instance: Instance, table: int, shards: list[Shard], num_devices: int, data_parallel: bool) -> list[tuple[str, list[Shard]]]:
+    """The moves offered for one table: (what, its shards after the move)."""
+    out: list[tuple[str, list[Shard]]] = []
+    kernels = {s.kernel for s in shards}
+    if len(kernels) != 1 or any(s.replicated for s in shards):
+        return out
+    (kernel,) = kernels
+    if kernel.in_host_memory:
+        now = shards[0].cache_load_factor if kernel is Kernel.fused_uvm_caching else 0.0
+        for f in POLISH_LOAD_FACTORS:
+            if f > (now or 0.0):
+                out.append((f"cache {f:g}", [s.model_copy(update={"kernel": Kernel.fused_uvm_caching, "cache_load_factor": f}) for s in shards]))
+        out.append(("hbm", [s.model_copy(update={"kernel": Kernel.fused, "cache_load_factor": None}) for s in shards]))
+    elif data_parallel and num_devices > 1 and all(s.height(instance.tables[table]) == instance.tables[table].rows for s in shards):
+        name = instance.tables[table].name
+        out.append(("replicate", [Shard(table=name, device=d, replicated=True) for d in range(num_devices)]))
+    return out
+
+
+@dataclass
+class _Candidate:
+    """One move: the table, what it does, the table's shards after it and what they add (`_contribution`), the
+    devices whose state it changes, and (cached until one of those devices changes) their compute after it."""
+
+    table: int
+    what: str
+    shards: list[Shard]
+    new: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    devices: np.ndarray
+    all_devices: bool  # a replica changes every device's comm: re-costed every round
+    compute: np.ndarray | None = None  # [len(devices)] compute after the move
+
+
+def polish_placements(
+    instance: Instance, bm: BoundCostModel, shards: list[Shard], *, data_parallel: bool = False,
+    clock: Stopwatch | None = None, deadline: float | None = None, max_moves: int = 10_000,
+) -> tuple[list[Shard], dict[str, Any]]:
+    """The plan after the cost-driven moves of the module docstring, and what was done ({"moves": [...],
+    "cost_before", "cost_after"}). The devices of every shard stay; only kernels, caches and replication change."""
+    D = bm.num_devices
+    index = instance.table_index()
+    groups: dict[int, list[Shard]] = {}
+    for s in shards:
+        groups.setdefault(index[s.table], []).append(s)
+    contrib = {t: _contribution(instance, bm, t, g) for t, g in groups.items()}
+    plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64))
+    for c in contrib.values():
+        plan.S += c[0]
+        plan.dims += c[1]
+        plan.extra += c[2]
+        plan.hbm += c[3]
+        plan.host += c[4]
+    caps = np.array(instance.topology.capacities(), dtype=np.int64)
+    hosts = np.array(instance.topology.host_capacities(), dtype=np.int64)
+
+    def candidates(t: int) -> list[_Candidate]:
+        out = []
+        for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel):
+            new = _contribution(instance, bm, t, new_shards)
+            devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
+            out.append(_Candidate(t, what, new_shards, new, devs, any(s.replicated for s in new_shards)))
+        return out
+
+    cands: dict[int, list[_Candidate]] = {t: candidates(t) for t in sorted(groups)}
+    compute = bm.compute_costs(plan.S).sum(axis=-1)
+    comm = bm.comm_totals(plan.dims)
+    totals = compute + comm + plan.extra
+    before = float(totals.max())
+    moves: list[dict[str, Any]] = []
+    while len(moves) < max_moves and not (deadline is not None and clock is not None and clock.elapsed >= deadline):
+        best: tuple[float, float] | None = None
+        chosen: _Candidate | None = None
+        for t in sorted(cands):
+            old = contrib[t]
+            for c in cands[t]:
+                d = c.devices
+                if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
+                    continue
+                if c.all_devices:
+                    dims = plan.dims - old[1] + c.new[1]
+                    cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + bm.comm_totals(dims) + plan.extra - old[2] + c.new[2]
+                else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
+                    if c.compute is None:
+                        c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
+                    cand = totals.copy()
+                    cand[d] = c.compute + comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
+                key = (float(cand.max()), float(cand.sum()))
+                if best is None or key < best:
+                    best, chosen = key, c
+        if chosen is None or best is None:
+            break
+        cur = (float(totals.max()), float(totals.sum()))
+        eps = REL_EPS * max(cur[0], 1e-12)
+        if not (best[0] < cur[0] - eps or (best[0] <= cur[0] + eps and best[1] < cur[1] - eps)):
+            break
+        t, old = chosen.table, contrib[chosen.table]
+        plan.S += chosen.new[0] - old[0]
+        plan.dims += chosen.new[1] - old[1]
+        plan.extra += chosen.new[2] - old[2]
+        plan.hbm += chosen.new[3] - old[3]
+        plan.host += chosen.new[4] - old[4]
+        plan.shards[t], contrib[t] = chosen.shards, chosen.new
+        changed = chosen.devices if not chosen.all_devices else np.arange(D)
+        compute[changed] = bm.compute_costs(plan.S[changed]).sum(axis=-1)
+        if chosen.all_devices:
+            comm = bm.comm_totals(plan.dims)
+        totals = compute + comm + plan.extra
+        moves.append({"table": instance.tables[t].name, "move": chosen.what, "cost_ms": float(totals.max())})
+        cands[t] = candidates(t)
+        hit = np.zeros(D, dtype=bool)
+        hit[changed] = True
+        for lst in cands.values():
+            for c in lst:
+                if c.compute is not None and hit[c.devices].any():
+                    c.compute = None
+    out = [s for t in sorted(plan.shards) for s in plan.shards[t]]
+    return out, {"moves": moves, "cost_before": before, "cost_after": float(totals.max())}
+
+
+def layout_of(instance: Instance, shards: list[Shard]) -> TieredLayout:
+    """The tiered layout a plan follows, for a search that moves its tables again: a table split by rows or
+    replicated is fixed (its shards pre-placed), every other table is packed in its shards' tier (kernel and cache
+    load factor)."""
+    index = instance.table_index()
+    D = instance.topology.num_devices
+    groups: dict[int, list[Shard]] = {}
+    for s in shards:
+        groups.setdefault(index[s.table], []).append(s)
+    tiers: list[TableTier] = []
+    hbm = np.zeros(len(instance.tables), dtype=np.int64)
+    host = np.zeros(len(instance.tables), dtype=np.int64)
+    fixed: list[Shard] = []
+    fixed_hbm, fixed_host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
+    for i, t in enumerate(instance.tables):
+        g = groups.get(i, [])
+        pinned = any(s.replicated or s.height(t) != t.rows for s in g)
+        tiers.append(TableTier(g[0].kernel, g[0].cache_load_factor, pinned) if g else TableTier())
+        if pinned:
+            fixed += g
+            for s in g:
+                fixed_hbm[s.device] += shard_bytes(instance, t, s)
+                fixed_host[s.device] += shard_host_bytes(instance, t, s)
+        else:
+            probe = Shard(table=t.name, device=0, kernel=tiers[-1].kernel, cache_load_factor=tiers[-1].cache_load_factor)
+            hbm[i], host[i] = shard_bytes(instance, t, probe), shard_host_bytes(instance, t, probe)
+    return TieredLayout(tiers, hbm, host, fixed, fixed_hbm, fixed_host)
+
+
+def describe_placements(instance: Instance, shards: list[Shard]) -> tuple[dict[str, int], dict[str, str]]:
+    """(count per placement kind, each table's kind where it is not table- or column-wise in HBM) of a plan, in
+    the words of solvers.tiering's TableTier.describe ('row-wise, HBM', 'table-wise, host memory + HBM cache
+    (0.2 of rows)', 'data-parallel, HBM')."""
+    tables = {t.name: t for t in instance.tables}
+    groups: dict[str, list[Shard]] = {}
+    for s in shards:
+        groups.setdefault(s.table, []).append(s)
+    counts: dict[str, int] = {}
+    special: dict[str, str] = {}
+    for name, g in groups.items():
+        t = tables[name]
+        if any(s.replicated for s in g):
+            what = "data-parallel, HBM"
+        else:
+            what = TableTier(g[0].kernel, g[0].cache_load_factor, any(s.height(t) != t.rows for s in g)).describe()
+        key = what.split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+        if key != "table-wise, HBM":
+            special[name] = what
+    return counts, special

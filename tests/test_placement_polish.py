@@ -1,0 +1,115 @@
+"""The cost-driven placement polish (solvers/placement_polish.py): bigger HBM caches, host-memory tables back in
+HBM and data-parallel replicas, kept only where the cost model says the plan is cheaper and both tiers have room."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from costmodels.registry import get_cost_model
+from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, to_dict
+from shardopt.core.plan_check import check_plan
+from solvers.neuroshard import PieceModel
+from solvers.placement_polish import describe_placements, layout_of, polish_placements
+from solvers.registry import get_solver
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiered_instance():
+    d = to_dict(load_instance(ROOT / "instances" / "examples" / "small.json"))
+    cap = d["topology"]["memory_bytes"]
+    d["topology"]["memory_bytes"] = int(cap * 0.3)
+    d["topology"]["host_memory_bytes"] = 2 * cap
+    return instance_from_dict(d)
+
+
+def test_polish_lowers_the_cost_keeps_devices_and_memory() -> None:
+    inst = tiered_instance()
+    cm = get_cost_model("analytic")
+    bm = cm.bind(inst)
+    g = get_solver("greedy").solve(inst, cm, seed=0)
+    shards, info = polish_placements(inst, bm, g.plan.shards)
+    assert check_plan(inst, shards).ok
+    assert info["moves"], "greedy leaves HBM slack the caches can use"
+    after = bm.plan_costs(shards).max_cost
+    assert after < g.predicted.max_cost
+    assert after == info["cost_after"]
+    where = lambda ss: sorted((s.table, s.device, s.col_offset, s.row_offset) for s in ss)  # noqa: E731
+    assert where(shards) == where(g.plan.shards)  # only kernels and caches changed
+
+
+def test_a_uvm_table_with_room_in_hbm_comes_back() -> None:
+    """One table in host memory without a cache on an otherwise roomy device: HBM is strictly cheaper in the
+    analytic model, so the polish moves it back."""
+    d = to_dict(load_instance(ROOT / "instances" / "examples" / "small.json"))
+    d["topology"]["host_memory_bytes"] = d["topology"]["memory_bytes"]
+    inst = instance_from_dict(d)
+    cm = get_cost_model("analytic")
+    bm = cm.bind(inst)
+    plan = get_solver("greedy").solve(inst, cm, seed=0).plan.shards
+    hot = max(range(len(plan)), key=lambda k: bm.plan_costs([plan[k]]).max_cost)
+    plan[hot] = plan[hot].model_copy(update={"kernel": Kernel.fused_uvm})
+    assert check_plan(inst, plan).ok
+    shards, info = polish_placements(inst, bm, plan)
+    back = [s for s in shards if s.table == plan[hot].table]
+    assert back[0].kernel is Kernel.fused
+    assert info["moves"][0] == {"table": plan[hot].table, "move": "hbm", "cost_ms": info["moves"][0]["cost_ms"]}
+
+
+def hot_small_table_instance():
+    """Two devices, one tiny table with a very high pooling factor beside ordinary ones: table-wise, its lookups all
+    land on one device; replicated, they split over both and its gradient all-reduce is a few KB."""
+    tables = [{"name": f"t{i}", "rows": 200_000, "dim": 64, "pooling_factor": 10.0, "access": {"zipf": 0.8}} for i in range(4)]
+    tables.append({"name": "hot", "rows": 100, "dim": 64, "pooling_factor": 400.0, "access": {"zipf": 0.8}})
+    return instance_from_dict({"name": "hot-small", "tables": tables,
+                               "topology": {"num_devices": 2, "devices_per_host": 2, "hardware": "a100", "memory_bytes": 10**10},
+                               "workload": {"batch_size": 65536}})
+
+
+def test_data_parallel_replicates_a_tiny_hot_table_only_when_asked() -> None:
+    inst = hot_small_table_instance()
+    cm = get_cost_model("analytic")
+    bm = cm.bind(inst)
+    plan = get_solver("greedy").solve(inst, cm, seed=0).plan.shards
+    same, info = polish_placements(inst, bm, plan, data_parallel=False)
+    assert not any(s.replicated for s in same)
+    shards, info = polish_placements(inst, bm, plan, data_parallel=True)
+    assert check_plan(inst, shards).ok
+    reps = sorted(s.device for s in shards if s.replicated)
+    assert reps == [0, 1] and all(s.table == "hot" for s in shards if s.replicated)
+    assert bm.plan_costs(shards).max_cost < bm.plan_costs(plan).max_cost
+    counts, special = describe_placements(inst, shards)
+    assert counts["data-parallel, HBM"] == 1 and special == {"hot": "data-parallel, HBM"}
+
+
+def test_neuroshard_offers_replicas_with_the_option() -> None:
+    inst = hot_small_table_instance()
+    cm = get_cost_model("analytic")
+    plain = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
+    assert not any(s.replicated for s in plain.plan.shards)  # HBM instances: off unless asked
+    from solvers.neuroshard import NeuroShardSolver
+
+    r = NeuroShardSolver(data_parallel=True).solve(inst, cm, time_limit=20, seed=0)
+    assert check_plan(inst, r.plan).ok
+    assert any(s.replicated for s in r.plan.shards)
+    assert r.predicted.max_cost < plain.predicted.max_cost
+    assert r.plan.params["placements"]["data-parallel, HBM"] == 1
+
+
+def test_layout_of_a_plan_rebuilds_it() -> None:
+    """The layout read back from a tiered plan reproduces the plan's shards (the second device polish relies on it)."""
+    inst = tiered_instance()
+    cm = get_cost_model("analytic")
+    r = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
+    layout = layout_of(inst, r.plan.shards)
+    pm = PieceModel(inst, cm.bind(inst), layout)
+    index = inst.table_index()
+    packed = set(int(i) for i in layout.packed)
+    mine = [s for s in r.plan.shards if index[s.table] in packed]
+    pieces = [(index[s.table], s.col_offset, s.width(inst.tables[index[s.table]])) for s in mine]
+    rebuilt = pm.to_shards(pieces, np.array([s.device for s in mine]))
+    key = lambda s: (s.table, s.device, s.row_offset, s.col_offset)  # noqa: E731
+    assert sorted(rebuilt, key=key) == sorted(r.plan.shards, key=key)
+    assert isinstance(rebuilt[0], Shard)
