@@ -14,8 +14,12 @@ docs/benchmarks.md:
   predicted *plan* cost (compute and all-to-all, max over devices) after the move, not just that device's compute;
 - `dedup`: a state reached twice (the same multiset of pieces) is scored once;
 - `polish`: a local search (moves and swaps off the bottleneck device) on the best plan;
-- `anytime`: the time limit (55 s when none is given) is honoured and the best plan so far returned (status
-  `timeout`);
+- `anytime`: the time limit (when none is given, `default_budget`: 2-10 s from the instance's size) is honoured and
+  the best plan so far returned (status `timeout`); the search stops at `polish_reserve` (15 %) of the budget before
+  it, so the polish always runs;
+- `patience`: the beam stops after 3 steps without a cheaper plan; `refine_extra`: the comm-aware refinement also
+  re-runs the 4 cheapest states the search scored (together: the same suite means or better in about half the time;
+  docs/benchmarks.md, "Fast by default");
 - `seed_with_greedy`: the cost-model greedy's table-wise plan is scored beside the no-split grid plan, so the
   search starts from the better of the two (and never ends worse than the greedy solver).
 - `seed_with_presplit`: the pre-split state (`presplit_pieces`: tables heavier than a device's fair share, or bigger
@@ -70,15 +74,28 @@ class NeuroShardConfig:
     anytime: bool = True
     seed_with_greedy: bool = True  # the cost-model greedy's table-wise plan competes with the grid plans
     seed_with_presplit: bool = True  # the pre-split state (presplit_pieces) joins the first beam
-    default_time_limit: float | None = 55.0  # the budget when the caller gives none (anytime only): done within 60 s
+    default_time_limit: float | None = None  # the budget when the caller gives none (anytime only); None: default_budget
+    refine_extra: int = 4  # the comm-aware refinement also re-runs this many more of the cheapest states scored
+    patience: int | None = 3  # beam steps without a cheaper plan before the search stops (None: max_steps)
+    polish_reserve: float = 0.15  # share of the budget the search leaves for the polish (anytime only)
     placement_polish: bool = True  # in a tiered layout: cost-driven caches / HBM moves (solvers.placement_polish)
     data_parallel: bool | None = None  # offer data-parallel replicas: None = in tiered layouts only (see docstring)
 
 
 FAITHFUL = NeuroShardConfig(
-    split_apart=False, comm_aware=False, dedup=False, polish=False, anytime=False, seed_with_greedy=False, seed_with_presplit=False,
-    default_time_limit=None, placement_polish=False, data_parallel=False,
-)
+    split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False,
+    refine_extra=0, patience=None, placement_polish=False, data_parallel=False,
+)  # (anytime: the published search has no budget; here it honours --time-limit and the default budget)
+
+
+def default_budget(instance: Instance) -> float:
+    """The time budget when the caller gives none, from the instance's size: 2 s up to 20,000 table x device pairs,
+    growing linearly to 10 s at 100,000 (a production model, 856 x 128, gets 10 s). Small instances end well before
+    it (the beam stops after `patience` steps without a cheaper plan: 100 x 8 in well under 1 s on a 2-core VM);
+    the budget only caps them on a slow or loaded machine. Measured against the search run to 55 s in
+    docs/benchmarks.md ("Fast by default")."""
+    pairs = len(instance.tables) * instance.topology.num_devices
+    return float(min(10.0, max(2.0, pairs / 10_000)))
 
 
 @dataclass
@@ -195,12 +212,17 @@ def grid_greedy(
     deadline: float | None = None,
 ) -> list[GridResult] | None:
     """The inner greedy for several beam states (same piece count) under every dim-cap scale, all in lock-step:
-    one batched cost-model call per piece position for every (state, scale) lane. Returns each state's best grid
-    plan by the full cost model, or None when the deadline passed first."""
+    one batched cost-model call per piece position for every distinct (state, scale) lane. Returns each state's
+    best grid plan by the full cost model, or None when the deadline passed first.
+
+    Lanes of one state differ only in their dim cap, so until a cap binds they make the same choices and hold the
+    same devices: `group` tracks which lanes are still identical, and the cost model is asked once per group (the
+    lanes split when their choices differ). Same results as asking per lane, several times fewer rows."""
     bm = pm.bm
     order = _greedy_order(pm, states_list)
     sib = _sibling_positions(order.owner)
     lanes = _start_lanes(pm, order, cfg.scales)
+    group = lanes.state.copy()  # lanes with equal group hold equal devices
     for i in range(order.widths.shape[1]):
         if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
             return None
@@ -212,11 +234,17 @@ def grid_greedy(
             ok &= lanes.host_free >= order.host[lanes.state, i][:, None]
         if cfg.split_apart:
             _keep_apart(ok, sib[lanes.state, i], lanes)
-        new = bm.compute_costs(lanes.S + x[:, None, :]).sum(axis=-1)  # [L, D]
+        _, first, inv = np.unique(group, return_index=True, return_inverse=True)
+        live_rep = first[lanes.alive[first]]  # (a dead lane's group is not asked: its scores are all inf)
+        new_rep = np.zeros((len(first), lanes.S.shape[1]))
+        if len(live_rep):
+            new_rep[lanes.alive[first]] = bm.compute_costs(lanes.S[live_rep] + x[live_rep][:, None, :]).sum(axis=-1)
+        new = new_rep[inv]  # [L, D]
         score = np.where(ok, new, np.inf)
         if comm_aware:
-            _score_by_plan_cost(bm, score, ok, new, lanes, w)
-        _place(lanes, i, score, new, x, w, size, order.host[lanes.state, i] if lanes.host_free is not None else None)
+            _score_by_plan_cost(bm, score, ok, new, lanes, w, first, inv)
+        chosen = _place(lanes, i, score, new, x, w, size, order.host[lanes.state, i] if lanes.host_free is not None else None)
+        _, group = np.unique(inv.astype(np.int64) * (lanes.S.shape[1] + 1) + chosen + 1, return_inverse=True)
     return _best_per_state(bm, lanes, order, cfg.scales)
 
 
@@ -320,22 +348,34 @@ def _keep_apart(ok: np.ndarray, sibs: np.ndarray, lanes: _Lanes) -> None:
         ok[use] = apart[use]
 
 
-def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, new: np.ndarray, lanes: _Lanes, w: np.ndarray) -> None:
+def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, new: np.ndarray, lanes: _Lanes, w: np.ndarray,
+                        first: np.ndarray, inv: np.ndarray) -> None:
     """`comm_aware`, in place on `score`: each allowed device scored by the plan cost (compute and all-to-all, max
-    over devices) after the move instead of that device's compute alone; ties go to the lower own total."""
+    over devices) after the move instead of that device's compute alone; ties go to the lower own total. Asked
+    once per group of identical lanes (`first`: a lane of each group, `inv`: each lane's group), for the devices
+    any lane of the group allows."""
     dims, compute = lanes.dims, lanes.compute
-    for lane in np.flatnonzero(ok.any(axis=1)):
-        cands = np.flatnonzero(ok[lane])
+    ok_any = np.zeros((len(first), ok.shape[1]), dtype=bool)
+    np.logical_or.at(ok_any, inv, ok)
+    members = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[members], np.arange(len(first) + 1))
+    for g in np.flatnonzero(ok_any.any(axis=1)):
+        lane = first[g]
+        cands = np.flatnonzero(ok_any[g])
         totals = bm.comm_totals_after_adding(dims[lane], w[lane], cands)  # [k, D]
         totals += compute[lane]
         totals[np.arange(len(cands)), cands] += new[lane, cands] - compute[lane, cands]
         own_total = totals[np.arange(len(cands)), cands]
-        score[lane, cands] = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
+        val = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
+        for m in members[bounds[g]:bounds[g + 1]]:
+            sel = ok[m, cands]
+            score[m, cands[sel]] = val[sel]
 
 
 def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndarray, w: np.ndarray, size: np.ndarray,
-           host: np.ndarray | None = None) -> None:
-    """Greedy position `i` onto each lane's best-scored device; a lane with no allowed device dies (no plan)."""
+           host: np.ndarray | None = None) -> np.ndarray:
+    """Greedy position `i` onto each lane's best-scored device; a lane with no allowed device dies (no plan).
+    Returns each lane's device (-1: dead)."""
     best = np.argmin(score, axis=1)
     lanes.alive &= np.isfinite(score[lanes.ids, best])
     live = lanes.ids[lanes.alive]
@@ -347,6 +387,7 @@ def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndar
         lanes.host_free[live, d] -= host[live]
     lanes.compute[live, d] = new[live, d]
     lanes.placed_on[live, i] = d
+    return np.where(lanes.alive, best, -1)
 
 
 def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scales: tuple[float, ...]) -> list[GridResult]:
@@ -386,64 +427,95 @@ def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device
 
 def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None) -> tuple[np.ndarray, int]:
     """First-improvement local search: move a piece off the bottleneck device, or swap it with a piece elsewhere,
-    while memory holds (and halves stay apart with `split_apart`)."""
+    while memory holds (and halves stay apart with `split_apart`). The pieces on the bottleneck are tried in order,
+    each against every device (moves) and then every piece elsewhere (swaps) in order, the first that lowers the plan
+    cost taken; all of one piece's moves (or swaps) are costed in one batched call from the devices' summed states."""
     bm = pm.bm
     states, widths, sizes, _ = pm.info(pieces)
     hsizes = pm.host_sizes(pieces)
     owner = np.array([p[0] for p in pieces])
     device_of = device_of.copy()
     n_dev = bm.num_devices
+    idx = np.arange(len(pieces))
     used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
     hused = np.bincount(device_of, weights=hsizes, minlength=n_dev).astype(np.int64)
-    cost, totals = pm.plan_cost(states, widths, device_of)
+
+    def summed() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        S = pm.base_states.copy()
+        dims = pm.base_dims.copy()
+        np.add.at(S, device_of, states)
+        np.add.at(dims, device_of, widths)
+        compute = bm.compute_costs(S).sum(axis=-1)
+        return S, dims, compute, compute + bm.comm_totals(dims)
+
+    S, dims, compute, totals = summed()
+    cost = float(totals.max())
     moves = 0
     improved = True
     while improved and (deadline is None or clock.elapsed < deadline):
         improved = False
         hot = int(np.argmax(totals))
+        hot_owners = set(owner[device_of == hot].tolist())
         for p in np.flatnonzero(device_of == hot):
-            siblings = set(device_of[(owner == owner[p]) & (np.arange(len(pieces)) != p)].tolist()) if cfg.split_apart else set()
-            # moves
-            for d in range(n_dev):
-                if d == hot or d in siblings or used[d] + sizes[p] > pm.caps[d] or hused[d] + hsizes[p] > pm.host_caps[d]:
-                    continue
-                trial = device_of.copy()
-                trial[p] = d
-                c, t = pm.plan_cost(states, widths, trial)
-                if c < cost - 1e-12:
-                    used[hot] -= sizes[p]
-                    used[d] += sizes[p]
-                    hused[hot] -= hsizes[p]
-                    hused[d] += hsizes[p]
-                    device_of, cost, totals, improved = trial, c, t, True
-                    moves += 1
-                    break
+            siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
+            # moves, to every device in order
+            ok = (used + sizes[p] <= pm.caps) & (hused + hsizes[p] <= pm.host_caps)
+            ok[hot] = False
+            ok[siblings] = False
+            cands = np.flatnonzero(ok)
+            target = -1
+            if len(cands):
+                k = np.arange(len(cands))
+                new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]])).sum(axis=-1)
+                dk = np.repeat(dims[None, :], len(cands), axis=0)
+                dk[:, hot] -= widths[p]
+                dk[k, cands] += widths[p]
+                tot = bm.comm_totals(dk) + compute[None, :]
+                tot[:, hot] += new[0] - compute[hot]
+                tot[k, cands] += new[1:] - compute[cands]
+                better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
+                if len(better):
+                    target = int(cands[better[0]])
+            if target >= 0:
+                used[hot] -= sizes[p]
+                used[target] += sizes[p]
+                hused[hot] -= hsizes[p]
+                hused[target] += hsizes[p]
+                device_of[p] = target
+                improved = True
+            else:  # swaps, with every piece elsewhere in order
+                qs = np.flatnonzero(device_of != hot)
+                dq = device_of[qs]
+                ok = np.ones(len(qs), dtype=bool)
+                if cfg.split_apart:
+                    ok &= ~np.isin(dq, siblings) & (owner[qs] != owner[p]) & ~np.isin(owner[qs], list(hot_owners))
+                ok &= (used[dq] - sizes[qs] + sizes[p] <= pm.caps[dq]) & (used[hot] - sizes[p] + sizes[qs] <= pm.caps[hot])
+                ok &= (hused[dq] - hsizes[qs] + hsizes[p] <= pm.host_caps[dq]) & (hused[hot] - hsizes[p] + hsizes[qs] <= pm.host_caps[hot])
+                qs, dq = qs[ok], dq[ok]
+                if len(qs):
+                    k = np.arange(len(qs))
+                    new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]])).sum(axis=-1)
+                    dk = np.repeat(dims[None, :], len(qs), axis=0)
+                    dk[:, hot] += widths[qs] - widths[p]
+                    dk[k, dq] += widths[p] - widths[qs]
+                    tot = bm.comm_totals(dk) + compute[None, :]
+                    tot[:, hot] += new[: len(qs)] - compute[hot]
+                    tot[k, dq] += new[len(qs):] - compute[dq]
+                    better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
+                    if len(better):
+                        q, d = int(qs[better[0]]), int(dq[better[0]])
+                        used[hot] += sizes[q] - sizes[p]
+                        used[d] += sizes[p] - sizes[q]
+                        hused[hot] += hsizes[q] - hsizes[p]
+                        hused[d] += hsizes[p] - hsizes[q]
+                        device_of[p], device_of[q] = d, hot
+                        improved = True
             if improved:
+                moves += 1
+                S, dims, compute, totals = summed()
+                cost = float(totals.max())
                 break
-            # swaps
-            for q in np.flatnonzero(device_of != hot):
-                d = int(device_of[q])
-                if cfg.split_apart and (d in siblings or owner[q] == owner[p]):
-                    continue
-                q_sib = set(device_of[(owner == owner[q]) & (np.arange(len(pieces)) != q)].tolist()) if cfg.split_apart else set()
-                if hot in q_sib:
-                    continue
-                if used[d] - sizes[q] + sizes[p] > pm.caps[d] or used[hot] - sizes[p] + sizes[q] > pm.caps[hot]:
-                    continue
-                if hused[d] - hsizes[q] + hsizes[p] > pm.host_caps[d] or hused[hot] - hsizes[p] + hsizes[q] > pm.host_caps[hot]:
-                    continue
-                trial = device_of.copy()
-                trial[p], trial[q] = d, hot
-                c, t = pm.plan_cost(states, widths, trial)
-                if c < cost - 1e-12:
-                    used[hot] += sizes[q] - sizes[p]
-                    used[d] += sizes[p] - sizes[q]
-                    hused[hot] += hsizes[q] - hsizes[p]
-                    hused[d] += hsizes[p] - hsizes[q]
-                    device_of, cost, totals, improved = trial, c, t, True
-                    moves += 1
-                    break
-            if improved or (deadline is not None and clock.elapsed >= deadline):
+            if deadline is not None and clock.elapsed >= deadline:
                 break
     return device_of, moves
 
@@ -633,16 +705,21 @@ def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, clock: S
     the `beam_width` cheapest children (distinct with `dedup`) the next beam. Stops when nothing splits, or with
     `timed_out` when the budget left proposals unscored or ran out (the beam then stays as it was)."""
     cfg = scorer.cfg
+    stale = 0
     for _ in range(cfg.max_steps):
+        if cfg.patience is not None and stale >= cfg.patience:
+            break
         proposals = _split_proposals(pm, search.beam, cfg)
         if not proposals:
             break
         results = scorer.score(proposals)
         search.steps += 1
         children = [(r.cost, st) for st, r in zip(proposals, results) if r is not None]
+        stale += 1
         for (c, st), r in zip(children, [r for r in results if r is not None]):
             if c < search.best.cost:
                 search.best, search.best_state = r, st
+                stale = 0
         if len(children) < len(proposals) or (deadline is not None and clock.elapsed >= deadline):
             search.timed_out = True
             break
@@ -673,10 +750,17 @@ def _split_proposals(pm: PieceModel, beam: list[tuple[float, tuple[Piece, ...]]]
     return proposals
 
 
-def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None) -> None:
+def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None,
+                       seen: dict[tuple[Piece, ...], GridResult] | None = None) -> None:
     """`comm_aware`: the grid re-run for the best few states with the comm-aware greedy (it scores each move by
-    the plan cost, all-to-all included); whatever is best is kept. Sets `timed_out` when the budget ends it."""
+    the plan cost, all-to-all included); whatever is best is kept. Sets `timed_out` when the budget ends it.
+    The states: the best and the last beam (`beam_width` of them), and with `refine_extra` that many more of the
+    cheapest states the search scored (`seen`)."""
     finalists = list(dict.fromkeys([search.best_state] + [st for _, st in search.beam]))[: cfg.beam_width]
+    if cfg.refine_extra and seen:
+        ranked = sorted((r.cost, st) for st, r in seen.items() if r.device_of is not None)
+        extra = [st for _, st in ranked if st not in finalists][: cfg.refine_extra]
+        finalists += extra
     for st in finalists:
         refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, clock=clock, deadline=deadline)
         if refined is None:
@@ -708,7 +792,7 @@ class NeuroShardSolver(Solver):
         tables fixed over all devices, cold tables in host memory behind HBM caches)."""
         clock = Stopwatch()
         cfg = self.config
-        budget = time_limit if time_limit is not None else cfg.default_time_limit
+        budget = time_limit if time_limit is not None else (cfg.default_time_limit or default_budget(instance))
         reason = split_infeasibility(instance)
         if reason is None:
             result = self._search(instance, cost_model, None, clock, budget, seed)
@@ -733,16 +817,18 @@ class NeuroShardSolver(Solver):
         bm = cost_model.bind(instance)
         pm = PieceModel(instance, bm, layout)
         deadline = budget if cfg.anytime else None
-        scorer = _StateScorer(pm, cfg, clock, deadline, instance.topology.num_devices)
+        # the search stops early enough to leave the polish its share of the budget
+        search_deadline = None if deadline is None else (deadline * (1.0 - cfg.polish_reserve) if cfg.polish else deadline)
+        scorer = _StateScorer(pm, cfg, clock, search_deadline, instance.topology.num_devices)
 
         start = pm.all_pieces()
         (first,) = scorer.score([start])
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit of {budget:g} s ended the search before the first grid plan was scored", clock)
         search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
-        _beam_search(search, pm, scorer, clock, deadline)
+        _beam_search(search, pm, scorer, clock, search_deadline)
         if cfg.comm_aware and search.best.device_of is not None and not search.timed_out:
-            _refine_comm_aware(search, pm, cfg, clock, deadline)
+            _refine_comm_aware(search, pm, cfg, clock, search_deadline, scorer.seen)
 
         best = search.best
         if best.device_of is None:
@@ -752,9 +838,9 @@ class NeuroShardSolver(Solver):
         device_of = best.device_of
         moves = 0
         timed_out = search.timed_out
-        if cfg.polish and not timed_out:
+        if cfg.polish and (deadline is None or clock.elapsed < deadline):
             device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
-            timed_out = deadline is not None and clock.elapsed >= deadline
+            timed_out = timed_out or (deadline is not None and clock.elapsed >= deadline)
         shards = pm.to_shards(pieces, device_of)
         dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
         placed: dict[str, Any] | None = None
@@ -798,14 +884,17 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
     moves: list[dict[str, Any]] = []
     device_moves = 0
     before = None
+
+    def out_of_time() -> bool:
+        return deadline is not None and clock.elapsed >= deadline
+
     for _ in range(rounds):
-        if timed_out:
+        if out_of_time():
             break
         shards, got = polish_placements(instance, bm, shards, data_parallel=data_parallel, clock=clock, deadline=deadline)
         before = got["cost_before"] if before is None else before
         moves += got["moves"]
-        timed_out = deadline is not None and clock.elapsed >= deadline
-        if not got["moves"] or not cfg.polish or timed_out:
+        if not got["moves"] or not cfg.polish or out_of_time():
             break
         pm = PieceModel(instance, bm, layout_of(instance, shards))
         packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
@@ -815,9 +904,9 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
         device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, clock, deadline)
         device_moves += n
         shards = pm.to_shards(pieces, device_of)
-        timed_out = deadline is not None and clock.elapsed >= deadline
         if n == 0:
             break
+    timed_out = timed_out or out_of_time()
     after = float(bm.plan_costs(shards).max_cost)
     return shards, {"moves": moves, "device_moves": device_moves, "cost_before": before, "cost_after": after}, timed_out
 
