@@ -287,6 +287,14 @@ def sample_actions(logits: np.ndarray, mask: np.ndarray, u: np.ndarray, greedy: 
     return a, p
 
 
+class RolloutTimeout(Exception):
+    """A rollout stopped by its `stop` check (the solver's time limit) after placing `placed` tables."""
+
+    def __init__(self, placed: int):
+        super().__init__(f"stopped after placing {placed} tables")
+        self.placed = placed
+
+
 def rollout(
     ctx: Context,
     policy: NumpyPolicy,
@@ -298,14 +306,20 @@ def rollout(
     record: bool = False,
     safe: bool = True,
     temperature: float = 1.0,
+    stop: Callable[[], bool] | None = None,
 ) -> Rollout:
-    """K lanes of `policy` on one instance; the first `greedy_lanes` take the argmax, the others sample."""
+    """K lanes of `policy` on one instance; the first `greedy_lanes` take the argmax, the others sample. `stop`,
+    asked before every step: True raises RolloutTimeout (a solver's time limit; a partial plan is no plan)."""
     lanes = Lanes(ctx, k, ctx.order(order), safe)
     state = policy.start(k)
     greedy = np.arange(k) < greedy_lanes
     rec: dict[str, list[Any]] = {"tab": [], "dev": [], "mask": [], "actions": [], "alive": [], "plan_max": [], "extra": []}
     prev_max = lanes.plan_max()
+    placed = 0
     while not lanes.done:
+        if stop is not None and stop():
+            raise RolloutTimeout(placed)
+        placed += 1
         ob = lanes.observe()
         logits, state, extra = policy.step(state, ob)
         u = rng.random(k)
@@ -466,27 +480,13 @@ class PolicySolver(Solver):
         tried: list[str] = []
         last: Rollout | None = None
         info: dict[str, Any] = {}
-        for stage in ("cost", "bytes"):
-            tried.append("primary" if stage == "cost" else "memory_order")
-            ro = rollout(ctx, policy, 1, rng, greedy_lanes=1, order=stage, safe=self.safe_mask, temperature=self.temperature)
-            last = ro
-            cands = [(float(ro.costs[0]), ro.device_of[0])] if not ro.failed[0] else []
-            info["greedy_cost"] = float(ro.costs[0]) if not ro.failed[0] else None
-            sampled_best = None
-            if self.samples > 0 and (time_limit is None or clock.elapsed < 0.5 * time_limit):
-                rs = rollout(ctx, policy, self.samples, rng, greedy_lanes=0, order=stage, safe=self.safe_mask, temperature=self.temperature)
-                ok = np.flatnonzero(~rs.failed)
-                if len(ok):
-                    j = int(ok[np.argmin(rs.costs[ok])])
-                    cands.append((float(rs.costs[j]), rs.device_of[j]))
-                    sampled_best = float(rs.costs[j])
-                info["samples_failed"] = int(rs.failed.sum())
-                if last.failed[0] and len(ok) == 0:
-                    last = rs
-            info["sampled_best_cost"] = sampled_best
-            if cands:
-                best = min(cands, key=lambda c: c[0])  # min keeps the first of equals: the greedy rollout
-                break
+        stop = None if time_limit is None else (lambda: clock.elapsed >= time_limit)
+        try:
+            best, last = self._rollouts(ctx, policy, rng, clock, time_limit, stop, tried, info)
+        except RolloutTimeout as cut:
+            why = (f"{self.name}: the time limit of {time_limit:g} s ended the policy's rollout ({'; '.join(tried)}) after "
+                   f"{cut.placed} of {ctx.T} tables, before it had a plan")
+            return fail(self, SolveStatus.no_solution, why, clock, {**info, "stages_tried": tried, "timed_out": True})
         info["stages_tried"] = tried
         if best is None:
             assert last is not None
@@ -511,6 +511,42 @@ class PolicySolver(Solver):
             status=SolveStatus.timeout if over else SolveStatus.feasible,
             extra_params={"fallback_used": tried[-1] if tried[-1] != "primary" else None},
         )
+
+    def _rollouts(self, ctx: Context, policy: NumpyPolicy, rng: np.random.Generator, clock: Stopwatch, time_limit: float | None,
+                  stop: Callable[[], bool] | None, tried: list[str], info: dict[str, Any]) -> tuple[tuple[float, np.ndarray] | None, Rollout | None]:
+        """The policy's greedy rollout (and its samples while half the budget is left), in the cost order and, if
+        that finds no plan, in the memory order: (best (cost, devices) or None, the last rollout)."""
+        best: tuple[float, np.ndarray] | None = None
+        last: Rollout | None = None
+        for stage in ("cost", "bytes"):
+            tried.append("primary" if stage == "cost" else "memory_order")
+            ro = rollout(ctx, policy, 1, rng, greedy_lanes=1, order=stage, safe=self.safe_mask, temperature=self.temperature, stop=stop)
+            last = ro
+            cands = [(float(ro.costs[0]), ro.device_of[0])] if not ro.failed[0] else []
+            info["greedy_cost"] = float(ro.costs[0]) if not ro.failed[0] else None
+            sampled_best = None
+            if self.samples > 0 and (time_limit is None or clock.elapsed < 0.5 * time_limit):
+                try:
+                    rs = rollout(ctx, policy, self.samples, rng, greedy_lanes=0, order=stage, safe=self.safe_mask, temperature=self.temperature, stop=stop)
+                except RolloutTimeout:  # (the greedy rollout's plan stands)
+                    info["samples_cut_by_time_limit"] = True
+                    if cands:
+                        best = cands[0]
+                        break
+                    continue
+                ok = np.flatnonzero(~rs.failed)
+                if len(ok):
+                    j = int(ok[np.argmin(rs.costs[ok])])
+                    cands.append((float(rs.costs[j]), rs.device_of[j]))
+                    sampled_best = float(rs.costs[j])
+                info["samples_failed"] = int(rs.failed.sum())
+                if last.failed[0] and len(ok) == 0:
+                    last = rs
+            info["sampled_best_cost"] = sampled_best
+            if cands:
+                best = min(cands, key=lambda c: c[0])  # min keeps the first of equals: the greedy rollout
+                break
+        return best, last
 
 
 _POLICIES: dict[tuple[str, float, int, str], NumpyPolicy] = {}

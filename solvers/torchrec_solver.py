@@ -34,7 +34,9 @@ perf and storage estimates are kept in `info`.
 `--time-limit` maps to the planner's `timeout_seconds` (an integer, rounded up, at least 1). TorchRec checks it
 between proposals only: enumerating the search space and partitioning one proposal are not interrupted, and when it
 fires (TorchRec logs "Exceeded time limit", which the solver listens for) the best plan so far is kept (status
-`timeout`).
+`timeout`). So that the limit holds anyway (issue 18: every solver stops within 10 % + 1 s of it), with a limit the
+planner runs in a forked child process that is killed at 1.05 x the limit + 0.5 s; a planner stopped that way has no
+plan to give (`no_solution`, saying so). On the 856 x 128 production instance the planner needs about 70 s.
 """
 
 from __future__ import annotations
@@ -76,6 +78,49 @@ from solvers.registry import UnknownSolverError
 # (table_column_wise and grid_shard are kept for `torchrec_all`: they add enumeration time, and the IR holds them)
 DEFAULT_SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)
 ALIAS = "table_"
+HARD_LIMIT_SHARE, HARD_LIMIT_SLACK_S = 1.05, 0.5  # with a time limit, the planner is stopped at 1.05 x limit + 0.5 s
+
+
+def _run_with_deadline(fn: Any, seconds: float) -> Any:
+    """fn() in a forked child process, its (picklable) result, or None when it has not returned after `seconds`
+    (the child is then killed). Fork, not spawn: the child inherits the imported TorchRec and starts in
+    milliseconds. Why a process: TorchRec's planner cannot be interrupted inside enumeration or partitioning."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
+            send.send(("error", exc))
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    try:
+        proc.start()
+    except AssertionError:  # (inside a daemonic process, which may have no children: run here, unstoppable)
+        send.close()
+        recv.close()
+        return fn()
+    send.close()
+    try:
+        if not recv.poll(max(0.0, seconds)):
+            return None
+        kind, value = recv.recv()
+    except EOFError:  # the child died without an answer
+        proc.join(1)
+        raise RuntimeError(f"TorchRec's planner process exited with status {proc.exitcode} without a result") from None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+        recv.close()
+    if kind == "error":
+        raise value
+    return value
 
 
 def _real_names(text: str, instance: Instance) -> str:
@@ -275,68 +320,46 @@ class TorchRecSolver(Solver):
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
-        import torch
-        from torchrec import EmbeddingBagCollection
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-        from torchrec.distributed.planner import EmbeddingShardingPlanner
-        from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-        from torchrec.distributed.planner.types import PlannerError
-
         timeout = None if time_limit is None else max(1, math.ceil(time_limit))
         batch = per_rank_batch(instance)
-        planned = aliased(instance)
-        with _quiet():
-            ebc = EmbeddingBagCollection(tables=embedding_bag_configs(planned), device=torch.device("meta"))
-            apply_optimizer(planned, ebc)
-            topology, topo_note = self._topology(planned)
-            planner = EmbeddingShardingPlanner(
-                topology=topology,
-                batch_size=batch,
-                constraints=self._constraints(planned),
-                storage_reservation=FixedPercentageStorageReservation(self.storage_reservation),
-                stats=[],
-                debug=False,
-                timeout_seconds=timeout,
-            )
-            t0 = time.perf_counter()
-            with _watch_timeout() as watch:
-                try:
-                    sharding_plan = planner.plan(module=ebc, sharders=[EmbeddingBagCollectionSharder()])
-                    error = None
-                except PlannerError as exc:
-                    sharding_plan, error = None, exc
-            plan_s = time.perf_counter() - t0
+        if time_limit is None:
+            out = self._plan(instance, timeout)
+        else:  # the planner's own timeout is checked between proposals only: a forked child is stopped at the limit
+            out = _run_with_deadline(lambda: self._plan(instance, timeout), HARD_LIMIT_SHARE * time_limit + HARD_LIMIT_SLACK_S - clock.elapsed)
+            if out is None:
+                why = (f"the time limit of {time_limit:g} s ended TorchRec's planner before it returned a plan (its own timeout is checked "
+                       "only between proposals; enumerating the search space and partitioning a proposal cannot be interrupted, so the "
+                       "planner was stopped); the instance is not proven infeasible")
+                return fail(self, SolveStatus.no_solution, why, clock, {"timed_out": True, "hard_stopped": True, "time_limit": time_limit})
         info: dict[str, Any] = {
             "torchrec_version": getattr(self._torchrec, "__version__", "?"),
-            "topology": topo_note,
+            "topology": out["topo_note"],
             "batch_size_per_rank": batch,
             "compute_kernels_allowed": self.compute_kernels(instance),
-            "planner_seconds": plan_s,
-            "num_proposals": planner._num_proposals,
-            "num_plans": planner._num_plans,
+            "planner_seconds": out["plan_s"],
+            "num_proposals": out["num_proposals"],
+            "num_plans": out["num_plans"],
             "time_limit": (
-                f"TorchRec's timeout_seconds={timeout} (checked between proposals only)" if timeout is not None else "none (the planner runs all its proposers)"
+                f"TorchRec's timeout_seconds={timeout} (checked between proposals only; the planner is stopped at the limit + 5 % + 0.5 s)"
+                if timeout is not None else "none (the planner runs all its proposers)"
             ),
         }
-        timed_out = watch.fired  # TorchRec logged that its timeout stopped a proposer
+        timed_out = out["timed_out"]  # TorchRec logged that its timeout stopped a proposer
         info["timed_out"] = timed_out
-        if sharding_plan is None:
-            msg = _real_names(" ".join(str(error).split()), instance)
+        if out["shards"] is None:
+            msg, kind = out["error"]
             info["planner_error"] = msg
             head = msg.split(" Planner evaluated", 1)[0]
             last = msg.split("Last planner error:", 1)[1].strip() if "Last planner error:" in msg else ""
-            kind = getattr(getattr(error, "error_type", None), "name", "error")
-            reason = f"TorchRec's planner found no plan ({kind}, after {planner._num_proposals} proposals): {head}"
+            reason = f"TorchRec's planner found no plan ({kind}, after {out['num_proposals']} proposals): {head}"
             if last:
                 reason += f" Last error: {last[:400]}"
             if timed_out:
                 reason += f" The planner's timeout ({timeout} s, from --time-limit) stopped its search."
             return fail(self, SolveStatus.no_solution, reason + " (full message in info['planner_error']); the instance is not proven infeasible", clock, info)
 
-        best = planner._best_plan or []
-        info.update(self._estimates(instance, best))
-        names = [t.name for t in instance.tables]
-        shards = [s.model_copy(update={"table": names[int(s.table[len(ALIAS):])]}) for s in from_torchrec_plan(planned, sharding_plan, module_path="")]
+        info.update(out["estimates"])
+        shards = out["shards"]
         check = check_plan(instance, shards)
         over = [v for v in check.violations if v.kind in ("memory", "host_memory")]
         if over:
@@ -371,6 +394,50 @@ class TorchRecSolver(Solver):
             info=info,
             extra_params={"batch_size_per_rank": batch, "timeout_seconds": timeout, "compute_kernels": self.compute_kernels(instance)},
         )
+
+    def _plan(self, instance: Instance, timeout: int | None) -> dict[str, Any]:
+        """Run TorchRec's planner on the instance: what `solve` needs of it, picklable (the plan as shardopt shards
+        under the real table names, or the planner's error; its counts, its own estimates, whether its timeout
+        fired), so it can come back from a child process."""
+        import torch
+        from torchrec import EmbeddingBagCollection
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+        from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+        from torchrec.distributed.planner.types import PlannerError
+
+        batch = per_rank_batch(instance)
+        planned = aliased(instance)
+        with _quiet():
+            ebc = EmbeddingBagCollection(tables=embedding_bag_configs(planned), device=torch.device("meta"))
+            apply_optimizer(planned, ebc)
+            topology, topo_note = self._topology(planned)
+            planner = EmbeddingShardingPlanner(
+                topology=topology,
+                batch_size=batch,
+                constraints=self._constraints(planned),
+                storage_reservation=FixedPercentageStorageReservation(self.storage_reservation),
+                stats=[],
+                debug=False,
+                timeout_seconds=timeout,
+            )
+            t0 = time.perf_counter()
+            with _watch_timeout() as watch:
+                try:
+                    sharding_plan = planner.plan(module=ebc, sharders=[EmbeddingBagCollectionSharder()])
+                    error = None
+                except PlannerError as exc:
+                    sharding_plan, error = None, exc
+            plan_s = time.perf_counter() - t0
+        out: dict[str, Any] = {"topo_note": topo_note, "plan_s": plan_s, "num_proposals": planner._num_proposals,
+                               "num_plans": planner._num_plans, "timed_out": watch.fired, "shards": None, "error": None, "estimates": None}
+        if sharding_plan is None:
+            out["error"] = (_real_names(" ".join(str(error).split()), instance), getattr(getattr(error, "error_type", None), "name", "error"))
+            return out
+        out["estimates"] = self._estimates(instance, planner._best_plan or [])
+        names = [t.name for t in instance.tables]
+        out["shards"] = [s.model_copy(update={"table": names[int(s.table[len(ALIAS):])]}) for s in from_torchrec_plan(planned, sharding_plan, module_path="")]
+        return out
 
     @staticmethod
     def _estimates(instance: Instance, best: list[Any]) -> dict[str, Any]:
