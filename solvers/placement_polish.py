@@ -52,7 +52,7 @@ class _Plan:
         return bm.compute_costs(self.S).sum(axis=-1) + bm.comm_totals(self.dims) + self.extra
 
 
-def _contribution(instance: Instance, bm: BoundCostModel, table: int, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def table_contribution(instance: Instance, bm: BoundCostModel, table: int, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(state [D, F], width [D], extra comm [D], HBM bytes [D], host bytes [D]) that `shards` of `table` add."""
     D, t = bm.num_devices, instance.tables[table]
     S, dims, extra = np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D)
@@ -112,7 +112,7 @@ def polish_placements(
     groups: dict[int, list[Shard]] = {}
     for s in shards:
         groups.setdefault(index[s.table], []).append(s)
-    contrib = {t: _contribution(instance, bm, t, g) for t, g in groups.items()}
+    contrib = {t: table_contribution(instance, bm, t, g) for t, g in groups.items()}
     plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64))
     for c in contrib.values():
         plan.S += c[0]
@@ -126,7 +126,7 @@ def polish_placements(
     def candidates(t: int) -> list[_Candidate]:
         out = []
         for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel):
-            new = _contribution(instance, bm, t, new_shards)
+            new = table_contribution(instance, bm, t, new_shards)
             devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
             out.append(_Candidate(t, what, new_shards, new, devs, any(s.replicated for s in new_shards)))
         return out

@@ -41,6 +41,18 @@ def solve(
         Optional[list[str]],
         typer.Option("--option", "-O", metavar="KEY=VALUE", help="A solver option (repeatable), e.g. -O max_split=4 -O split_apart=false; values are JSON, else text."),
     ] = None,
+    from_plan: Annotated[
+        Optional[Path],
+        typer.Option("--from", metavar="OLD_PLAN.json", help="Re-plan from this earlier plan: tables matched by name keep their shards where that pays, new ones are placed; the bytes moved are reported.", show_default=False),
+    ] = None,
+    max_moved_bytes: Annotated[
+        Optional[str],
+        typer.Option("--max-moved-bytes", metavar="N|P%", help="With --from: at most N bytes moved, or P% of the model's bytes.", show_default=False),
+    ] = None,
+    move_weight: Annotated[
+        Optional[float],
+        typer.Option("--move-weight", min=0.0, metavar="MS_PER_GIB", help="With --from: price each GiB moved at this many ms of plan cost.", show_default=False),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Place an instance's tables on its devices and print the plan with its predicted cost."""
@@ -50,9 +62,14 @@ def solve(
         from shardopt.core.memory import device_memory_use
 
         solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
+        if from_plan is None and (max_moved_bytes is not None or move_weight is not None):
+            raise CLIError("--max-moved-bytes and --move-weight need --from OLD_PLAN.json (the plan whose placement moving away from costs)")
         model = _cost_model(cost_model)
         instance = _load_instance(instance_path)
-        result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
+        if from_plan is not None:
+            result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
+        else:
+            result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}}
         if not result.status.has_plan or result.plan is None:
             reason = result.reason or "the solver gave no reason"
@@ -91,6 +108,7 @@ def solve(
                     "predicted": costs.to_dict(),
                     "memory": _memory_doc(instance, memory),
                     "out": str(out) if out is not None else None,
+                    **({"replan": result.info["replan"]} if "replan" in result.info else {}),
                     "plan": to_dict(plan),
                 }
             )
@@ -106,6 +124,8 @@ def solve(
             what = result.info.get("bound_is_for") or "the solver's model"
             status += f" · lower bound {result.lower_bound:.3f} ms of {what} (gap {100 * gap:.1f}%)"
         lines.append(status)
+        if "replan" in result.info:
+            lines.append(_replan_line(result.info["replan"]))
         fallback = _fallback_line(result.info)
         if fallback:
             lines.append(fallback)
@@ -115,6 +135,46 @@ def solve(
                          f"the analytic model: shardopt bound {instance_path} --plan PLAN.json, or -O certified_bound=true)")
         lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
         _print_lines(console, lines)
+
+
+def _parse_moved_budget(text: str, model_bytes: int) -> int:
+    """--max-moved-bytes: bytes (an integer) or a percentage of the model's bytes ('5%')."""
+    raw = text.strip()
+    try:
+        if raw.endswith("%"):
+            share = float(raw[:-1])
+            if not 0 <= share <= 100:
+                raise ValueError
+            return int(model_bytes * share / 100)
+        value = int(raw.replace("_", "").replace(",", ""))
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        raise CLIError(f"--max-moved-bytes: {text!r} is not a byte count >= 0 or a percentage like 5%") from None
+
+
+def _replan(solver_obj: Any, instance: Any, model: Any, from_plan: Path, max_moved: str | None, weight: float | None,
+            time_limit: float | None, seed: int) -> Any:
+    from shardopt.core.ir import load_plan
+    from shardopt.core.memory import table_bytes_array
+    from solvers.replan import replan
+
+    old = load_plan(from_plan)
+    budget = None if max_moved is None else _parse_moved_budget(max_moved, int(table_bytes_array(instance).sum()))
+    return replan(solver_obj, instance, model, old, max_moved_bytes=budget, move_weight=weight or 0.0, time_limit=time_limit, seed=seed)
+
+
+def _replan_line(info: dict[str, Any]) -> str:
+    moved, total = info["moved_bytes"], info["model_bytes"]
+    c = info["carried_over"]
+    line = (f"re-planned: {moved:,} bytes moved ({100 * moved / total:.2f} % of the model's {total:,})"
+            + (f" within the budget of {info['max_moved_bytes']:,}" if info["max_moved_bytes"] is not None else "")
+            + f"; {c['kept_tables']} tables carried over, {len(c['added'])} added, {len(c['removed'])} removed, {len(c['resized'])} resized")
+    sc = info["scratch"]
+    if sc.get("cost") is not None:
+        line += f"; the solver's plan from scratch: {sc['cost']:.3f} ms, {sc['moved_bytes_relabelled']:,} bytes moved after relabelling devices"
+    return line
 
 
 def _fallback_line(info: dict[str, Any]) -> str | None:
