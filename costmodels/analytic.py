@@ -260,7 +260,8 @@ class BoundAnalytic(BoundCostModel):
             adam_host = host if self._optimizer is Optimizer.adam else np.zeros_like(host)  # fbgemm: non-rowwise state in UVM
             out[:, _FOOT] = uniq_h * psi * sb[:, None]
             out[:, _REUSE] = np.maximum(acc_h - uniq_h, 0.0) * psi * sb[:, None]
-            out[:, _GATHER] = (lookups - direct) * sb
+            # (without a cache, psi is 0 and nothing is gathered from HBM: exactly 0, not lookups - sum(acc) rounded)
+            out[:, _GATHER] = np.where(host & (cf <= 0), 0.0, np.maximum(lookups - direct, 0.0)) * sb
             out[:, _FWD_STREAM] = ((lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
                                    + caching * (lookups * CACHE_LOOKUP_BYTES + 2 * inserted * sb))
             update = np.where(host, (unique - overflow) * 2 * row_sb + np.where(adam_host, 0.0, unique * 2 * state_sb),
