@@ -41,7 +41,7 @@ def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[d
     from shardopt.measure.evaluate import hash_warning
     from shardopt.core.ir import load_plan
     from shardopt.core.plan_check import check_plan
-    from solvers.analytic_bound import plan_gap
+    from solvers.analytic_bound import plan_gap, uncovered_reason
 
     plan = load_plan(plan_path)
     warnings: list[str] = []
@@ -52,10 +52,9 @@ def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[d
     if not check.ok:
         raise CLIError(f"{plan_path}: invalid plan: " + "; ".join(v.message for v in check.violations[:5]), EXIT_BAD_INPUT,
                        "invalid_plan", extra={"violations": [v.message for v in check.violations]})
-    if any(s.replicated or s.row_offset or s.rows is not None for s in plan.shards):
-        warnings.append(f"{plan_path} has row-wise or data-parallel shards, which the bound does not cover: its gap is not certified")
-    elif bound.table_wise and any(s.col_offset or s.cols is not None for s in plan.shards):
-        warnings.append(f"{plan_path} splits tables by columns, but --table-wise bounds table-wise plans only: its gap is not certified")
+    why = uncovered_reason(plan.shards, bound.table_wise)
+    if why is not None:
+        warnings.append(f"{plan_path}: {why}: its gap is not certified")
     cost = model.plan_costs(instance, plan).max_cost
     doc = {"path": str(plan_path), "solver": plan.solver, "cost_ms": cost, "gap": plan_gap(instance, cost, bound),
            "covered": not warnings or all("content hash" in w for w in warnings)}

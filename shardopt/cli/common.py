@@ -181,16 +181,7 @@ def _fmt_num(x: float) -> str:
 
 
 def _shard_label(shard: Shard, instance: Instance | None) -> str:
-    label = shard.table
-    if shard.col_offset or shard.cols is not None:
-        end = shard.col_offset + shard.cols if shard.cols is not None else "end"
-        label += f"[c{shard.col_offset}:{end}]"
-    if shard.row_offset or shard.rows is not None:
-        end = shard.row_offset + shard.rows if shard.rows is not None else "end"
-        label += f"[r{shard.row_offset}:{end}]"
-    if shard.replicated:
-        label += "(rep)"
-    return label
+    return shard.label
 
 
 def _shards_by_device(shards: list[Shard], num_devices: int) -> list[list[Shard]]:

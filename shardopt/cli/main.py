@@ -44,6 +44,7 @@ import shardopt.cli.rl  # noqa: E402,F401  (rl train)
 import shardopt.cli.torchrec  # noqa: E402,F401  (export, import-torchrec)
 import shardopt.cli.leaderboard  # noqa: E402,F401  (leaderboard run / report)
 import shardopt.cli.bound  # noqa: E402,F401  (bound)
+import shardopt.cli.explain  # noqa: E402,F401  (explain)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -322,6 +322,18 @@ class Shard(IRModel):
             out.pop("kernel")
         return out
 
+    @property
+    def label(self) -> str:
+        """The shard in words, as tables and explanations print it: 't3', 't3[c0:32]', 't3[r0:1000]', 't3(rep)'."""
+        label = self.table
+        if self.col_offset or self.cols is not None:
+            label += f"[c{self.col_offset}:{self.col_offset + self.cols if self.cols is not None else 'end'}]"
+        if self.row_offset or self.rows is not None:
+            label += f"[r{self.row_offset}:{self.row_offset + self.rows if self.rows is not None else 'end'}]"
+        if self.replicated:
+            label += "(rep)"
+        return label
+
     def cache_rows(self, table: Table) -> int:
         """Rows of this shard held in its HBM cache: all for fused, none for fused_uvm."""
         if self.kernel is Kernel.fused:

@@ -34,7 +34,7 @@ it in this list:
 - `bound`: `analytic_lower_bound` and `AnalyticBound`, `plan_gap`
 """
 
-from solvers.analytic_bound.bound import analytic_lower_bound, plan_gap
+from solvers.analytic_bound.bound import analytic_lower_bound, plan_gap, uncovered_reason
 from solvers.analytic_bound.context import AnalyticRelaxation, device_compute_lower_bound
 from solvers.analytic_bound.inequalities import comm_pieces, sector_hull
 from solvers.analytic_bound.milp import build_relaxation
@@ -56,4 +56,5 @@ __all__ = [
     "sector_hull",
     "symmetric_lp_bound",
     "table_cut_bound",
+    "uncovered_reason",
 ]

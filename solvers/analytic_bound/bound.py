@@ -12,7 +12,7 @@ from typing import Any
 
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
-from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
 from solvers.analytic_bound.context import AnalyticRelaxation
 from solvers.analytic_bound.milp import _pairs, build_relaxation
 from solvers.analytic_bound.solve import _solve_highs, relaxation_plan
@@ -153,6 +153,21 @@ def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> s
     if least > sum(caps):
         return (f"the tables need at least {int(least):,} bytes (weights and {opt} state, one shard each) but the "
                 f"{len(caps)} devices hold {sum(caps):,}: short by {int(least - sum(caps)):,} bytes")
+    return None
+
+
+def uncovered_reason(shards: list[Shard], table_wise: bool = False) -> str | None:
+    """Why a plan is outside what a bound covers (its gap to the bound is then not certified), or None when the
+    bound covers it: row-wise, data-parallel or host-memory shards never; column-wise shards not for a table-wise
+    bound."""
+    if any(s.replicated for s in shards):
+        return "it has data-parallel replicas, which the bound does not cover"
+    if any(s.row_offset or s.rows is not None for s in shards):
+        return "it has row-wise shards, which the bound does not cover"
+    if any(s.kernel is not Kernel.fused for s in shards):
+        return "it has shards in host memory (UVM kernels), which the bound does not cover"
+    if table_wise and any(s.col_offset or s.cols is not None for s in shards):
+        return "it splits tables by columns, but a table-wise bound covers table-wise plans only"
     return None
 
 
