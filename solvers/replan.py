@@ -17,11 +17,13 @@ How a plan is found (`replan`), for any solver:
 3. the solver's own plan from scratch, its devices relabelled (among interchangeable devices: equal HBM and host
    memory, within a host or whole hosts) to keep the most bytes where they were (a relabelling that changes the
    predicted cost is not used);
-4. from each start, a local search over whole tables (every shard of a table moved at once): moves of a table off
+4. from each start (the warm start walked toward the scratch plan first, where the solver has one: each table
+   changed to its scratch shards when that lowers the objective, most gain per byte first), a local search over whole tables (every shard of a table moved at once): moves of a table off
    the bottleneck device, and moves of a table back to its old shards, accepted when they lower the objective
    (the plan cost, with `move_weight` plus that many ms per GiB moved) and keep the moved bytes within
    `max_moved_bytes`; from the scratch plan first the tables whose return saves the most bytes per ms of cost are
-   moved back until the budget holds.
+   moved back until the budget holds; then single shards moved off the bottleneck or swapped with a shard
+   elsewhere (solvers.plan_moves), priced the same way; the two searches alternate until neither improves.
 The best plan by the objective within the budget is returned, with its moved bytes and the scratch plan's cost.
 """
 
@@ -315,6 +317,98 @@ def _local_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
     return steps
 
 
+class _ShardMoved:
+    """Bytes each shard of a plan would have moved on each device: its area minus what that device held of it in
+    the old plan (0 for a new table's shards). Fixed per shard, so moves and swaps are priced from a lookup."""
+
+    def __init__(self, st: _State, shards: list[Shard]):
+        index = st.instance.table_index()
+        self.area = np.zeros(len(shards))
+        self.kept: list[dict[int, float]] = []
+        for s in shards:
+            t = index[s.table]
+            table = st.instance.tables[t]
+            if t not in st.old:
+                self.kept.append({})
+                continue
+            per_element = table_bytes(st.instance, table) / (table.rows * table.dim)
+            reg = _region(s, table)
+            self.area[len(self.kept)] = (reg[1] - reg[0]) * (reg[3] - reg[2]) * per_element
+            self.kept.append({d: min(sum(_overlap(reg, h) for h in regs) * per_element, self.area[len(self.kept)])
+                              for d, regs in st.old_regions[t].items()})
+
+    def on(self, p: int, devices: np.ndarray) -> np.ndarray:
+        kept = self.kept[p]
+        return self.area[p] - np.array([kept.get(int(d), 0.0) for d in devices])
+
+
+def _shard_search(st: _State, budget: int | None, clock: Stopwatch, deadline: float | None) -> int:
+    """Single shards moved off the bottleneck device, or swapped with a shard elsewhere (solvers.plan_moves: both
+    memory tiers checked, pieces of one table kept apart), the best change of the first shard that has an improving
+    one taken, while the objective improves and the moved bytes stay within the budget. Finer than the whole-table
+    moves of `_local_search`: a column piece can leave without its sibling, and a swap frees room a move lacks."""
+    from solvers.plan_moves import PlanShards
+
+    ps = PlanShards(st.instance, st.bm, st.shards())
+    mv = _ShardMoved(st, ps.shards)
+    moved = np.array([mv.on(p, np.array([d]))[0] for p, d in enumerate(ps.device)])
+    steps = 0
+    while deadline is None or clock.elapsed < deadline:
+        cur = st.objective(ps.cost, int(round(moved.sum())))
+        hot = ps.bottleneck
+        improved = False
+        for p in np.flatnonzero(ps.device == hot):
+            p = int(p)
+            base = moved.sum() - moved[p]
+            cands, tot = ps.moves(p)
+            if len(cands):
+                after = base + mv.on(p, cands)
+                obj = tot.max(axis=1) + st.weight * after / GIB
+                ok = (obj < cur - 1e-12) & ((after <= budget + 0.5) if budget is not None else True)
+                if ok.any():
+                    j = int(np.flatnonzero(ok)[np.argmin(obj[ok])])
+                    ps.device[p] = int(cands[j])
+                    moved[p] = after[j] - base
+                    improved = True
+            if not improved:
+                qs, tot = ps.swaps(p)
+                if len(qs):
+                    dq = ps.device[qs]
+                    new_p = mv.on(p, dq)
+                    new_q = np.array([mv.on(int(q), np.array([hot]))[0] for q in qs])
+                    after = base - moved[qs] + new_p + new_q
+                    obj = tot.max(axis=1) + st.weight * after / GIB
+                    ok = (obj < cur - 1e-12) & ((after <= budget + 0.5) if budget is not None else True)
+                    if ok.any():
+                        j = int(np.flatnonzero(ok)[np.argmin(obj[ok])])
+                        q = int(qs[j])
+                        ps.device[p], ps.device[q] = int(dq[j]), hot
+                        moved[p], moved[q] = new_p[j], new_q[j]
+                        improved = True
+            if improved:
+                ps.refresh()
+                steps += 1
+                break
+            if deadline is not None and clock.elapsed >= deadline:
+                break
+        if not improved:
+            break
+    if steps:
+        before = dict(st.groups)
+        groups: dict[int, list[Shard]] = {}
+        index = st.instance.table_index()
+        for sh in ps.plan():
+            groups.setdefault(index[sh.table], []).append(sh)
+        changed = [t for t, g in groups.items() if g != st.groups[t]]
+        for t in changed:
+            st.apply(t, groups[t], table_contribution(st.instance, st.bm, t, groups[t]))
+        if not _budget_ok(st.moved_bytes, budget):  # (per-table rounding of the recount: never over the budget)
+            for t in changed:
+                st.apply(t, before[t], table_contribution(st.instance, st.bm, t, before[t]))
+            return 0
+    return steps
+
+
 def _return_until_within(st: _State, budget: int, clock: Stopwatch, deadline: float | None) -> bool:
     """Move tables back to their old shards, most bytes saved per ms of cost added first, until the moved bytes
     are within the budget. Whether it got there."""
@@ -518,16 +612,25 @@ def replan(
     best: _State | None = None
     tried: dict[str, Any] = {}
     target = dict(starts[-1][1]) if starts[-1][0] == "scratch" else None
-    if warm is not None and target is not None:
-        starts.insert(1, ("warm_start_toward_scratch", warm))
-    for name, groups in starts:
+    if warm is not None and target is not None:  # (the warm start's search alone never beat its walk toward the scratch plan: docs/benchmarks.md)
+        starts = [("warm_start_toward_scratch", warm), starts[-1]]
+    for k, (name, groups) in enumerate(starts):
         st = _State(instance, bm, groups, old_groups, move_weight)
         within = True
         if max_moved_bytes is not None and st.moved_bytes > max_moved_bytes:
             within = _return_until_within(st, max_moved_bytes, clock, deadline)
-        toward = _toward(st, target, max_moved_bytes, clock, deadline) if name == "warm_start_toward_scratch" and target is not None else 0
-        steps = _local_search(st, max_moved_bytes, clock, deadline) if within else 0
-        tried[name] = {"cost": st.cost, "moved_bytes": st.moved_bytes, "within_budget": within, "search_steps": steps, "toward_scratch_steps": toward}
+        # each start's search gets an equal share of the time left, so a slow first start cannot starve the others
+        share = clock.elapsed + max(deadline - clock.elapsed, 0.0) / (len(starts) - k)
+        toward = _toward(st, target, max_moved_bytes, clock, share) if name == "warm_start_toward_scratch" and target is not None else 0
+        steps = shard_steps = 0
+        while within:  # whole-table returns and moves, then single-shard moves and swaps, until neither improves
+            steps += _local_search(st, max_moved_bytes, clock, share)
+            more = _shard_search(st, max_moved_bytes, clock, share)
+            shard_steps += more
+            if not more or clock.elapsed >= share:
+                break
+        tried[name] = {"cost": st.cost, "moved_bytes": st.moved_bytes, "within_budget": within, "search_steps": steps, "shard_steps": shard_steps,
+                       "toward_scratch_steps": toward}
         if within and (best is None or st.objective(st.cost, st.moved_bytes) < best.objective(best.cost, best.moved_bytes) - 1e-12):
             best = st
     if best is None:
