@@ -24,7 +24,7 @@ $(VENV)/.installed: $(PY) pyproject.toml
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed-torchrec
-	$(PIP) install -q -e ".[cpu,dev]"
+	$(PIP) install -q -e ".[cpu,dev,ray]"
 	touch $@
 
 # the step both install and install-dev go through: after the CPU stack is in place, then a check that torch and the

@@ -18,7 +18,7 @@ import traceback
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
@@ -129,6 +129,9 @@ def _classify(exc: BaseException) -> CLIError | None:
     mod = sys.modules.get("shardopt.measure.collect")
     if mod is not None and isinstance(exc, mod.CollectError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "bad_collect_request")
+    mod = sys.modules.get("shardopt.measure.engine")
+    if mod is not None and isinstance(exc, mod.EngineError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "engine")
     mod = sys.modules.get("shardopt.measure.evaluate")
     if mod is not None and isinstance(exc, mod.EvaluationError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_backend" if isinstance(exc, mod.UnknownBackendError) else "backend")
@@ -351,3 +354,28 @@ RepeatsOpt = Annotated[
     typer.Option("--repeats", "-r", callback=_check_repeats,
                  help="Measured backends: rounds (every device timed once per round, interleaved), or 'auto': until the 95 % CI is within --target."),
 ]
+
+
+EngineOpt = Annotated[
+    str,
+    typer.Option("--engine", help="Where the work runs: local (this machine) | ray (a Ray cluster; see --address and docs/cluster.md)."),
+]
+AddressOpt = Annotated[
+    Optional[str],
+    typer.Option("--address", metavar="ADDR", help="With --engine ray: the cluster to join ('auto': the one this machine is part of) [default: start a local Ray].", show_default=False),
+]
+
+
+def _engine(name: str, address: str | None, jobs: int = 1) -> Any:
+    """The engine of --engine / --address / --jobs (shardopt.measure.engine); Ray is imported only for 'ray'."""
+    from shardopt.measure.engine import make_engine
+
+    return make_engine(name.strip().lower(), jobs=jobs, address=address)
+
+
+def _check_engine_name(engine: str) -> None:
+    """--engine names a known engine (for commands that run locally whatever it says, e.g. the sim judge)."""
+    from shardopt.measure.engine import ENGINES, EngineError
+
+    if engine not in ENGINES:
+        raise EngineError(f"--engine: unknown engine {engine!r} (known: {', '.join(ENGINES)})")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shardopt.cli.common import CLIError, EXIT_BAD_INPUT, JsonOpt, RepeatsOpt, _console, _emit_json, _esc, _guard, _load_instance, _print_lines, _progress, _warn, app
+from shardopt.cli.common import AddressOpt, CLIError, EXIT_BAD_INPUT, EngineOpt, JsonOpt, RepeatsOpt, _check_engine_name, _engine, _console, _emit_json, _esc, _guard, _load_instance, _print_lines, _progress, _warn, app
 
 
 @app.command()
@@ -23,6 +23,8 @@ def compare(
     seed: Annotated[int, typer.Option("--seed", help="Index-trace, shuffle and bootstrap seed.")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend (pinned to as many cores).")] = 1,
     comm: Annotated[str, typer.Option("--comm", help="All-to-all: modelled (analytic) | measured (cpu: gloo, one process per device).")] = "modelled",
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Judge plans together and say, for each against the first, how much faster it is (95 % CI) or that they are indistinguishable."""
@@ -36,10 +38,22 @@ def compare(
         instance = _load_instance(instance_path)
         plans = [load_plan(p) for p in plan_paths]
         names = _names(plan_paths, plans)
+        judge = dict(repeats=repeats, target=target, time_cap_s=time_cap, warmup=warmup, seed=seed, threads=threads, comm=comm)
         try:
-            with _progress(f"timing {len(plans)} plans on {backend} (rounds)", enabled=backend != "sim" and not json_out) as tick:
-                report = compare_plans(instance, plans, names, backend, repeats=repeats, target=target, time_cap_s=time_cap,
-                                       warmup=warmup, seed=seed, threads=threads, comm=comm, progress=tick)
+            if engine != "local" and backend != "sim":  # the whole paired session as one task on a cluster worker
+                from shardopt.core.plan_check import PlanError as _PlanError, check_plan
+                from shardopt.measure.engine import run_one, timing_resources
+
+                for name, plan in zip(names, plans):
+                    check = check_plan(instance, plan)
+                    if not check.ok:
+                        raise _PlanError(check.violations, context=name)
+                with _engine(engine, address) as eng:
+                    report = run_one(eng, compare_plans, instance, plans, names, backend, resources=timing_resources(backend), **judge)
+            else:
+                _check_engine_name(engine)
+                with _progress(f"timing {len(plans)} plans on {backend} (rounds)", enabled=backend != "sim" and not json_out) as tick:
+                    report = compare_plans(instance, plans, names, backend, progress=tick, **judge)
         except PlanError as exc:
             raise CLIError(str(exc), EXIT_BAD_INPUT, "invalid_plan", extra={"violations": [v.message for v in exc.violations]}) from None
         for w in report.warnings:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from shardopt.cli.common import CLIError, JsonOpt, PoolChoice, _console, _emit_json, _esc, _guard, _print_lines, _progress, app
+from shardopt.cli.common import AddressOpt, CLIError, EngineOpt, JsonOpt, PoolChoice, _console, _emit_json, _engine, _esc, _guard, _print_lines, _progress, app
 
 costmodel_app = typer.Typer(help="Cost data and cost models: collect samples (train / eval come with the neural models).", no_args_is_help=True)
 app.add_typer(costmodel_app, name="costmodel")
@@ -35,6 +35,9 @@ def collect_cmd(
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats (measured backends).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-ups (measured backends).")] = 2,
     max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="Cap every sampled table's rows (a CPU cannot hold production tables); samples record the capped tables.")] = None,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
+    batch: Annotated[int, typer.Option("--batch", min=1, help="With --engine ray: samples per task.")] = 16,
     json_out: JsonOpt = False,
 ) -> None:
     """Collect (device table set -> cost columns) samples for training cost models; resumable."""
@@ -62,8 +65,8 @@ def collect_cmd(
             optimizer=optimizer, memory_cap=memory_cap, comm_fraction=comm_fraction, repeats=repeats, warmup=warmup,
             max_rows=max_rows, batch_choices=choices, rescale_histograms=not pool_histograms,
         )
-        with _progress(f"collecting on {backend}", enabled=not json_out) as tick:
-            summary: dict[str, Any] = collect(table_pool, out, settings, progress=tick)
+        with _engine(engine, address) as eng, _progress(f"collecting on {backend} ({eng.describe()})", enabled=not json_out) as tick:
+            summary: dict[str, Any] = collect(table_pool, out, settings, progress=tick, engine=eng, batch=batch)
         if json_out:
             _emit_json(summary)
         else:

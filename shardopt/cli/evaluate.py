@@ -8,9 +8,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from shardopt.cli.common import (
+    AddressOpt,
     CLIError,
     EXIT_BAD_INPUT,
+    EngineOpt,
     JsonOpt,
+    _check_engine_name,
+    _engine,
     RepeatsOpt,
     _console,
     _cost_summary,
@@ -43,6 +47,8 @@ def evaluate(
         Optional[Path], typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache [default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Time everything again; store nothing.")] = False,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a plan and re-time it on a backend (the judge), per device."""
@@ -67,11 +73,18 @@ def evaluate(
 
             store = MeasurementCache(cache) if cache is not None else None
         try:
-            with _progress(f"timing on {backend} (rounds)", enabled=measured and not json_out) as tick:
-                ev = evaluate_plan(
-                    instance, plan, backend, repeats=repeats, warmup=warmup, seed=seed, threads=threads, comm=comm,
-                    target=target, time_cap_s=time_cap, cache=False if no_cache else store, progress=tick,
-                )
+            if engine != "local" and measured:  # re-timed on a worker of the cluster (a GPU one for cuda), its own cache
+                ev = _evaluate_on_cluster(engine, address, instance, plan, backend, cache, no_cache, repeats=repeats, warmup=warmup,
+                                          seed=seed, threads=threads, comm=comm, target=target, time_cap_s=time_cap)
+            else:
+                if engine != "local":
+                    _check_engine_name(engine)
+                    _warn(f"--engine {engine}: the {backend} judge runs here (it takes milliseconds)")
+                with _progress(f"timing on {backend} (rounds)", enabled=measured and not json_out) as tick:
+                    ev = evaluate_plan(
+                        instance, plan, backend, repeats=repeats, warmup=warmup, seed=seed, threads=threads, comm=comm,
+                        target=target, time_cap_s=time_cap, cache=False if no_cache else store, progress=tick,
+                    )
         except PlanError as exc:
             raise CLIError(f"{plan_path}: {exc}", EXIT_BAD_INPUT, "invalid_plan",
                            extra={"violations": [v.message for v in exc.violations]}) from None
@@ -97,6 +110,22 @@ def evaluate(
                 + (f" with {plan.cost_model}" if plan.cost_model else "")
             )
         _print_lines(console, lines)
+
+
+def _evaluate_on_cluster(engine: str, address: str | None, instance: Any, plan: Any, backend: str, cache: Any, no_cache: bool, **judge: Any) -> Any:
+    """evaluate_plan as one task on the engine's cluster: the plan checked here first (a bad plan is bad input, not a
+    failed task); the worker uses its own measurement cache."""
+    from shardopt.core.plan_check import PlanError, check_plan
+    from shardopt.measure.engine import run_one, timing_resources
+    from shardopt.measure.evaluate import evaluate_plan
+
+    check = check_plan(instance, plan)
+    if not check.ok:
+        raise PlanError(check.violations)
+    if cache is not None:
+        _warn("--cache: the plan is timed on a cluster worker, which uses its own measurement cache")
+    with _engine(engine, address) as eng:
+        return run_one(eng, evaluate_plan, instance, plan, backend, resources=timing_resources(backend), cache=False if no_cache else None, **judge)
 
 
 def _measured_lines(ev: Any, warmup: int) -> list[str]:

@@ -8,14 +8,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from shardopt.cli.common import (
     EXIT_BAD_INPUT,
+    AddressOpt,
     CLIError,
+    EngineOpt,
     JsonOpt,
+    _engine,
     _console,
     _emit_json,
     _esc,
@@ -63,25 +66,31 @@ def run(
     repeats: Annotated[str, typer.Option("--repeats", "-r", help="Measured backends: rounds per instance session, or 'auto'.")] = "auto",
     target: Annotated[float, typer.Option("--target", help="Measured backends, --repeats auto: every plan's CI half-width to reach.")] = 0.02,
     time_cap: Annotated[float, typer.Option("--time-cap", help="Measured backends: seconds of timing per instance at most.")] = 120.0,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Solve and judge every (instance, solver, seed) of SUITE_DIR; one row each in the store. With a measured backend
     (cpu, cuda) all plans of an instance are measured together, paired and interleaved (the `measured` table)."""
     with _lb_guard(json_out):
         from shardopt.leaderboard.run import check_bound_request, compute_bounds, run_leaderboard
+        from shardopt.leaderboard.store import LeaderboardError
 
         names = [s.strip() for s in solvers.split(",") if s.strip()]
-        if backend in ("cpu", "cuda"):
-            _run_measured(suite_dir, names, db, backend, cost_model, time_limit, seeds, repeats, target, time_cap, bounds,
-                          jobs, json_out)
-            return
-        if bounds:
+        if jobs < 1:
+            raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
+        if bounds and backend not in ("cpu", "cuda"):
             check_bound_request(backend, cost_model, bound_time_limit)  # fail before any solve
-        with _progress("leaderboard", enabled=not json_out) as tick:
-            summary = run_leaderboard(suite_dir, names, db, backend=backend, cost_model=cost_model, seeds=seeds,
-                                      time_limit=time_limit, jobs=jobs, progress=tick)
+        with _engine(engine, address, jobs) as eng:
+            if backend in ("cpu", "cuda"):
+                _run_measured(suite_dir, names, db, backend, cost_model, time_limit, seeds, repeats, target, time_cap, bounds,
+                              jobs, eng, json_out)
+                return
+            with _progress(f"leaderboard ({eng.describe()})", enabled=not json_out) as tick:
+                summary = run_leaderboard(suite_dir, names, db, backend=backend, cost_model=cost_model, seeds=seeds,
+                                          time_limit=time_limit, jobs=jobs, engine=eng, progress=tick)
         doc = {"db": str(db), "suite": str(suite_dir), "total": summary.total, "skipped": summary.skipped,
-               "done": summary.done, "failed": summary.failed}
+               "done": summary.done, "failed": summary.failed, "engine": engine}
         lines = [f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished, "
                  f"{summary.total} in all -> {_esc(str(db))}"]
         if bounds:
@@ -96,9 +105,10 @@ def run(
 
 
 def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cost_model: str, time_limit: Optional[float],
-                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, jobs: int, json_out: bool) -> None:
+                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, jobs: int, eng: Any, json_out: bool) -> None:
     from shardopt.leaderboard.measured import run_measured_leaderboard
     from shardopt.leaderboard.store import LeaderboardError
+    from shardopt.measure.engine import LocalEngine
 
     if bounds:
         raise LeaderboardError("--bounds: the certified bound is of the analytic model; a measured judge is not bounded by it")
@@ -107,15 +117,16 @@ def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cos
     if jobs < 1:
         raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
     # a plan timed beside other work is judged by the load as much as by the plan: nothing runs in parallel here
-    note = (f"--jobs {jobs} ignored: a measured leaderboard solves and times one instance at a time, never beside other work"
-            if jobs > 1 else None)
+    local = isinstance(eng, LocalEngine)
+    note = (f"--jobs {jobs} ignored: a measured leaderboard solves and times one instance at a time on this machine, never beside other work"
+            if jobs > 1 and local else None)
     models = [m.strip() for m in cost_model.split(",") if m.strip()]
-    with _progress(f"measured leaderboard on {backend} (instances)", enabled=not json_out) as tick:
+    with _progress(f"measured leaderboard on {backend} (instances; {eng.describe() if not local else 'local'})", enabled=not json_out) as tick:
         summary = run_measured_leaderboard(suite_dir, names, models, db, backend=backend, time_limit=time_limit,
-                                           repeats=repeats, target=target, time_cap_s=time_cap, progress=tick)
+                                           repeats=repeats, target=target, time_cap_s=time_cap, engine=eng, progress=tick)
     doc = {"db": str(db), "suite": str(suite_dir), "backend": backend, "cost_models": models,
            "instances": summary.instances, "skipped": summary.skipped, "rows": summary.rows, "failed": summary.failed,
-           "sessions": summary.sessions, "jobs": 1}
+           "sessions": summary.sessions, "jobs": 1 if local else None, "engine": eng.name}
     if note:
         doc["note"] = note
     if json_out:

@@ -118,6 +118,63 @@ def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed
     return inst, rows, plans
 
 
+@dataclass(frozen=True)
+class InstanceSession:
+    """One instance's work for the measured leaderboard: solve with every (solver, cost model) not yet stored and
+    time the distinct plans together. A task of its own (picklable) so an engine can run it anywhere."""
+
+    suite: str
+    path: str
+    instance_hash: str
+    solvers: tuple[str, ...]
+    cost_models: tuple[str, ...]
+    have: frozenset[tuple[str, str]]  # (solver, cost model) pairs already in the store
+    backend: str
+    seed: int
+    time_limit: float | None
+    rule: Any  # shardopt.measure.confidence.StopRule
+
+
+def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The rows of one instance (each with its measurement, or its failure) and the timing session's summary."""
+    from shardopt.measure.plan_timing import measure_plans
+
+    path = Path(job.path)
+    inst, rows, plans = _solve_instance(path, list(job.solvers), list(job.cost_models), job.seed, job.time_limit)
+    keep = [(r, p) for r, p in zip(rows, plans) if (r["solver"], r["cost_model"]) not in job.have]
+    distinct: dict[str, Any] = {}
+    for r, p in keep:
+        if p is not None:
+            r["plan_key"] = _plan_key(p)
+            distinct.setdefault(r["plan_key"], p)
+    keys = list(distinct)
+    started = time.perf_counter()
+    session = None
+    by_key: dict[str, dict[str, Any]] = {}
+    if keys:
+        m, comms = measure_plans(inst, [distinct[k] for k in keys], job.backend, job.rule, seed=job.seed)
+        session = {"instance": path.name, "plans": len(keys), "rounds": m.stop.rounds,
+                   "stop": m.stop.reason, "seconds": round(time.perf_counter() - started, 2)}
+        profile = inst.topology.hardware
+        kernels = sorted({lab for labels in m.labels for lab in labels if lab})
+        judge = (f"{'; '.join(kernels)} on {m.hardware}, measured compute (all plans of the instance "
+                 f"interleaved); all-to-all modelled (analytic, {profile} profile)")
+        for k, ps, iv in zip(keys, m.samples, m.intervals):
+            f, b = ps.device_medians()
+            by_key[k] = dict(measured_ms=ps.plan_cost(), ci_low_ms=iv.low, ci_high_ms=iv.high,
+                             device_ms=json.dumps((f + b + ps.fixed_ms).round(4).tolist()), rounds=m.stop.rounds,
+                             session_s=session["seconds"], judge=judge,
+                             machine=json.dumps(m.machine.to_dict()) if m.machine else None, rule=job.rule.describe())
+    out = []
+    for r, p in keep:
+        if p is not None:
+            r.update(by_key[r["plan_key"]])
+        r.update(suite=job.suite, instance_file=path.name, instance_hash=job.instance_hash, backend=job.backend,
+                 code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        out.append(r)
+    return out, session
+
+
 def run_measured_leaderboard(
     suite_dir: Path,
     solvers: list[str],
@@ -130,13 +187,18 @@ def run_measured_leaderboard(
     repeats: int | str = "auto",
     target: float = 0.02,
     time_cap_s: float = 120.0,
+    engine: Any = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> MeasuredSummary:
-    """Solve every instance of `suite_dir` with every (solver, cost model) and measure its plans together."""
+    """Solve every instance of `suite_dir` with every (solver, cost model) and measure its plans together: one task
+    per instance (`measure_instance`) on `engine` (default: in this process, one instance at a time; on a Ray cluster
+    each instance's session on a worker of its own, with a GPU for the cuda backend), its rows written here, one
+    instance committed at a time, as the sessions finish."""
     from costmodels.registry import get_cost_model
+    from shardopt.core.ir import load_instance
     from shardopt.leaderboard.run import suite_files
+    from shardopt.measure.engine import LocalEngine, timing_resources
     from shardopt.measure.evaluate import MEASURED_BACKENDS, stop_rule
-    from shardopt.measure.plan_timing import measure_plans
     from solvers.registry import UnknownSolverError, solver_names
 
     check_db_path(db)
@@ -150,61 +212,37 @@ def run_measured_leaderboard(
     for cm in cost_models:
         get_cost_model(cm)
     rule = stop_rule(repeats, target, time_cap_s)
+    if engine is None or isinstance(engine, LocalEngine):
+        engine = LocalEngine(1)  # never time a plan beside other work on this machine
     files = suite_files(suite_dir)
     suite = Path(suite_dir).resolve().name
     con = open_measured(db)
     summary = MeasuredSummary(instances=len(files), skipped=0)
     try:
-        from shardopt.core.ir import load_instance
-
-        for n, path in enumerate(files):
+        jobs: list[InstanceSession] = []
+        for path in files:
             h = load_instance(path).content_hash()
             have = {(r[0], r[1]) for r in con.execute(
                 "SELECT solver, cost_model FROM measured WHERE instance_hash = ? AND seed = ? AND backend = ?", (h, seed, backend))}
             wanted = {(s, cm) for s in solvers for cm in (cost_models[:1] if s in MODEL_FREE else cost_models)}
             if wanted <= have:
                 summary.skipped += 1
-                if progress:
-                    progress(n + 1, len(files))
                 continue
-            todo = [s for s in solvers if any((s, cm) not in have for cm in cost_models)]
-            inst, rows, plans = _solve_instance(path, todo, cost_models, seed, time_limit)
-            keep = [(r, p) for r, p in zip(rows, plans) if (r["solver"], r["cost_model"]) not in have]
-            distinct: dict[str, Any] = {}
-            for r, p in keep:
-                if p is not None:
-                    r["plan_key"] = _plan_key(p)
-                    distinct.setdefault(r["plan_key"], p)
-            keys = list(distinct)
-            started = time.perf_counter()
-            if keys:
-                m, comms = measure_plans(inst, [distinct[k] for k in keys], backend, rule, seed=seed)
-                session = {"instance": path.name, "plans": len(keys), "rounds": m.stop.rounds,
-                           "stop": m.stop.reason, "seconds": round(time.perf_counter() - started, 2)}
+            todo = tuple(s for s in solvers if any((s, cm) not in have for cm in cost_models))
+            jobs.append(InstanceSession(suite, str(path), h, todo, tuple(cost_models), frozenset(have), backend, seed, time_limit, rule))
+        if progress:
+            progress(summary.skipped, len(files))
+        for n, (_, (rows, session)) in enumerate(engine.run(measure_instance, jobs, resources=timing_resources(backend))):
+            if session is not None:
                 summary.sessions.append(session)
-                profile = inst.topology.hardware
-                kernels = sorted({lab for labels in m.labels for lab in labels if lab})
-                judge = (f"{'; '.join(kernels)} on {m.hardware}, measured compute (all plans of the instance "
-                         f"interleaved); all-to-all modelled (analytic, {profile} profile)")
-                by_key = {}
-                for k, ps, iv in zip(keys, m.samples, m.intervals):
-                    f, b = ps.device_medians()
-                    by_key[k] = dict(measured_ms=ps.plan_cost(), ci_low_ms=iv.low, ci_high_ms=iv.high,
-                                     device_ms=json.dumps((f + b + ps.fixed_ms).round(4).tolist()), rounds=m.stop.rounds,
-                                     session_s=session["seconds"], judge=judge,
-                                     machine=json.dumps(m.machine.to_dict()) if m.machine else None, rule=rule.describe())
-            for r, p in keep:
-                if p is not None:
-                    r.update(by_key[r["plan_key"]])
-                r.update(suite=suite, instance_file=path.name, instance_hash=h, backend=backend,
-                         code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            for r in rows:
                 con.execute(f"INSERT OR REPLACE INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES "
                             f"({', '.join('?' for _ in MEASURED_COLUMNS)})", [r.get(c) for c in MEASURED_COLUMNS])
                 summary.rows += 1
-                summary.failed += p is None
-            con.commit()  # one instance at a time: a killed run redoes at most the instance in flight
+                summary.failed += r.get("measured_ms") is None
+            con.commit()  # one instance at a time: a killed run redoes at most the instances in flight
             if progress:
-                progress(n + 1, len(files))
+                progress(summary.skipped + n + 1, len(files))
     finally:
         con.close()
     return summary

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardopt.measure.engine import Engine
 
 from shardopt.leaderboard.store import BOUND_COLUMNS, BOUND_KIND, FAILED_STATUSES, LeaderboardError, SUITE_MANIFEST, check_db_path, code_version, connect, finished_keys, insert_row
 
@@ -145,21 +147,28 @@ def run_leaderboard(
     repeats: int | str = "auto",
     target: float = 0.02,
     time_cap_s: float = 120.0,
+    engine: Engine | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> RunSummary:
-    """Solve and judge every unfinished (instance, solver, seed) of `suite_dir`, one committed row each. A measured
-    `backend` (cpu, cuda) runs one task at a time whatever `jobs` says (the summary's `sequential`), and judges with
-    evaluate_plan(repeats=, target=, time_cap_s=)."""
+    """Solve and judge every unfinished (instance, solver, seed) of `suite_dir`, one committed row each, the rows
+    written here as the tasks finish (the one writer). The tasks run on `engine` (shardopt.measure.engine; default:
+    a local pool of `jobs` processes). With a measured `backend` (cpu, cuda) and the local engine, one task at a time
+    whatever `jobs` says (the summary's `sequential`); on a Ray cluster each task asks for a GPU (cuda) or one CPU.
+    Judged with evaluate_plan(repeats=, target=, time_cap_s=)."""
+    from shardopt.measure.engine import LocalEngine, Resources, timing_resources
     from shardopt.measure.evaluate import MEASURED_BACKENDS
 
     check_db_path(db)
     if jobs < 1:
         raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
     tasks = plan_tasks(suite_dir, solvers, seeds, backend, cost_model, time_limit, repeats, target, time_cap_s)
-    sequential = backend in MEASURED_BACKENDS and jobs > 1
-    if backend in MEASURED_BACKENDS:
-        jobs = 1  # never time a plan beside other work
+    measured = backend in MEASURED_BACKENDS
+    local = engine is None or isinstance(engine, LocalEngine)
+    sequential = measured and local and max(jobs, engine.slots if engine is not None else 1) > 1
+    if engine is None or (measured and local):
+        engine = LocalEngine(1 if measured else jobs)  # never time a plan beside other work on this machine
+    resources = timing_resources(backend) if measured else Resources()
     con = connect(db)
     try:
         done_keys = finished_keys(con)
@@ -167,8 +176,7 @@ def run_leaderboard(
         summary = RunSummary(total=len(tasks), skipped=len(tasks) - len(todo), sequential=sequential)
         if progress:
             progress(summary.skipped, summary.total)
-
-        def record(row: dict[str, Any]) -> None:
+        for _, row in engine.run(solve_task, todo, resources=resources):
             insert_row(con, row)
             summary.done += 1
             summary.failed += row["status"] in FAILED_STATUSES
@@ -177,30 +185,6 @@ def run_leaderboard(
                 progress(summary.skipped + summary.done, summary.total)
             if on_row:
                 on_row(row)
-
-        if jobs == 1 or len(todo) <= 1:
-            for t in todo:
-                record(solve_task(t))
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                pending = set()
-                queue = iter(todo)
-                try:
-                    for t in queue:  # keep at most 2 x jobs in flight, so an interrupted run wastes little
-                        pending.add(pool.submit(solve_task, t))
-                        if len(pending) >= 2 * jobs:
-                            break
-                    while pending:
-                        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            record(fut.result())
-                            nxt = next(queue, None)
-                            if nxt is not None:
-                                pending.add(pool.submit(solve_task, nxt))
-                except BaseException:
-                    for fut in pending:
-                        fut.cancel()
-                    raise
     finally:
         con.close()
     return summary

@@ -207,15 +207,31 @@ def compute_sample(pool: TablePool, settings: CollectSettings, k: int, cache: An
     return sample
 
 
-def collect(
-    pool: TablePool,
-    out: Path,
-    settings: CollectSettings,
-    *,
-    progress: Callable[[int, int], None] | None = None,
-    cache: Any = None,
-) -> dict[str, Any]:
-    """Append the samples of ids 0..N-1 not yet in `out`; return counts and throughput."""
+def sample(pool: TablePool, settings: CollectSettings, k: int, cache: Any = None) -> dict[str, Any]:
+    """Sample k as the line written for it: its id, the pool, and a comm or compute sample (by its own draw)."""
+    kind_rng = np.random.default_rng([settings.seed, k, 0])
+    if kind_rng.random() < settings.comm_fraction:
+        body = comm_sample(pool, settings, k)
+    else:
+        body = compute_sample(pool, settings, k, cache)
+    return {"id": k, "pool": pool.name, **body}
+
+
+@dataclass(frozen=True)
+class CollectBatch:
+    """A batch of sample ids: one task for an engine (shardopt.measure.engine)."""
+
+    pool: TablePool
+    settings: CollectSettings
+    ids: tuple[int, ...]
+
+
+def collect_batch(job: CollectBatch) -> list[dict[str, Any]]:
+    """The samples of one batch (on the worker's own measurement cache)."""
+    return [sample(job.pool, job.settings, k) for k in job.ids]
+
+
+def _check_settings(settings: CollectSettings) -> None:
     if settings.samples < 1:
         raise CollectError(f"samples: {settings.samples} must be >= 1")
     if settings.max_tables < 1:
@@ -226,24 +242,54 @@ def collect(
         raise CollectError(f"comm_fraction: {settings.comm_fraction} must be in [0, 1]")
     if settings.backend not in ("sim", "cpu", "cuda"):
         raise CollectError(f"backend: unknown backend {settings.backend!r} (known: sim, cpu, cuda)")
+
+
+def collect(
+    pool: TablePool,
+    out: Path,
+    settings: CollectSettings,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    cache: Any = None,
+    engine: Any = None,
+    batch: int = 16,
+) -> dict[str, Any]:
+    """Append the samples of ids 0..N-1 not yet in `out`; return counts and throughput.
+
+    Without an engine (or with the local one) the samples are drawn here one by one, each line written and synced
+    as it is made. On a Ray engine the ids go out in batches of `batch`, one task each (timing tasks ask for a GPU
+    on the cuda backend), and this process, the one writer, appends each batch's lines as it comes back: lines may
+    be out of id order, never twice (ids already in the file are skipped on resume)."""
+    from shardopt.measure.engine import LocalEngine, Resources, timing_resources
+
+    _check_settings(settings)
+    if batch < 1:
+        raise CollectError(f"batch: {batch} must be >= 1")
     out.parent.mkdir(parents=True, exist_ok=True)
     have = existing_ids(out)
     todo = [k for k in range(settings.samples) if k not in have]
     start = time.perf_counter()
     done = 0
     with out.open("a") as f:
-        for k in todo:
-            kind_rng = np.random.default_rng([settings.seed, k, 0])
-            if kind_rng.random() < settings.comm_fraction:
-                sample = comm_sample(pool, settings, k)
-            else:
-                sample = compute_sample(pool, settings, k, cache)
-            f.write(json.dumps({"id": k, "pool": pool.name, **sample}) + "\n")
+
+        def write(lines: list[dict[str, Any]]) -> None:
+            nonlocal done
+            for doc in lines:
+                f.write(json.dumps(doc) + "\n")
             f.flush()
             os.fsync(f.fileno())
-            done += 1
+            done += len(lines)
             if progress is not None:
                 progress(len(have) + done, settings.samples)
+
+        if engine is None or isinstance(engine, LocalEngine):
+            for k in todo:
+                write([sample(pool, settings, k, cache)])
+        else:
+            jobs = [CollectBatch(pool, settings, tuple(todo[i:i + batch])) for i in range(0, len(todo), batch)]
+            resources = timing_resources(settings.backend) if settings.backend != "sim" else Resources()
+            for _, lines in engine.run(collect_batch, jobs, resources=resources):
+                write(sorted(lines, key=lambda d: d["id"]))
     elapsed = time.perf_counter() - start
     return {
         "file": str(out),
