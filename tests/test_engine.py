@@ -212,3 +212,29 @@ def test_cli_evaluate_and_compare_on_a_ray_worker(tmp_path: Path, ray_engine: Ra
     save(bad, tmp_path / "bad.json")
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "inst.json"), str(tmp_path / "bad.json"), "--backend", "cpu", "--engine", "ray"])
     assert r.exit_code == 2 and "invalid plan" in r.output
+
+
+def test_measured_leaderboard_sessions_on_ray(tmp_path: Path, ray_engine: RayEngine) -> None:
+    """One instance's paired cpu session as one Ray task: its rows land in the measured table once, and a re-run
+    skips the instance."""
+    from shardopt.core.ir import Instance, save
+    from shardopt.leaderboard.measured import run_measured_leaderboard
+
+    suite = tmp_path / "cpu-tiny"
+    suite.mkdir()
+    for k in range(2):
+        tables = [{"name": f"t{i}", "rows": 3000 + 500 * k, "dim": 16, "pooling_factor": 4.0, "access": {"zipf": 1.0}} for i in range(4)]
+        save(Instance.model_validate({
+            "schema_version": 1, "kind": "instance", "name": f"tiny-{k}", "tables": tables,
+            "topology": {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**9, "hardware": "v100"},
+            "workload": {"batch_size": 256, "optimizer": "sgd"}}), suite / f"tiny-{k}.json")
+    db = tmp_path / "m.sqlite"
+    s = run_measured_leaderboard(suite, ["greedy", "round_robin"], ["analytic"], db, backend="cpu", time_limit=2.0, repeats=3,
+                                 engine=ray_engine)
+    assert s.rows == 4 and s.failed == 0 and len(s.sessions) == 2
+    con = sqlite3.connect(db)
+    n, measured = con.execute("SELECT COUNT(*), COUNT(measured_ms) FROM measured").fetchone()
+    con.close()
+    assert n == measured == 4
+    again = run_measured_leaderboard(suite, ["greedy", "round_robin"], ["analytic"], db, backend="cpu", repeats=3, engine=ray_engine)
+    assert again.skipped == 2 and again.rows == 0
