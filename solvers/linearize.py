@@ -159,7 +159,7 @@ def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> t
     I, F = states.shape
     D = counts.shape[1]
     T = items.num_tables
-    S = counts.T.astype(np.float64) @ states  # [D, F]
+    S = items.device_states(counts)  # [D, F] (with the base of a tiered layout's fixed shards)
     base = _compute_totals(bm, S)  # [D]
     # own[t, d]: the state of table t's shards on d; without[t, d]: compute of d without them
     on_t = np.zeros((T, D), dtype=bool)
@@ -395,6 +395,14 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
         g = g + np.asarray(bm.table_dims, dtype=np.float64)[~placed_tables].sum() / D
     k0, k1, k2, comm_base = linearize_comm(bm, g, comm)
     host = np.arange(D) // bm.instance.topology.devices_per_host
+    if it.base_widths is not None or it.base_extra is not None:
+        # the planes are in each device's whole width (the base's too); the linear model counts the items' width
+        # only, so the base's share moves into the constant (and the replicas' sync with it)
+        u = it.base_widths if it.base_widths is not None else np.zeros(D)
+        v = np.bincount(host, weights=u, minlength=int(host.max()) + 1)[host]
+        extra = it.device_extra(D)
+        k0 = k0 + k1 * u[:, None] + k2 * v[:, None] + extra[:, None]
+        comm_base = comm_base + extra
     return Linearization(counts, a, c0, k0, k1, k2, it.width.astype(np.float64), host, compute, comm_base, it, comm)
 
 

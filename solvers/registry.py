@@ -82,7 +82,10 @@ PLACEMENTS: dict[str, str] = {
            "then caches grown / tables moved back to HBM / small tables replicated data-parallel where the cost model says so "
            "(data-parallel on HBM instances with -O data_parallel=true)")
        for n in ("neuroshard", "neuroshard_faithful")},
-    **{n: "table-wise, column-wise (HBM only)" for n in ("cpsat", "milp", "milp_highs", "milp_exact_neural")},
+    **{n: ("table-wise, column-wise; where those cannot hold the instance in HBM: the best tiered plan of greedy / neuroshard "
+           "(row-wise, UVM-cached / UVM, data-parallel shards kept as it has them) with its HBM tables re-placed exactly")
+       for n in ("cpsat", "milp", "milp_highs")},
+    "milp_exact_neural": "table-wise (HBM only)",
     "torchrec": "table-wise, column-wise, row-wise, table-row-wise, data-parallel; UVM-cached / UVM when the instance has host memory (TorchRec's planner chooses)",
     "torchrec_all": "table-wise, column-wise, row-wise, table-row-wise, table-column-wise, grid, data-parallel; UVM-cached / UVM when the instance has host memory (TorchRec's planner chooses)",
     "dreamshard": "table-wise (HBM only)",

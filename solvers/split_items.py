@@ -35,6 +35,12 @@ class Items:
     states: np.ndarray  # [I, F] cost-model state of one piece
     first: np.ndarray  # [T + 1]
     apart: bool = True  # at most one piece of a table per device
+    # what every device holds besides the items (a tiered layout's fixed row-wise and host-memory shards, placed
+    # before the items: solvers.exact.tiered): its summed state [D, F], pooled width [D] and replicas' extra backward
+    # comm [D]; None = empty devices
+    base_states: np.ndarray | None = None
+    base_widths: np.ndarray | None = None
+    base_extra: np.ndarray | None = None
 
     @property
     def num_items(self) -> int:
@@ -83,12 +89,18 @@ class Items:
         return np.flatnonzero(counts[self.whole].sum(axis=1) == 0)
 
     def device_states(self, counts: np.ndarray) -> np.ndarray:
-        """[D, F] summed state of each device."""
-        return counts.T.astype(np.float64) @ self.states
+        """[D, F] summed state of each device (the base included)."""
+        S = counts.T.astype(np.float64) @ self.states
+        return S if self.base_states is None else S + self.base_states
 
     def device_widths(self, counts: np.ndarray) -> np.ndarray:
-        """[D] pooled width of each device."""
-        return counts.T.astype(np.float64) @ self.width
+        """[D] pooled width of each device (the base included)."""
+        w = counts.T.astype(np.float64) @ self.width
+        return w if self.base_widths is None else w + self.base_widths
+
+    def device_extra(self, num_devices: int) -> np.ndarray:
+        """[D] extra backward comm of the base's replicas (0 without a base)."""
+        return np.zeros(num_devices) if self.base_extra is None else self.base_extra
 
     def device_bytes(self, counts: np.ndarray) -> np.ndarray:
         """[D] bytes on each device, exact integers."""

@@ -262,7 +262,7 @@ def test_bin_packing_of_its_placements_proven_impossible(name: str) -> None:
     inst = instance_doc([(1500, 4, 1.0)] * 3, [40_000] * 2)  # each table 1500 x 4 x 4 = 24,000 bytes (sgd, fp32)
     assert all(get_solver(h).solve(inst, CM).plan is None for h in HEURISTICS)
     t0 = time.perf_counter()
-    r = get_solver(name).solve(inst, CM, time_limit=20)
+    r = get_solver(name, tiered=False).solve(inst, CM, time_limit=20)  # (its own placements only: tests/test_exact_tiered.py goes beyond)
     assert time.perf_counter() - t0 < 20
     assert r.status is SolveStatus.no_solution and r.plan is None
     assert "no assignment of whole tables fits" in r.reason and "72,000" in r.reason and "80,000" in r.reason
@@ -472,7 +472,7 @@ def test_a_table_too_big_for_any_device_is_split() -> None:
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     big = inst.tables[int(np.argmax(table_bytes_array(inst)))].name
     assert sum(1 for s in r.plan.shards if s.table == big) == 2 and big in r.info["split_tables_used"]
-    whole = get_solver("cpsat", max_split=1).solve(inst, CM, time_limit=20)
+    whole = get_solver("cpsat", max_split=1, tiered=False).solve(inst, CM, time_limit=20)
     assert whole.status is SolveStatus.no_solution and "fits on no device" in whole.reason
     assert "table-wise in HBM only" in whole.reason
 

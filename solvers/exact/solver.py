@@ -60,6 +60,7 @@ DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm 
 # bound of 9.886 ms instead of the table cuts' 7.118; `shardopt bound` gives the same bound outside the solve's time.
 CERTIFIED_BOUND_SHARE = 0.15
 CERTIFIED_BOUND_MAX_S = 15.0
+DEFAULT_TIERED_SHARE = 0.3  # beyond table-wise HBM: NeuroShard's tiered plan as a start within this share of the limit (solvers.exact.tiered)
 DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.linear_search) within this share of the time left
 SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
 
@@ -83,6 +84,8 @@ class _Run:
     reserve: float  # kept back for extracting, judging and checking the last plan
     seed: int
     info: dict[str, Any]
+    tiered: Any = None  # solvers.exact.tiered.TieredSplit: the instance above is its sub-instance of HBM tables
+    whole: Instance | None = None  # ... and this the whole instance the plan is for
 
 
 @dataclass
@@ -133,6 +136,8 @@ class ExactSolver(Solver):
         neighbourhood: int = DEFAULT_NEIGHBOURHOOD,
         search_share: float = DEFAULT_SEARCH_SHARE,
         certified_bound: bool = False,
+        tiered: bool = True,
+        tiered_share: float = DEFAULT_TIERED_SHARE,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -175,6 +180,10 @@ class ExactSolver(Solver):
             raise ValueError(f"search_share: {search_share} must be in [0, 1) (the share of the time left a local search of the linear model may use; 0: none)")
         self.search_share = float(search_share)
         self.certified_bound = bool(certified_bound)
+        self.tiered = bool(tiered)
+        if not 0.0 <= float(tiered_share) < 1.0:
+            raise ValueError(f"tiered_share: {tiered_share} must be in [0, 1) (the share of the time limit NeuroShard's tiered start may use)")
+        self.tiered_share = float(tiered_share)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -188,6 +197,8 @@ class ExactSolver(Solver):
             "neighbourhood": self.neighbourhood,
             "search_share": self.search_share,
             "certified_bound": self.certified_bound,
+            "tiered": self.tiered,
+            "tiered_share": self.tiered_share,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -262,7 +273,7 @@ class ExactSolver(Solver):
         budget = self.default_time_limit if time_limit is None else float(time_limit)
         reason = self._infeasibility(instance)
         if reason is not None:
-            return unplaceable(self, instance, reason, clock, self._placements())
+            return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)
         bm = cost_model.bind(instance)
         refuse = self.check(instance, bm)
         if refuse is not None:
@@ -281,7 +292,63 @@ class ExactSolver(Solver):
             certified = self._solve_large(run, st)
         else:
             self._relinearise(run, st)
+        if st.proven_infeasible and self.tiered and not self.exact_neural:  # its own placements do not pack: try a tiered layout
+            why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
+            return self._solve_tiered(instance, cost_model, budget, seed, clock, why)
         return self._outcome(run, st, certified)
+
+    def _solve_tiered(self, instance: Instance, cost_model: CostModel, budget: float, seed: int, clock: Stopwatch, reason: str) -> SolveResult:
+        """Where table- and column-wise HBM plans cannot hold the instance (`reason`): the best tiered start
+        (greedy's, or NeuroShard's within `tiered_share` of the time limit), its HBM tables re-placed by the exact
+        loop with its row-wise and host-memory shards fixed as every device's base (solvers.exact.tiered)."""
+        from shardopt.core.feasibility import tiered_infeasibility_reason
+        from solvers.exact.tiered import split_tiered
+        from solvers.heuristics import GreedySolver
+        from solvers.neuroshard import NeuroShardSolver
+
+        if tiered_infeasibility_reason(instance) is not None or self.exact_neural or not self.tiered:
+            return unplaceable(self, instance, reason, clock, self._placements())
+        bm = cost_model.bind(instance)
+        model = _Bound(bm, cost_model.describe())
+        info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
+        starts = {"greedy": GreedySolver().solve(instance, model, seed=seed)}
+        if self.tiered_share > 0:
+            starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed, time_limit=max(0.1, self.tiered_share * budget))
+        costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None}
+        info["tiered"]["starts"] = {n: costs.get(n) for n in starts}
+        if not costs:
+            whys = "; ".join(f"{n}: {r.reason}" for n, r in starts.items())
+            return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered start plan ({whys}); the instance is not proven infeasible", clock, info)
+        name = min(costs, key=lambda n: (costs[n], n))
+        start = starts[name].plan
+        assert start is not None
+        split = split_tiered(instance, bm, start.shards)
+        info["tiered"].update(start=name, start_cost=costs[name])
+        if split is None:  # nothing in HBM to place: the start is the plan
+            info["tiered"]["movable_tables"] = 0
+            return finish(self, instance, cost_model, start.shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
+                          extra_params={"placements": "tiered: the start plan (no HBM table to re-place)"})
+        info["tiered"].update(split.describe())
+        sub_bm = cost_model.bind(split.sub)
+        D = instance.topology.num_devices
+        items = dataclasses.replace(self.items(split.sub, sub_bm, split.movable), base_states=split.base_states,
+                                    base_widths=split.base_widths, base_extra=split.base_extra)
+        best = items.counts_from_shards(split.sub, split.movable, D)
+        if best is None:  # (pieces the items cannot express: never expected, the items are built from these shards)
+            return finish(self, instance, cost_model, start.shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm)
+        best_cost = plan_cost(sub_bm, items, best)
+        info["tiered"]["start_cost_in_model"] = best_cost
+        info.update(items=items.num_items, warm_start={"solver": name, "cost": best_cost})
+        caps = np.array(split.sub.topology.capacities(), dtype=np.int64)
+        fits = items.size[:, None] <= caps[None, :]
+        run = _Run(split.sub, cost_model, sub_bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info, split, instance)
+        st = _Loop(best, best_cost, best)
+        if self.neighbourhood > 0 and int(fits.sum()) > constants.LARGE_MODEL:
+            self._solve_large(run, st)
+        else:
+            self._relinearise(run, st)
+        st.proven_infeasible = False  # (the start fits: a proof here would be of the trust region only)
+        return self._outcome(run, st, None)
 
     def _start(
         self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float, caps: np.ndarray, info: dict[str, Any]
@@ -309,7 +376,8 @@ class ExactSolver(Solver):
         """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed (and first, when asked
         for, the certified bound). Returns the certified bound (None: none)."""
         assert st.best is not None
-        certified = self._certified_bound(run.instance, run.cost_model, run.budget, run.clock, run.info) if self.certified_bound else None
+        # (a tiered run's instance is a sub-instance without its fixed shards: the certified bound of that is no bound here)
+        certified = self._certified_bound(run.instance, run.cost_model, run.budget, run.clock, run.info) if self.certified_bound and run.tiered is None else None
         st.best, st.best_cost, st.cut_bound = self._neighbourhoods(run, st.best, st.best_cost)
         if math.isfinite(st.cut_bound):
             st.bound = {"value": st.cut_bound, "point": st.best.copy(), "proven": False}
@@ -530,6 +598,13 @@ class ExactSolver(Solver):
         else:
             status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
         shards = items.shards(best, instance)
+        if run.tiered is not None:
+            if status is SolveStatus.optimal:  # (optimal for the HBM tables only: the fixed shards were never optimised)
+                status = SolveStatus.feasible  # the HBM tables' plan and the fixed row-wise / host-memory shards, on the whole instance
+            assert run.whole is not None
+            info["bound_is_for"] = (f"{bound_is_for}, with the tiered plan's row-wise and host-memory shards fixed" if bound_is_for else None)
+            return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, lower_bound=lower, info=info,
+                          extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"})
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
 
     def _local_search(
@@ -645,7 +720,8 @@ class ExactSolver(Solver):
         return build_items(instance, bm, split, self.max_split, self.split_apart, deeper)
 
     def _placements(self) -> str:
-        return "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"
+        kinds = "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"
+        return kinds + ("" if self.exact_neural or not self.tiered else ", or within a tiered start plan")
 
     def _infeasibility(self, instance: Instance) -> str | None:
         """Necessary conditions: shardopt.core.feasibility's for whole tables; with splits, a table too big for every

@@ -1,0 +1,82 @@
+"""The exact solvers beyond table-wise HBM: a tiered plan's HBM tables re-placed exactly, its row-wise and
+host-memory shards held where they are.
+
+Why this way: where no table- or column-wise HBM plan exists (a table larger than every device, or tables beyond
+the cluster's HBM), a plan needs row-wise splits and host-memory (UVM) tables, chosen by `solvers.tiering` and placed
+by the heuristics and NeuroShard. The exact model (whole tables and dyadic column pieces, one count per item and
+device) cannot express a row-wise block or a second memory tier, but it can place the rest exactly: the tables that
+a tiered plan keeps whole (or in column pieces) in HBM, which carry most of the compute. So the start plan is split
+into
+
+- the *fixed* shards: every shard of a table that is row-wise, replicated, or in host memory, kept on its device;
+  every device's summed state, pooled width and replica sync become its *base* (Items.base_*: the linearisation
+  and the full model's judgement both see it), and its HBM bytes come off the device's memory;
+- the *movable* tables: the rest, in HBM, whole or in column pieces: a sub-instance of them (same topology and
+  workload, each device's memory less its fixed bytes) that the exact loop solves as usual.
+
+The plan returned is the exact loop's plan of the movable tables plus the fixed shards, checked on the whole
+instance. Host memory is not touched (only HBM shards move), so it stays within its capacities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodels.base import BoundCostModel
+from shardopt.core.ir import Instance, Kernel, Shard
+from shardopt.core.memory import shard_bytes
+
+
+@dataclass
+class TieredSplit:
+    """A start plan split into fixed shards (with the base they give each device) and the movable tables' sub-instance."""
+
+    sub: Instance  # the movable tables; each device's memory less its fixed HBM bytes
+    fixed: list[Shard]
+    movable: list[Shard]  # the start plan's shards of the movable tables
+    base_states: np.ndarray  # [D, F]
+    base_widths: np.ndarray  # [D]
+    base_extra: np.ndarray  # [D]
+    fixed_hbm: np.ndarray  # [D]
+
+    def describe(self) -> dict[str, int]:
+        return {"movable_tables": len(self.sub.tables), "fixed_tables": len({s.table for s in self.fixed}), "fixed_shards": len(self.fixed)}
+
+
+def _movable(shards: list[Shard]) -> bool:
+    """A table whose shards the exact model can hold: in HBM, not replicated, whole rows (whole or column pieces)."""
+    return all(s.kernel is Kernel.fused and not s.replicated and s.row_offset == 0 and s.rows is None for s in shards)
+
+
+def split_tiered(instance: Instance, bm: BoundCostModel, shards: list[Shard]) -> TieredSplit | None:
+    """The split of a valid plan (module docstring); None when it leaves nothing to move."""
+    by_table: dict[str, list[Shard]] = {}
+    for s in shards:
+        by_table.setdefault(s.table, []).append(s)
+    movable_names = [t.name for t in instance.tables if _movable(by_table.get(t.name, []))]
+    if not movable_names:
+        return None
+    keep = set(movable_names)
+    D = instance.topology.num_devices
+    fixed = [s for s in shards if s.table not in keep]
+    index = instance.table_index()
+    base_states = np.zeros((D, bm.state_size))
+    base_widths = np.zeros(D)
+    base_extra = np.zeros(D)
+    fixed_hbm = np.zeros(D, dtype=np.int64)
+    for s in fixed:
+        d, st, w = bm.shard_contribution(s)
+        base_states[d] += st
+        base_widths[d] += w
+        if s.replicated:
+            base_extra[d] += bm.replicated_comm(index[s.table])
+        fixed_hbm[d] += shard_bytes(instance, instance.tables[index[s.table]], s)
+    caps = np.array(instance.topology.capacities(), dtype=np.int64)
+    left = np.maximum(caps - fixed_hbm, 1)  # (a device the fixed shards fill keeps 1 byte: nothing else fits)
+    topo = instance.topology.model_copy(update={"memory_bytes": [int(x) for x in left]})
+    sub = instance.model_copy(update={"tables": [instance.tables[index[n]] for n in movable_names], "topology": topo,
+                                      "name": f"{instance.name or 'instance'} (HBM tables of a tiered plan)"})
+    movable = [s for s in shards if s.table in keep]
+    return TieredSplit(sub, fixed, movable, base_states, base_widths, base_extra, fixed_hbm)

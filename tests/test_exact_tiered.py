@@ -1,0 +1,87 @@
+"""The exact solvers beyond table-wise HBM (issue 17): on instances that need row-wise or host-memory placements they
+start from the best tiered plan, keep its row-wise and host-memory shards, and re-place its HBM tables exactly; the
+base those fixed shards give every device is costed exactly by the linear model at its expansion point and by the
+full model's judgement."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodels.registry import get_cost_model
+from shardopt.core.ir import load_instance
+from shardopt.core.plan_check import check_plan
+from solvers.base import SolveStatus
+from solvers.exact.formulation import plan_cost
+from solvers.exact.tiered import split_tiered
+from solvers.linearize import linearize
+from solvers.registry import get_solver
+from solvers.split_items import build_items
+
+ROOT = Path(__file__).resolve().parents[1]
+HUGE = ROOT / "instances" / "suites" / "huge-test" / "huge-test-s1-0000.json"
+TIERED = ROOT / "instances" / "suites" / "tiered-test" / "tiered-test-s1-0001.json"
+CM = get_cost_model("analytic")
+
+
+def tiered_start(path: Path):  # noqa: ANN201
+    inst = load_instance(path)
+    plan = get_solver("neuroshard").solve(inst, CM, seed=0, time_limit=3).plan
+    assert plan is not None
+    return inst, plan
+
+
+@pytest.mark.parametrize("path", [HUGE, TIERED])
+def test_the_base_is_costed_exactly(path: Path) -> None:
+    inst, plan = tiered_start(path)
+    bm = CM.bind(inst)
+    split = split_tiered(inst, bm, plan.shards)
+    assert split is not None and split.fixed and split.movable
+    assert {s.table for s in split.fixed}.isdisjoint({s.table for s in split.movable})
+    assert all(s.kernel.value == "fused" and s.rows is None and not s.replicated for s in split.movable)
+    sub_bm = CM.bind(split.sub)
+    D = inst.topology.num_devices
+    items = build_items(split.sub, sub_bm, np.arange(len(split.sub.tables)), 8)
+    items = dataclasses.replace(items, base_states=split.base_states, base_widths=split.base_widths, base_extra=split.base_extra)
+    counts = items.counts_from_shards(split.sub, split.movable, D)
+    assert counts is not None
+    whole = bm.plan_costs(plan.shards)
+    assert plan_cost(sub_bm, items, counts) == pytest.approx(whole.max_cost, rel=1e-9)
+    lin = linearize(sub_bm, counts, "planes", items)
+    assert np.allclose(lin.device_costs(counts), whole.total, rtol=1e-9)  # exact at the expansion point, base included
+    caps = np.array(inst.topology.capacities())
+    assert (np.array(split.sub.topology.capacities()) == np.maximum(caps - split.fixed_hbm, 1)).all()
+
+
+@pytest.mark.parametrize("name", ["cpsat", "milp_highs"])
+@pytest.mark.parametrize("path", [HUGE, TIERED])
+def test_exact_solvers_place_instances_that_need_tiers(name: str, path: Path) -> None:
+    inst = load_instance(path)
+    r = get_solver(name).solve(inst, CM, seed=0, time_limit=8)
+    assert r.status.has_plan and r.status is not SolveStatus.optimal, (r.status, r.reason)
+    assert check_plan(inst, r.plan).ok  # both memory tiers, every table covered once
+    tiered = r.info["tiered"]
+    assert r.predicted_cost <= tiered["start_cost"] * (1 + 1e-9)  # never worse than its start
+    assert any(s.rows is not None or s.kernel.value != "fused" for s in r.plan.shards)
+    assert "tiered" in r.plan.params["placements"]
+
+
+def test_fixed_shards_are_kept_as_the_start_has_them() -> None:
+    inst = load_instance(HUGE)
+    r = get_solver("cpsat", tiered_share=0.0).solve(inst, CM, seed=0, time_limit=8)  # (greedy's plan is the only start)
+    assert r.info["tiered"]["start"] == "greedy"
+    start = get_solver("greedy").solve(inst, CM, seed=0).plan
+    fixed_tables = {s.table for s in start.shards if s.rows is not None or s.kernel.value != "fused" or s.replicated}
+    assert fixed_tables and len(fixed_tables) == r.info["tiered"]["fixed_tables"]
+    mine = sorted((s.table, s.device, s.row_offset, s.kernel.value) for s in r.plan.shards if s.table in fixed_tables)
+    theirs = sorted((s.table, s.device, s.row_offset, s.kernel.value) for s in start.shards if s.table in fixed_tables)
+    assert mine == theirs
+
+
+def test_tiered_off_keeps_the_old_answer() -> None:
+    inst = load_instance(HUGE)
+    r = get_solver("cpsat", tiered=False).solve(inst, CM, seed=0, time_limit=5)
+    assert r.status is SolveStatus.no_solution and "not proven infeasible" in r.reason
