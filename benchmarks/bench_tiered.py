@@ -9,6 +9,7 @@ placed. A solver without a plan is counted, with its status, never dropped.
 
 Run: `.venv/bin/python benchmarks/bench_tiered.py [--random 200] [--solvers torchrec_all,greedy,neuroshard,cpsat]
 [--time-limit 10] [--out benchmarks/results/tiered.json]` (the committed rows are that file gzipped).
+A solver may carry options: `neuroshard:data_parallel=true` (several separated by `;`).
 `--reuse OLD.json[.gz]` takes the rows of the solvers *not* in `--solvers` from an earlier run of the same
 instances (e.g. TorchRec's, which take most of the time) and re-runs only the named ones; the output says which
 rows were reused and from which file and date.
@@ -68,6 +69,19 @@ def random_instance(seed: int) -> Instance:
     return instance_from_dict(doc)
 
 
+def make_solver(label: str):  # noqa: ANN201
+    """A solver from a label 'name' or 'name:key=value,key=value' (options as JSON values, e.g. neuroshard:data_parallel=true)."""
+    name, _, opts = label.partition(":")
+    kwargs = {}
+    for item in filter(None, opts.split(";")):
+        key, _, raw = item.partition("=")
+        try:
+            kwargs[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            kwargs[key] = raw
+    return get_solver(name, **kwargs)
+
+
 def run(names: list[str], instances: list[tuple[str, Instance]], time_limit: float | None) -> list[dict]:
     judge = AnalyticCostModel()
     rows = []
@@ -75,7 +89,7 @@ def run(names: list[str], instances: list[tuple[str, Instance]], time_limit: flo
         for name in names:
             t0 = time.perf_counter()
             try:
-                r = get_solver(name).solve(inst, judge, time_limit=time_limit, seed=0)
+                r = make_solver(name).solve(inst, judge, time_limit=time_limit, seed=0)
                 status, reason, plan = r.status.value, r.reason, r.plan
             except Exception as exc:  # noqa: BLE001 - a crash is a result too, recorded
                 status, reason, plan = "error", f"{type(exc).__name__}: {exc}", None

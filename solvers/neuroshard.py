@@ -431,6 +431,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     each against every device (moves) and then every piece elsewhere (swaps) in order, the first that lowers the plan
     cost taken; all of one piece's moves (or swaps) are costed in one batched call from the devices' summed states."""
     bm = pm.bm
+    if not pieces:
+        return device_of.copy(), 0
     states, widths, sizes, _ = pm.info(pieces)
     hsizes = pm.host_sizes(pieces)
     owner = np.array([p[0] for p in pieces])
@@ -816,6 +818,20 @@ class NeuroShardSolver(Solver):
         cfg = self.config
         bm = cost_model.bind(instance)
         pm = PieceModel(instance, bm, layout)
+        if not pm.tables:  # the layout splits every table by rows: no piece to search, only the tiers to polish
+            assert layout is not None
+            shards = list(layout.fixed)
+            placed: dict[str, Any] | None = None
+            timed_out = False
+            if cfg.placement_polish:
+                shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, True, clock, budget if cfg.anytime else None, False)
+            info: dict[str, Any] = {"states_scored": 0, "note": "every table row-wise in the tiered layout: nothing to search"}
+            if placed is not None:
+                info["placement_polish"] = placed
+            extra: dict[str, Any] = {}
+            extra["placements"], info["tiers"] = describe_placements(instance, shards)
+            status = SolveStatus.timeout if timed_out else SolveStatus.feasible
+            return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
         deadline = budget if cfg.anytime else None
         # the search stops early enough to leave the polish its share of the budget
         search_deadline = None if deadline is None else (deadline * (1.0 - cfg.polish_reserve) if cfg.polish else deadline)
@@ -900,6 +916,8 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
         packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
         index = instance.table_index()
         mine = [s for s in shards if index[s.table] in packed]
+        if not mine:  # every table is row-wise or replicated now: nothing left for the device polish to move
+            break
         pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
         device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, clock, deadline)
         device_moves += n

@@ -144,3 +144,37 @@ def test_too_little_memory_in_both_tiers_is_infeasible() -> None:
     r = get_solver("neuroshard").solve(inst, get_cost_model("analytic"), time_limit=5, seed=0)
     assert r.status.value == "infeasible"
     assert "host memory" in r.reason
+
+
+def _doc(tables: list[tuple[int, int, float]], devices: int, memory: int, host: int = 0) -> Instance:
+    return instance_from_dict({
+        "schema_version": 1, "kind": "instance", "name": "edge",
+        "tables": [{"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": 0.8}} for i, (r, d, p) in enumerate(tables)],
+        "topology": {"num_devices": devices, "devices_per_host": devices, "memory_bytes": memory, "hardware": "a100", "host_memory_bytes": host},
+        "workload": {"batch_size": 16384, "optimizer": "rowwise_adagrad"},
+    })
+
+
+@pytest.mark.parametrize("solver", ["neuroshard", "cpsat"])
+def test_every_table_row_wise_leaves_nothing_to_search_and_still_plans(solver: str) -> None:
+    """Two tables whose narrowest column slice is larger than every device: the tiered layout splits both by rows
+    and no piece is left for the search (this crashed with 'need at least one array to stack', found by
+    benchmarks/bench_tiered.py)."""
+    inst = _doc([(30_000_000, 8, 10.0), (20_000_000, 8, 5.0)], 4, 520_000_000)
+    assert split_infeasibility(inst) is not None
+    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+    assert r.status.has_plan, r.reason
+    assert check_plan(inst, r.plan).ok
+    tables = {t.name: t for t in inst.tables}
+    assert all(s.height(tables[s.table]) < tables[s.table].rows for s in r.plan.shards)  # row blocks, no whole table
+
+
+@pytest.mark.parametrize("solver", ["neuroshard", "cpsat"])
+def test_a_polish_that_leaves_no_packed_table_ends_cleanly(solver: str) -> None:
+    """Two tables too big for any device (row-wise) and one tiny hot one that the placement polish replicates: after
+    the polish no packed table is left for the device polish (which crashed on the empty piece list)."""
+    inst = _doc([(30_000_000, 8, 10.0), (20_000_000, 8, 5.0), (200, 128, 30.0)], 4, 520_000_000)
+    assert split_infeasibility(inst) is not None
+    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+    assert r.status.has_plan, r.reason
+    assert check_plan(inst, r.plan).ok
