@@ -374,22 +374,38 @@ class HeuristicSolver(Solver):
             reason = tiered_infeasibility_reason(instance)
             if reason is not None:
                 return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+            lean = False
             tiered = plan_tiers(instance)
-            if isinstance(tiered, str):
-                return fail(self, SolveStatus.no_solution, f"{self.name}: {tiered}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
+            if isinstance(tiered, str):  # the default layout does not fit: the lean one (smallest caches, largest tables out)
+                lean, first = True, tiered
+                tiered = plan_tiers(instance, lean=True)
+                if isinstance(tiered, str):
+                    return fail(self, SolveStatus.no_solution, f"{self.name}: {first}; and with the smallest caches: {tiered}. "
+                                "The instance is not proven infeasible.", clock, {"tiers": "failed"})
             layout = tiered
+        else:
+            lean = False
         while True:
             packer, bound, placed, failures, tried, timed_out = self._pack(instance, cost_model, seed, layout, clock, time_limit)
             if placed or layout is None or timed_out:
                 break
-            # with tiers: the table no device had room for goes row-wise too (its blocks spread over all devices)
+            # with tiers: the table no device had room for goes row-wise too (its blocks spread over all devices);
+            # when that is no way out either, the lean layout (smallest caches, largest tables to host memory) once
             stuck = failures[-1].table
             if stuck in rowwise:
-                break
-            rowwise.add(stuck)
-            retry = plan_tiers(instance, frozenset(rowwise))
+                if lean:
+                    break
+                lean, rowwise = True, set()
+            else:
+                rowwise.add(stuck)
+            retry = plan_tiers(instance, frozenset(rowwise), lean=lean)
             if isinstance(retry, str):
-                break
+                if lean:
+                    break
+                lean, rowwise = True, set()
+                retry = plan_tiers(instance, frozenset(), lean=True)
+                if isinstance(retry, str):
+                    break
             layout = retry
         device_of: np.ndarray | None = None
         used = None
@@ -434,6 +450,8 @@ class HeuristicSolver(Solver):
         extra: dict[str, Any] = {"fallback_used": used if used != "primary" else None}
         if layout is not None:
             extra["placements"] = layout.summary()
+            info["lean_tiers"] = lean
+            info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
         return finish(
             self, instance, cost_model, shards, clock, seed=seed,

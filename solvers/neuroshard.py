@@ -806,7 +806,7 @@ class NeuroShardSolver(Solver):
             return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
         greedy = GreedySolver().solve(instance, cost_model, seed=seed)
         rowwise = frozenset(instance.table_index()[s.table] for s in greedy.plan.shards if s.rows is not None) if greedy.plan is not None else frozenset()
-        layout = plan_tiers(instance, rowwise)
+        layout = plan_tiers(instance, rowwise, lean=bool(greedy.info.get("lean_tiers", False)))
         if isinstance(layout, str):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
         return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
@@ -820,18 +820,8 @@ class NeuroShardSolver(Solver):
         pm = PieceModel(instance, bm, layout)
         if not pm.tables:  # the layout splits every table by rows: no piece to search, only the tiers to polish
             assert layout is not None
-            shards = list(layout.fixed)
-            placed: dict[str, Any] | None = None
-            timed_out = False
-            if cfg.placement_polish:
-                shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, True, clock, budget if cfg.anytime else None, False)
-            info: dict[str, Any] = {"states_scored": 0, "note": "every table row-wise in the tiered layout: nothing to search"}
-            if placed is not None:
-                info["placement_polish"] = placed
-            extra: dict[str, Any] = {}
-            extra["placements"], info["tiers"] = describe_placements(instance, shards)
-            status = SolveStatus.timeout if timed_out else SolveStatus.feasible
-            return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
+            return self._polished_plan(instance, cost_model, bm, list(layout.fixed), cfg, clock, budget if cfg.anytime else None, seed, 0,
+                                       "every table row-wise in the tiered layout: nothing to search")
         deadline = budget if cfg.anytime else None
         # the search stops early enough to leave the polish its share of the budget
         search_deadline = None if deadline is None else (deadline * (1.0 - cfg.polish_reserve) if cfg.polish else deadline)
@@ -847,6 +837,11 @@ class NeuroShardSolver(Solver):
             _refine_comm_aware(search, pm, cfg, clock, search_deadline, scorer.seen)
 
         best = search.best
+        if best.device_of is None and layout is not None and greedy is not None and greedy.plan is not None:
+            # no grid plan fits within the layout, but greedy's plan does (its packer's memory-first fallbacks): it
+            # is the plan, after the placement polish
+            return self._polished_plan(instance, cost_model, bm, greedy.plan.shards, cfg, clock, deadline, seed, scorer.evaluated,
+                                       "no grid plan fits within the tiered layout: greedy's plan, polished")
         if best.device_of is None:
             where = "within the tiered layout" if layout is not None else "split or not"
             return fail(self, SolveStatus.no_solution, f"no dimension-cap scale gave a plan that fits in memory, {where}; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
@@ -881,6 +876,24 @@ class NeuroShardSolver(Solver):
             extra["placements"], info["tiers"] = describe_placements(instance, shards)
         status = SolveStatus.timeout if timed_out else SolveStatus.feasible
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra or None)
+
+
+    def _polished_plan(self, instance: Instance, cost_model: CostModel, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig,
+                       clock: Stopwatch, deadline: float | None, seed: int, scored: int, note: str) -> SolveResult:
+        """A plan the search did not make (the layout's fixed shards when nothing is left to search; greedy's plan
+        when no grid plan fits) as the result, after the placement polish."""
+        placed: dict[str, Any] | None = None
+        timed_out = False
+        dp = cfg.data_parallel if cfg.data_parallel is not None else True  # (a tiered layout: replicas offered, as in _search)
+        if cfg.placement_polish or dp:
+            shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, clock, deadline, False)
+        info: dict[str, Any] = {"states_scored": scored, "note": note}
+        if placed is not None:
+            info["placement_polish"] = placed
+        extra: dict[str, Any] = {}
+        extra["placements"], info["tiers"] = describe_placements(instance, shards)
+        status = SolveStatus.timeout if timed_out else SolveStatus.feasible
+        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
 
 
 class NeuroShardFaithfulSolver(NeuroShardSolver):

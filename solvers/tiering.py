@@ -112,9 +112,12 @@ def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = N
     return CACHE_LOAD_FACTORS[-1]
 
 
-def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> TieredLayout | str:
+def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
-    to split row-wise although a device could hold them whole (the packer found no room for them)."""
+    to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
+    layout for when the default one does not pack - every HBM cache as small as offered (CACHE_LOAD_FACTORS[0]) and
+    the *largest* tables to host memory first (fewest tables moved, TorchRec's choice), so that the caches and the
+    host-memory tables leave room for the rest; the cost-driven polish may grow the caches again."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason
@@ -141,7 +144,7 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> Tie
         if block_bytes <= HEADROOM * caps.min() - fixed_hbm.max():
             tier = TableTier(Kernel.fused, None, True)
         elif shard_host_bytes(instance, t, uvm_block) <= (hosts - fixed_host).min():
-            tier = TableTier(Kernel.fused_uvm_caching, cache_load_factor_for(instance, t, block), True)
+            tier = TableTier(Kernel.fused_uvm_caching, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t, block), True)
         else:
             room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - fixed_host).min()):,} bytes of host memory left on some device"
             return (f"table {t.name!r} ({int(full[i]):,} bytes) fits on no device, and its row-wise blocks over all "
@@ -181,15 +184,21 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset()) -> Tie
     packed = [i for i, t in enumerate(tiers) if not t.rowwise]
     heat = np.array([tables[i].pooling_factor / max(int(full[i]), 1) for i in packed])
     coldest = [packed[k] for k in np.argsort(heat, kind="stable")]
+    if lean:  # the largest first (ties: the colder)
+        coldest = sorted(coldest, key=lambda i: (-int(full[i]), tables[i].pooling_factor / max(int(full[i]), 1), i))
+    host_left = (hosts - fixed_host).astype(np.float64)  # host memory the table-wise UVM tables may still take
     if hbm[packed].sum() > budget and hosts.sum() > 0:
         for i in coldest:
             if hbm[packed].sum() <= budget:
                 break
             t = tables[i]
-            f = cache_load_factor_for(instance, t)
-            tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
+            f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
             probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
-            hbm[i], host[i] = shard_bytes(instance, t, probe), shard_host_bytes(instance, t, probe)
+            need = shard_host_bytes(instance, t, probe)
+            if need > host_left.max() or host[packed].sum() + need > host_left.sum():
+                continue  # (no device, or not the cluster, has the host memory left for it: it stays in HBM)
+            tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
+            hbm[i], host[i] = shard_bytes(instance, t, probe), need
         for i in coldest:
             if hbm[packed].sum() <= budget:
                 break

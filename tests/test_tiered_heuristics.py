@@ -150,3 +150,23 @@ def test_neuroshard_is_not_seeded_with_a_row_wise_greedy_plan() -> None:
     assert r.status.value in ("feasible", "timeout", "no_solution"), r.status
     if r.plan is not None:
         assert check_plan(inst, r.plan).ok
+
+
+@pytest.mark.parametrize("name", ["random-211", "random-585"])
+def test_the_lean_layout_places_what_the_default_one_cannot(name: str) -> None:
+    """Single-device instances (benchmarks/bench_tiered.py's random seeds 211 and 585) that TorchRec's planner places:
+    the default tiering (the coldest tables per byte to host memory, caches for 90 % of the lookups) leaves too little
+    HBM or host memory; the lean layout (smallest caches, the largest tables to host memory first) packs, and greedy,
+    neuroshard and cpsat all return valid plans from it."""
+    from solvers.tiering import plan_tiers
+
+    inst = load_instance(Path(__file__).resolve().parent / "data" / f"{name}.json")
+    assert isinstance(plan_tiers(inst), str)  # the default layout does not fit
+    lean = plan_tiers(inst, lean=True)
+    assert not isinstance(lean, str)
+    for solver in ("greedy", "neuroshard", "cpsat"):
+        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+        assert r.status.has_plan, (solver, r.reason)
+        assert check_plan(inst, r.plan).ok
+        if solver == "greedy":
+            assert r.info["lean_tiers"] is True
