@@ -16,6 +16,14 @@ The moves (each applies to every shard of one table, on the devices they are on)
 - `replicate` (only with `data_parallel`): a table held in HBM table- or column-wise replicated whole on every device;
   first, a sweep over sets of replicas at once (`_replica_sweep`: the tables with the fewest rows), which finds
   what single replicas cannot.
+- `row-wise` / `table-row-wise` (only with `row_wise`): a table held whole in HBM (table- or column-wise, on the
+  plan's bottleneck device) split by rows over all devices (TorchRec's `row_wise`), or over the devices of the host
+  it is on (`table_row_wise`, where the cluster has several hosts of several devices). A table too hot for any one
+  device - its lookups alone above what a balanced device should carry - is what TorchRec splits this way; a
+  whole-table search cannot balance it, and a column split still leaves every lookup on the devices holding slices.
+  Every device then carries the table's pooled width (its partial sums), which the cost model prices; the move is
+  kept only where it lowers the plan cost. Only tables with a shard on the current bottleneck device are tried: a
+  split adds communication everywhere and can only pay by relieving the device that sets the cost.
 
 Search: best improvement, by (plan cost, then the sum of the device costs: a cheaper non-bottleneck device is kept
 when the maximum stays), until no move improves or the deadline passes. Deterministic: candidates in table order.
@@ -32,7 +40,7 @@ from costmodels.base import BoundCostModel
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 from solvers.base import Stopwatch
-from solvers.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout
+from solvers.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout, row_wise_shards
 
 POLISH_LOAD_FACTORS = tuple(sorted(set(CACHE_LOAD_FACTORS) | {0.75}))  # the caches a table may grow to
 REL_EPS = 1e-9  # an improvement must exceed this share of the plan cost
@@ -71,22 +79,31 @@ def table_contribution(instance: Instance, bm: BoundCostModel, table: int, shard
     return S, dims, extra, hbm, host
 
 
-def _options(instance: Instance, table: int, shards: list[Shard], num_devices: int, data_parallel: bool) -> list[tuple[str, list[Shard]]]:
+def _options(instance: Instance, table: int, shards: list[Shard], num_devices: int, data_parallel: bool, row_wise: bool = False) -> list[tuple[str, list[Shard]]]:
     """The moves offered for one table: (what, its shards after the move)."""
     out: list[tuple[str, list[Shard]]] = []
     kernels = {s.kernel for s in shards}
     if len(kernels) != 1 or any(s.replicated for s in shards):
         return out
     (kernel,) = kernels
+    t = instance.tables[table]
+    whole_rows = all(s.height(t) == t.rows for s in shards)
     if kernel.in_host_memory:
         now = shards[0].cache_load_factor if kernel is Kernel.fused_uvm_caching else 0.0
         for f in POLISH_LOAD_FACTORS:
             if f > (now or 0.0):
                 out.append((f"cache {f:g}", [s.model_copy(update={"kernel": Kernel.fused_uvm_caching, "cache_load_factor": f}) for s in shards]))
         out.append(("hbm", [s.model_copy(update={"kernel": Kernel.fused, "cache_load_factor": None}) for s in shards]))
-    elif data_parallel and num_devices > 1 and all(s.height(instance.tables[table]) == instance.tables[table].rows for s in shards):
-        name = instance.tables[table].name
-        out.append(("replicate", [Shard(table=name, device=d, replicated=True) for d in range(num_devices)]))
+        return out
+    if data_parallel and num_devices > 1 and whole_rows:
+        out.append(("replicate", [Shard(table=t.name, device=d, replicated=True) for d in range(num_devices)]))
+    if row_wise and num_devices > 1 and whole_rows and t.rows > 1:
+        out.append(("row-wise", row_wise_shards(t, range(num_devices))))
+        topo = instance.topology
+        per_host = topo.devices_per_host
+        if 1 < per_host < num_devices:
+            host = shards[0].device // per_host
+            out.append(("table-row-wise", row_wise_shards(t, range(host * per_host, min((host + 1) * per_host, num_devices)))))
     return out
 
 
@@ -100,12 +117,13 @@ class _Candidate:
     shards: list[Shard]
     new: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     devices: np.ndarray
-    all_devices: bool  # a replica changes every device's comm: re-costed every round
+    all_devices: bool  # a replica or a row split changes every device's comm: re-costed every round
+    split: bool = False  # a row split: tried only while the table is on the bottleneck device
     compute: np.ndarray | None = None  # [len(devices)] compute after the move
 
 
 def polish_placements(
-    instance: Instance, bm: BoundCostModel, shards: list[Shard], *, data_parallel: bool = False,
+    instance: Instance, bm: BoundCostModel, shards: list[Shard], *, data_parallel: bool = False, row_wise: bool = False,
     clock: Stopwatch | None = None, deadline: float | None = None, max_moves: int = 10_000,
 ) -> tuple[list[Shard], dict[str, Any]]:
     """The plan after the cost-driven moves of the module docstring, and what was done ({"moves": [...],
@@ -128,10 +146,12 @@ def polish_placements(
 
     def candidates(t: int) -> list[_Candidate]:
         out = []
-        for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel):
+        old = contrib[t]
+        for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel, row_wise):
             new = table_contribution(instance, bm, t, new_shards)
             devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
-            out.append(_Candidate(t, what, new_shards, new, devs, any(s.replicated for s in new_shards)))
+            widths_change = not np.array_equal(new[1], old[1]) or not np.array_equal(new[2], old[2])
+            out.append(_Candidate(t, what, new_shards, new, devs, widths_change, split=what.endswith("row-wise")))
         return out
 
     compute = bm.compute_costs(plan.S).sum(axis=-1)
@@ -156,30 +176,35 @@ def polish_placements(
             moves += [{"table": instance.tables[t].name, "move": "replicate (sweep)", "cost_ms": float(totals.max())} for t, _, _ in swept]
     cands: dict[int, list[_Candidate]] = {t: candidates(t) for t in sorted(groups)}
     while len(moves) < max_moves and not (deadline is not None and clock is not None and clock.elapsed >= deadline):
-        best: tuple[float, float] | None = None
-        chosen: _Candidate | None = None
-        for t in sorted(cands):
-            old = contrib[t]
-            for c in cands[t]:
-                d = c.devices
-                if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
-                    continue
-                if c.all_devices:
-                    dims = plan.dims - old[1] + c.new[1]
-                    cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + bm.comm_totals(dims) + plan.extra - old[2] + c.new[2]
-                else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
-                    if c.compute is None:
-                        c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
-                    cand = totals.copy()
-                    cand[d] = c.compute + comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
-                key = (float(cand.max()), float(cand.sum()))
-                if best is None or key < best:
-                    best, chosen = key, c
-        if chosen is None or best is None:
-            break
+        bottleneck = int(np.argmax(totals))
         cur = (float(totals.max()), float(totals.sum()))
         eps = REL_EPS * max(cur[0], 1e-12)
-        if not (best[0] < cur[0] - eps or (best[0] <= cur[0] + eps and best[1] < cur[1] - eps)):
+        chosen: _Candidate | None = None
+        for splits in (False, True):  # row splits only when no other move pays (they tie up every device's comm)
+            best: tuple[float, float] | None = None
+            for t in sorted(cands):
+                old = contrib[t]
+                for c in cands[t]:
+                    if c.split is not splits or (c.split and old[1][bottleneck] == 0):
+                        continue  # (a row split pays only by relieving the device that sets the cost)
+                    d = c.devices
+                    if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
+                        continue
+                    if c.all_devices:
+                        dims = plan.dims - old[1] + c.new[1]
+                        cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + bm.comm_totals(dims) + plan.extra - old[2] + c.new[2]
+                    else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
+                        if c.compute is None:
+                            c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
+                        cand = totals.copy()
+                        cand[d] = c.compute + comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
+                    key = (float(cand.max()), float(cand.sum()))
+                    if best is None or key < best:
+                        best, chosen = key, c
+            if best is not None and (best[0] < cur[0] - eps or (best[0] <= cur[0] + eps and best[1] < cur[1] - eps)):
+                break
+            chosen = None
+        if chosen is None:
             break
         t, old = chosen.table, contrib[chosen.table]
         plan.S += chosen.new[0] - old[0]

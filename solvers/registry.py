@@ -77,13 +77,18 @@ register("milp_exact_neural", "solvers.exact.solver", "MilpExactNeuralSolver", "
 _HEURISTIC_PLACEMENTS = "table-wise; row-wise for a table larger than every device; UVM-cached / UVM when the tables exceed the HBM"
 PLACEMENTS: dict[str, str] = {
     **{n: _HEURISTIC_PLACEMENTS for n in ("greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup")},
-    **{n: ("table-wise, column-wise; where those cannot hold the instance in HBM: row-wise for a table larger than every "
-           "device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest searched table- and column-wise, "
-           "then caches grown / tables moved back to HBM / small tables replicated data-parallel where the cost model says so "
-           "(data-parallel on HBM instances with -O data_parallel=true)")
-       for n in ("neuroshard", "neuroshard_faithful")},
-    **{n: ("table-wise, column-wise; where those cannot hold the instance in HBM: the best tiered plan of greedy / neuroshard "
-           "(row-wise, UVM-cached / UVM, data-parallel shards kept as it has them) with its HBM tables re-placed exactly")
+    "neuroshard": ("table-wise, column-wise, and row-wise / table-row-wise splits of a table on the bottleneck device where "
+                   "the cost model says they pay (-O row_wise=false: none); where those cannot hold the instance in HBM: row-wise "
+                   "for a table larger than every device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the "
+                   "rest searched table- and column-wise, then caches grown / tables moved back to HBM / small tables replicated "
+                   "data-parallel where the cost model says so (data-parallel on HBM instances with -O data_parallel=true)"),
+    "neuroshard_faithful": ("table-wise, column-wise; where those cannot hold the instance in HBM: row-wise for a table larger "
+                            "than every device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest "
+                            "searched table- and column-wise"),
+    **{n: ("table-wise, column-wise, then row-wise / table-row-wise splits of a table on the bottleneck device where the cost "
+           "model says they pay (-O row_wise=false: none); where table- and column-wise cannot hold the instance in HBM: the "
+           "best tiered plan of greedy / neuroshard (row-wise, UVM-cached / UVM, data-parallel shards kept as it has them) "
+           "with its HBM tables re-placed exactly")
        for n in ("cpsat", "milp", "milp_highs")},
     "milp_exact_neural": "table-wise (HBM only)",
     "torchrec": "table-wise, column-wise, row-wise, table-row-wise, data-parallel; UVM-cached / UVM when the instance has host memory (TorchRec's planner chooses)",

@@ -35,6 +35,7 @@ from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility
 from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
 from shardopt.core.stats import table_histogram
+from shardopt.data.torchrec_io import rw_layout
 
 HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables may plan for: the packer needs slack
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
@@ -86,6 +87,20 @@ class TieredLayout:
             key = t.describe().split(" (")[0]
             out[key] = out.get(key, 0) + 1
         return out
+
+
+def row_wise_shards(table: Table, devices: list[int] | np.ndarray, kernel: Kernel = Kernel.fused, cache_load_factor: float | None = None) -> list[Shard]:
+    """`table` split by rows over `devices` as TorchRec's `row_wise` / `table_row_wise` lay it out: blocks of
+    ceil(rows / len(devices)) in the devices' order, the last one shorter; a device left without rows (a table with
+    fewer rows than devices) gets no shard."""
+    devices = [int(d) for d in devices]
+    out: list[Shard] = []
+    for d, (start, n) in zip(devices, rw_layout(table.rows, len(devices))):
+        if n <= 0:
+            continue
+        out.append(Shard(table=table.name, device=d, row_offset=start, rows=None if start == 0 and n == table.rows else n,
+                         kernel=kernel, cache_load_factor=cache_load_factor))
+    return out
 
 
 def needs_tiers(instance: Instance) -> bool:
@@ -152,14 +167,9 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: 
                     f"smallest device) nor in host memory ({room})")
         tiers[i] = tier
         hbm[i] = host[i] = 0
-        for d in range(D):
-            start = min(d * block, t.rows)
-            n = min(block, t.rows - start)
-            if n <= 0:
-                continue
-            s = Shard(table=t.name, device=d, row_offset=start, rows=None if start + n == t.rows and start == 0 else n,
-                      kernel=tier.kernel, cache_load_factor=tier.cache_load_factor)
+        for s in row_wise_shards(t, range(D), tier.kernel, tier.cache_load_factor):
             fixed.append(s)
+            d = s.device
             fixed_hbm[d] += shard_bytes(instance, t, s)
             fixed_host[d] += shard_host_bytes(instance, t, s)
 

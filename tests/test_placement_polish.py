@@ -139,3 +139,86 @@ def test_the_replica_sweep_finds_what_single_replicas_cannot() -> None:
     replicated = {s.table for s in out if s.replicated}
     assert len(replicated) >= 2 and info["cost_after"] < 0.8 * before
     assert info["cost_after"] == bm.plan_costs(out).max_cost
+
+
+def hot_narrow_instance(devices_per_host: int = 4):
+    """One table that carries most of the lookups and is too narrow (8 columns) for column slices to balance it, among
+    light ones: TorchRec splits such a table by rows."""
+    acc = {"zipf": 0.8}
+    tables = [{"name": "hot", "rows": 2_000_000, "dim": 8, "pooling_factor": 120.0, "access": acc}]
+    tables += [{"name": f"t{i}", "rows": 50_000, "dim": 32, "pooling_factor": 4.0, "access": acc} for i in range(6)]
+    return instance_from_dict({
+        "schema_version": 1, "kind": "instance", "name": "hot-narrow", "tables": tables,
+        "topology": {"num_devices": 4, "devices_per_host": devices_per_host, "memory_bytes": 4 * 10**9, "hardware": "v100"},
+        "workload": {"batch_size": 65536, "optimizer": "rowwise_adagrad"}})
+
+
+def test_neuroshard_splits_a_hot_narrow_table_by_rows_where_it_pays() -> None:
+    inst = hot_narrow_instance()
+    cm = get_cost_model("analytic")
+    bm = cm.bind(inst)
+    off = get_solver("neuroshard", row_wise=False).solve(inst, cm, seed=0)
+    on = get_solver("neuroshard").solve(inst, cm, seed=0)  # row_wise is the default
+    assert check_plan(inst, on.plan).ok
+    hot = sorted((s.device, s.row_offset, s.height(inst.tables[0])) for s in on.plan.shards if s.table == "hot")
+    assert [d for d, _, _ in hot] == [0, 1, 2, 3]  # TorchRec's row_wise layout: one block per device, in order
+    assert [(r0, n) for _, r0, n in hot] == [(0, 500_000), (500_000, 500_000), (1_000_000, 500_000), (1_500_000, 500_000)]
+    assert all(not s.replicated and s.kernel is Kernel.fused for s in on.plan.shards)
+    assert on.predicted.max_cost == bm.plan_costs(on.plan.shards).max_cost
+    assert on.predicted.max_cost < 0.8 * off.predicted.max_cost  # the whole-table search cannot balance that table
+    assert on.plan.params["placements"]["row-wise, HBM"] == 1
+    # the same seed gives the same plan
+    assert get_solver("neuroshard").solve(inst, cm, seed=0).plan.shards == on.plan.shards
+    # the published algorithm keeps whole tables and column slices
+    faithful = get_solver("neuroshard_faithful").solve(inst, cm, seed=0)
+    assert all(s.height(inst.tables[0]) == inst.tables[0].rows for s in faithful.plan.shards if s.table == "hot")
+
+
+def test_row_splits_offered_over_all_devices_and_over_the_tables_host() -> None:
+    from solvers.placement_polish import _options
+
+    inst = hot_narrow_instance(devices_per_host=2)
+    whole = [Shard(table="hot", device=3)]
+    opts = dict(_options(inst, 0, whole, 4, data_parallel=False, row_wise=True))
+    assert sorted(opts) == ["row-wise", "table-row-wise"]
+    assert [s.device for s in opts["row-wise"]] == [0, 1, 2, 3]
+    assert [s.device for s in opts["table-row-wise"]] == [2, 3]  # the host of device 3
+    assert sum(s.height(inst.tables[0]) for s in opts["table-row-wise"]) == inst.tables[0].rows
+    assert not _options(inst, 0, whole, 4, data_parallel=False, row_wise=False)
+    # a table already split by rows, or in host memory, is not split again
+    assert "row-wise" not in dict(_options(inst, 0, opts["row-wise"], 4, data_parallel=False, row_wise=True))
+    uvm = [Shard(table="hot", device=3, kernel=Kernel.fused_uvm)]
+    assert "row-wise" not in dict(_options(inst, 0, uvm, 4, data_parallel=False, row_wise=True))
+
+
+def test_row_split_plans_export_to_torchrec_kinds() -> None:
+    """A row split over all devices is TorchRec's row_wise, over one host's devices its table_row_wise: both export."""
+    import shardopt.data.torchrec_io as tio
+
+    inst = hot_narrow_instance(devices_per_host=2)
+    bm = get_cost_model("analytic").bind(inst)
+    for what, kind in (("row-wise", "row_wise"), ("table-row-wise", "table_row_wise")):
+        from solvers.placement_polish import _options
+
+        split = dict(_options(inst, 0, [Shard(table="hot", device=1)], 4, data_parallel=False, row_wise=True))[what]
+        plan = split + [Shard(table=t.name, device=i % 4) for i, t in enumerate(inst.tables[1:])]
+        assert check_plan(inst, plan).ok
+        assert tio.classify_table(inst, inst.tables[0], split) == kind
+        assert tio.export_problems(inst, plan) == []
+        assert np.isfinite(bm.plan_costs(plan).max_cost)
+
+
+def test_cpsat_splits_the_hot_table_and_drops_its_table_column_wise_bound() -> None:
+    inst = hot_narrow_instance()
+    cm = get_cost_model("analytic")
+    whole = get_solver("cpsat", row_wise=False).solve(inst, cm, seed=0, time_limit=10)
+    split = get_solver("cpsat").solve(inst, cm, seed=0, time_limit=10)
+    assert check_plan(inst, split.plan).ok
+    assert any(s.table == "hot" and s.height(inst.tables[0]) < inst.tables[0].rows for s in split.plan.shards)
+    assert split.predicted.max_cost < whole.predicted.max_cost
+    # the linear model's bound covers table- and column-wise plans only: the split plan is below it, so it is not
+    # reported as the plan's bound and the status is never 'optimal'
+    assert split.status.value != "optimal" and split.lower_bound is None
+    bound = split.info["table_column_wise_bound"]
+    assert bound is None or split.predicted.max_cost < bound <= whole.predicted.max_cost + 1e-9
+    assert split.plan.params["row_wise"] is True and whole.plan.params["row_wise"] is False

@@ -45,6 +45,7 @@ from solvers.exact.milp import solve_cbc, solve_highs
 from solvers.exact.neural_head import neural_head_extra
 from solvers.linear_search import linear_local_search
 from solvers.linearize import COMM_FORMS, Linearization, linearize
+from solvers.placement_polish import polish_placements
 from solvers.split_items import Items, build_items, split_candidates, split_counts
 
 DEFAULT_TIME_LIMIT = 60.0
@@ -138,6 +139,7 @@ class ExactSolver(Solver):
         certified_bound: bool = False,
         tiered: bool = True,
         tiered_share: float = DEFAULT_TIERED_SHARE,
+        row_wise: bool = True,
     ):
         if comm not in COMM_FORMS:
             raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
@@ -184,6 +186,7 @@ class ExactSolver(Solver):
         if not 0.0 <= float(tiered_share) < 1.0:
             raise ValueError(f"tiered_share: {tiered_share} must be in [0, 1) (the share of the time limit NeuroShard's tiered start may use)")
         self.tiered_share = float(tiered_share)
+        self.row_wise = bool(row_wise)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -199,6 +202,7 @@ class ExactSolver(Solver):
             "certified_bound": self.certified_bound,
             "tiered": self.tiered,
             "tiered_share": self.tiered_share,
+            "row_wise": self.row_wise,
             "comm": self.comm,
             "max_iterations": self.max_iterations,
             "workers": self.workers,
@@ -605,7 +609,22 @@ class ExactSolver(Solver):
             info["bound_is_for"] = (f"{bound_is_for}, with the tiered plan's row-wise and host-memory shards fixed" if bound_is_for else None)
             return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, lower_bound=lower, info=info,
                           extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"})
+        if self.row_wise and clock.elapsed < run.budget:
+            shards, status, lower = self._row_splits(run, shards, status, lower)
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
+
+    def _row_splits(self, run: _Run, shards: list[Shard], status: SolveStatus, lower: float | None) -> tuple[list[Shard], SolveStatus, float | None]:
+        """Row-wise / table-row-wise splits of tables on the bottleneck device where the cost model says they pay
+        (solvers.placement_polish): a table too hot for one device that column pieces cannot balance. The linear
+        model and its bounds know only table- and column-wise placements, so a plan with a split is never `optimal`
+        and its bound is dropped (kept in info as `table_column_wise_bound`: a split plan may be below it)."""
+        split, got = polish_placements(run.instance, run.bm, shards, row_wise=True, clock=run.clock, deadline=run.budget)
+        if not got["moves"]:
+            return shards, status, lower
+        run.info["row_splits"] = got["moves"]
+        run.info["table_column_wise_bound"] = lower
+        run.info["bound_is_for"] = None
+        return split, SolveStatus.feasible if status is SolveStatus.optimal else status, None
 
     def _local_search(
         self, bm: BoundCostModel, lin: Linearization, items: Items, caps: np.ndarray, best: np.ndarray, best_cost: float,
