@@ -144,10 +144,14 @@ def polish_placements(
     caps = np.array(instance.topology.capacities(), dtype=np.int64)
     hosts = np.array(instance.topology.host_capacities(), dtype=np.int64)
 
-    def candidates(t: int) -> list[_Candidate]:
+    def candidates(t: int, splits: bool = False) -> list[_Candidate]:
+        """The table's moves other than row splits, or (`splits`) its row splits only: those cost a shard on every
+        device to build, so they are built only for tables on the bottleneck device, when first needed."""
         out = []
         old = contrib[t]
-        for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel, row_wise):
+        for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel, row_wise and splits):
+            if what.endswith("row-wise") is not splits:
+                continue
             new = table_contribution(instance, bm, t, new_shards)
             devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
             widths_change = not np.array_equal(new[1], old[1]) or not np.array_equal(new[2], old[2])
@@ -175,18 +179,28 @@ def polish_placements(
             totals = compute + comm + plan.extra
             moves += [{"table": instance.tables[t].name, "move": "replicate (sweep)", "cost_ms": float(totals.max())} for t, _, _ in swept]
     cands: dict[int, list[_Candidate]] = {t: candidates(t) for t in sorted(groups)}
+    split_cands: dict[int, list[_Candidate]] = {}  # built lazily (see candidates)
     while len(moves) < max_moves and not (deadline is not None and clock is not None and clock.elapsed >= deadline):
         bottleneck = int(np.argmax(totals))
         cur = (float(totals.max()), float(totals.sum()))
         eps = REL_EPS * max(cur[0], 1e-12)
         chosen: _Candidate | None = None
-        for splits in (False, True):  # row splits only when no other move pays (they tie up every device's comm)
+        for splits in (False, True) if row_wise else (False,):  # row splits only when no other move pays
             best: tuple[float, float] | None = None
-            for t in sorted(cands):
+            if splits:  # (a row split pays only by relieving the device that sets the cost: tables on it only)
+                pool = {}
+                for t in sorted(cands):
+                    if contrib[t][1][bottleneck] > 0:
+                        if t not in split_cands:
+                            split_cands[t] = candidates(t, True)
+                        pool[t] = split_cands[t]
+            else:
+                pool = cands
+            for t in sorted(pool):
                 old = contrib[t]
-                for c in cands[t]:
-                    if c.split is not splits or (c.split and old[1][bottleneck] == 0):
-                        continue  # (a row split pays only by relieving the device that sets the cost)
+                for c in pool[t]:
+                    if deadline is not None and clock is not None and clock.elapsed >= deadline:
+                        break
                     d = c.devices
                     if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
                         continue
@@ -220,6 +234,7 @@ def polish_placements(
         totals = compute + comm + plan.extra
         moves.append({"table": instance.tables[t].name, "move": chosen.what, "cost_ms": float(totals.max())})
         cands[t] = candidates(t)
+        split_cands.pop(t, None)
         hit = np.zeros(D, dtype=bool)
         hit[changed] = True
         for lst in cands.values():
