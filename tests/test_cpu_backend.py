@@ -105,12 +105,9 @@ def test_optimizers_and_dtypes_run(opt, dtype):
     assert t.fwd_ms > 0 and t.bwd_ms > 0
 
 
-def test_bad_settings_and_replicas_are_user_errors():
+def test_bad_settings_are_user_errors():
     with pytest.raises(EvaluationError, match="repeats"):
         evaluate_plan(tiny(), PLAN, "cpu", repeats=0, cache=False)
-    replicated = Plan(shards=[Shard(table=n, device=d, replicated=True) for n in "abc" for d in (0, 1)])
-    with pytest.raises(EvaluationError, match="replicated"):
-        evaluate_plan(tiny(), replicated, "cpu", cache=False)
 
 
 def test_cuda_backend_without_gpu_is_unavailable():

@@ -91,8 +91,6 @@ def compare_plans(
         w = hash_warning(instance, plan)
         if w:
             warnings.append(f"{name}: {w}")
-        if backend in MEASURED_BACKENDS and any(s.replicated for s in plan.shards):
-            raise EvaluationError(f"{name}: backend {backend!r} does not time replicated (data-parallel) shards yet")
         why = host_memory_refusal(backend, plan)
         if why:
             raise EvaluationError(f"{name}: {why}")

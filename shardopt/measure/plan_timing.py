@@ -77,6 +77,10 @@ def plan_comm(instance: Instance, plan: Plan, backend: str, comm: str, *, seed: 
     if backend != "cpu":
         raise MeasureError("comm measured: only the cpu judge measures the all-to-all in-process (gloo); on GPUs run "
                            "torchrun -m shardopt.measure.backends.cuda_dist (NCCL, one process per GPU)")
+    replicas = [s for s in plan.shards if s.replicated]
+    if replicas:
+        raise MeasureError(f"comm measured: the gloo program times the all-to-all only, not the gradient all-reduce of "
+                           f"data-parallel replicas (table {replicas[0].table!r}); judge this plan with --comm modelled")
     return measure_comm_gloo(instance, plan, seed=seed)
 
 

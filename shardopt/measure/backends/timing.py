@@ -328,10 +328,6 @@ def _grad_output(batch_size: int, total_dim: int, seed: int, device: Any):
     return torch.randn(batch_size, total_dim, generator=gen).to(device)
 
 
-def _suffix(inputs: ShardInputs, settings: TimingSettings) -> str:
-    return f", rows capped at {settings.max_rows}" if inputs.capped else ""
-
-
 def prepare_kernel(instance: Instance, shards: Sequence[Shard], settings: TimingSettings, device: Any = "cpu", *,
                    use_fbgemm: bool, flush_l2: bool = True, note: str | None = None) -> PreparedKernel:
     """`shards` built as one fused kernel on `device` (fbgemm's TBE, or the torch kernel) with its inputs: the traces
@@ -341,11 +337,31 @@ def prepare_kernel(instance: Instance, shards: Sequence[Shard], settings: Timing
     if not shards:
         raise ValueError("prepare_kernel: no shards to time")
     dev = torch.device(device)
-    inputs = shard_inputs(instance, shards, settings.batch_size, settings.seed, settings.max_rows)
-    kernel = build_kernel(inputs, instance.workload.optimizer, dev, settings.seed, use_fbgemm)
-    batch = kernel.prepare(inputs.traces)
-    grad = _grad_output(settings.batch_size, kernel.total_dim, settings.seed, dev)
-    label = kernel.label + _suffix(inputs, settings) + (f"; {note}" if note else "")
+    sharded = [s for s in shards if not s.replicated]
+    replicas = [s for s in shards if s.replicated]
+    parts: list[tuple[Any, Any, Any]] = []  # (kernel, batch, grad_output)
+    capped = False
+    if sharded:
+        inputs = shard_inputs(instance, sharded, settings.batch_size, settings.seed, settings.max_rows)
+        kernel = build_kernel(inputs, instance.workload.optimizer, dev, settings.seed, use_fbgemm)
+        parts.append((kernel, kernel.prepare(inputs.traces), _grad_output(settings.batch_size, kernel.total_dim, settings.seed, dev)))
+        capped = inputs.capped
+    if replicas:  # data-parallel replicas: TorchRec's dense kernel on the device's share of the batch
+        from shardopt.measure.backends.dense_replicas import DenseReplicas, replica_inputs
+
+        rep = replica_inputs(instance, replicas, settings.batch_size, settings.seed, settings.max_rows)
+        dense = DenseReplicas(rep.rows, rep.dims, rep.dtypes, instance.workload.optimizer, LEARNING_RATE, EPS, device=dev, seed=settings.seed)
+        parts.append((dense, dense.prepare(rep.traces), _grad_output(rep.batch, dense.total_dim, settings.seed + 1, dev)))
+        capped = capped or rep.capped
+    if len(parts) == 1:
+        kernel, batch, grad = parts[0]
+    else:
+        from shardopt.measure.backends.dense_replicas import GroupBatch, KernelGroup
+
+        kernel = KernelGroup([p[0] for p in parts])
+        batch, grad = GroupBatch([p[1] for p in parts]), tuple(p[2] for p in parts)
+    suffix = f", rows capped at {settings.max_rows}" if capped else ""
+    label = kernel.label + suffix + (f"; {note}" if note else "")
     return PreparedKernel(kernel, batch, grad, dev, label=label, hardware=device_name(dev),
                           batch_size=settings.batch_size, threads=settings.threads, flush_l2=flush_l2)
 
