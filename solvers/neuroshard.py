@@ -32,7 +32,8 @@ are every device's background from the start, the UVM tables are pieces in their
 cache's miss share in their state), and the search chooses devices and column splits for the packed tables under
 both capacities (`PieceModel`, docs/placements.md). After the search, the placement polish (solvers.placement_polish)
 chooses how tables are held: caches and HBM moves in a tiered layout, data-parallel replicas (`data_parallel`: in
-tiered layouts by default, since the measured judges cannot time replicas yet), and (`row_wise`, on by default)
+tiered layouts by default; on HBM instances opt-in, since the one measured check found a replica plan the model
+prefers 66 % slower on the cpu judge, docs/benchmarks.md), and (`row_wise`, on by default)
 row-wise or table-row-wise splits of a table on the bottleneck device where the cost model says the split pays, as
 TorchRec splits hot tables; the device polish then runs again around the split tables.
 
