@@ -786,6 +786,7 @@ class NeuroShardSolver(Solver):
     name = "neuroshard"
     family = "search"
     description = "NeuroShard beam search over column splits + grid-searched greedy, with improvements (split halves apart, comm-aware greedy, de-duplicated beam, local-search polish, anytime budget)"
+    config_type = NeuroShardConfig  # -O KEY=VALUE overrides its fields (type-checked by solvers.options)
 
     def __init__(self, config: NeuroShardConfig | None = None, **overrides: Any):
         base = config or NeuroShardConfig()

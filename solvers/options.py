@@ -2,7 +2,9 @@
 
 The solvers' constructors coerce (`bool("maybe")` is True), so a mistyped option would silently become a different
 plan. Options annotated with plain types (bool, int, float, str, or those or None) are checked against the value
-before the solver is built; richer options (configs, paths, lists) are left to the solver.
+before the solver is built - the constructor's parameters, and the fields of the config dataclass a solver names as
+its `config_type` (neuroshard's `-O` overrides are NeuroShardConfig fields); richer options (configs, paths, lists)
+are left to the solver.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def check_option_types(solver_cls: type, options: dict[str, Any]) -> None:
     """Raise ValueError naming the option, its value and the expected type when a simple-typed option is mistyped."""
     try:
         hints = typing.get_type_hints(solver_cls.__init__)
+        config = getattr(solver_cls, "config_type", None)  # a solver whose options are a config dataclass's fields
+        if config is not None:
+            hints = {**typing.get_type_hints(config), **hints}
     except Exception:  # (an annotation that does not resolve: nothing to check against)
         return
     for key, value in options.items():

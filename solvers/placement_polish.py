@@ -102,7 +102,7 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
         topo = instance.topology
         per_host = topo.devices_per_host
         if 1 < per_host < num_devices:
-            host = shards[0].device // per_host
+            host = topo.host_of(shards[0].device)
             out.append(("table-row-wise", row_wise_shards(t, range(host * per_host, min((host + 1) * per_host, num_devices)))))
     return out
 
@@ -118,7 +118,6 @@ class _Candidate:
     new: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     devices: np.ndarray
     all_devices: bool  # a replica or a row split changes every device's comm: re-costed every round
-    split: bool = False  # a row split: tried only while the table is on the bottleneck device
     compute: np.ndarray | None = None  # [len(devices)] compute after the move
 
 
@@ -155,7 +154,7 @@ def polish_placements(
             new = table_contribution(instance, bm, t, new_shards)
             devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
             widths_change = not np.array_equal(new[1], old[1]) or not np.array_equal(new[2], old[2])
-            out.append(_Candidate(t, what, new_shards, new, devs, widths_change, split=what.endswith("row-wise")))
+            out.append(_Candidate(t, what, new_shards, new, devs, widths_change))
         return out
 
     compute = bm.compute_costs(plan.S).sum(axis=-1)
@@ -180,46 +179,53 @@ def polish_placements(
             moves += [{"table": instance.tables[t].name, "move": "replicate (sweep)", "cost_ms": float(totals.max())} for t, _, _ in swept]
     cands: dict[int, list[_Candidate]] = {t: candidates(t) for t in sorted(groups)}
     split_cands: dict[int, list[_Candidate]] = {}  # built lazily (see candidates)
-    while len(moves) < max_moves and not (deadline is not None and clock is not None and clock.elapsed >= deadline):
-        bottleneck = int(np.argmax(totals))
+
+    def out_of_time() -> bool:
+        return deadline is not None and clock is not None and clock.elapsed >= deadline
+
+    def split_pool(bottleneck: int) -> dict[int, list[_Candidate]]:
+        """The row splits of the tables on the bottleneck device: a split pays only by relieving the device that
+        sets the cost."""
+        pool = {}
+        for t in sorted(cands):
+            if contrib[t][1][bottleneck] > 0:
+                if t not in split_cands:
+                    split_cands[t] = candidates(t, True)
+                pool[t] = split_cands[t]
+        return pool
+
+    def best_move(pool: dict[int, list[_Candidate]]) -> tuple[tuple[float, float], _Candidate] | None:
+        """The move of `pool` with the lowest (plan cost, sum of device costs) that both memory tiers allow."""
+        best: tuple[tuple[float, float], _Candidate] | None = None
+        for t in sorted(pool):
+            old = contrib[t]
+            for c in pool[t]:
+                if out_of_time():
+                    return best
+                d = c.devices
+                if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
+                    continue
+                if c.all_devices:
+                    dims = plan.dims - old[1] + c.new[1]
+                    cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + bm.comm_totals(dims) + plan.extra - old[2] + c.new[2]
+                else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
+                    if c.compute is None:
+                        c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
+                    cand = totals.copy()
+                    cand[d] = c.compute + comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
+                key = (float(cand.max()), float(cand.sum()))
+                if best is None or key < best[0]:
+                    best = (key, c)
+        return best
+
+    while len(moves) < max_moves and not out_of_time():
         cur = (float(totals.max()), float(totals.sum()))
-        eps = REL_EPS * max(cur[0], 1e-12)
-        chosen: _Candidate | None = None
-        for splits in (False, True) if row_wise else (False,):  # row splits only when no other move pays
-            best: tuple[float, float] | None = None
-            if splits:  # (a row split pays only by relieving the device that sets the cost: tables on it only)
-                pool = {}
-                for t in sorted(cands):
-                    if contrib[t][1][bottleneck] > 0:
-                        if t not in split_cands:
-                            split_cands[t] = candidates(t, True)
-                        pool[t] = split_cands[t]
-            else:
-                pool = cands
-            for t in sorted(pool):
-                old = contrib[t]
-                for c in pool[t]:
-                    if deadline is not None and clock is not None and clock.elapsed >= deadline:
-                        break
-                    d = c.devices
-                    if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
-                        continue
-                    if c.all_devices:
-                        dims = plan.dims - old[1] + c.new[1]
-                        cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + bm.comm_totals(dims) + plan.extra - old[2] + c.new[2]
-                    else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
-                        if c.compute is None:
-                            c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
-                        cand = totals.copy()
-                        cand[d] = c.compute + comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
-                    key = (float(cand.max()), float(cand.sum()))
-                    if best is None or key < best:
-                        best, chosen = key, c
-            if best is not None and (best[0] < cur[0] - eps or (best[0] <= cur[0] + eps and best[1] < cur[1] - eps)):
-                break
-            chosen = None
-        if chosen is None:
+        found = best_move(cands)
+        if row_wise and (found is None or not _better(found[0], cur)):  # row splits only when no other move pays
+            found = best_move(split_pool(int(np.argmax(totals))))
+        if found is None or not _better(found[0], cur):
             break
+        chosen = found[1]
         t, old = chosen.table, contrib[chosen.table]
         plan.S += chosen.new[0] - old[0]
         plan.dims += chosen.new[1] - old[1]
@@ -243,6 +249,13 @@ def polish_placements(
                     c.compute = None
     out = [s for t in sorted(plan.shards) for s in plan.shards[t]]
     return out, {"moves": moves, "cost_before": before, "cost_after": float(totals.max())}
+
+
+def _better(key: tuple[float, float], than: tuple[float, float]) -> bool:
+    """(plan cost, sum of device costs) `key` beats `than` by more than REL_EPS of the plan cost: a lower maximum, or
+    the same maximum and a lower sum."""
+    eps = REL_EPS * max(than[0], 1e-12)
+    return key[0] < than[0] - eps or (key[0] <= than[0] + eps and key[1] < than[1] - eps)
 
 
 def _replica_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, contrib: dict[int, tuple], caps: np.ndarray, hosts: np.ndarray,
@@ -275,8 +288,7 @@ def _replica_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, contrib:
         made.append((t, new_shards, new))
         totals = bm.compute_costs(S).sum(axis=-1) + bm.comm_totals(dims) + extra
         key = (float(totals.max()), float(totals.sum()))
-        eps = REL_EPS * max(best[0], 1e-12)
-        if key[0] < best[0] - eps or (key[0] <= best[0] + eps and key[1] < best[1] - eps):
+        if _better(key, best):
             best, best_k = key, len(made)
     return made[:best_k]
 

@@ -121,6 +121,9 @@ def test_unknown_names_exit_2(args: list[str], expected: str) -> None:
         ("greedy", "fallback=1", "option fallback=1 for solver 'greedy': expected true or false"),
         ("cpsat", "max_split=2.5", "option max_split=2.5 for solver 'cpsat': expected an integer"),
         ("dreamshard", "temperature=hot", "option temperature='hot' for solver 'dreamshard': expected a number"),
+        ("neuroshard", "row_wise=maybe", "option row_wise='maybe' for solver 'neuroshard': expected true or false"),  # a config field
+        ("neuroshard", "patience=2.5", "option patience=2.5 for solver 'neuroshard': expected an integer or null"),
+        ("cpsat", "row_wise=2", "option row_wise=2 for solver 'cpsat': expected true or false"),
     ],
 )
 def test_mistyped_solver_options_exit_2_naming_option_and_value(solver: str, option: str, expected: str) -> None:

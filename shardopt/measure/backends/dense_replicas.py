@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
-from shardopt.core.traces import shard_trace
+from shardopt.measure.backends.timing import ShardInputs, shard_inputs
 
 DENSE_KERNEL = "torch dense embedding_bag (TorchRec's data_parallel 'dense' kernel: dense gradient, optimizer over every row)"
 ADAM_BETAS = (0.9, 0.999)
@@ -30,39 +30,21 @@ def local_batch(batch_size: int, num_devices: int) -> int:
     return max(1, batch_size // max(1, num_devices))
 
 
-@dataclass
-class ReplicaInputs:
-    rows: list[int]
-    dims: list[int]
-    dtypes: list[Dtype]
-    traces: list[tuple[np.ndarray, np.ndarray]]  # the local batch's bags of each table (offsets from 0)
-    batch: int
-    capped: bool
-
-
-def replica_inputs(instance: Instance, shards: Sequence[Shard], batch_size: int, seed: int, max_rows: int | None = None) -> ReplicaInputs:
-    """Each replica's table at full size and the bags of the device's local batch: bags [d*b, (d+1)*b) of the table's
-    trace at the global batch, so the replicas of one table on all devices split that trace between them."""
-    index = instance.table_index()
-    D = instance.topology.num_devices
-    b = local_batch(batch_size, D)
-    rows, dims, dtypes, traces, capped = [], [], [], [], False
+def replica_inputs(instance: Instance, shards: Sequence[Shard], batch_size: int, seed: int, max_rows: int | None = None) -> ShardInputs:
+    """Each replica's table at full size (as `shard_inputs` builds it) and only the bags of the device's local batch:
+    bags [d*b, (d+1)*b) of the table's trace at the global batch (b = local_batch), so the replicas of one table on
+    all devices split that trace between them."""
     for s in shards:
         if not s.replicated:
             raise ValueError(f"replica_inputs: shard of table {s.table!r} on device {s.device} is not a replica")
-        t = instance.tables[index[s.table]]
-        idx, off = shard_trace(t, s, batch_size, seed)
+    whole = shard_inputs(instance, shards, batch_size, seed, max_rows)
+    b = local_batch(batch_size, instance.topology.num_devices)
+    traces = []
+    for s, (idx, off) in zip(shards, whole.traces):
         first = min(s.device * b, batch_size - b)
         o = np.asarray(off[first:first + b + 1], dtype=np.int64)
-        i = np.asarray(idx[o[0]:o[-1]], dtype=np.int64)
-        height = t.rows
-        if max_rows is not None and height > max_rows:
-            i, height, capped = i % max_rows, max_rows, True
-        rows.append(height)
-        dims.append(t.dim)
-        dtypes.append(instance.table_dtype(t))
-        traces.append((i, o - o[0]))
-    return ReplicaInputs(rows, dims, dtypes, traces, b, capped)
+        traces.append((np.asarray(idx[o[0]:o[-1]], dtype=np.int64), o - o[0]))
+    return ShardInputs(whole.rows, whole.dims, whole.dtypes, traces, whole.capped)
 
 
 @dataclass

@@ -347,11 +347,12 @@ def prepare_kernel(instance: Instance, shards: Sequence[Shard], settings: Timing
         parts.append((kernel, kernel.prepare(inputs.traces), _grad_output(settings.batch_size, kernel.total_dim, settings.seed, dev)))
         capped = inputs.capped
     if replicas:  # data-parallel replicas: TorchRec's dense kernel on the device's share of the batch
-        from shardopt.measure.backends.dense_replicas import DenseReplicas, replica_inputs
+        from shardopt.measure.backends.dense_replicas import DenseReplicas, local_batch, replica_inputs
 
         rep = replica_inputs(instance, replicas, settings.batch_size, settings.seed, settings.max_rows)
         dense = DenseReplicas(rep.rows, rep.dims, rep.dtypes, instance.workload.optimizer, LEARNING_RATE, EPS, device=dev, seed=settings.seed)
-        parts.append((dense, dense.prepare(rep.traces), _grad_output(rep.batch, dense.total_dim, settings.seed + 1, dev)))
+        b = local_batch(settings.batch_size, instance.topology.num_devices)
+        parts.append((dense, dense.prepare(rep.traces), _grad_output(b, dense.total_dim, settings.seed + 1, dev)))
         capped = capped or rep.capped
     if len(parts) == 1:
         kernel, batch, grad = parts[0]
