@@ -8,7 +8,8 @@ import pytest
 
 from shardopt.core.ir import Optimizer, Plan, Shard, instance_from_dict
 from shardopt.core.traces import table_trace
-from shardopt.measure.backends.dense_replicas import DenseReplicas, local_batch, replica_inputs
+from shardopt.measure.backends.dense_replicas import DenseReplicas, local_batch
+from shardopt.measure.backends.timing import replica_inputs
 from shardopt.measure.evaluate import evaluate_plan
 from shardopt.measure.plan_timing import MeasureError, plan_comm
 

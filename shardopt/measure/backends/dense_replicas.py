@@ -18,8 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
-from shardopt.measure.backends.timing import ShardInputs, shard_inputs
+from shardopt.core.ir import Dtype, Optimizer
 
 DENSE_KERNEL = "torch dense embedding_bag (TorchRec's data_parallel 'dense' kernel: dense gradient, optimizer over every row)"
 ADAM_BETAS = (0.9, 0.999)
@@ -28,23 +27,6 @@ ADAM_BETAS = (0.9, 0.999)
 def local_batch(batch_size: int, num_devices: int) -> int:
     """A replica's share of the global batch (TorchRec's data parallelism: every rank its own samples)."""
     return max(1, batch_size // max(1, num_devices))
-
-
-def replica_inputs(instance: Instance, shards: Sequence[Shard], batch_size: int, seed: int, max_rows: int | None = None) -> ShardInputs:
-    """Each replica's table at full size (as `shard_inputs` builds it) and only the bags of the device's local batch:
-    bags [d*b, (d+1)*b) of the table's trace at the global batch (b = local_batch), so the replicas of one table on
-    all devices split that trace between them."""
-    for s in shards:
-        if not s.replicated:
-            raise ValueError(f"replica_inputs: shard of table {s.table!r} on device {s.device} is not a replica")
-    whole = shard_inputs(instance, shards, batch_size, seed, max_rows)
-    b = local_batch(batch_size, instance.topology.num_devices)
-    traces = []
-    for s, (idx, off) in zip(shards, whole.traces):
-        first = min(s.device * b, batch_size - b)
-        o = np.asarray(off[first:first + b + 1], dtype=np.int64)
-        traces.append((np.asarray(idx[o[0]:o[-1]], dtype=np.int64), o - o[0]))
-    return ShardInputs(whole.rows, whole.dims, whole.dtypes, traces, whole.capped)
 
 
 @dataclass

@@ -24,6 +24,7 @@ import numpy as np
 from shardopt.measure.backends.base import KernelTiming, TimingSettings, summarise
 from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
 from shardopt.core.traces import shard_trace
+from shardopt.measure.backends.dense_replicas import DenseReplicas, GroupBatch, KernelGroup, local_batch
 
 LEARNING_RATE = 0.01
 EPS = 1e-8
@@ -321,6 +322,23 @@ def shard_inputs(instance: Instance, shards: Sequence[Shard], batch_size: int, s
     return ShardInputs(rows, dims, dtypes, traces, capped)
 
 
+def replica_inputs(instance: Instance, shards: Sequence[Shard], batch_size: int, seed: int, max_rows: int | None = None) -> ShardInputs:
+    """Each replica's table at full size (as `shard_inputs` builds it) and only the bags of the device's local batch:
+    bags [d*b, (d+1)*b) of the table's trace at the global batch (b = local_batch), so the replicas of one table on
+    all devices split that trace between them."""
+    for s in shards:
+        if not s.replicated:
+            raise ValueError(f"replica_inputs: shard of table {s.table!r} on device {s.device} is not a replica")
+    whole = shard_inputs(instance, shards, batch_size, seed, max_rows)
+    b = local_batch(batch_size, instance.topology.num_devices)
+    traces = []
+    for s, (idx, off) in zip(shards, whole.traces):
+        first = min(s.device * b, batch_size - b)
+        o = np.asarray(off[first:first + b + 1], dtype=np.int64)
+        traces.append((np.asarray(idx[o[0]:o[-1]], dtype=np.int64), o - o[0]))
+    return ShardInputs(whole.rows, whole.dims, whole.dtypes, traces, whole.capped)
+
+
 def _grad_output(batch_size: int, total_dim: int, seed: int, device: Any):
     import torch
 
@@ -347,8 +365,6 @@ def prepare_kernel(instance: Instance, shards: Sequence[Shard], settings: Timing
         parts.append((kernel, kernel.prepare(inputs.traces), _grad_output(settings.batch_size, kernel.total_dim, settings.seed, dev)))
         capped = inputs.capped
     if replicas:  # data-parallel replicas: TorchRec's dense kernel on the device's share of the batch
-        from shardopt.measure.backends.dense_replicas import DenseReplicas, local_batch, replica_inputs
-
         rep = replica_inputs(instance, replicas, settings.batch_size, settings.seed, settings.max_rows)
         dense = DenseReplicas(rep.rows, rep.dims, rep.dtypes, instance.workload.optimizer, LEARNING_RATE, EPS, device=dev, seed=settings.seed)
         b = local_batch(settings.batch_size, instance.topology.num_devices)
@@ -357,8 +373,6 @@ def prepare_kernel(instance: Instance, shards: Sequence[Shard], settings: Timing
     if len(parts) == 1:
         kernel, batch, grad = parts[0]
     else:
-        from shardopt.measure.backends.dense_replicas import GroupBatch, KernelGroup
-
         kernel = KernelGroup([p[0] for p in parts])
         batch, grad = GroupBatch([p[1] for p in parts]), tuple(p[2] for p in parts)
     suffix = f", rows capped at {settings.max_rows}" if capped else ""
