@@ -27,6 +27,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
+from costmodels.hierarchical import hierarchical_comm_time
 from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer
 
@@ -329,8 +330,19 @@ class BoundAnalytic(BoundCostModel):
         local += self._latency_ms
         return local
 
-    def comm_totals(self, dim_sums: np.ndarray) -> np.ndarray:
-        return 2.0 * self.comm_time(np.asarray(dim_sums, dtype=np.float64))
+    def comm_totals(self, dim_sums: np.ndarray, host_widths: np.ndarray | None = None) -> np.ndarray:
+        out = 2.0 * self.comm_time(np.asarray(dim_sums, dtype=np.float64))
+        if host_widths is not None:
+            out += 2.0 * self.hierarchical_comm(host_widths)
+        return out
+
+    def hierarchical_comm(self, host_widths: np.ndarray) -> np.ndarray:
+        """Row splits held within one host: reduce-scatter over NVLink, then all-to-all across hosts over the
+        network (costmodels.hierarchical; docs/analytic-model.md)."""
+        topo = self.instance.topology
+        return hierarchical_comm_time(host_widths, devices_per_host=topo.devices_per_host, num_devices=topo.num_devices,
+                                      batch=self.batch, intra_bw=self.intra_bw, inter_bw=self.inter_bw,
+                                      latency_s=self.profile.alltoall_latency_s, network_latency_s=self.profile.network_latency_s)
 
     def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """O(D) per device instead of O(D^2): a width added on device c changes c's sends and every other device's

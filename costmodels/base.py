@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from costmodels.hierarchical import in_host_row_split, table_comm_widths
 from shardopt.core.ir import Instance, Kernel, Plan, Shard
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
@@ -200,9 +201,20 @@ class BoundCostModel(ABC):
         """fwd and bwd all-to-all in ms per device from every device's pooled-output width (sum of its shards'
         widths): [..., D] -> [..., D, 2]."""
 
-    def comm_totals(self, dim_sums: np.ndarray) -> np.ndarray:
-        """fwd + bwd comm in ms per device: [..., D] -> [..., D]. Solvers' hot path; predictors may specialise it."""
-        return self.comm_costs(dim_sums).sum(axis=-1)
+    def comm_totals(self, dim_sums: np.ndarray, host_widths: np.ndarray | None = None) -> np.ndarray:
+        """fwd + bwd comm in ms per device: [..., D] -> [..., D], with the hierarchical collectives of `host_widths`
+        ([..., H], see `hierarchical_comm`) when given. Solvers' hot path; predictors may specialise it."""
+        out = self.comm_costs(dim_sums).sum(axis=-1)
+        if host_widths is not None:
+            out = out + 2.0 * self.hierarchical_comm(host_widths)
+        return out
+
+    def hierarchical_comm(self, host_widths: np.ndarray) -> np.ndarray:
+        """One direction's time (ms) per device of the collectives of row splits held within one host (TorchRec's
+        table_row_wise: reduce-scatter in the host, all-to-all across hosts; costmodels.hierarchical), from each
+        host's hierarchical width: [..., H] -> [..., D]. Forward and backward are equal. Predictors that cost such
+        splits override this; the default refuses, rather than pricing them as something else."""
+        raise NotImplementedError(f"{type(self).__name__} does not model row splits held within one host (table_row_wise)")
 
     def compute_after_adding(self, states: np.ndarray, table: int) -> np.ndarray:
         """[D, 2]: every device's compute if whole table `table` were added to it — no re-encoding of the rest:
@@ -258,37 +270,74 @@ class BoundCostModel(ABC):
         cf = shard_cache_fraction(shard, height)
         return shard.device, self.shard_state(i, width, height / t.rows, 1.0, cf, host_tier=True), float(width)
 
-    def device_costs(self, states: np.ndarray, dim_sums: np.ndarray, extra_bwd_comm: np.ndarray | None = None) -> DeviceCosts:
-        """DeviceCosts from each device's summed state [D, F] and pooled width [D]."""
+    def device_costs(self, states: np.ndarray, dim_sums: np.ndarray, extra_bwd_comm: np.ndarray | None = None,
+                     host_widths: np.ndarray | None = None) -> DeviceCosts:
+        """DeviceCosts from each device's summed state [D, F], all-to-all width [D], the replicas' all-reduce
+        (backward) and each host's hierarchical width [H] (both passes)."""
         cols = np.empty((self.num_devices, 4))
         cols[:, 0:2] = self.compute_costs(states)
         cols[:, 2:4] = self.comm_costs(dim_sums)
         if extra_bwd_comm is not None:
             cols[:, 3] += extra_bwd_comm
+        if host_widths is not None and np.any(host_widths):
+            hier = self.hierarchical_comm(host_widths)
+            cols[:, 2] += hier
+            cols[:, 3] += hier
         return DeviceCosts(cols)
+
+    def shard_sums(self, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(summed state [D, F], all-to-all width [D], replicas' all-reduce [D], hierarchical width per host [H]) of
+        any shards: what they put on the devices. A table's shards are classified together (a row split held within
+        one host leaves the all-to-all for the hierarchical collectives: costmodels.hierarchical)."""
+        D = self.num_devices
+        states, dims, extra = np.zeros((D, self.state_size)), np.zeros(D), np.zeros(D)
+        hier = np.zeros(self.instance.topology.num_hosts)
+        by_table: dict[str, list[int]] = {}
+        for k, s in enumerate(shards):
+            by_table.setdefault(s.table, []).append(k)
+        nested = np.zeros(len(shards), dtype=bool)
+        for name, ks in by_table.items():
+            table = self.instance.tables[self._index[name]]
+            group = [shards[k] for k in ks]
+            flags = in_host_row_split(self.instance, table, group)
+            if any(flags):
+                nested[ks] = flags
+                hier += table_comm_widths(self.instance, table, group)[1]
+        for s, inner in zip(shards, nested):  # (widths summed in shard order: a plan without such splits costs what it did)
+            d, st, w = self.shard_contribution(s)
+            states[d] += st
+            if not inner:
+                dims[d] += w
+            if s.replicated:
+                extra[d] += self.replicated_comm(self._index[s.table])
+        return states, dims, extra, hier
+
+    def background(self, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(summed state [D, F], all-to-all width [D], fwd + bwd comm outside the all-to-all [D]) of shards that stay
+        put while a search places the rest around them: the replicas' all-reduce and the hierarchical collectives
+        are then constants per device."""
+        states, dims, extra, hier = self.shard_sums(shards)
+        if hier.any():
+            extra = extra + 2.0 * self.hierarchical_comm(hier)
+        return states, dims, extra
 
     def plan_costs(self, plan: Plan | list[Shard]) -> DeviceCosts:
         shards = plan.shards if isinstance(plan, Plan) else plan
-        states = np.zeros((self.num_devices, self.state_size))
-        dims = np.zeros(self.num_devices)
-        extra = np.zeros(self.num_devices)
         fast = all(
             not s.replicated and s.kernel is Kernel.fused and s.col_offset == 0 and s.cols is None and s.row_offset == 0 and s.rows is None
             for s in shards
         )
-        if fast:  # table-wise plans: one gather + scatter-add
-            idx = np.fromiter((self._index[s.table] for s in shards), dtype=np.int64, count=len(shards))
-            dev = np.fromiter((s.device for s in shards), dtype=np.int64, count=len(shards))
-            np.add.at(states, dev, self.table_states[idx])
-            np.add.at(dims, dev, self.table_dims[idx])
-        else:
-            for s in shards:
-                d, st, w = self.shard_contribution(s)
-                states[d] += st
-                dims[d] += w
-                if s.replicated:
-                    extra[d] += self.replicated_comm(self._index[s.table])
-        return self.device_costs(states, dims, extra)
+        if not fast:
+            states, dims, extra, hier = self.shard_sums(shards)
+            return self.device_costs(states, dims, extra, hier)
+        # table-wise plans: one gather + scatter-add
+        states = np.zeros((self.num_devices, self.state_size))
+        dims = np.zeros(self.num_devices)
+        idx = np.fromiter((self._index[s.table] for s in shards), dtype=np.int64, count=len(shards))
+        dev = np.fromiter((s.device for s in shards), dtype=np.int64, count=len(shards))
+        np.add.at(states, dev, self.table_states[idx])
+        np.add.at(dims, dev, self.table_dims[idx])
+        return self.device_costs(states, dims)
 
     def assignment_costs(self, device_of_table: np.ndarray) -> DeviceCosts:
         """Costs of a table-wise assignment given as one device index per table (vectorised)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel, UnsupportedPlacementError
 from costmodels.features import comm_features, comm_features_after_adding, instance_shard_features
+from costmodels.hierarchical import hierarchical_comm_time
 from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from shardopt.core.ir import Instance, Kernel
@@ -161,6 +162,15 @@ class BoundNeural(BoundCostModel):
         out = comm_head(self.w, flat)
         return out.reshape(dims.shape + (2,))
 
+
+    def hierarchical_comm(self, host_widths: np.ndarray) -> np.ndarray:
+        """Row splits held within one host (table_row_wise) are priced by the analytic formula of their two
+        collectives (costmodels.hierarchical) on the instance's profile: the comm head learned the all-to-all only
+        (docs/neural-cost-model.md, "What it can cost")."""
+        topo = self.instance.topology
+        return hierarchical_comm_time(host_widths, devices_per_host=topo.devices_per_host, num_devices=topo.num_devices,
+                                      batch=self.instance.workload.batch_size, intra_bw=self._intra, inter_bw=self._inter,
+                                      latency_s=self.profile.alltoall_latency_s, network_latency_s=self.profile.network_latency_s)
 
     def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """The greedy solvers' question in O(D) model evaluations: each device has three possible new inputs."""

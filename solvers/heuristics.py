@@ -155,10 +155,9 @@ class GreedyCostRule(DeviceRule):
             for i in layout.packed:
                 if layout.tiers[i].kernel is not Kernel.fused:
                     _, self.states[i], _ = bm.shard_contribution(layout.shard(instance, int(i), 0))
-            for sh in layout.fixed:
-                d, st, w = bm.shard_contribution(sh)
-                self.S0[d] += st
-                self.dims0[d] += w
+            self.S0, self.dims0, self.extra0 = bm.background(layout.fixed)
+        else:
+            self.extra0 = np.zeros(self.D)  # fixed shards' comm outside the all-to-all (a constant per device)
         self.compute0 = np.asarray(bm.compute_costs(self.S0)).sum(axis=1) if layout is not None else np.zeros(self.D)
         self.reset()
 
@@ -177,7 +176,7 @@ class GreedyCostRule(DeviceRule):
         new_compute = c2[:, 0] + c2[:, 1]
         # comm of every device for each candidate placement ([k, D]; the cost model answers it incrementally)
         totals = self.bm.comm_totals_after_adding(self.dim_sums, self.dims[table], candidates)  # [k, D] fwd + bwd
-        totals += self.compute
+        totals += self.compute + self.extra0
         totals[rows, candidates] += new_compute - self.compute[candidates]
         plan_cost = totals.max(axis=1)
         own = totals[rows, candidates]

@@ -126,13 +126,11 @@ class PieceModel:
         D = instance.topology.num_devices
         self.base_states = np.zeros((D, bm.state_size))
         self.base_dims = np.zeros(D)
+        self.base_extra = np.zeros(D)  # fixed shards' comm outside the all-to-all (replicas, row splits within a host)
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
         self.host_caps = np.array(instance.topology.host_capacities(), dtype=np.int64)
         if layout is not None:
-            for sh in layout.fixed:
-                d, st, w = bm.shard_contribution(sh)
-                self.base_states[d] += st
-                self.base_dims[d] += w
+            self.base_states, self.base_dims, self.base_extra = bm.background(layout.fixed)
             self.caps = self.caps - layout.fixed_hbm
             self.host_caps = self.host_caps - layout.fixed_host
         self.base_compute = bm.compute_costs(self.base_states).sum(axis=-1)  # [D]
@@ -197,7 +195,7 @@ class PieceModel:
     def plan_cost(self, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray) -> tuple[float, np.ndarray]:
         """The plan cost (max over devices of compute + both all-to-alls) of the pieces on `device_of`, the
         background included, and every device's total."""
-        return plan_cost(self.bm, states, widths, device_of, self.base_states, self.base_dims)
+        return plan_cost(self.bm, states, widths, device_of, self.base_states, self.base_dims, self.base_extra)
 
     def all_pieces(self) -> tuple[Piece, ...]:
         """The unsplit state: every table the search places, whole."""
@@ -251,7 +249,7 @@ def grid_greedy(
             _score_by_plan_cost(bm, score, ok, new, lanes, w, first, inv)
         chosen = _place(lanes, i, score, new, x, w, size, order.host[lanes.state, i] if lanes.host_free is not None else None)
         _, group = np.unique(inv.astype(np.int64) * (lanes.S.shape[1] + 1) + chosen + 1, return_inverse=True)
-    return _best_per_state(bm, lanes, order, cfg.scales)
+    return _best_per_state(bm, lanes, order, cfg.scales, pm.base_extra)
 
 
 @dataclass
@@ -396,7 +394,8 @@ def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndar
     return np.where(lanes.alive, best, -1)
 
 
-def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scales: tuple[float, ...]) -> list[GridResult]:
+def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scales: tuple[float, ...],
+                    base_extra: np.ndarray | None = None) -> list[GridResult]:
     """Every surviving lane judged by the full cost model; per state, its cheapest scale's plan (devices mapped
     back from greedy order to the state's piece order)."""
     n_states, n_pieces = order.widths.shape
@@ -405,7 +404,8 @@ def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scal
     lane_cost = np.full(L, np.inf)
     if lanes.alive.any():
         live = lanes.ids[lanes.alive]
-        lane_cost[live] = (lanes.compute[live] + bm.comm_totals(lanes.dims[live])).max(axis=1)
+        tot = lanes.compute[live] + bm.comm_totals(lanes.dims[live])
+        lane_cost[live] = (tot if base_extra is None else tot + base_extra).max(axis=1)
     results = []
     for b in range(n_states):
         block = lane_cost[b * n_scales : (b + 1) * n_scales]
@@ -420,14 +420,18 @@ def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scal
 
 
 def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray,
-              base_states: np.ndarray | None = None, base_dims: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+              base_states: np.ndarray | None = None, base_dims: np.ndarray | None = None,
+              base_extra: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """(plan cost, every device's total) of pieces with `states` and `widths` on `device_of`, on devices that
-    already hold `base_states` / `base_dims` (a tiered layout's fixed shards; None: empty devices)."""
+    already hold `base_states` / `base_dims` / `base_extra` (a layout's fixed shards: `BoundCostModel.background`;
+    None: empty devices)."""
     S = np.zeros((bm.num_devices, states.shape[1])) if base_states is None else base_states.copy()
     dims = np.zeros(bm.num_devices) if base_dims is None else base_dims.copy()
     np.add.at(S, device_of, states)
     np.add.at(dims, device_of, widths)
     totals = bm.compute_costs(S).sum(axis=-1) + bm.comm_totals(dims)
+    if base_extra is not None:
+        totals += base_extra
     return float(totals.max()), totals
 
 
@@ -447,6 +451,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     idx = np.arange(len(pieces))
     used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
     hused = np.bincount(device_of, weights=hsizes, minlength=n_dev).astype(np.int64)
+    fixed = pm.base_extra  # [D]: the fixed shards' comm outside the all-to-all, a constant per device
 
     def summed() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         S = pm.base_states.copy()
@@ -454,7 +459,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         np.add.at(S, device_of, states)
         np.add.at(dims, device_of, widths)
         compute = bm.compute_costs(S).sum(axis=-1)
-        return S, dims, compute, compute + bm.comm_totals(dims)
+        return S, dims, compute, compute + bm.comm_totals(dims) + fixed
 
     S, dims, compute, totals = summed()
     cost = float(totals.max())
@@ -478,7 +483,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                 dk = np.repeat(dims[None, :], len(cands), axis=0)
                 dk[:, hot] -= widths[p]
                 dk[k, cands] += widths[p]
-                tot = bm.comm_totals(dk) + compute[None, :]
+                tot = bm.comm_totals(dk) + compute[None, :] + fixed[None, :]
                 tot[:, hot] += new[0] - compute[hot]
                 tot[k, cands] += new[1:] - compute[cands]
                 better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
@@ -506,7 +511,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                     dk = np.repeat(dims[None, :], len(qs), axis=0)
                     dk[:, hot] += widths[qs] - widths[p]
                     dk[k, dq] += widths[p] - widths[qs]
-                    tot = bm.comm_totals(dk) + compute[None, :]
+                    tot = bm.comm_totals(dk) + compute[None, :] + fixed[None, :]
                     tot[:, hot] += new[: len(qs)] - compute[hot]
                     tot[k, dq] += new[len(qs):] - compute[dq]
                     better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)

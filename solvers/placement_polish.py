@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel
+from costmodels.hierarchical import table_comm_widths
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 from solvers.base import Stopwatch
@@ -49,8 +50,8 @@ REPLICA_SWEEP_MAX = 256  # the replica sweep tries prefixes of at most this many
 
 @dataclass
 class _Plan:
-    """The plan as the polish changes it: shards grouped by table, each device's summed state, pooled width, extra
-    backward comm (replicas' all-reduce) and bytes in each tier."""
+    """The plan as the polish changes it: shards grouped by table, each device's summed state, all-to-all width,
+    extra backward comm (replicas' all-reduce), bytes in each tier, and each host's hierarchical width."""
 
     shards: dict[int, list[Shard]]  # table index -> its shards
     S: np.ndarray  # [D, F]
@@ -58,25 +59,46 @@ class _Plan:
     extra: np.ndarray  # [D]
     hbm: np.ndarray  # [D]
     host: np.ndarray  # [D]
+    hier: np.ndarray  # [H]
+
+    def add(self, c: tuple) -> None:
+        """Add a table_contribution."""
+        self.replace(tuple(np.zeros_like(x) for x in c), c)
+
+    def replace(self, old: tuple, new: tuple) -> None:
+        """One table_contribution for another (the difference added: the same sums as before the hierarchical term)."""
+        self.S += new[0] - old[0]
+        self.dims += new[1] - old[1]
+        self.extra += new[2] - old[2]
+        self.hbm += new[3] - old[3]
+        self.host += new[4] - old[4]
+        self.hier += new[5] - old[5]
 
     def totals(self, bm: BoundCostModel) -> np.ndarray:
-        return bm.compute_costs(self.S).sum(axis=-1) + bm.comm_totals(self.dims) + self.extra
+        return bm.compute_costs(self.S).sum(axis=-1) + comm_totals(bm, self.dims, self.hier) + self.extra
 
 
-def table_contribution(instance: Instance, bm: BoundCostModel, table: int, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(state [D, F], width [D], extra comm [D], HBM bytes [D], host bytes [D]) that `shards` of `table` add."""
+def comm_totals(bm: BoundCostModel, dims: np.ndarray, hier: np.ndarray) -> np.ndarray:
+    """fwd + bwd comm per device: the all-to-all, and the hierarchical collectives where a host has any."""
+    return bm.comm_totals(dims, hier if hier.any() else None)
+
+
+def table_contribution(instance: Instance, bm: BoundCostModel, table: int, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(state [D, F], all-to-all width [D], extra comm [D], HBM bytes [D], host bytes [D], hierarchical width per
+    host [H]) that `shards` of `table` add (a row split held within one host adds to its host's hierarchical width,
+    not to the all-to-all: costmodels.hierarchical)."""
     D, t = bm.num_devices, instance.tables[table]
-    S, dims, extra = np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D)
+    S, extra = np.zeros((D, bm.state_size)), np.zeros(D)
     hbm, host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
     for s in shards:
-        d, st, w = bm.shard_contribution(s)
+        d, st, _ = bm.shard_contribution(s)
         S[d] += st
-        dims[d] += w
         if s.replicated:
             extra[d] += bm.replicated_comm(table)
         hbm[d] += shard_bytes(instance, t, s)
         host[d] += shard_host_bytes(instance, t, s)
-    return S, dims, extra, hbm, host
+    dims, hier = table_comm_widths(instance, t, shards)
+    return S, dims, extra, hbm, host, hier
 
 
 def _options(instance: Instance, table: int, shards: list[Shard], num_devices: int, data_parallel: bool, row_wise: bool = False) -> list[tuple[str, list[Shard]]]:
@@ -133,13 +155,10 @@ def polish_placements(
     for s in shards:
         groups.setdefault(index[s.table], []).append(s)
     contrib = {t: table_contribution(instance, bm, t, g) for t, g in groups.items()}
-    plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64))
+    plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64),
+                 np.zeros(instance.topology.num_hosts))
     for c in contrib.values():
-        plan.S += c[0]
-        plan.dims += c[1]
-        plan.extra += c[2]
-        plan.hbm += c[3]
-        plan.host += c[4]
+        plan.add(c)
     caps = np.array(instance.topology.capacities(), dtype=np.int64)
     hosts = np.array(instance.topology.host_capacities(), dtype=np.int64)
 
@@ -153,28 +172,23 @@ def polish_placements(
                 continue
             new = table_contribution(instance, bm, t, new_shards)
             devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
-            widths_change = not np.array_equal(new[1], old[1]) or not np.array_equal(new[2], old[2])
+            widths_change = not (np.array_equal(new[1], old[1]) and np.array_equal(new[2], old[2]) and np.array_equal(new[5], old[5]))
             out.append(_Candidate(t, what, new_shards, new, devs, widths_change))
         return out
 
     compute = bm.compute_costs(plan.S).sum(axis=-1)
-    comm = bm.comm_totals(plan.dims)
+    comm = comm_totals(bm, plan.dims, plan.hier)
     totals = compute + comm + plan.extra
     before = float(totals.max())
     moves: list[dict[str, Any]] = []
     if data_parallel and D > 1:
         swept = _replica_sweep(instance, bm, plan, contrib, caps, hosts, (float(totals.max()), float(totals.sum())))
         for t, new_shards, new in swept:
-            old = contrib[t]
-            plan.S += new[0] - old[0]
-            plan.dims += new[1] - old[1]
-            plan.extra += new[2] - old[2]
-            plan.hbm += new[3] - old[3]
-            plan.host += new[4] - old[4]
+            plan.replace(contrib[t], new)
             plan.shards[t], contrib[t] = new_shards, new
         if swept:
             compute = bm.compute_costs(plan.S).sum(axis=-1)
-            comm = bm.comm_totals(plan.dims)
+            comm = comm_totals(bm, plan.dims, plan.hier)
             totals = compute + comm + plan.extra
             moves += [{"table": instance.tables[t].name, "move": "replicate (sweep)", "cost_ms": float(totals.max())} for t, _, _ in swept]
     cands: dict[int, list[_Candidate]] = {t: candidates(t) for t in sorted(groups)}
@@ -206,8 +220,8 @@ def polish_placements(
                 if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
                     continue
                 if c.all_devices:
-                    dims = plan.dims - old[1] + c.new[1]
-                    cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + bm.comm_totals(dims) + plan.extra - old[2] + c.new[2]
+                    dims, hier = plan.dims - old[1] + c.new[1], plan.hier - old[5] + c.new[5]
+                    cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + comm_totals(bm, dims, hier) + plan.extra - old[2] + c.new[2]
                 else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
                     if c.compute is None:
                         c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
@@ -226,17 +240,13 @@ def polish_placements(
         if found is None or not _better(found[0], cur):
             break
         chosen = found[1]
-        t, old = chosen.table, contrib[chosen.table]
-        plan.S += chosen.new[0] - old[0]
-        plan.dims += chosen.new[1] - old[1]
-        plan.extra += chosen.new[2] - old[2]
-        plan.hbm += chosen.new[3] - old[3]
-        plan.host += chosen.new[4] - old[4]
+        t = chosen.table
+        plan.replace(contrib[t], chosen.new)
         plan.shards[t], contrib[t] = chosen.shards, chosen.new
         changed = chosen.devices if not chosen.all_devices else np.arange(D)
         compute[changed] = bm.compute_costs(plan.S[changed]).sum(axis=-1)
         if chosen.all_devices:
-            comm = bm.comm_totals(plan.dims)
+            comm = comm_totals(bm, plan.dims, plan.hier)
         totals = compute + comm + plan.extra
         moves.append({"table": instance.tables[t].name, "move": chosen.what, "cost_ms": float(totals.max())})
         cands[t] = candidates(t)
@@ -286,7 +296,7 @@ def _replica_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, contrib:
         hbm, host = hbm_t, host_t
         S, dims, extra = S - old[0] + new[0], dims - old[1] + new[1], extra - old[2] + new[2]
         made.append((t, new_shards, new))
-        totals = bm.compute_costs(S).sum(axis=-1) + bm.comm_totals(dims) + extra
+        totals = bm.compute_costs(S).sum(axis=-1) + comm_totals(bm, dims, plan.hier) + extra
         key = (float(totals.max()), float(totals.sum()))
         if _better(key, best):
             best, best_k = key, len(made)

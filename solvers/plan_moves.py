@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
+from costmodels.hierarchical import in_host_row_split, table_comm_widths
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 
@@ -58,6 +59,23 @@ class PlanShards:
                 self.extra_of[k] = bm.replicated_comm(int(self.owner[k]))
             self.hbm_of[k] = shard_bytes(instance, table, s)
             self.host_of[k] = shard_host_bytes(instance, table, s)
+        # a row split held within one host stays where it is (one block moved elsewhere would be another layout): its
+        # shards leave the all-to-all for the hierarchical collectives, a constant per device here (both passes)
+        by_table: dict[int, list[int]] = {}
+        for k in range(n):
+            by_table.setdefault(int(self.owner[k]), []).append(k)
+        hier = np.zeros(instance.topology.num_hosts)
+        for t, ks in by_table.items():
+            table = instance.tables[t]
+            group = [self.shards[k] for k in ks]
+            nested = in_host_row_split(instance, table, group)
+            if any(nested):
+                hier += table_comm_widths(instance, table, group)[1]
+                for k, inner in zip(ks, nested):
+                    if inner:
+                        self.widths[k] = 0.0
+                        self.movable[k] = False
+        self.hier_comm = bm.hierarchical_comm(hier) if hier.any() else np.zeros(D)  # [D], one direction
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
         self.host_caps = np.array(instance.topology.host_capacities(), dtype=np.int64)
         self.refresh()
@@ -68,7 +86,7 @@ class PlanShards:
         self.S = np.zeros((D, self.bm.state_size))
         np.add.at(self.S, self.device, self.states)
         self.dims = np.bincount(self.device, weights=self.widths, minlength=D)
-        self.extra = np.bincount(self.device, weights=self.extra_of, minlength=D)
+        self.extra = np.bincount(self.device, weights=self.extra_of, minlength=D) + 2.0 * self.hier_comm
         self.hbm = np.bincount(self.device, weights=self.hbm_of, minlength=D).astype(np.int64)
         self.host = np.bincount(self.device, weights=self.host_of, minlength=D).astype(np.int64)
         self.compute = self.bm.compute_costs(self.S).sum(axis=-1)
@@ -87,7 +105,8 @@ class PlanShards:
         cols = np.empty((self.bm.num_devices, 4))
         cols[:, 0:2] = self.bm.compute_costs(self.S)
         cols[:, 2:4] = self.bm.comm_costs(self.dims)
-        cols[:, 3] += self.extra
+        cols[:, 2] += self.hier_comm
+        cols[:, 3] += self.extra - self.hier_comm
         return cols
 
     def columns_without(self, p: int) -> np.ndarray:
@@ -98,7 +117,8 @@ class PlanShards:
         out = np.empty(4)
         out[0:2] = self.bm.compute_costs(self.S[d] - self.states[p])
         out[2:4] = self.bm.comm_costs(dims)[d]
-        out[3] += self.extra[d] - self.extra_of[p]
+        out[2] += self.hier_comm[d]
+        out[3] += self.extra[d] - self.hier_comm[d] - self.extra_of[p]
         return out
 
     def alone(self, p: int) -> float:

@@ -40,7 +40,7 @@ from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
-from solvers.placement_polish import table_contribution
+from solvers.placement_polish import comm_totals, table_contribution
 
 GIB = float(2**30)
 
@@ -194,6 +194,7 @@ class _State:
         self.S = np.zeros((D, bm.state_size))
         self.dims, self.extra = np.zeros(D), np.zeros(D)
         self.hbm, self.host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
+        self.hier = np.zeros(instance.topology.num_hosts)  # each host's hierarchical width (row splits within it)
         for c in self.contrib.values():
             self._add(c, 1)
         self.old_regions = {t: _regions_by_device(g, instance.tables[t]) for t, g in old.items()}
@@ -205,10 +206,15 @@ class _State:
         self.extra += sign * c[2]
         self.hbm += sign * c[3]
         self.host += sign * c[4]
+        self.hier += sign * c[5]
+
+    def comm(self, dims: np.ndarray, hier: np.ndarray | None = None) -> np.ndarray:
+        """fwd + bwd comm per device ([..., D] widths): the all-to-all and the hierarchical collectives."""
+        return comm_totals(self.bm, dims, self.hier if hier is None else hier)
 
     def _totals(self) -> np.ndarray:
         self.compute = self.bm.compute_costs(self.S).sum(axis=-1)
-        return self.compute + self.bm.comm_totals(self.dims) + self.extra
+        return self.compute + self.comm(self.dims) + self.extra
 
     @property
     def cost(self) -> float:
@@ -228,7 +234,7 @@ class _State:
         if (self.hbm - old[3] + new[3] > self.caps).any() or (self.host - old[4] + new[4] > self.hosts).any():
             return None
         S = self.S - old[0] + new[0]
-        tot = self.bm.compute_costs(S).sum(axis=-1) + self.bm.comm_totals(self.dims - old[1] + new[1]) + self.extra - old[2] + new[2]
+        tot = self.bm.compute_costs(S).sum(axis=-1) + self.comm(self.dims - old[1] + new[1], self.hier - old[5] + new[5]) + self.extra - old[2] + new[2]
         mv = self.moved_bytes - self.moved[t] + table_moved_bytes(self.instance, self.instance.tables[t], self.old.get(t, []), shards)
         return float(tot.max()), mv, new
 
@@ -296,7 +302,7 @@ def _local_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
                 dk = np.repeat(st.dims[None, :], len(cands), axis=0)
                 dk[:, hot] -= w
                 dk[k, cands] += w
-                tot = bm.comm_totals(dk) + st.compute[None, :] + st.extra[None, :]
+                tot = st.comm(dk) + st.compute[None, :] + st.extra[None, :]
                 tot[:, hot] += new[0] - st.compute[hot]
                 tot[k, cands] += new[1:] - st.compute[cands]
                 base = st.moved_bytes - st.moved[t]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodels.hierarchical import in_host_row_split_tables
 from shardopt.core.ir import Instance, Kernel, Plan, Shard
 from shardopt.core.memory import shard_bytes
 from shardopt.measure.backends.base import TimingBackend, TimingSettings
@@ -81,6 +82,11 @@ def plan_comm(instance: Instance, plan: Plan, backend: str, comm: str, *, seed: 
     if replicas:
         raise MeasureError(f"comm measured: the gloo program times the all-to-all only, not the gradient all-reduce of "
                            f"data-parallel replicas (table {replicas[0].table!r}); judge this plan with --comm modelled")
+    nested = in_host_row_split_tables(instance, plan.shards)
+    if nested:
+        raise MeasureError(f"comm measured: the gloo program times one all-to-all, not the reduce-scatter within a host and "
+                           f"all-to-all across hosts of a row split held within one host (table {nested[0]!r}, "
+                           f"table_row_wise); judge this plan with --comm modelled")
     return measure_comm_gloo(instance, plan, seed=seed)
 
 

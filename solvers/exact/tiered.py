@@ -62,17 +62,10 @@ def split_tiered(instance: Instance, bm: BoundCostModel, shards: list[Shard]) ->
     D = instance.topology.num_devices
     fixed = [s for s in shards if s.table not in keep]
     index = instance.table_index()
-    base_states = np.zeros((D, bm.state_size))
-    base_widths = np.zeros(D)
-    base_extra = np.zeros(D)
+    base_states, base_widths, base_extra = bm.background(fixed)
     fixed_hbm = np.zeros(D, dtype=np.int64)
     for s in fixed:
-        d, st, w = bm.shard_contribution(s)
-        base_states[d] += st
-        base_widths[d] += w
-        if s.replicated:
-            base_extra[d] += bm.replicated_comm(index[s.table])
-        fixed_hbm[d] += shard_bytes(instance, instance.tables[index[s.table]], s)
+        fixed_hbm[s.device] += shard_bytes(instance, instance.tables[index[s.table]], s)
     caps = np.array(instance.topology.capacities(), dtype=np.int64)
     left = np.maximum(caps - fixed_hbm, 1)  # (a device the fixed shards fill keeps 1 byte: nothing else fits)
     topo = instance.topology.model_copy(update={"memory_bytes": [int(x) for x in left]})

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodels.hierarchical import in_host_row_split_tables
 from shardopt.core.ir import Instance, IRError, Plan, Shard, load_instance, load_plan
 
 PHASES = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
@@ -126,6 +127,11 @@ def validate(instance: Instance, plan: Plan, world_size: int, batch_size: int | 
         raise DistSetupError(f"the plan is not valid for this instance: {lines}")
     if any(s.replicated for s in plan.shards):
         raise DistSetupError("replicated (data-parallel) shards are not supported by cuda_dist")
+    nested = in_host_row_split_tables(instance, plan.shards)
+    if nested:
+        raise DistSetupError(f"table {nested[0]!r} is split by rows within one host (table_row_wise): its outputs go through "
+                             "a reduce-scatter in the host and an all-to-all across hosts, which cuda_dist does not run "
+                             "(it times one all-to-all of every device's pooled outputs)")
     uvm = [s for s in plan.shards if s.kernel.value != "fused"]
     if uvm:
         raise DistSetupError(f"host-memory shards (kernel {uvm[0].kernel.value}, table {uvm[0].table!r} on device "

@@ -1,0 +1,115 @@
+"""Communication of row-wise splits held within one host: TorchRec's `table_row_wise` (and `grid_shard`) output dist.
+
+Why its own term: a table split by rows over the devices of one host (of several) does not join the all-to-all of
+pooled outputs. TorchRec's `TwRwPooledEmbeddingDist` first reduce-scatters the partial sums *within the host*
+(NVLink), then runs an all-to-all *across hosts* among the devices of equal local rank (network), one collective
+after the other (torchrec/distributed/sharding/twrw_sharding.py), and apart from the all-to-all of the other
+sharding types. Priced as a direct reduce-scatter over all devices, as every row split was before, it paid the
+network `L` times too much and NVLink `D / L` times too little (`L` devices per host), so a solver rarely chose it
+even where TorchRec's planner does. The formulas are in docs/analytic-model.md ("Row-wise splits within a host").
+
+The input is each host's *hierarchical width* `W_h`: the summed width of the column blocks split by rows over its
+devices (a table-row-wise table adds its dim once, not once per device). `table_comm_widths` says which shards of a
+table are such blocks; `hierarchical_comm_time` turns the widths into every device's time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from shardopt.core.ir import Instance, Shard, Table
+
+COMM_BYTES = 4  # fp32 pooled partial sums and their gradients, as the all-to-all
+MS = 1e3
+
+
+def in_host_row_split(instance: Instance, table: Table, shards: Sequence[Shard]) -> list[bool]:
+    """For each of one table's shards: whether it belongs to a column block split by rows within one host.
+
+    Such a block (the shards of one column range) has row slices on every device of one host and on no other, in a
+    cluster of several hosts of several devices: TorchRec's table_row_wise and grid_shard layouts are made of them,
+    and the hierarchical collectives run over the whole host. Any other shard - whole, a column slice, a row split
+    across hosts (TorchRec's row_wise: the direct reduce-scatter) or over part of a host (no TorchRec layout; priced as
+    the direct reduce-scatter, which such a split can always run), a replica - is not."""
+    topo = instance.topology
+    out = [False] * len(shards)
+    if topo.num_hosts < 2 or topo.devices_per_host < 2:
+        return out
+    blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for k, s in enumerate(shards):
+        if not s.replicated:
+            blocks[s.col_range(table)].append(k)
+    for members in blocks.values():
+        group = [shards[k] for k in members]
+        hosts = {topo.host_of(s.device) for s in group}
+        if len(hosts) == 1 and len({s.device for s in group}) == topo.devices_per_host and any(s.height(table) < table.rows for s in group):
+            for k in members:
+                out[k] = True
+    return out
+
+
+def in_host_row_split_tables(instance: Instance, shards: Sequence[Shard]) -> list[str]:
+    """The tables (in instance order) of which some column block is split by rows within one host."""
+    by_table: dict[str, list[Shard]] = defaultdict(list)
+    for s in shards:
+        by_table[s.table].append(s)
+    return [t.name for t in instance.tables if t.name in by_table and any(in_host_row_split(instance, t, by_table[t.name]))]
+
+
+def table_comm_widths(instance: Instance, table: Table, shards: Sequence[Shard]) -> tuple[np.ndarray, np.ndarray]:
+    """(all-to-all width per device [D], hierarchical width per host [H]) of one table's shards: a column block
+    split by rows within one host (`in_host_row_split`) adds its width once to its host; every other shard adds its
+    width to its device's all-to-all; replicas add nothing (their all-reduce is `replicated_comm`)."""
+    topo = instance.topology
+    direct = np.zeros(topo.num_devices)
+    hier = np.zeros(topo.num_hosts)
+    nested = in_host_row_split(instance, table, shards)
+    counted: set[tuple[int, int]] = set()
+    for s, inner in zip(shards, nested):
+        if s.replicated:
+            continue
+        if not inner:
+            direct[s.device] += s.width(table)
+            continue
+        block = s.col_range(table)
+        if block not in counted:
+            counted.add(block)
+            hier[topo.host_of(s.device)] += block[1] - block[0]
+    return direct, hier
+
+
+def hierarchical_comm_time(
+    host_widths: np.ndarray,
+    *,
+    devices_per_host: int,
+    num_devices: int,
+    batch: float,
+    intra_bw: float,
+    inter_bw: float,
+    latency_s: float,
+    network_latency_s: float,
+) -> np.ndarray:
+    """One direction's time (ms) of the hierarchical collectives on every device: [..., H] -> [..., D].
+
+    With `L` devices per host, `H` hosts, `q = B / D * 4` bytes per unit of width and peer, device d on host h:
+    the reduce-scatter within the host sends and receives `(L - 1) / L * B * W_h * 4 = (L - 1) H q W_h` over NVLink;
+    the all-to-all across hosts (each device with the `B / L` samples it reduced, to the `H - 1` devices of its local
+    rank elsewhere) sends `(H - 1) q W_h` and receives `q (sum W - W_h)` over the network. The two run one after the
+    other (their times add), each with its start-up latency, on every device once any host has a hierarchical block
+    (TorchRec runs the collectives on every rank). Backward (all-to-all back, all-gather within the host) moves the
+    same bytes."""
+    w = np.asarray(host_widths, dtype=np.float64)
+    L = int(devices_per_host)
+    host = np.arange(num_devices) // L
+    n_hosts = w.shape[-1]
+    q = batch / num_devices * COMM_BYTES
+    mine = w[..., host]  # [..., D]: my host's width
+    total = w.sum(axis=-1, keepdims=True)
+    intra = (L - 1) * n_hosts * q * mine / intra_bw
+    inter = np.maximum((n_hosts - 1) * q * mine, q * (total - mine)) / inter_bw
+    active = total > 0
+    start = np.where(active, 2 * latency_s + network_latency_s, 0.0)
+    return (intra + inter + start) * MS
