@@ -12,7 +12,10 @@ Run: `.venv/bin/python benchmarks/bench_tiered.py [--random 200] [--solvers torc
 A solver may carry options: `neuroshard:data_parallel=true` (several separated by `;`).
 `--reuse OLD.json[.gz]` takes the rows of the solvers *not* in `--solvers` from an earlier run of the same
 instances (e.g. TorchRec's, which take most of the time) and re-runs only the named ones; the output says which
-rows were reused and from which file and date.
+rows were reused and from which file and date. `--only nested` runs only the instances whose cluster has several
+hosts of several devices (where a row split can be held within one host, TorchRec's table_row_wise) and, with
+`--reuse`, keeps every row of the other instances from the earlier run: a change that only touches such clusters
+is re-measured where it can matter.
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
+from costmodels.hierarchical import in_host_row_split_tables  # noqa: E402
 from shardopt.core.ir import Instance, instance_from_dict, load_instance  # noqa: E402
 from shardopt.core.memory import table_bytes_array  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
+from solvers.placement_polish import describe_placements  # noqa: E402
 from solvers.registry import get_solver  # noqa: E402
 
 SUITES = ["huge-test", "tiered-test"]
@@ -100,9 +105,12 @@ def run(names: list[str], instances: list[tuple[str, Instance]], time_limit: flo
                 cost = judge.plan_costs(inst, plan).max_cost
             kinds = sorted({s.kernel.value for s in plan.shards}) if plan is not None else []
             rowwise = sum(1 for t in inst.tables if plan is not None and sum(1 for s in plan.shards if s.table == t.name) > 1)
+            layouts = {} if plan is None else {kind: n for kind, n in describe_placements(inst, plan.shards)[0].items() if kind != "table-wise, HBM"}
+            if plan is not None and in_host_row_split_tables(inst, plan.shards):
+                layouts["row split within a host"] = len(in_host_row_split_tables(inst, plan.shards))
             rows.append({"family": family, "instance": inst.name, "solver": name, "status": status, "reason": (reason or "")[:300],
                          "cost_ms": cost, "wall_s": round(wall, 3), "kernels": kinds, "split_tables": rowwise,
-                         "host_memory": inst.topology.has_host_memory})
+                         "placements": layouts, "host_memory": inst.topology.has_host_memory})
     return rows
 
 
@@ -136,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reuse", type=Path, default=None, help="an earlier run's JSON (.gz): its rows of other solvers are kept")
+    ap.add_argument("--only", choices=["all", "nested"], default="all",
+                    help="nested: only clusters of several hosts of several devices (the other instances' rows from --reuse)")
     args = ap.parse_args(argv)
     names = args.solvers.split(",")
     reused: list[dict] = []
@@ -152,10 +162,18 @@ def main(argv: list[str] | None = None) -> int:
         for p in sorted((ROOT / "instances" / "suites" / suite).glob(f"{suite}-*.json")):
             instances.append((suite, load_instance(p)))
     instances += [("random", random_instance(s)) for s in range(args.random)]
+    kept: list[dict] = []
+    if args.only == "nested":
+        nested = [(f, i) for f, i in instances if i.topology.num_hosts > 1 and i.topology.devices_per_host > 1]
+        others = {(f, i.name) for f, i in instances} - {(f, i.name) for f, i in nested}
+        if args.reuse is not None:
+            kept = [r for r in old["rows"] if (r["family"], r["instance"]) in others and r["solver"] in names]
+            reused_from["kept_instances"] = len(others)  # type: ignore[index]
+        instances = nested
     t0 = time.perf_counter()
-    rows = run(names, instances, args.time_limit)
+    rows = run(names, instances, args.time_limit) + kept
     if reused:
-        wanted = {(f, i.name) for f, i in instances}
+        wanted = {(f, i.name) for f, i in instances} | ({(r["family"], r["instance"]) for r in kept} if kept else set())
         rows += [r for r in reused if (r["family"], r["instance"]) in wanted]
         names = reused_from["solvers"] + names  # type: ignore[index]
     summary = summarise(rows, names, args.baseline)

@@ -403,6 +403,14 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
         extra = it.device_extra(D)
         k0 = k0 + k1 * u[:, None] + k2 * v[:, None] + extra[:, None]
         comm_base = comm_base + extra
+    if it.base_states is not None:
+        # a device the fixed shards occupy runs their kernel whether or not it gets an item: its constant c0 (their
+        # compute, when it holds no item) is paid always, not only when it is "used" (c0 y_d in the exact models),
+        # so it moves into the planes' constant
+        busy = np.abs(it.base_states).sum(axis=1) > 0
+        if busy.any():
+            k0 = k0 + np.where(busy, c0, 0.0)[:, None]
+            c0 = np.where(busy, 0.0, c0)
     return Linearization(counts, a, c0, k0, k1, k2, it.width.astype(np.float64), host, compute, comm_base, it, comm)
 
 

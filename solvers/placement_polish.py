@@ -17,8 +17,12 @@ The moves (each applies to every shard of one table, on the devices they are on)
   first, a sweep over sets of replicas at once (`_replica_sweep`: the tables with the fewest rows), which finds
   what single replicas cannot.
 - `row-wise` / `table-row-wise` (only with `row_wise`): a table held whole in HBM (table- or column-wise, on the
-  plan's bottleneck device) split by rows over all devices (TorchRec's `row_wise`), or over the devices of the host
-  it is on (`table_row_wise`, where the cluster has several hosts of several devices). A table too hot for any one
+  plan's bottleneck device) split by rows over all devices (TorchRec's `row_wise`), or over the devices of one host
+  (`table_row_wise`, where the cluster has several hosts of several devices); and a table split by rows already
+  (the tiering layout splits the tables too big for any device over all devices) split over another such group,
+  in its tier. A row split within a host costs the network `devices per host` times less than one over all devices
+  (costmodels.hierarchical), so a model whose big tables were all split over every device gains most from moving
+  them host by host (random-492 of bench_tiered: TorchRec holds all 26 tables table-row-wise). A table too hot for any one
   device - its lookups alone above what a balanced device should carry - is what TorchRec splits this way; a
   whole-table search cannot balance it, and a column split still leaves every lookup on the devices holding slices.
   Every device then carries the table's pooled width (its partial sums), which the cost model prices; the move is
@@ -38,7 +42,7 @@ import numpy as np
 
 from costmodels.base import BoundCostModel
 from costmodels.hierarchical import table_comm_widths
-from shardopt.core.ir import Instance, Kernel, Shard
+from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 from solvers.base import Stopwatch
 from solvers.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout, row_wise_shards
@@ -110,6 +114,9 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
     (kernel,) = kernels
     t = instance.tables[table]
     whole_rows = all(s.height(t) == t.rows for s in shards)
+    if row_wise and num_devices > 1 and t.rows > 1 and not whole_rows and all(s.width(t) == t.dim for s in shards):
+        # a row split already: the same blocks' tier over another group of devices (TorchRec's row_wise <-> table_row_wise)
+        out += _row_groups(instance, t, {s.device for s in shards}, kernel, shards[0].cache_load_factor)
     if kernel.in_host_memory:
         now = shards[0].cache_load_factor if kernel is Kernel.fused_uvm_caching else 0.0
         for f in POLISH_LOAD_FACTORS:
@@ -120,13 +127,19 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
     if data_parallel and num_devices > 1 and whole_rows:
         out.append(("replicate", [Shard(table=t.name, device=d, replicated=True) for d in range(num_devices)]))
     if row_wise and num_devices > 1 and whole_rows and t.rows > 1:
-        out.append(("row-wise", row_wise_shards(t, range(num_devices))))
-        topo = instance.topology
-        per_host = topo.devices_per_host
-        if 1 < per_host < num_devices:
-            host = topo.host_of(shards[0].device)
-            out.append(("table-row-wise", row_wise_shards(t, range(host * per_host, min((host + 1) * per_host, num_devices)))))
+        out += _row_groups(instance, t, set(), kernel, None)
     return out
+
+
+def _row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel, cache_load_factor: float | None) -> list[tuple[str, list[Shard]]]:
+    """`table` split by rows over all devices (`row-wise`) and over each host's devices (`table-row-wise`, where the
+    cluster has several hosts of several devices), the group it is split over now (`now`) left out."""
+    topo = instance.topology
+    D, per_host = topo.num_devices, topo.devices_per_host
+    groups = [("row-wise", list(range(D)))]
+    if 1 < per_host < D:
+        groups += [("table-row-wise", list(range(h * per_host, (h + 1) * per_host))) for h in range(topo.num_hosts)]
+    return [(what, row_wise_shards(table, devs, kernel, cache_load_factor)) for what, devs in groups if set(devs) != now]
 
 
 @dataclass
@@ -202,7 +215,7 @@ def polish_placements(
         sets the cost."""
         pool = {}
         for t in sorted(cands):
-            if contrib[t][1][bottleneck] > 0:
+            if any(s.device == bottleneck for s in plan.shards[t]):
                 if t not in split_cands:
                     split_cands[t] = candidates(t, True)
                 pool[t] = split_cands[t]

@@ -10,7 +10,11 @@ memory and HBM both have room) with the solver's own rule.
 
 The decisions, in order (each one TorchRec can express, so the plan exports one to one):
 
-1. A table larger than the largest device's HBM (or one the packer found no room for, on a retry) is split row-wise over all devices in TorchRec's `row_wise` layout
+1. A table larger than the largest device's HBM (or one the packer found no room for, on a retry) is split by rows
+   within one host in TorchRec's `table_row_wise` layout (blocks of ceil(rows / devices per host), the roomiest host
+   first) where the cluster has several hosts of several devices and a host's HBM holds the blocks: its partial sums
+   then cross the network devices-per-host times less than split over every device (costmodels.hierarchical).
+   Otherwise it is split row-wise over all devices in TorchRec's `row_wise` layout
    (blocks of ceil(rows / devices) in rank order). Its blocks stay in HBM when each fits in HEADROOM of the
    smallest device's HBM, else they live in host memory behind a cache (the load factor as in 2.), and without one
    (`fused_uvm`, coldest first) where those caches would crowd out the HBM.
@@ -127,6 +131,24 @@ def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = N
     return CACHE_LOAD_FACTORS[-1]
 
 
+def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hbm: np.ndarray) -> list[int] | None:
+    """The devices of the host whose HBM (HEADROOM of it, less what is fixed there already) holds `table` split by
+    rows over them, the roomiest host first; None when no host does. Within a host the split's partial sums take a
+    reduce-scatter over NVLink and 1 / (devices per host) of the network bytes of a split over all devices
+    (costmodels.hierarchical): TorchRec's table_row_wise, what its planner picks for such tables."""
+    topo = instance.topology
+    per_host = topo.devices_per_host
+    block = slice_bytes(instance, table, -(-table.rows // per_host), table.dim)
+    rooms = []
+    for h in range(topo.num_hosts):
+        devs = list(range(h * per_host, (h + 1) * per_host))
+        rooms.append((-(HEADROOM * caps[devs].min() - fixed_hbm[devs].max()), h, devs))
+    for neg_room, _, devs in sorted(rooms):
+        if block <= -neg_room:
+            return devs
+    return None
+
+
 def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
     to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
@@ -149,9 +171,19 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: 
     fixed_hbm = np.zeros(D, dtype=np.int64)
     fixed_host = np.zeros(D, dtype=np.int64)
 
-    # 1. tables no device can hold: row-wise over all devices, in HBM when the blocks fit, else behind a cache
+    # 1. tables no device can hold: row-wise within one host where its blocks fit there in HBM (several hosts of
+    # several devices), else over all devices, in HBM when the blocks fit, else behind a cache
+    per_host = topo.devices_per_host
     for i, t in enumerate(tables):
         if full[i] <= caps.max() and i not in rowwise:
+            continue
+        host_devices = _host_with_room(instance, t, caps, fixed_hbm) if 1 < per_host < D else None
+        if host_devices is not None:
+            tiers[i] = TableTier(Kernel.fused, None, True)
+            hbm[i] = host[i] = 0
+            for s in row_wise_shards(t, host_devices):
+                fixed.append(s)
+                fixed_hbm[s.device] += shard_bytes(instance, t, s)
             continue
         block = -(-t.rows // D)
         block_bytes = slice_bytes(instance, t, block, t.dim)

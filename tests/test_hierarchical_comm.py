@@ -149,7 +149,8 @@ def test_the_polish_splits_a_hot_table_within_its_host_where_the_network_is_slow
     bm = AnalyticCostModel().bind(inst)
     plan = [Shard(table=t.name, device=i) for i, t in enumerate(inst.tables)]
     out, info = polish_placements(inst, bm, plan, row_wise=True)
-    assert [m["move"] for m in info["moves"]] == ["table-row-wise"]
+    assert (info["moves"][0]["table"], info["moves"][0]["move"]) == ("hot", "table-row-wise")
+    assert in_host_row_split_tables(inst, out)[0] == "hot"
     assert check_plan(inst, out).ok
     assert info["cost_after"] == pytest.approx(bm.plan_costs(out).max_cost, rel=1e-12)
     row_wise = bm.plan_costs(row_wise_shards(inst.tables[0], range(8)) + plan[1:]).max_cost
