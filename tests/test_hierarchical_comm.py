@@ -168,3 +168,36 @@ def test_measured_comm_refuses_a_row_split_within_a_host_by_name() -> None:
         plan_comm(inst, plan, "cpu", "measured")
     with pytest.raises(DistSetupError, match="'hot'.*table_row_wise"):
         validate(inst, plan, 8)
+
+
+def test_a_table_too_big_for_any_device_is_split_within_the_roomiest_host() -> None:
+    """The tiering layout: a table 2.5 devices big on 2 hosts x 4 devices goes table_row_wise on one host (blocks
+    of rows / 4), the next such table on the other host (it has the most room left); on one host of 8 devices the
+    same tables are split over all devices (row_wise). Both plans export to TorchRec."""
+    from shardopt.data.torchrec_io import classify_table, export_problems
+    from solvers.registry import get_solver
+    from solvers.tiering import plan_tiers
+
+    def inst(per_host: int) -> Instance:
+        big = {"rows": 2_000_000, "dim": 64, "pooling_factor": 10.0, "access": {"zipf": 0.8}}
+        tables = [{"name": "big0", **big}, {"name": "big1", **big}]
+        tables += [{"name": f"t{i}", "rows": 20_000, "dim": 32, "pooling_factor": 4.0, "access": {"zipf": 0.5}} for i in range(6)]
+        one = 2_000_000 * 64 * 4 + 2_000_000 * 4  # a big table's weights + rowwise_adagrad state
+        return instance_from_dict({"schema_version": 1, "kind": "instance", "name": "two-big", "tables": tables,
+                                   "topology": {"num_devices": 8, "devices_per_host": per_host, "memory_bytes": int(one / 2.5), "hardware": "a100"},
+                                   "workload": {"batch_size": 16384, "optimizer": "rowwise_adagrad"}})
+
+    two_hosts = inst(4)
+    layout = plan_tiers(two_hosts)
+    assert not isinstance(layout, str)
+    by_table = {name: {two_hosts.topology.host_of(s.device) for s in layout.fixed if s.table == name} for name in ("big0", "big1")}
+    assert by_table == {"big0": {0}, "big1": {1}}
+    r = get_solver("greedy").solve(two_hosts, get_cost_model("analytic"), seed=0)
+    assert r.status.has_plan and check_plan(two_hosts, r.plan).ok and not export_problems(two_hosts, r.plan)
+    for name in ("big0", "big1"):
+        shards = [s for s in r.plan.shards if s.table == name]
+        assert classify_table(two_hosts, two_hosts.tables[int(name[-1])], shards) == "table_row_wise"
+    one_host = inst(8)
+    layout = plan_tiers(one_host)
+    assert not isinstance(layout, str)
+    assert sorted(s.device for s in layout.fixed if s.table == "big0") == list(range(8))
