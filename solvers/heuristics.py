@@ -365,31 +365,24 @@ class HeuristicSolver(Solver):
                 break
         return packer, bound, placed, failures, tried, timed_out
 
-    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
-        clock = Stopwatch()
-        layout: TieredLayout | None = None
+    def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, clock: Stopwatch, time_limit: float | None,
+                     within_host: bool) -> str | tuple[TieredLayout, bool, set[int], tuple]:
+        """The tiered layout (solvers.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
+        `_pack` returned), or why no layout could be made. A table no device had room for goes row-wise too, and
+        when that is no way out either, the lean layout (smallest caches, largest tables to host memory) once."""
+        lean = False
         rowwise: set[int] = set()
-        if needs_tiers(instance):
-            reason = tiered_infeasibility_reason(instance)
-            if reason is not None:
-                return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
-            lean = False
-            tiered = plan_tiers(instance)
-            if isinstance(tiered, str):  # the default layout does not fit: the lean one (smallest caches, largest tables out)
-                lean, first = True, tiered
-                tiered = plan_tiers(instance, lean=True)
-                if isinstance(tiered, str):
-                    return fail(self, SolveStatus.no_solution, f"{self.name}: {first}; and with the smallest caches: {tiered}. "
-                                "The instance is not proven infeasible.", clock, {"tiers": "failed"})
-            layout = tiered
-        else:
-            lean = False
+        layout = plan_tiers(instance, within_host=within_host)
+        if isinstance(layout, str):  # the default layout does not fit: the lean one (smallest caches, largest tables out)
+            lean, first = True, layout
+            layout = plan_tiers(instance, lean=True, within_host=within_host)
+            if isinstance(layout, str):
+                return f"{first}; and with the smallest caches: {layout}"
         while True:
-            packer, bound, placed, failures, tried, timed_out = self._pack(instance, cost_model, seed, layout, clock, time_limit)
-            if placed or layout is None or timed_out:
+            packed = self._pack(instance, cost_model, seed, layout, clock, time_limit)
+            _, _, placed, failures, _, timed_out = packed
+            if placed or timed_out:
                 break
-            # with tiers: the table no device had room for goes row-wise too (its blocks spread over all devices);
-            # when that is no way out either, the lean layout (smallest caches, largest tables to host memory) once
             stuck = failures[-1].table
             if stuck in rowwise:
                 if lean:
@@ -397,15 +390,43 @@ class HeuristicSolver(Solver):
                 lean, rowwise = True, set()
             else:
                 rowwise.add(stuck)
-            retry = plan_tiers(instance, frozenset(rowwise), lean=lean)
+            retry = plan_tiers(instance, frozenset(rowwise), lean=lean, within_host=within_host)
             if isinstance(retry, str):
                 if lean:
                     break
                 lean, rowwise = True, set()
-                retry = plan_tiers(instance, frozenset(), lean=True)
+                retry = plan_tiers(instance, frozenset(), lean=True, within_host=within_host)
                 if isinstance(retry, str):
                     break
             layout = retry
+        return layout, lean, rowwise, packed
+
+    def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        clock = Stopwatch()
+        layout: TieredLayout | None = None
+        rowwise: set[int] = set()
+        lean = within_host = False
+        failed = ""
+        if needs_tiers(instance):
+            reason = tiered_infeasibility_reason(instance)
+            if reason is not None:
+                return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
+            topo = instance.topology
+            # oversized tables split within one host first (table_row_wise: far less network); where that layout
+            # does not pack (it fills one host's HBM), the row_wise one over all devices
+            for attempt in ((True, False) if 1 < topo.devices_per_host < topo.num_devices else (False,)):
+                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt)
+                if isinstance(got, str):
+                    failed = got
+                    continue
+                layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out) = got
+                within_host = attempt
+                if placed or timed_out:
+                    break
+            if layout is None:
+                return fail(self, SolveStatus.no_solution, f"{self.name}: {failed}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
+        else:
+            packer, bound, placed, failures, tried, timed_out = self._pack(instance, cost_model, seed, None, clock, time_limit)
         device_of: np.ndarray | None = None
         used = None
         compared: dict[str, float] = {}
@@ -450,6 +471,7 @@ class HeuristicSolver(Solver):
         if layout is not None:
             extra["placements"] = layout.summary()
             info["lean_tiers"] = lean
+            info["row_splits_within_host"] = within_host
             info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
         return finish(

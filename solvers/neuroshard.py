@@ -818,7 +818,10 @@ class NeuroShardSolver(Solver):
             return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
         greedy = GreedySolver().solve(instance, cost_model, seed=seed)
         rowwise = frozenset(instance.table_index()[s.table] for s in greedy.plan.shards if s.rows is not None) if greedy.plan is not None else frozenset()
-        layout = plan_tiers(instance, rowwise, lean=bool(greedy.info.get("lean_tiers", False)))
+        lean, within = bool(greedy.info.get("lean_tiers", False)), bool(greedy.info.get("row_splits_within_host", True))
+        layout = plan_tiers(instance, rowwise, lean=lean, within_host=within)
+        if isinstance(layout, str) and within:  # (oversized tables split within one host fill it: over all devices)
+            layout = plan_tiers(instance, rowwise, lean=lean, within_host=False)
         if isinstance(layout, str):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
         return self._search(instance, cost_model, layout, clock, budget, seed, greedy)

@@ -149,12 +149,14 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     return None
 
 
-def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False) -> TieredLayout | str:
+def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
     to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
     layout for when the default one does not pack - every HBM cache as small as offered (CACHE_LOAD_FACTORS[0]) and
     the *largest* tables to host memory first (fewest tables moved, TorchRec's choice), so that the caches and the
-    host-memory tables leave room for the rest; the cost-driven polish may grow the caches again."""
+    host-memory tables leave room for the rest; the cost-driven polish may grow the caches again. `within_host`:
+    split in HBM within one host where a host holds the blocks (False: every split over all devices, the layout
+    for when the first does not pack: it fills one host's HBM where the other spreads over every device)."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason
@@ -177,7 +179,7 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: 
     for i, t in enumerate(tables):
         if full[i] <= caps.max() and i not in rowwise:
             continue
-        host_devices = _host_with_room(instance, t, caps, fixed_hbm) if 1 < per_host < D else None
+        host_devices = _host_with_room(instance, t, caps, fixed_hbm) if within_host and 1 < per_host < D else None
         if host_devices is not None:
             tiers[i] = TableTier(Kernel.fused, None, True)
             hbm[i] = host[i] = 0
