@@ -174,3 +174,21 @@ def test_the_lean_layout_places_what_the_default_one_cannot(name: str) -> None:
         assert check_plan(inst, r.plan).ok
         if solver == "greedy":
             assert r.info["lean_tiers"] is True
+
+
+@pytest.mark.parametrize("name", ["random-579", "random-808"])
+def test_the_row_wise_layout_over_all_devices_places_what_splits_within_a_host_cannot(name: str) -> None:
+    """16 devices on hosts of 2 (benchmarks/bench_tiered.py's random seeds 579 and 808), placed by TorchRec's planner:
+    the oversized tables split within one host fill that host's HBM, so a later one fits no layout (579) or the rest
+    do not pack (808); greedy then takes the layout that splits them over all devices, and neuroshard and cpsat plan
+    from it (the 2026-11-25 benchmark lost both until this fallback existed)."""
+    from solvers.tiering import plan_tiers
+
+    inst = load_instance(Path(__file__).resolve().parent / "data" / f"{name}.json")
+    assert not isinstance(plan_tiers(inst, within_host=False), str)
+    for solver in ("greedy", "neuroshard", "cpsat"):
+        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+        assert r.status.has_plan, (solver, r.reason)
+        assert check_plan(inst, r.plan).ok
+        if solver == "greedy":
+            assert r.info["row_splits_within_host"] is False
