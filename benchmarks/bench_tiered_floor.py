@@ -8,7 +8,9 @@ exist), this prints how often that floor is above 0.75 (the target is then out o
 instance) and the geometric mean of the floor. Costs and bounds are **simulated** (analytic model).
 
 Run: `.venv/bin/python benchmarks/bench_tiered_floor.py --rows benchmarks/results/tiered.json.gz [--random 1000]
-[--time-limit 5] [--out benchmarks/results/tiered-floor.json]`.
+[--time-limit 5] [--bounds OLD-FLOOR.json] [--out benchmarks/results/tiered-floor.json]`. `--bounds` takes each
+instance's bound from an earlier run of this script (recorded in the output) instead of solving it again: right
+when only the plans or TorchRec's costs changed, not the table- and column-wise model the bound is of.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solvers", default="neuroshard,cpsat")
     ap.add_argument("--time-limit", type=float, default=5.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--bounds", type=Path, default=None, help="an earlier run's JSON: its bounds are reused")
     args = ap.parse_args(argv)
+    known: dict[str, dict] = {}
+    if args.bounds is not None:
+        known = {r["instance"]: r for r in json.loads(args.bounds.read_text())["rows"]}
     opener = gzip.open if args.rows.suffix == ".gz" else open
     with opener(args.rows, "rt") as fh:
         doc = json.load(fh)
@@ -57,11 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         if base is None or base["cost_ms"] is None:
             continue
         inst = random_instance(seed)
-        b = analytic_lower_bound(inst, model, time_limit=args.time_limit)
-        if b.status == "infeasible" or not math.isfinite(b.value_ms):
-            continue  # (no table- or column-wise HBM plan fits: the bound covers nothing here)
-        row = {"instance": name, "devices": inst.topology.num_devices, "baseline_ms": base["cost_ms"], "bound_ms": b.value_ms,
-               "floor": b.value_ms / base["cost_ms"], "bound_status": b.status, "bound_source": b.source}
+        if name in known:
+            value, status, source = known[name]["bound_ms"], known[name]["bound_status"], known[name]["bound_source"]
+        else:
+            b = analytic_lower_bound(inst, model, time_limit=args.time_limit)
+            if b.status == "infeasible" or not math.isfinite(b.value_ms):
+                continue  # (no table- or column-wise HBM plan fits: the bound covers nothing here)
+            value, status, source = b.value_ms, b.status, b.source
+        row = {"instance": name, "devices": inst.topology.num_devices, "baseline_ms": base["cost_ms"], "bound_ms": value,
+               "floor": value / base["cost_ms"], "bound_status": status, "bound_source": source}
         for s in solvers:
             got = by.get((name, s))
             row[f"{s}_ratio"] = got["cost_ms"] / base["cost_ms"] if got and got["cost_ms"] is not None else None

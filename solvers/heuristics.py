@@ -412,17 +412,24 @@ class HeuristicSolver(Solver):
             if reason is not None:
                 return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
             topo = instance.topology
-            # oversized tables split within one host first (table_row_wise: far less network); where that layout
-            # does not pack (it fills one host's HBM), the row_wise one over all devices
+            # oversized tables split within one host (table_row_wise: devices-per-host times less network, but one
+            # host's HBM full of them, which can starve the caches of the host-memory tables) and over all devices
+            # (row_wise): both layouts packed where the cluster has several hosts of several devices, the cheaper
+            # plan kept (by the cost model; the first that packs where there is none)
+            best: tuple[float, bool, Any] | None = None
             for attempt in ((True, False) if 1 < topo.devices_per_host < topo.num_devices else (False,)):
                 got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt)
                 if isinstance(got, str):
                     failed = got
                     continue
-                layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out) = got
-                within_host = attempt
-                if placed or timed_out:
+                _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a) = got
+                cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
+                if best is None or (placed_a and (not best[2][3][2] or cost < best[0])):
+                    best = (cost, attempt, got)
+                if timed_out_a or (placed_a and bound_a is None):
                     break
+            if best is not None:
+                _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out)) = best
             if layout is None:
                 return fail(self, SolveStatus.no_solution, f"{self.name}: {failed}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
         else:

@@ -787,6 +787,11 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, c
             break
 
 
+def _fixed_keys(layout: TieredLayout) -> set[tuple]:
+    """What a layout fixes before the search: its row-split tables' shards, by table, device and rows."""
+    return {(s.table, s.device, s.row_offset, s.rows, s.kernel, s.cache_load_factor) for s in layout.fixed}
+
+
 class NeuroShardSolver(Solver):
     name = "neuroshard"
     family = "search"
@@ -824,7 +829,19 @@ class NeuroShardSolver(Solver):
             layout = plan_tiers(instance, rowwise, lean=lean, within_host=False)
         if isinstance(layout, str):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
-        return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
+        alt = plan_tiers(instance, rowwise, lean=lean, within_host=False) if within else None
+        if isinstance(alt, str) or alt is None or _fixed_keys(alt) == _fixed_keys(layout):
+            return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
+        # oversized tables split within one host (less network) or over all devices (their blocks a quarter as big
+        # on each device, which can leave the HBM that the host-memory tables' caches need): both searched, half the
+        # budget each, the cheaper plan kept
+        first = self._search(instance, cost_model, layout, clock, None if budget is None else 0.5 * budget, seed, greedy)
+        second = self._search(instance, cost_model, alt, clock, budget, seed, greedy)
+        costs = [r.predicted.max_cost if r.plan is not None and r.predicted is not None else np.inf for r in (first, second)]
+        chosen = second if costs[1] < costs[0] else first
+        chosen.info["row_splits_within_host"] = chosen is first
+        chosen.info["layouts_compared"] = {"within_host": costs[0], "over_all_devices": costs[1]}
+        return chosen
 
     def _search(self, instance: Instance, cost_model: CostModel, layout: TieredLayout | None, clock: Stopwatch, budget: float | None, seed: int,
                 greedy: SolveResult | None = None) -> SolveResult:
