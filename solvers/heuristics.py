@@ -284,6 +284,11 @@ def descending(values: np.ndarray) -> np.ndarray:
 # the solvers
 
 
+# where a tiered layout splits the tables too big for any device, on clusters of several hosts of several devices:
+# both layouts packed and the cheaper plan kept (auto), within one host (table_row_wise), over all devices (row_wise)
+ROW_SPLITS = ("auto", "within_host", "all_devices")
+
+
 class HeuristicSolver(Solver):
     """Shared driver: feasibility proof, primary pass, memory-first fallback, plan wrapping."""
 
@@ -294,9 +299,12 @@ class HeuristicSolver(Solver):
     # with a cost rule (greedy) runs both when the retry places every table and keeps the cheaper plan by its model
     safe_fallback_default = False
 
-    def __init__(self, fallback: bool = True, safe_fallback: bool | None = None):
+    def __init__(self, fallback: bool = True, safe_fallback: bool | None = None, row_splits: str = "auto"):
         self.fallback = bool(fallback)
         self.safe_fallback = safe_fallback if safe_fallback is None else bool(safe_fallback)  # None: by default
+        if row_splits not in ROW_SPLITS:
+            raise ValueError(f"row_splits: {row_splits!r} is not one of {', '.join(ROW_SPLITS)}")
+        self.row_splits = row_splits  # where the tables too big for any device are split (tiered layouts only)
 
     def _safe_fallback_for(self, instance: Instance) -> bool:
         if self.safe_fallback is not None:
@@ -314,6 +322,8 @@ class HeuristicSolver(Solver):
         else:
             safe = "primary_safe, " if self.safe_fallback else ""
         p["fallback"] = safe + "memory_order, worst_fit, best_fit" if self.fallback else "none"
+        if self.row_splits != "auto":
+            p["row_splits"] = self.row_splits
         if self.deterministic:
             p["uses_seed"] = False
         return p
@@ -417,7 +427,9 @@ class HeuristicSolver(Solver):
             # (row_wise): both layouts packed where the cluster has several hosts of several devices, the cheaper
             # plan kept (by the cost model; the first that packs where there is none)
             best: tuple[float, bool, Any] | None = None
-            for attempt in ((True, False) if 1 < topo.devices_per_host < topo.num_devices else (False,)):
+            nested = 1 < topo.devices_per_host < topo.num_devices
+            attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.row_splits] if nested else (False,)
+            for attempt in attempts:
                 got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt)
                 if isinstance(got, str):
                     failed = got

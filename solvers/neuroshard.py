@@ -829,14 +829,18 @@ class NeuroShardSolver(Solver):
             layout = plan_tiers(instance, rowwise, lean=lean, within_host=False)
         if isinstance(layout, str):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
-        alt = plan_tiers(instance, rowwise, lean=lean, within_host=False) if within else None
+        alt, greedy_alt = None, None
+        if within:  # the layout splits the oversized tables within one host: the one over all devices, with its greedy plan
+            greedy_alt = GreedySolver(row_splits="all_devices").solve(instance, cost_model, seed=seed)
+            rowwise_alt = frozenset(instance.table_index()[s.table] for s in greedy_alt.plan.shards if s.rows is not None) if greedy_alt.plan is not None else frozenset()
+            alt = plan_tiers(instance, rowwise_alt, lean=bool(greedy_alt.info.get("lean_tiers", False)), within_host=False)
         if isinstance(alt, str) or alt is None or _fixed_keys(alt) == _fixed_keys(layout):
             return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
         # oversized tables split within one host (less network) or over all devices (their blocks a quarter as big
         # on each device, which can leave the HBM that the host-memory tables' caches need): both searched, half the
-        # budget each, the cheaper plan kept
+        # budget each, from the greedy plan of each layout, the cheaper plan kept
         first = self._search(instance, cost_model, layout, clock, None if budget is None else 0.5 * budget, seed, greedy)
-        second = self._search(instance, cost_model, alt, clock, budget, seed, greedy)
+        second = self._search(instance, cost_model, alt, clock, budget, seed, greedy_alt)
         costs = [r.predicted.max_cost if r.plan is not None and r.predicted is not None else np.inf for r in (first, second)]
         chosen = second if costs[1] < costs[0] else first
         chosen.info["row_splits_within_host"] = chosen is first

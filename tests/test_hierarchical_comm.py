@@ -221,3 +221,24 @@ def test_neuroshard_searches_both_layouts_of_the_oversized_tables_and_keeps_the_
     cost = cm.bind(inst).plan_costs(r.plan).max_cost
     assert cost == pytest.approx(min(costs.values()), rel=1e-9)
     assert r.info["row_splits_within_host"] is (costs["within_host"] <= costs["over_all_devices"])
+
+
+def test_the_heuristics_row_splits_option_picks_the_layout_of_the_oversized_tables() -> None:
+    from shardopt.data.torchrec_io import classify_table
+    from solvers.heuristics import GreedySolver
+
+    big = {"rows": 2_000_000, "dim": 64, "pooling_factor": 10.0, "access": {"zipf": 0.8}}
+    tables = [{"name": "big", **big}] + [{"name": f"t{i}", "rows": 20_000, "dim": 32, "pooling_factor": 4.0, "access": {"zipf": 0.5}} for i in range(6)]
+    inst = instance_from_dict({"schema_version": 1, "kind": "instance", "name": "one-big", "tables": tables,
+                               "topology": {"num_devices": 8, "devices_per_host": 4, "memory_bytes": int((2_000_000 * 68 * 4) / 2.5), "hardware": "a100"},
+                               "workload": {"batch_size": 16384, "optimizer": "rowwise_adagrad"}})
+    cm = get_cost_model("analytic")
+    kinds = {}
+    for choice in ("within_host", "all_devices", "auto"):
+        r = GreedySolver(row_splits=choice).solve(inst, cm, seed=0)
+        assert r.plan is not None and check_plan(inst, r.plan).ok
+        kinds[choice] = classify_table(inst, inst.tables[0], [s for s in r.plan.shards if s.table == "big"])
+        assert r.info["row_splits_within_host"] is (kinds[choice] == "table_row_wise")
+    assert kinds["within_host"] == "table_row_wise" and kinds["all_devices"] == "row_wise"
+    with pytest.raises(ValueError, match="row_splits: 'both'"):
+        GreedySolver(row_splits="both")
