@@ -114,10 +114,10 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
     (kernel,) = kernels
     t = instance.tables[table]
     whole_rows = all(s.height(t) == t.rows for s in shards)
-    if row_wise and num_devices > 1 and t.rows > 1 and not whole_rows and kernel is Kernel.fused and all(s.width(t) == t.dim for s in shards):
-        # a row split in HBM already: over another group of devices (TorchRec's row_wise <-> table_row_wise). (Not a
-        # host-memory one: its blocks would grow on fewer devices and take the HBM its cache grows into.)
-        out += _row_groups(instance, t, {s.device for s in shards}, kernel, None)
+    if row_wise and num_devices > 1 and t.rows > 1 and not whole_rows and all(s.width(t) == t.dim for s in shards):
+        # a row split already: the same blocks' tier over another group of devices (TorchRec's row_wise <-> table_row_wise;
+        # tried only when no other move pays, so a host-memory table's cache grows first)
+        out += _row_groups(instance, t, {s.device for s in shards}, kernel, shards[0].cache_load_factor)
     if kernel.in_host_memory:
         now = shards[0].cache_load_factor if kernel is Kernel.fused_uvm_caching else 0.0
         for f in POLISH_LOAD_FACTORS:
