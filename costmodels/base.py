@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
-from costmodels.hierarchical import in_host_row_split, table_comm_widths
+from costmodels.hierarchical import host_row_splits
 from shardopt.core.ir import Instance, Kernel, Plan, Shard
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
@@ -291,18 +291,7 @@ class BoundCostModel(ABC):
         one host leaves the all-to-all for the hierarchical collectives: costmodels.hierarchical)."""
         D = self.num_devices
         states, dims, extra = np.zeros((D, self.state_size)), np.zeros(D), np.zeros(D)
-        hier = np.zeros(self.instance.topology.num_hosts)
-        by_table: dict[str, list[int]] = {}
-        for k, s in enumerate(shards):
-            by_table.setdefault(s.table, []).append(k)
-        nested = np.zeros(len(shards), dtype=bool)
-        for name, ks in by_table.items():
-            table = self.instance.tables[self._index[name]]
-            group = [shards[k] for k in ks]
-            flags = in_host_row_split(self.instance, table, group)
-            if any(flags):
-                nested[ks] = flags
-                hier += table_comm_widths(self.instance, table, group)[1]
+        nested, hier = host_row_splits(self.instance, shards)
         for s, inner in zip(shards, nested):  # (widths summed in shard order: a plan without such splits costs what it did)
             d, st, w = self.shard_contribution(s)
             states[d] += st

@@ -51,33 +51,46 @@ def in_host_row_split(instance: Instance, table: Table, shards: Sequence[Shard])
     return out
 
 
+def host_row_splits(instance: Instance, shards: Sequence[Shard]) -> tuple[list[bool], np.ndarray]:
+    """(for each shard: whether it is in a column block split by rows within one host (`in_host_row_split`), each
+    host's hierarchical width [H]) of any shards, of any tables: every such block adds its width once to its host."""
+    topo = instance.topology
+    flags = [False] * len(shards)
+    hier = np.zeros(topo.num_hosts)
+    by_table: dict[str, list[int]] = defaultdict(list)
+    for k, s in enumerate(shards):
+        by_table[s.table].append(k)
+    tables = {t.name: t for t in instance.tables}
+    for name, ks in by_table.items():
+        table = tables[name]
+        inner = in_host_row_split(instance, table, [shards[k] for k in ks])
+        counted: set[tuple[int, int]] = set()
+        for k, nested in zip(ks, inner):
+            if nested:
+                flags[k] = True
+                block = shards[k].col_range(table)
+                if block not in counted:
+                    counted.add(block)
+                    hier[topo.host_of(shards[k].device)] += block[1] - block[0]
+    return flags, hier
+
+
 def in_host_row_split_tables(instance: Instance, shards: Sequence[Shard]) -> list[str]:
     """The tables (in instance order) of which some column block is split by rows within one host."""
-    by_table: dict[str, list[Shard]] = defaultdict(list)
-    for s in shards:
-        by_table[s.table].append(s)
-    return [t.name for t in instance.tables if t.name in by_table and any(in_host_row_split(instance, t, by_table[t.name]))]
+    flags, _ = host_row_splits(instance, shards)
+    names = {s.table for s, nested in zip(shards, flags) if nested}
+    return [t.name for t in instance.tables if t.name in names]
 
 
 def table_comm_widths(instance: Instance, table: Table, shards: Sequence[Shard]) -> tuple[np.ndarray, np.ndarray]:
     """(all-to-all width per device [D], hierarchical width per host [H]) of one table's shards: a column block
     split by rows within one host (`in_host_row_split`) adds its width once to its host; every other shard adds its
     width to its device's all-to-all; replicas add nothing (their all-reduce is `replicated_comm`)."""
-    topo = instance.topology
-    direct = np.zeros(topo.num_devices)
-    hier = np.zeros(topo.num_hosts)
-    nested = in_host_row_split(instance, table, shards)
-    counted: set[tuple[int, int]] = set()
-    for s, inner in zip(shards, nested):
-        if s.replicated:
-            continue
-        if not inner:
+    direct = np.zeros(instance.topology.num_devices)
+    flags, hier = host_row_splits(instance, shards)
+    for s, nested in zip(shards, flags):
+        if not nested and not s.replicated:
             direct[s.device] += s.width(table)
-            continue
-        block = s.col_range(table)
-        if block not in counted:
-            counted.add(block)
-            hier[topo.host_of(s.device)] += block[1] - block[0]
     return direct, hier
 
 

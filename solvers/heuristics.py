@@ -426,7 +426,7 @@ class HeuristicSolver(Solver):
             # host's HBM full of them, which can starve the caches of the host-memory tables) and over all devices
             # (row_wise): both layouts packed where the cluster has several hosts of several devices, the cheaper
             # plan kept (by the cost model; the first that packs where there is none)
-            best: tuple[float, bool, Any] | None = None
+            best: tuple[bool, float, bool, Any] | None = None  # (placed, cost, within_host, what _tiered_pack returned)
             nested = 1 < topo.devices_per_host < topo.num_devices
             attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.row_splits] if nested else (False,)
             for attempt in attempts:
@@ -436,12 +436,12 @@ class HeuristicSolver(Solver):
                     continue
                 _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a) = got
                 cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
-                if best is None or (placed_a and (not best[2][3][2] or cost < best[0])):
-                    best = (cost, attempt, got)
+                if best is None or (placed_a and (not best[0] or cost < best[1])):
+                    best = (bool(placed_a), cost, attempt, got)
                 if timed_out_a or (placed_a and bound_a is None):
                     break
             if best is not None:
-                _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out)) = best
+                _, _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out)) = best
             if layout is None:
                 return fail(self, SolveStatus.no_solution, f"{self.name}: {failed}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
         else:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
-from costmodels.hierarchical import in_host_row_split, table_comm_widths
+from costmodels.hierarchical import host_row_splits
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 
@@ -61,20 +61,10 @@ class PlanShards:
             self.host_of[k] = shard_host_bytes(instance, table, s)
         # a row split held within one host stays where it is (one block moved elsewhere would be another layout): its
         # shards leave the all-to-all for the hierarchical collectives, a constant per device here (both passes)
-        by_table: dict[int, list[int]] = {}
-        for k in range(n):
-            by_table.setdefault(int(self.owner[k]), []).append(k)
-        hier = np.zeros(instance.topology.num_hosts)
-        for t, ks in by_table.items():
-            table = instance.tables[t]
-            group = [self.shards[k] for k in ks]
-            nested = in_host_row_split(instance, table, group)
-            if any(nested):
-                hier += table_comm_widths(instance, table, group)[1]
-                for k, inner in zip(ks, nested):
-                    if inner:
-                        self.widths[k] = 0.0
-                        self.movable[k] = False
+        flags, hier = host_row_splits(instance, self.shards)
+        nested = np.array(flags, dtype=bool)
+        self.widths[nested] = 0.0
+        self.movable[nested] = False
         self.hier_comm = bm.hierarchical_comm(hier) if hier.any() else np.zeros(D)  # [D], one direction
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
         self.host_caps = np.array(instance.topology.host_capacities(), dtype=np.int64)

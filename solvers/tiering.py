@@ -139,13 +139,11 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     topo = instance.topology
     per_host = topo.devices_per_host
     block = slice_bytes(instance, table, -(-table.rows // per_host), table.dim)
-    rooms = []
-    for h in range(topo.num_hosts):
-        devs = list(range(h * per_host, (h + 1) * per_host))
-        rooms.append((-(HEADROOM * caps[devs].min() - fixed_hbm[devs].max()), h, devs))
-    for neg_room, _, devs in sorted(rooms):
-        if block <= -neg_room:
-            return devs
+    groups = [list(range(h * per_host, (h + 1) * per_host)) for h in range(topo.num_hosts)]
+    rooms = [HEADROOM * caps[devs].min() - fixed_hbm[devs].max() for devs in groups]
+    for h in sorted(range(len(groups)), key=lambda h: (-rooms[h], h)):
+        if block <= rooms[h]:
+            return groups[h]
     return None
 
 

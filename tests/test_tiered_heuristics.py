@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from costmodels.registry import get_cost_model
-from shardopt.core.ir import Kernel, instance_from_dict, load_instance, to_dict
+from shardopt.core.ir import Instance, Kernel, instance_from_dict, load_instance, to_dict
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import export_problems, rw_layout
@@ -156,6 +156,17 @@ def test_neuroshard_is_not_seeded_with_a_row_wise_greedy_plan() -> None:
         assert check_plan(inst, r.plan).ok
 
 
+def _every_solver_plans(inst: Instance) -> dict:
+    """greedy, neuroshard and cpsat each return a valid plan (5 s); greedy's info."""
+    infos = {}
+    for solver in ("greedy", "neuroshard", "cpsat"):
+        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+        assert r.status.has_plan, (solver, r.reason)
+        assert check_plan(inst, r.plan).ok
+        infos[solver] = r.info
+    return infos["greedy"]
+
+
 @pytest.mark.parametrize("name", ["random-211", "random-585"])
 def test_the_lean_layout_places_what_the_default_one_cannot(name: str) -> None:
     """Single-device instances (benchmarks/bench_tiered.py's random seeds 211 and 585) that TorchRec's planner places:
@@ -168,12 +179,7 @@ def test_the_lean_layout_places_what_the_default_one_cannot(name: str) -> None:
     assert isinstance(plan_tiers(inst), str)  # the default layout does not fit
     lean = plan_tiers(inst, lean=True)
     assert not isinstance(lean, str)
-    for solver in ("greedy", "neuroshard", "cpsat"):
-        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
-        assert r.status.has_plan, (solver, r.reason)
-        assert check_plan(inst, r.plan).ok
-        if solver == "greedy":
-            assert r.info["lean_tiers"] is True
+    assert _every_solver_plans(inst)["lean_tiers"] is True
 
 
 @pytest.mark.parametrize("name", ["random-579", "random-808"])
@@ -186,9 +192,4 @@ def test_the_row_wise_layout_over_all_devices_places_what_splits_within_a_host_c
 
     inst = load_instance(Path(__file__).resolve().parent / "data" / f"{name}.json")
     assert not isinstance(plan_tiers(inst, within_host=False), str)
-    for solver in ("greedy", "neuroshard", "cpsat"):
-        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
-        assert r.status.has_plan, (solver, r.reason)
-        assert check_plan(inst, r.plan).ok
-        if solver == "greedy":
-            assert r.info["row_splits_within_host"] is False
+    assert _every_solver_plans(inst)["row_splits_within_host"] is False
