@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
-from costmodels.hierarchical import host_row_splits
+from costmodels.hierarchical import host_row_splits, output_dist_rows
 from shardopt.core.ir import Instance, Kernel, Plan, Shard
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
@@ -209,6 +209,31 @@ class BoundCostModel(ABC):
             out = out + 2.0 * self.hierarchical_comm(host_widths)
         return out
 
+    def dist_comm_totals(self, dists: np.ndarray, host_widths: np.ndarray | None = None) -> np.ndarray:
+        """fwd + bwd comm in ms per device of one all-to-all per output dist: [..., G, D] widths (a row of zeros runs
+        no collective: `shard_sums`) -> [..., D], with the hierarchical collectives of `host_widths` when given. The
+        judge's comm (`plan_costs`); a search that tracks widths per output dist prices them with this."""
+        dists = np.asarray(dists, dtype=np.float64)
+        present = dists.sum(axis=-1) > 0  # [..., G]
+        out = np.zeros(dists.shape[:-2] + (dists.shape[-1],))
+        for g in range(dists.shape[-2]):
+            if present[..., g].any():
+                out += np.where(present[..., g, None], self.comm_totals(dists[..., g, :]), 0.0)
+        if host_widths is not None:
+            out = out + 2.0 * self.hierarchical_comm(host_widths)
+        return out
+
+    def dist_comm_totals_after_adding(self, dists: np.ndarray, row: int, width: float, candidates: np.ndarray) -> np.ndarray:
+        """[k, D]: every device's fwd + bwd comm (`dist_comm_totals` of widths by output dist [G, D]) if `width` were
+        added to output dist `row` on device candidates[i]: the other collectives' times stay, that one's is
+        `comm_totals_after_adding` (with its start-up, present or not before)."""
+        dists = np.asarray(dists, dtype=np.float64)
+        others = dists.copy()
+        others[row] = 0.0
+        out = self.comm_totals_after_adding(dists[row], width, candidates)
+        out += self.dist_comm_totals(others)[None, :]
+        return out
+
     def hierarchical_comm(self, host_widths: np.ndarray) -> np.ndarray:
         """One direction's time (ms) per device of the collectives of row splits held within one host (TorchRec's
         table_row_wise: reduce-scatter in the host, all-to-all across hosts; costmodels.hierarchical), from each
@@ -272,11 +297,18 @@ class BoundCostModel(ABC):
 
     def device_costs(self, states: np.ndarray, dim_sums: np.ndarray, extra_bwd_comm: np.ndarray | None = None,
                      host_widths: np.ndarray | None = None) -> DeviceCosts:
-        """DeviceCosts from each device's summed state [D, F], all-to-all width [D], the replicas' all-reduce
-        (backward) and each host's hierarchical width [H] (both passes)."""
+        """DeviceCosts from each device's summed state [D, F], all-to-all width [D] (or [G, D]: one row per output
+        dist, i.e. per sharding type, run one after the other: `shard_sums`), the replicas' all-reduce (backward) and
+        each host's hierarchical width [H] (both passes)."""
         cols = np.empty((self.num_devices, 4))
         cols[:, 0:2] = self.compute_costs(states)
-        cols[:, 2:4] = self.comm_costs(dim_sums)
+        dims = np.asarray(dim_sums, dtype=np.float64)
+        if dims.ndim == 1:
+            cols[:, 2:4] = self.comm_costs(dims)
+        else:  # one collective per output dist present, each with its own start-up, one after the other: times add
+            cols[:, 2:4] = 0.0
+            for row in dims[dims.sum(axis=1) > 0]:
+                cols[:, 2:4] += self.comm_costs(row)
         if extra_bwd_comm is not None:
             cols[:, 3] += extra_bwd_comm
         if host_widths is not None and np.any(host_widths):
@@ -286,29 +318,32 @@ class BoundCostModel(ABC):
         return DeviceCosts(cols)
 
     def shard_sums(self, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(summed state [D, F], all-to-all width [D], replicas' all-reduce [D], hierarchical width per host [H]) of
-        any shards: what they put on the devices. A table's shards are classified together (a row split held within
-        one host leaves the all-to-all for the hierarchical collectives: costmodels.hierarchical)."""
+        """(summed state [D, F], all-to-all widths [G, D], replicas' all-reduce [D], hierarchical width per host [H])
+        of any shards: what they put on the devices. A table's shards are classified together (a row split held within
+        one host leaves the all-to-all for the hierarchical collectives: costmodels.hierarchical). The all-to-all
+        widths have one row per sharding type (TorchRec runs one output dist per sharding type, each its own
+        collective; a row of zeros runs none: `costmodels.hierarchical.output_dist_rows`); their sum over rows is
+        every device's width."""
         D = self.num_devices
-        states, dims, extra = np.zeros((D, self.state_size)), np.zeros(D), np.zeros(D)
+        states, extra = np.zeros((D, self.state_size)), np.zeros(D)
         nested, hier = host_row_splits(self.instance, shards)
-        for s, inner in zip(shards, nested):  # (widths summed in shard order: a plan without such splits costs what it did)
-            d, st, w = self.shard_contribution(s)
+        dists = output_dist_rows(self.instance, shards, nested)
+        for s in shards:
+            d, st, _ = self.shard_contribution(s)
             states[d] += st
-            if not inner:
-                dims[d] += w
             if s.replicated:
                 extra[d] += self.replicated_comm(self._index[s.table])
-        return states, dims, extra, hier
+        return states, dists, extra, hier
 
     def background(self, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(summed state [D, F], all-to-all width [D], fwd + bwd comm outside the all-to-all [D]) of shards that stay
         put while a search places the rest around them: the replicas' all-reduce and the hierarchical collectives
-        are then constants per device."""
-        states, dims, extra, hier = self.shard_sums(shards)
+        are then constants per device. (The searches price the all-to-all as one collective of the summed widths;
+        the judge, `plan_costs`, one per sharding type: docs/analytic-model.md.)"""
+        states, dists, extra, hier = self.shard_sums(shards)
         if hier.any():
             extra = extra + 2.0 * self.hierarchical_comm(hier)
-        return states, dims, extra
+        return states, dists.sum(axis=0), extra
 
     def plan_costs(self, plan: Plan | list[Shard]) -> DeviceCosts:
         shards = plan.shards if isinstance(plan, Plan) else plan

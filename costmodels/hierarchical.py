@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from shardopt.core.ir import Instance, Shard, Table
+from shardopt.core.sharding_types import COLUMN_WISE, GRID_SHARD, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE, sharding_type
 
 COMM_BYTES = 4  # fp32 pooled partial sums and their gradients, as the all-to-all
 MS = 1e3
@@ -82,16 +83,63 @@ def in_host_row_split_tables(instance: Instance, shards: Sequence[Shard]) -> lis
     return [t.name for t in instance.tables if t.name in names]
 
 
+OUTPUT_DIST_ORDER = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, GRID_SHARD)  # (data_parallel: no all-to-all)
+DIST_ROW = {k: g for g, k in enumerate(OUTPUT_DIST_ORDER)}
+
+
+def output_dist_rows(instance: Instance, shards: Sequence[Shard], nested: Sequence[bool] | None = None) -> np.ndarray:
+    """All-to-all widths [G, D] of any shards, one row per sharding type of OUTPUT_DIST_ORDER (G = 5 always; a row
+    of zeros is a type absent, which runs no collective).
+
+    TorchRec runs one output dist per sharding type (`ShardedEmbeddingBagCollection._output_dists`), one after the
+    other on one stream, every rank taking part in each: a plan that mixes table- and column-wise tables runs two
+    all-to-alls, each with its start-up. A shard's row is its table's sharding type
+    (shardopt.core.sharding_types.sharding_type); replicas (their all-reduce is `replicated_comm`) and blocks split by
+    rows within one host (`nested`, default `host_row_splits`: their own collectives) join no row. Widths add in
+    shard order, as the single all-to-all always had them."""
+    topo = instance.topology
+    out = np.zeros((len(OUTPUT_DIST_ORDER), topo.num_devices))
+    tables = {t.name: t for t in instance.tables}
+    for s, row in zip(shards, shard_dist_rows(instance, shards, nested)):
+        if row >= 0:
+            out[row, s.device] += float(s.width(tables[s.table]))
+    return out
+
+
+def shard_dist_rows(instance: Instance, shards: Sequence[Shard], nested: Sequence[bool] | None = None) -> np.ndarray:
+    """[n] each shard's output dist (its row in `output_dist_rows`; -1: a replica or a block split by rows within one
+    host, which join no all-to-all): its table's sharding type, all of a table's shards classified together."""
+    topo = instance.topology
+    if nested is None:
+        nested, _ = host_row_splits(instance, shards)
+    by_table: dict[str, list[int]] = defaultdict(list)
+    for k, s in enumerate(shards):
+        by_table[s.table].append(k)
+    tables = {t.name: t for t in instance.tables}
+    out = np.full(len(shards), -1, dtype=np.int64)
+    for name, ks in by_table.items():
+        row = DIST_ROW.get(sharding_type(topo, tables[name], [shards[k] for k in ks]), -1)
+        for k in ks:
+            if not (nested[k] or shards[k].replicated):
+                out[k] = row
+    return out
+
+
+def output_dist_widths(instance: Instance, shards: Sequence[Shard], nested: Sequence[bool] | None = None) -> tuple[np.ndarray, list[str]]:
+    """(all-to-all widths [G, D], their sharding types [G]) of the output dists a plan runs: `output_dist_rows`
+    without the absent types."""
+    rows = output_dist_rows(instance, shards, nested)
+    present = rows.sum(axis=1) > 0
+    return rows[present], [k for k, p in zip(OUTPUT_DIST_ORDER, present) if p]
+
+
 def table_comm_widths(instance: Instance, table: Table, shards: Sequence[Shard]) -> tuple[np.ndarray, np.ndarray]:
-    """(all-to-all width per device [D], hierarchical width per host [H]) of one table's shards: a column block
-    split by rows within one host (`in_host_row_split`) adds its width once to its host; every other shard adds its
-    width to its device's all-to-all; replicas add nothing (their all-reduce is `replicated_comm`)."""
-    direct = np.zeros(instance.topology.num_devices)
+    """(all-to-all widths [G, D] by output dist (`output_dist_rows`: the table's sharding type's row), hierarchical
+    width per host [H]) of one table's shards: a column block split by rows within one host (`in_host_row_split`)
+    adds its width once to its host; every other shard adds its width to its device in its type's all-to-all;
+    replicas add nothing (their all-reduce is `replicated_comm`)."""
     flags, hier = host_row_splits(instance, shards)
-    for s, nested in zip(shards, flags):
-        if not nested and not s.replicated:
-            direct[s.device] += s.width(table)
-    return direct, hier
+    return output_dist_rows(instance, shards, flags), hier
 
 
 def hierarchical_comm_time(

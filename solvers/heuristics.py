@@ -44,9 +44,11 @@ from typing import Any, Callable
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
+from costmodels.hierarchical import DIST_ROW
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
+from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.completion import completion_mask
 from solvers.tiering import TieredLayout, needs_tiers, plan_tiers
@@ -155,7 +157,14 @@ class GreedyCostRule(DeviceRule):
             for i in layout.packed:
                 if layout.tiers[i].kernel is not Kernel.fused:
                     _, self.states[i], _ = bm.shard_contribution(layout.shard(instance, int(i), 0))
-            self.S0, self.dims0, self.extra0 = bm.background(layout.fixed)
+            # the fixed shards' own output dists (row-wise, ...) are collectives apart from the table-wise all-to-all
+            # this greedy fills: their comm is a constant per device (costmodels.hierarchical.output_dist_rows)
+            self.S0, _, self.extra0 = bm.background(layout.fixed)
+            dists = bm.shard_sums(layout.fixed)[1]
+            tw = DIST_ROW[TABLE_WISE]
+            self.dims0 = dists[tw].copy()
+            dists[tw] = 0.0
+            self.extra0 = self.extra0 + bm.dist_comm_totals(dists)
         else:
             self.extra0 = np.zeros(self.D)  # fixed shards' comm outside the all-to-all (a constant per device)
         self.compute0 = np.asarray(bm.compute_costs(self.S0)).sum(axis=1) if layout is not None else np.zeros(self.D)

@@ -45,6 +45,7 @@ device's other pieces).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from itertools import groupby
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -52,9 +53,11 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel, shard_cache_fraction
+from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER, output_dist_rows
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
 from solvers.heuristics import GreedySolver
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
@@ -134,6 +137,9 @@ class PieceModel:
             self.caps = self.caps - layout.fixed_hbm
             self.host_caps = self.host_caps - layout.fixed_host
         self.base_compute = bm.compute_costs(self.base_states).sum(axis=-1)  # [D]
+        # the fixed shards' all-to-all widths by output dist [G, D] (base_dims is their sum)
+        self.base_dists = output_dist_rows(instance, list(layout.fixed)) if layout is not None else np.zeros((len(OUTPUT_DIST_ORDER), D))
+        self._dims = [t.dim for t in instance.tables]
 
     @property
     def tables(self) -> list[int]:
@@ -192,10 +198,17 @@ class PieceModel:
                 hbm, host_b = shard_bytes(self.instance, table, probe), shard_host_bytes(self.instance, table, probe)
             self._cache[p] = (states[k], hbm, float(single[k]), host_b)
 
-    def plan_cost(self, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray) -> tuple[float, np.ndarray]:
-        """The plan cost (max over devices of compute + both all-to-alls) of the pieces on `device_of`, the
-        background included, and every device's total."""
-        return plan_cost(self.bm, states, widths, device_of, self.base_states, self.base_dims, self.base_extra)
+    def plan_cost(self, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray, rows: np.ndarray) -> tuple[float, np.ndarray]:
+        """The plan cost (max over devices of compute + the all-to-all of each output dist) of the pieces on
+        `device_of` (`rows`: their output dists), the background included, and every device's total."""
+        return plan_cost(self.bm, states, widths, device_of, self.base_states, self.base_dists, self.base_extra, rows)
+
+    def rows(self, pieces: Sequence[Piece]) -> np.ndarray:
+        """Each piece's output dist (its row of `base_dists`: costmodels.hierarchical.output_dist_rows): a whole
+        table is table-wise, a slice column-wise. TorchRec runs one all-to-all per sharding type, so the search keeps
+        the widths of each apart: balanced in sum is not balanced per collective."""
+        dims = self._dims
+        return np.array([DIST_ROW[TABLE_WISE] if p[2] == dims[p[0]] else DIST_ROW[COLUMN_WISE] for p in pieces], dtype=np.int64)
 
     def all_pieces(self) -> tuple[Piece, ...]:
         """The unsplit state: every table the search places, whole."""
@@ -246,8 +259,8 @@ def grid_greedy(
         new = new_rep[inv]  # [L, D]
         score = np.where(ok, new, np.inf)
         if comm_aware:
-            _score_by_plan_cost(bm, score, ok, new, lanes, w, first, inv)
-        chosen = _place(lanes, i, score, new, x, w, size, order.host[lanes.state, i] if lanes.host_free is not None else None)
+            _score_by_plan_cost(bm, score, ok, new, lanes, w, order.rows[lanes.state, i], first, inv)
+        chosen = _place(lanes, i, score, new, x, w, size, order.rows[lanes.state, i], order.host[lanes.state, i] if lanes.host_free is not None else None)
         _, group = np.unique(inv.astype(np.int64) * (lanes.S.shape[1] + 1) + chosen + 1, return_inverse=True)
     return _best_per_state(bm, lanes, order, cfg.scales, pm.base_extra)
 
@@ -263,6 +276,7 @@ class _GreedyOrder:
     sizes: np.ndarray  # [B, P] bytes
     owner: np.ndarray  # [B, P] table index
     host: np.ndarray  # [B, P] host-memory bytes
+    rows: np.ndarray  # [B, P] output dist (PieceModel.rows)
 
 
 def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrder:
@@ -275,7 +289,8 @@ def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrde
     sz = np.stack([info[2][o] for info, o in zip(infos, orders)])  # [B, P]
     own = np.stack([np.array([p[0] for p in pieces])[o] for pieces, o in zip(states_list, orders)])  # [B, P]
     hb = np.stack([pm.host_sizes(pieces)[o] for pieces, o in zip(states_list, orders)])  # [B, P]
-    return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own, host=hb)
+    rw = np.stack([pm.rows(pieces)[o] for pieces, o in zip(states_list, orders)])  # [B, P]
+    return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own, host=hb, rows=rw)
 
 
 def _sibling_positions(own: np.ndarray) -> np.ndarray:
@@ -308,7 +323,8 @@ class _Lanes:
     state: np.ndarray  # [L] the beam state of each lane
     cap: np.ndarray  # [L] dim cap
     S: np.ndarray  # [L, D, F]
-    dims: np.ndarray  # [L, D]
+    dims: np.ndarray  # [L, D] (the dim cap's measure: all output dists together)
+    dists: np.ndarray  # [L, G, D] widths by output dist (what the all-to-alls cost)
     free: np.ndarray  # [L, D]
     host_free: np.ndarray | None  # [L, D] (None: no piece uses host memory)
     compute: np.ndarray  # [L, D]
@@ -330,6 +346,7 @@ def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...])
         cap=cap,
         S=np.broadcast_to(pm.base_states, (L, n_dev, F)).copy(),
         dims=np.broadcast_to(pm.base_dims, (L, n_dev)).copy(),
+        dists=np.broadcast_to(pm.base_dists, (L,) + pm.base_dists.shape).copy(),
         free=np.broadcast_to(pm.caps, (L, n_dev)).copy(),
         host_free=np.broadcast_to(pm.host_caps, (L, n_dev)).copy() if order.host.any() else None,
         compute=np.broadcast_to(pm.base_compute, (L, n_dev)).copy(),
@@ -353,12 +370,12 @@ def _keep_apart(ok: np.ndarray, sibs: np.ndarray, lanes: _Lanes) -> None:
 
 
 def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, new: np.ndarray, lanes: _Lanes, w: np.ndarray,
-                        first: np.ndarray, inv: np.ndarray) -> None:
+                        rows: np.ndarray, first: np.ndarray, inv: np.ndarray) -> None:
     """`comm_aware`, in place on `score`: each allowed device scored by the plan cost (compute and all-to-all, max
     over devices) after the move instead of that device's compute alone; ties go to the lower own total. Asked
     once per group of identical lanes (`first`: a lane of each group, `inv`: each lane's group), for the devices
     any lane of the group allows."""
-    dims, compute = lanes.dims, lanes.compute
+    dists, compute = lanes.dists, lanes.compute
     ok_any = np.zeros((len(first), ok.shape[1]), dtype=bool)
     np.logical_or.at(ok_any, inv, ok)
     members = np.argsort(inv, kind="stable")
@@ -366,7 +383,7 @@ def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, n
     for g in np.flatnonzero(ok_any.any(axis=1)):
         lane = first[g]
         cands = np.flatnonzero(ok_any[g])
-        totals = bm.comm_totals_after_adding(dims[lane], w[lane], cands)  # [k, D]
+        totals = bm.dist_comm_totals_after_adding(dists[lane], int(rows[lane]), w[lane], cands)  # [k, D]
         totals += compute[lane]
         totals[np.arange(len(cands)), cands] += new[lane, cands] - compute[lane, cands]
         own_total = totals[np.arange(len(cands)), cands]
@@ -377,7 +394,7 @@ def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, n
 
 
 def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndarray, w: np.ndarray, size: np.ndarray,
-           host: np.ndarray | None = None) -> np.ndarray:
+           rows: np.ndarray, host: np.ndarray | None = None) -> np.ndarray:
     """Greedy position `i` onto each lane's best-scored device; a lane with no allowed device dies (no plan).
     Returns each lane's device (-1: dead)."""
     best = np.argmin(score, axis=1)
@@ -386,6 +403,7 @@ def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndar
     d = best[live]
     lanes.S[live, d] += x[live]
     lanes.dims[live, d] += w[live]
+    lanes.dists[live, rows[live], d] += w[live]
     lanes.free[live, d] -= size[live]
     if host is not None and lanes.host_free is not None:
         lanes.host_free[live, d] -= host[live]
@@ -404,7 +422,7 @@ def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scal
     lane_cost = np.full(L, np.inf)
     if lanes.alive.any():
         live = lanes.ids[lanes.alive]
-        tot = lanes.compute[live] + bm.comm_totals(lanes.dims[live])
+        tot = lanes.compute[live] + bm.dist_comm_totals(lanes.dists[live])
         lane_cost[live] = (tot if base_extra is None else tot + base_extra).max(axis=1)
     results = []
     for b in range(n_states):
@@ -420,16 +438,16 @@ def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scal
 
 
 def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray,
-              base_states: np.ndarray | None = None, base_dims: np.ndarray | None = None,
-              base_extra: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-    """(plan cost, every device's total) of pieces with `states` and `widths` on `device_of`, on devices that
-    already hold `base_states` / `base_dims` / `base_extra` (a layout's fixed shards: `BoundCostModel.background`;
-    None: empty devices)."""
+              base_states: np.ndarray | None = None, base_dists: np.ndarray | None = None,
+              base_extra: np.ndarray | None = None, rows: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """(plan cost, every device's total) of pieces with `states` and `widths` on `device_of` (`rows`: their output
+    dists, PieceModel.rows; None: all table-wise), on devices that already hold `base_states` / `base_dists` (widths
+    by output dist [G, D]) / `base_extra` (a layout's fixed shards; None: empty devices)."""
     S = np.zeros((bm.num_devices, states.shape[1])) if base_states is None else base_states.copy()
-    dims = np.zeros(bm.num_devices) if base_dims is None else base_dims.copy()
+    dists = np.zeros((len(OUTPUT_DIST_ORDER), bm.num_devices)) if base_dists is None else base_dists.copy()
     np.add.at(S, device_of, states)
-    np.add.at(dims, device_of, widths)
-    totals = bm.compute_costs(S).sum(axis=-1) + bm.comm_totals(dims)
+    np.add.at(dists, (np.zeros(len(widths), dtype=np.int64) if rows is None else rows, device_of), widths)
+    totals = bm.compute_costs(S).sum(axis=-1) + bm.dist_comm_totals(dists)
     if base_extra is not None:
         totals += base_extra
     return float(totals.max()), totals
@@ -452,14 +470,15 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
     hused = np.bincount(device_of, weights=hsizes, minlength=n_dev).astype(np.int64)
     fixed = pm.base_extra  # [D]: the fixed shards' comm outside the all-to-all, a constant per device
+    rows = pm.rows(pieces)  # each piece's output dist: widths are kept apart per collective ([G, D])
 
     def summed() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         S = pm.base_states.copy()
-        dims = pm.base_dims.copy()
+        dims = pm.base_dists.copy()
         np.add.at(S, device_of, states)
-        np.add.at(dims, device_of, widths)
+        np.add.at(dims, (rows, device_of), widths)
         compute = bm.compute_costs(S).sum(axis=-1)
-        return S, dims, compute, compute + bm.comm_totals(dims) + fixed
+        return S, dims, compute, compute + bm.dist_comm_totals(dims) + fixed
 
     S, dims, compute, totals = summed()
     cost = float(totals.max())
@@ -480,10 +499,10 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
             if len(cands):
                 k = np.arange(len(cands))
                 new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]])).sum(axis=-1)
-                dk = np.repeat(dims[None, :], len(cands), axis=0)
-                dk[:, hot] -= widths[p]
-                dk[k, cands] += widths[p]
-                tot = bm.comm_totals(dk) + compute[None, :] + fixed[None, :]
+                dk = np.repeat(dims[None], len(cands), axis=0)  # [k, G, D]
+                dk[:, rows[p], hot] -= widths[p]
+                dk[k, rows[p], cands] += widths[p]
+                tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
                 tot[:, hot] += new[0] - compute[hot]
                 tot[k, cands] += new[1:] - compute[cands]
                 better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
@@ -508,10 +527,12 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                 if len(qs):
                     k = np.arange(len(qs))
                     new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]])).sum(axis=-1)
-                    dk = np.repeat(dims[None, :], len(qs), axis=0)
-                    dk[:, hot] += widths[qs] - widths[p]
-                    dk[k, dq] += widths[p] - widths[qs]
-                    tot = bm.comm_totals(dk) + compute[None, :] + fixed[None, :]
+                    dk = np.repeat(dims[None], len(qs), axis=0)  # [k, G, D]
+                    dk[:, rows[p], hot] -= widths[p]
+                    dk[k, rows[qs], hot] += widths[qs]
+                    dk[k, rows[p], dq] += widths[p]
+                    dk[k, rows[qs], dq] -= widths[qs]
+                    tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
                     tot[:, hot] += new[: len(qs)] - compute[hot]
                     tot[k, dq] += new[len(qs):] - compute[dq]
                     better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
@@ -565,7 +586,7 @@ def presplit_plan(
             return None
     device_of, _ = polish(pm, pieces, results[0].device_of, cfg, clock, time_limit)
     states, widths, _, _ = pm.info(pieces)
-    cost, _ = pm.plan_cost(states, widths, device_of)
+    cost, _ = pm.plan_cost(states, widths, device_of, pm.rows(pieces))
     return pm.to_shards(pieces, device_of), cost
 
 
@@ -683,7 +704,7 @@ def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, star
     if device_of is None:
         return None
     states0, widths0, _, _ = pm.info(list(start))
-    greedy_cost, _ = pm.plan_cost(states0, widths0, device_of)
+    greedy_cost, _ = pm.plan_cost(states0, widths0, device_of, pm.rows(start))
     return GridResult(greedy_cost, device_of, None)
 
 

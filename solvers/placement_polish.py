@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel
-from costmodels.hierarchical import table_comm_widths
+from costmodels.hierarchical import OUTPUT_DIST_ORDER, table_comm_widths
 from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 from solvers.base import Stopwatch
@@ -59,7 +59,7 @@ class _Plan:
 
     shards: dict[int, list[Shard]]  # table index -> its shards
     S: np.ndarray  # [D, F]
-    dims: np.ndarray  # [D]
+    dims: np.ndarray  # [G, D]: all-to-all widths by output dist (costmodels.hierarchical.output_dist_rows)
     extra: np.ndarray  # [D]
     hbm: np.ndarray  # [D]
     host: np.ndarray  # [D]
@@ -83,13 +83,14 @@ class _Plan:
 
 
 def comm_totals(bm: BoundCostModel, dims: np.ndarray, hier: np.ndarray) -> np.ndarray:
-    """fwd + bwd comm per device: the all-to-all, and the hierarchical collectives where a host has any."""
-    return bm.comm_totals(dims, hier if hier.any() else None)
+    """fwd + bwd comm per device from widths by output dist ([..., G, D]): one all-to-all per sharding type present,
+    and the hierarchical collectives where a host has any (as the judge: BoundCostModel.dist_comm_totals)."""
+    return bm.dist_comm_totals(dims, hier if hier.any() else None)
 
 
 def table_contribution(instance: Instance, bm: BoundCostModel, table: int, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(state [D, F], all-to-all width [D], extra comm [D], HBM bytes [D], host bytes [D], hierarchical width per
-    host [H]) that `shards` of `table` add (a row split held within one host adds to its host's hierarchical width,
+    """(state [D, F], all-to-all widths by output dist [G, D], extra comm [D], HBM bytes [D], host bytes [D],
+    hierarchical width per host [H]) that `shards` of `table` add (a row split held within one host adds to its host's hierarchical width,
     not to the all-to-all: costmodels.hierarchical)."""
     D, t = bm.num_devices, instance.tables[table]
     S, extra = np.zeros((D, bm.state_size)), np.zeros(D)
@@ -169,7 +170,7 @@ def polish_placements(
     for s in shards:
         groups.setdefault(index[s.table], []).append(s)
     contrib = {t: table_contribution(instance, bm, t, g) for t, g in groups.items()}
-    plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros(D), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64),
+    plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros((len(OUTPUT_DIST_ORDER), D)), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64),
                  np.zeros(instance.topology.num_hosts))
     for c in contrib.values():
         plan.add(c)

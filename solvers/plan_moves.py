@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
-from costmodels.hierarchical import host_row_splits
+from costmodels.hierarchical import OUTPUT_DIST_ORDER, host_row_splits, shard_dist_rows
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 
@@ -63,6 +63,10 @@ class PlanShards:
         # shards leave the all-to-all for the hierarchical collectives, a constant per device here (both passes)
         flags, hier = host_row_splits(instance, self.shards)
         nested = np.array(flags, dtype=bool)
+        # each shard's output dist (TorchRec runs one all-to-all per sharding type: widths are kept apart per
+        # collective), as classified in the plan given; a change keeps it (a move or swap keeps a table's layout)
+        self.row_of = np.maximum(shard_dist_rows(instance, self.shards, flags), 0)  # (replicas, nested: width 0)
+        self._G = len(OUTPUT_DIST_ORDER)
         self.widths[nested] = 0.0
         self.movable[nested] = False
         self.hier_comm = bm.hierarchical_comm(hier) if hier.any() else np.zeros(D)  # [D], one direction
@@ -75,12 +79,13 @@ class PlanShards:
         D = self.bm.num_devices
         self.S = np.zeros((D, self.bm.state_size))
         np.add.at(self.S, self.device, self.states)
-        self.dims = np.bincount(self.device, weights=self.widths, minlength=D)
+        self.dims = np.zeros((self._G, D))  # widths by output dist [G, D]
+        np.add.at(self.dims, (self.row_of, self.device), self.widths)
         self.extra = np.bincount(self.device, weights=self.extra_of, minlength=D) + 2.0 * self.hier_comm
         self.hbm = np.bincount(self.device, weights=self.hbm_of, minlength=D).astype(np.int64)
         self.host = np.bincount(self.device, weights=self.host_of, minlength=D).astype(np.int64)
         self.compute = self.bm.compute_costs(self.S).sum(axis=-1)
-        self.totals = self.compute + self.bm.comm_totals(self.dims) + self.extra
+        self.totals = self.compute + self.bm.dist_comm_totals(self.dims) + self.extra
 
     @property
     def cost(self) -> float:
@@ -94,7 +99,7 @@ class PlanShards:
         """[D, 4]: fwd / bwd compute and fwd / bwd comm of every device (replicas' sync in bwd comm)."""
         cols = np.empty((self.bm.num_devices, 4))
         cols[:, 0:2] = self.bm.compute_costs(self.S)
-        cols[:, 2:4] = self.bm.comm_costs(self.dims)
+        cols[:, 2:4] = self._comm_columns(self.dims)
         cols[:, 2] += self.hier_comm
         cols[:, 3] += self.extra - self.hier_comm
         return cols
@@ -103,12 +108,19 @@ class PlanShards:
         """[4]: shard p's device's four columns if p were not there (its marginal share is the difference)."""
         d = int(self.device[p])
         dims = self.dims.copy()
-        dims[d] -= self.widths[p]
+        dims[self.row_of[p], d] -= self.widths[p]
         out = np.empty(4)
         out[0:2] = self.bm.compute_costs(self.S[d] - self.states[p])
-        out[2:4] = self.bm.comm_costs(dims)[d]
+        out[2:4] = self._comm_columns(dims)[d]
         out[2] += self.hier_comm[d]
         out[3] += self.extra[d] - self.hier_comm[d] - self.extra_of[p]
+        return out
+
+    def _comm_columns(self, dists: np.ndarray) -> np.ndarray:
+        """[D, 2] fwd / bwd all-to-all of widths by output dist: one collective per row present."""
+        out = np.zeros((self.bm.num_devices, 2))
+        for row in dists[dists.sum(axis=1) > 0]:
+            out += self.bm.comm_costs(row)
         return out
 
     def alone(self, p: int) -> float:
@@ -133,10 +145,11 @@ class PlanShards:
             return cands, np.zeros((0, self.bm.num_devices))
         k = np.arange(len(cands))
         new = self.bm.compute_costs(np.concatenate([self.S[src][None] - self.states[p], self.S[cands] + self.states[p]])).sum(axis=-1)
-        dk = np.repeat(self.dims[None, :], len(cands), axis=0)
-        dk[:, src] -= self.widths[p]
-        dk[k, cands] += self.widths[p]
-        tot = self.bm.comm_totals(dk) + self.compute[None, :] + self.extra[None, :]
+        r = self.row_of[p]
+        dk = np.repeat(self.dims[None], len(cands), axis=0)  # [k, G, D]
+        dk[:, r, src] -= self.widths[p]
+        dk[k, r, cands] += self.widths[p]
+        tot = self.bm.dist_comm_totals(dk) + self.compute[None, :] + self.extra[None, :]
         tot[:, src] += new[0] - self.compute[src]
         tot[k, cands] += new[1:] - self.compute[cands]
         return cands, tot
@@ -164,10 +177,13 @@ class PlanShards:
         k = np.arange(len(qs))
         new = self.bm.compute_costs(np.concatenate([self.S[src][None] - self.states[p] + self.states[qs],
                                                     self.S[dq] + self.states[p] - self.states[qs]])).sum(axis=-1)
-        dk = np.repeat(self.dims[None, :], len(qs), axis=0)
-        dk[:, src] += self.widths[qs] - self.widths[p]
-        dk[k, dq] += self.widths[p] - self.widths[qs]
-        tot = self.bm.comm_totals(dk) + self.compute[None, :] + self.extra[None, :]
+        rp, rq = self.row_of[p], self.row_of[qs]
+        dk = np.repeat(self.dims[None], len(qs), axis=0)  # [k, G, D]
+        dk[:, rp, src] -= self.widths[p]
+        dk[k, rq, src] += self.widths[qs]
+        dk[k, rp, dq] += self.widths[p]
+        dk[k, rq, dq] -= self.widths[qs]
+        tot = self.bm.dist_comm_totals(dk) + self.compute[None, :] + self.extra[None, :]
         tot[:, src] += new[: len(qs)] - self.compute[src]
         tot[k, dq] += new[len(qs):] - self.compute[dq]
         return qs, tot

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
+from costmodels.hierarchical import OUTPUT_DIST_ORDER
 from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
 from shardopt.core.plan_check import check_plan
@@ -192,7 +193,7 @@ class _State:
         self.contrib = {t: table_contribution(instance, bm, t, g) for t, g in self.groups.items()}
         self.moved = {t: table_moved_bytes(instance, instance.tables[t], old.get(t, []), g) for t, g in self.groups.items()}
         self.S = np.zeros((D, bm.state_size))
-        self.dims, self.extra = np.zeros(D), np.zeros(D)
+        self.dims, self.extra = np.zeros((len(OUTPUT_DIST_ORDER), D)), np.zeros(D)  # widths by output dist [G, D]
         self.hbm, self.host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
         self.hier = np.zeros(instance.topology.num_hosts)  # each host's hierarchical width (row splits within it)
         for c in self.contrib.values():
@@ -209,7 +210,8 @@ class _State:
         self.hier += sign * c[5]
 
     def comm(self, dims: np.ndarray, hier: np.ndarray | None = None) -> np.ndarray:
-        """fwd + bwd comm per device ([..., D] widths): the all-to-all and the hierarchical collectives."""
+        """fwd + bwd comm per device ([..., G, D] widths by output dist): the all-to-alls and the hierarchical
+        collectives."""
         return comm_totals(self.bm, dims, self.hier if hier is None else hier)
 
     def _totals(self) -> np.ndarray:
@@ -291,7 +293,7 @@ def _local_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
                 if not all(s.device == hot and not s.replicated for s in st.groups[t]):
                     continue
                 c = st.contrib[t]
-                x, w, hb, hh = c[0][hot], c[1][hot], c[3][hot], c[4][hot]
+                x, w, hb, hh = c[0][hot], c[1][:, hot], c[3][hot], c[4][hot]
                 ok = (st.hbm + hb <= st.caps) & (st.host + hh <= st.hosts)
                 ok[hot] = False
                 cands = np.flatnonzero(ok)
@@ -299,9 +301,9 @@ def _local_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
                     continue
                 k = np.arange(len(cands))
                 new = bm.compute_costs(np.concatenate([st.S[hot][None] - x, st.S[cands] + x])).sum(axis=-1)
-                dk = np.repeat(st.dims[None, :], len(cands), axis=0)
-                dk[:, hot] -= w
-                dk[k, cands] += w
+                dk = np.repeat(st.dims[None], len(cands), axis=0)  # [k, G, D]
+                dk[:, :, hot] -= w
+                dk[k, :, cands] += w
                 tot = st.comm(dk) + st.compute[None, :] + st.extra[None, :]
                 tot[:, hot] += new[0] - st.compute[hot]
                 tot[k, cands] += new[1:] - st.compute[cands]

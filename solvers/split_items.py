@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
+from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from shardopt.core.memory import slice_bytes
 
 
@@ -41,6 +43,7 @@ class Items:
     base_states: np.ndarray | None = None
     base_widths: np.ndarray | None = None
     base_extra: np.ndarray | None = None
+    base_dists: np.ndarray | None = None  # [G, D] base_widths by output dist (None: base_widths, if any, table-wise)
 
     @property
     def num_items(self) -> int:
@@ -97,6 +100,22 @@ class Items:
         """[D] pooled width of each device (the base included)."""
         w = counts.T.astype(np.float64) @ self.width
         return w if self.base_widths is None else w + self.base_widths
+
+    def device_dists(self, counts: np.ndarray) -> np.ndarray:
+        """[G, D] pooled width of each device by output dist (costmodels.hierarchical.output_dist_rows), the base
+        included: whole tables are table-wise, pieces column-wise. TorchRec runs one all-to-all per sharding type, so
+        the full model's judge (solvers.exact.formulation.plan_cost) costs each apart; the linear model sees their sum
+        (`device_widths`)."""
+        counts = counts.T.astype(np.float64)
+        out = np.zeros((len(OUTPUT_DIST_ORDER), counts.shape[0]))
+        whole = self.parts == 1
+        out[DIST_ROW[TABLE_WISE]] = counts[:, whole] @ self.width[whole]
+        out[DIST_ROW[COLUMN_WISE]] = counts[:, ~whole] @ self.width[~whole]
+        if self.base_dists is not None:
+            out += self.base_dists
+        elif self.base_widths is not None:
+            out[DIST_ROW[TABLE_WISE]] += self.base_widths
+        return out
 
     def device_extra(self, num_devices: int) -> np.ndarray:
         """[D] extra backward comm of the base's replicas (0 without a base)."""

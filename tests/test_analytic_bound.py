@@ -257,9 +257,11 @@ def test_bound_below_every_solver_plan(seed: int, n_tables: int, n_devices: int,
     assert bound.plan is not None and bound.plan_cost_ms == pytest.approx(CM.plan_costs(inst, bound.plan).max_cost)
     assert bound.plan_cost_ms >= bound.value_ms * (1 - 1e-7)
     best = min(*costs.values(), bound.plan_cost_ms)
-    # a bound worth having: the best of these plans is certified within (measured) 2.3-2.9 %, 0.3-0.4 %, 0.01 % (on
-    # the third the relaxation's own plan, 2.4229 against the bound 2.4226; neuroshard is 8.9 % above the bound)
-    assert plan_gap(inst, best, bound) < 0.05
+    # a bound worth having: the best of these plans is certified within (measured) 5.0 %, 4.0 %, 8.4 %. The bound
+    # prices one all-to-all of the summed widths; the judge runs one per sharding type, so plans that mix whole
+    # tables and column pieces cost more than the bound can see (before the per-type judge: 2.3-2.9 %, 0.3-0.4 %,
+    # 0.01 %; on the third the relaxation's own plan was 2.4229 against the bound 2.4226, now judged 2.677)
+    assert plan_gap(inst, best, bound) < 0.10
 
 
 def enumerate_table_wise(inst: Instance) -> float:

@@ -239,7 +239,12 @@ def test_hbm_plans_cost_exactly_what_they_cost_before_the_tiers(name: str) -> No
             shards += [Shard(table=t.name, device=d, rows=t.rows // 2), Shard(table=t.name, device=(d + 1) % D, row_offset=t.rows // 2)]
         else:
             shards.append(Shard(table=t.name, device=d))
-    a, b = bm.assignment_costs(dev), bm.plan_costs(shards)
+    a = bm.assignment_costs(dev)
+    # (the pinned figures priced the mixed plan's widths as ONE all-to-all; the judge now runs one per sharding type,
+    # docs/analytic-model.md, which costs at least as much: the per-type judge is checked in tests/test_output_dists.py)
+    states, dists, extra, hier = bm.shard_sums(shards)
+    b = bm.device_costs(states, dists.sum(axis=0), extra, hier)
+    assert bm.plan_costs(shards).max_cost >= b.max_cost
     tw = bm.plan_costs([Shard(table=t.name, device=int(d)) for t, d in zip(inst.tables, dev)])
     assert (a.max_cost, a.critical_path, b.max_cost, b.critical_path) == BEFORE_TIERS[name]
     assert np.array_equal(tw.columns, a.columns)

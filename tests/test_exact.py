@@ -410,16 +410,16 @@ def brute_force_split(instance: Instance, cost_model=CM, apart: bool = True) -> 
     every = np.array(list(itertools.product(*[range(len(o)) for o in options])))
     n = len(every)
     states = np.zeros((n, D, bm.state_size))
-    dims = np.zeros((n, D))
+    dims = np.zeros((n, 5, D))  # widths by output dist: whole tables table-wise (row 0), halves column-wise (row 1)
     use = np.zeros((n, D))
     for t in range(T):
         for k, (i, devs) in enumerate(options[t]):
             on = every[:, t] == k
             for d in devs:
                 states[on, d] += items.states[i]
-                dims[on, d] += items.width[i]
+                dims[on, 0 if items.parts[i] == 1 else 1, d] += items.width[i]
                 use[on, d] += items.size[i]
-    cost = (bm.compute_costs(states).sum(axis=-1) + bm.comm_totals(dims)).max(axis=1)
+    cost = (bm.compute_costs(states).sum(axis=-1) + bm.dist_comm_totals(dims)).max(axis=1)
     cost[(use > caps).any(axis=1)] = np.inf
     j = int(np.argmin(cost))
     return float(cost[j]), [options[t][every[j, t]] for t in range(T)]
@@ -427,16 +427,24 @@ def brute_force_split(instance: Instance, cost_model=CM, apart: bool = True) -> 
 
 @pytest.mark.parametrize("name", EXACT)
 def test_column_splits_find_the_enumerated_optimum(name: str) -> None:
-    """Splits offered for every table (halves, apart): the solvers find the optimum of enumerating all 6^6 such
-    plans, which a split beats here (the table-wise optimum is worse). (Measured: seeds 0-7, all three solvers
-    hit it every time.)"""
+    """Splits offered for every table (halves, apart), all 6^6 such plans enumerated under the judge (one
+    all-to-all per sharding type: whole tables table-wise, halves column-wise). A split beats every table-wise plan
+    here, and the exact solvers find a split plan that does; but their linear model prices ONE all-to-all of the
+    summed widths (plus, as a constant, what the per-type collectives cost beyond it at the expansion point), so
+    they are exact for plans of one sharding type only: here 2.931 ms against the enumerated 2.866 (2.3 % above;
+    before the per-type judge all three hit the optimum of the one-all-to-all model every time, seeds 0-7).
+    NeuroShard, whose search keeps the widths of each collective apart, finds the optimum. A linear model with one
+    set of planes per collective is the open step (docs/exact-solvers.md)."""
     inst = additive_instance(seed=3, n_tables=6, n_devices=3, mem_factor=1.3)
     best_split, choice = brute_force_split(inst)
     best_whole, _ = brute_force(inst)
     assert best_split < best_whole * (1 - 1e-3)  # a split is worth having here
     r = get_solver(name, max_split=2, split_tables=6, neuroshard_share=0).solve(inst, CM, time_limit=90, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
-    assert r.predicted_cost == pytest.approx(best_split, rel=1e-9)
+    assert best_split * (1 - 1e-9) <= r.predicted_cost < best_whole * (1 - 1e-3)
+    assert r.predicted_cost <= best_split * 1.04
+    ns = get_solver("neuroshard").solve(inst, CM, time_limit=5, seed=0)
+    assert ns.predicted_cost == pytest.approx(best_split, rel=1e-9)
     assert r.predicted_cost == pytest.approx(CM.plan_costs(inst, r.plan).max_cost, rel=1e-9)
     split = [s for s in r.plan.shards if s.cols is not None]
     assert split and all(s.cols * 2 == inst.tables[inst.table_index()[s.table]].dim for s in split)
@@ -455,7 +463,8 @@ def test_column_splits_need_not_be_apart() -> None:
     best_apart, _ = brute_force_split(inst, apart=True)
     assert best_any <= best_apart + 1e-12
     r = get_solver("cpsat", max_split=2, split_tables=5, split_apart=False, neuroshard_share=0).solve(inst, CM, time_limit=90, seed=0)
-    assert check_plan(inst, r.plan).ok and r.predicted_cost == pytest.approx(best_any, rel=1e-9)
+    # (exact for one sharding type only: test_column_splits_find_the_enumerated_optimum)
+    assert check_plan(inst, r.plan).ok and best_any * (1 - 1e-9) <= r.predicted_cost <= best_any * 1.04
 
 
 def test_a_table_too_big_for_any_device_is_split() -> None:
@@ -494,7 +503,7 @@ def test_linearisation_is_exact_at_a_split_plan() -> None:
             counts[items.first[t], rng.integers(3)] = 1
     assert items.is_complete(counts)
     lin = linearize(bm, counts, "planes", items)
-    full = bm.device_costs(items.device_states(counts), items.device_widths(counts))
+    full = bm.device_costs(items.device_states(counts), items.device_dists(counts))  # the judge: one all-to-all per type
     np.testing.assert_allclose(lin.device_costs(counts), full.total, rtol=1e-9)
     # and a one-shard move is exact in compute: move one shard of a split item to a device that has none of it
     split = [i for i in range(items.num_items) if items.parts[i] > 1 and counts[i].sum()]

@@ -45,7 +45,8 @@ def test_the_base_is_costed_exactly(path: Path) -> None:
     sub_bm = CM.bind(split.sub)
     D = inst.topology.num_devices
     items = build_items(split.sub, sub_bm, np.arange(len(split.sub.tables)), 8)
-    items = dataclasses.replace(items, base_states=split.base_states, base_widths=split.base_widths, base_extra=split.base_extra)
+    items = dataclasses.replace(items, base_states=split.base_states, base_widths=split.base_widths, base_extra=split.base_extra,
+                                base_dists=split.base_dists)
     counts = items.counts_from_shards(split.sub, split.movable, D)
     assert counts is not None
     whole = bm.plan_costs(plan.shards)

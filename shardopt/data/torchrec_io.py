@@ -142,13 +142,16 @@ def torchrec_available() -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # sharding types and compute kernels
 
-TABLE_WISE = "table_wise"
-COLUMN_WISE = "column_wise"
-ROW_WISE = "row_wise"
-TABLE_ROW_WISE = "table_row_wise"
-TABLE_COLUMN_WISE = "table_column_wise"
-DATA_PARALLEL = "data_parallel"
-GRID_SHARD = "grid_shard"
+from shardopt.core.sharding_types import (  # noqa: E402  (the names live in the leaf module the cost model shares)
+    COLUMN_WISE,
+    DATA_PARALLEL,
+    GRID_SHARD,
+    ROW_WISE,
+    TABLE_COLUMN_WISE,
+    TABLE_ROW_WISE,
+    TABLE_WISE,
+    sharding_type,
+)
 # every TorchRec sharding type whose shards our IR expresses (and the analytic judge costs: column and row slices,
 # replicas); TorchRec's other kinds (key-value / SSD virtual tables) need storage tiers the IR does not model
 SUPPORTED_SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, TABLE_COLUMN_WISE, DATA_PARALLEL, GRID_SHARD)
@@ -321,24 +324,10 @@ def _same_rank_problem(table: Table, shards: list[Shard]) -> str:
 
 
 def classify_table(instance: Instance, table: Table, shards: list[Shard]) -> str:
-    """TorchRec's sharding type for one table's shards (see the module docstring). Row slices that are no TorchRec
-    layout classify as row_wise (table_row_wise when on one host of several); :func:`export_problems` says why
-    they cannot be exported."""
-    if any(s.replicated for s in shards):
-        return DATA_PARALLEL
-    spans = [(s.row_range(table), s.col_range(table)) for s in shards]
-    if len(shards) == 1 and spans[0] == ((0, table.rows), (0, table.dim)):
-        return TABLE_WISE
-    if all(r == (0, table.rows) for r, _ in spans):
-        return COLUMN_WISE
-    if all(c == (0, table.dim) for _, c in spans):
-        kind, _, _ = _row_kind(instance, table, shards)
-        if kind is not None:
-            return kind
-        topo = instance.topology
-        hosts = {topo.host_of(s.device) for s in shards}
-        return TABLE_ROW_WISE if len(hosts) == 1 and topo.num_hosts > 1 else ROW_WISE
-    return GRID_SHARD
+    """TorchRec's sharding type for one table's shards (shardopt.core.sharding_types.sharding_type). Row slices that
+    are no TorchRec layout classify as row_wise (table_row_wise when on one host of several); :func:`export_problems`
+    says why they cannot be exported."""
+    return sharding_type(instance.topology, table, shards)
 
 
 def table_kernel(table: Table, shards: list[Shard]) -> tuple[Kernel, float | None]:

@@ -295,5 +295,6 @@ def _unusable(items: Items, counts: np.ndarray | None, caps: np.ndarray) -> str 
 
 
 def plan_cost(bm: BoundCostModel, items: Items, counts: np.ndarray) -> float:
-    """The full cost model's plan cost (max over devices) of a plan given as item counts."""
-    return float(bm.device_costs(items.device_states(counts), items.device_widths(counts), items.device_extra(bm.num_devices)).max_cost)
+    """The full cost model's plan cost (max over devices) of a plan given as item counts: one all-to-all per output
+    dist (Items.device_dists), as BoundCostModel.plan_costs judges the plan's shards."""
+    return float(bm.device_costs(items.device_states(counts), items.device_dists(counts), items.device_extra(bm.num_devices)).max_cost)

@@ -14,7 +14,9 @@ warm-ups, each repeat times four phases on every rank, with a barrier before eac
 1. ``fwd_compute``: the forward lookup of all B samples over the rank's tables -> pooled [B, D_r];
 2. ``fwd_comm``: the all-to-all of the pooled outputs (``all_to_all_single``, fp32): the batch is split across ranks,
    so rank r sends rows [p*B/W, (p+1)*B/W) of its [B, D_r] output to each peer p and receives [B/W, D_p] from each;
-   the split sizes differ per rank because the dims per rank differ;
+   the split sizes differ per rank because the dims per rank differ. A plan of several sharding types (say table-
+   and column-wise tables) runs one such all-to-all per sharding type, one after the other, as TorchRec runs one
+   output dist per sharding type (costmodels.hierarchical.output_dist_widths); the phase times them all;
 3. ``bwd_comm``: the reverse all-to-all of the gradients (each rank sends [B/W, D_p] of output gradient to each peer
    p and receives its own [B, D_r]);
 4. ``bwd_compute``: backward + fused optimizer update of the rank's kernel on the gradient it received.
@@ -43,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodels.hierarchical import in_host_row_split_tables
+from costmodels.hierarchical import in_host_row_split_tables, output_dist_widths
 from shardopt.core.ir import Instance, IRError, Plan, Shard, load_instance, load_plan
 
 PHASES = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
@@ -97,6 +99,9 @@ class RankLayout:
     batch_size: int  # global batch B
     shards: tuple[tuple[Shard, ...], ...]  # per rank
     dims: tuple[int, ...]  # per rank: pooled width D_r (sum of its shards' widths)
+    # per output dist the plan runs (one per sharding type, as TorchRec: costmodels.hierarchical.output_dist_widths),
+    # each rank's width in it; () = one all-to-all of `dims`
+    dists: tuple[tuple[int, ...], ...] = ()
 
     @property
     def local_batch(self) -> int:
@@ -147,7 +152,9 @@ def validate(instance: Instance, plan: Plan, world_size: int, batch_size: int | 
     for s in plan.shards:
         per_rank[s.device].append(s)
     dims = tuple(sum(s.width(instance.tables[index[s.table]]) for s in shards) for shards in per_rank)
-    return RankLayout(world_size=n, batch_size=batch, shards=tuple(tuple(s) for s in per_rank), dims=dims)
+    rows, _ = output_dist_widths(instance, plan.shards)
+    dists = tuple(tuple(int(w) for w in row) for row in rows) if len(rows) > 1 else ()
+    return RankLayout(world_size=n, batch_size=batch, shards=tuple(tuple(s) for s in per_rank), dims=dims, dists=dists)
 
 
 def dist_env() -> tuple[int, int, int]:
@@ -163,10 +170,11 @@ def dist_env() -> tuple[int, int, int]:
         raise DistSetupError(f"bad torchrun environment: {exc}") from None
 
 
-def split_sizes(layout: RankLayout, rank: int) -> dict[str, list[int]]:
+def split_sizes(layout: RankLayout, rank: int, dims: Sequence[int] | None = None) -> dict[str, list[int]]:
     """Element counts of the two all-to-alls on `rank` (fp32 tensors, flattened): forward sends b_p x D_r to each
-    peer p (the rows of p's batch slice) and receives b_r x D_p from each peer p; backward the reverse."""
-    b, d = layout.local_batches, layout.dims
+    peer p (the rows of p's batch slice) and receives b_r x D_p from each peer p; backward the reverse. `dims`: the
+    per-rank widths of one output dist (default: every rank's whole pooled width)."""
+    b, d = layout.local_batches, (layout.dims if dims is None else dims)
     return {
         "fwd_in": [bp * d[rank] for bp in b],
         "fwd_out": [b[rank] * dp for dp in d],
@@ -247,11 +255,25 @@ def run_rank(instance: Instance, layout: RankLayout, rank: int, device: Any, arg
         if pooled.shape[0] != B:  # defensive: the kernel's batch is the global batch
             raise RuntimeError(f"rank {rank}: pooled output has {pooled.shape[0]} rows, expected {B}")
 
+    # a plan of several sharding types runs one all-to-all per output dist, one after the other (TorchRec's
+    # ShardedEmbeddingBagCollection: one dist per sharding type), each of its own buffers
+    groups = []
+    for widths in layout.dists:
+        gs = split_sizes(layout, rank, widths)
+        groups.append((gs, torch.zeros(sum(gs["fwd_in"]), device=dev), torch.empty(sum(gs["fwd_out"]), device=dev),
+                       torch.randn(sum(gs["bwd_in"]), generator=gen).to(dev), torch.empty(sum(gs["bwd_out"]), device=dev)))
+
     def fwd_comm() -> None:
-        dist.all_to_all_single(fwd_recv, pooled.detach().reshape(-1), sizes["fwd_out"], sizes["fwd_in"])
+        if not groups:
+            dist.all_to_all_single(fwd_recv, pooled.detach().reshape(-1), sizes["fwd_out"], sizes["fwd_in"])
+        for gs, send, recv, _, _ in groups:
+            dist.all_to_all_single(recv, send, gs["fwd_out"], gs["fwd_in"])
 
     def bwd_comm() -> None:
-        dist.all_to_all_single(bwd_recv, bwd_send, sizes["bwd_out"], sizes["bwd_in"])
+        if not groups:
+            dist.all_to_all_single(bwd_recv, bwd_send, sizes["bwd_out"], sizes["bwd_in"])
+        for gs, _, _, send, recv in groups:
+            dist.all_to_all_single(recv, send, gs["bwd_out"], gs["bwd_in"])
 
     def bwd_compute() -> None:
         kernel.backward_update(batch, bwd_recv.view(B, D))
