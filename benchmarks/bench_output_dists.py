@@ -37,9 +37,9 @@ from shardopt.measure.plan_timing import measure_comm_gloo  # noqa: E402
 
 def instance(devices: int, batch: int) -> Instance:
     """2 tables of dim 64 per device (small rows: only the all-to-all is timed)."""
-    tables = [{"name": f"t{i}", "rows": 1000, "dim": 64, "pooling_factor": 2.0} for i in range(2 * devices)]
+    tables = [{"name": f"t{i}", "rows": 1000, "dim": 64, "pooling_factor": 2.0, "access": {"zipf": 0.5}} for i in range(2 * devices)]
     return instance_from_dict({"schema_version": 1, "kind": "instance", "name": f"output-dists-{devices}",
-                               "tables": tables, "topology": {"num_devices": devices, "memory_bytes": 2**30, "hardware": "v100"},
+                               "tables": tables, "topology": {"num_devices": devices, "devices_per_host": devices, "memory_bytes": 2**30, "hardware": "v100"},
                                "workload": {"batch_size": batch, "optimizer": "sgd"}})
 
 
