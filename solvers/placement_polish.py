@@ -362,10 +362,12 @@ def _layout_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, caps: np.
         g = plan.shards[t]
         return g[0].kernel, g[0].cache_load_factor
 
+    index = instance.table_index()
+
     def used(shards: list[Shard]) -> tuple[np.ndarray, np.ndarray]:
         hbm, host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
         for s in shards:
-            table = instance.tables[bm._index[s.table]]
+            table = instance.tables[index[s.table]]
             hbm[s.device] += shard_bytes(instance, table, s)
             host[s.device] += shard_host_bytes(instance, table, s)
         return hbm, host
