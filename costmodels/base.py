@@ -336,14 +336,13 @@ class BoundCostModel(ABC):
         return states, dists, extra, hier
 
     def background(self, shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(summed state [D, F], all-to-all width [D], fwd + bwd comm outside the all-to-all [D]) of shards that stay
-        put while a search places the rest around them: the replicas' all-reduce and the hierarchical collectives
-        are then constants per device. (The searches price the all-to-all as one collective of the summed widths;
-        the judge, `plan_costs`, one per sharding type: docs/analytic-model.md.)"""
+        """(summed state [D, F], all-to-all widths by output dist [G, D] (`shard_sums`), fwd + bwd comm outside the
+        all-to-alls [D]) of shards that stay put while a search places the rest around them: the replicas'
+        all-reduce and the hierarchical collectives are then constants per device."""
         states, dists, extra, hier = self.shard_sums(shards)
         if hier.any():
             extra = extra + 2.0 * self.hierarchical_comm(hier)
-        return states, dists.sum(axis=0), extra
+        return states, dists, extra
 
     def plan_costs(self, plan: Plan | list[Shard]) -> DeviceCosts:
         shards = plan.shards if isinstance(plan, Plan) else plan

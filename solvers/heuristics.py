@@ -159,8 +159,7 @@ class GreedyCostRule(DeviceRule):
                     _, self.states[i], _ = bm.shard_contribution(layout.shard(instance, int(i), 0))
             # the fixed shards' own output dists (row-wise, ...) are collectives apart from the table-wise all-to-all
             # this greedy fills: their comm is a constant per device (costmodels.hierarchical.output_dist_rows)
-            self.S0, _, self.extra0 = bm.background(layout.fixed)
-            dists = bm.shard_sums(layout.fixed)[1]
+            self.S0, dists, self.extra0 = bm.background(layout.fixed)
             tw = DIST_ROW[TABLE_WISE]
             self.dims0 = dists[tw].copy()
             dists[tw] = 0.0

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel, shard_cache_fraction
-from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER, output_dist_rows
+from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
@@ -128,18 +128,16 @@ class PieceModel:
         self._cache: dict[Piece, tuple[np.ndarray, int, float, int]] = {}
         D = instance.topology.num_devices
         self.base_states = np.zeros((D, bm.state_size))
-        self.base_dims = np.zeros(D)
+        self.base_dists = np.zeros((len(OUTPUT_DIST_ORDER), D))  # the fixed shards' all-to-all widths by output dist
         self.base_extra = np.zeros(D)  # fixed shards' comm outside the all-to-all (replicas, row splits within a host)
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
         self.host_caps = np.array(instance.topology.host_capacities(), dtype=np.int64)
         if layout is not None:
-            self.base_states, self.base_dims, self.base_extra = bm.background(layout.fixed)
+            self.base_states, self.base_dists, self.base_extra = bm.background(layout.fixed)
             self.caps = self.caps - layout.fixed_hbm
             self.host_caps = self.host_caps - layout.fixed_host
         self.base_compute = bm.compute_costs(self.base_states).sum(axis=-1)  # [D]
-        # the fixed shards' all-to-all widths by output dist [G, D] (base_dims is their sum)
-        self.base_dists = output_dist_rows(instance, list(layout.fixed)) if layout is not None else np.zeros((len(OUTPUT_DIST_ORDER), D))
-        self._dims = [t.dim for t in instance.tables]
+        self.base_dims = self.base_dists.sum(axis=0)  # [D] (the dim cap's measure)
 
     @property
     def tables(self) -> list[int]:
@@ -207,7 +205,7 @@ class PieceModel:
         """Each piece's output dist (its row of `base_dists`: costmodels.hierarchical.output_dist_rows): a whole
         table is table-wise, a slice column-wise. TorchRec runs one all-to-all per sharding type, so the search keeps
         the widths of each apart: balanced in sum is not balanced per collective."""
-        dims = self._dims
+        dims = self.bm.table_dims
         return np.array([DIST_ROW[TABLE_WISE] if p[2] == dims[p[0]] else DIST_ROW[COLUMN_WISE] for p in pieces], dtype=np.int64)
 
     def all_pieces(self) -> tuple[Piece, ...]:

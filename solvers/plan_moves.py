@@ -66,7 +66,6 @@ class PlanShards:
         # each shard's output dist (TorchRec runs one all-to-all per sharding type: widths are kept apart per
         # collective), as classified in the plan given; a change keeps it (a move or swap keeps a table's layout)
         self.row_of = np.maximum(shard_dist_rows(instance, self.shards, flags), 0)  # (replicas, nested: width 0)
-        self._G = len(OUTPUT_DIST_ORDER)
         self.widths[nested] = 0.0
         self.movable[nested] = False
         self.hier_comm = bm.hierarchical_comm(hier) if hier.any() else np.zeros(D)  # [D], one direction
@@ -79,7 +78,7 @@ class PlanShards:
         D = self.bm.num_devices
         self.S = np.zeros((D, self.bm.state_size))
         np.add.at(self.S, self.device, self.states)
-        self.dims = np.zeros((self._G, D))  # widths by output dist [G, D]
+        self.dims = np.zeros((len(OUTPUT_DIST_ORDER), D))  # widths by output dist [G, D]
         np.add.at(self.dims, (self.row_of, self.device), self.widths)
         self.extra = np.bincount(self.device, weights=self.extra_of, minlength=D) + 2.0 * self.hier_comm
         self.hbm = np.bincount(self.device, weights=self.hbm_of, minlength=D).astype(np.int64)

@@ -602,10 +602,10 @@ class ExactSolver(Solver):
         else:
             status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
         shards = items.shards(best, instance)
-        if run.tiered is None and len(items.split_used(best)) and clock.elapsed < run.budget:
-            shards, moved = self._per_type_polish(run, shards)
+        if run.tiered is None and info["split_tables_used"] and clock.elapsed < run.budget:
+            shards, moved, after = self._per_type_polish(run, shards)
             if moved:
-                info["per_type_polish"] = {"moves": moved, "cost_before": st.best_cost, "cost_after": float(run.bm.plan_costs(shards).max_cost)}
+                info["per_type_polish"] = {"moves": moved, "cost_before": st.best_cost, "cost_after": after}
                 status = SolveStatus.feasible if status is SolveStatus.optimal else status
         if run.tiered is not None:
             if status is SolveStatus.optimal:  # (optimal for the HBM tables only: the fixed shards were never optimised)
@@ -618,17 +618,19 @@ class ExactSolver(Solver):
             shards, status, lower = self._row_splits(run, shards, status, lower)
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
 
-    def _per_type_polish(self, run: _Run, shards: list[Shard]) -> tuple[list[Shard], int]:
+    def _per_type_polish(self, run: _Run, shards: list[Shard]) -> tuple[list[Shard], int, float]:
         """NeuroShard's device polish (moves and swaps of pieces, solvers.neuroshard) on a plan of whole tables and
         column pieces, which keeps the widths of each output dist apart: the linear model balanced their sum, the
-        judge runs one all-to-all per sharding type. Kept only where the judge says it is cheaper. (plan, moves)."""
+        judge runs one all-to-all per sharding type. Kept only where the judge says it is cheaper. (plan, moves,
+        its cost)."""
         from solvers.neuroshard import NeuroShardConfig, _device_polish
 
         before = float(run.bm.plan_costs(shards).max_cost)
         polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.clock, run.budget)
-        if n and float(run.bm.plan_costs(polished).max_cost) < before * (1 - 1e-12):
-            return polished, n
-        return shards, 0
+        after = float(run.bm.plan_costs(polished).max_cost) if n else before
+        if after < before * (1 - 1e-12):
+            return polished, n, after
+        return shards, 0, before
 
     def _row_splits(self, run: _Run, shards: list[Shard], status: SolveStatus, lower: float | None) -> tuple[list[Shard], SolveStatus, float | None]:
         """Row-wise / table-row-wise splits of tables on the bottleneck device where the cost model says they pay

@@ -40,7 +40,7 @@ class TieredSplit:
     base_widths: np.ndarray  # [D]
     base_extra: np.ndarray  # [D]
     fixed_hbm: np.ndarray  # [D]
-    base_dists: np.ndarray | None = None  # [G, D] base_widths by output dist (costmodels.hierarchical.output_dist_rows)
+    base_dists: np.ndarray  # [G, D] base_widths by output dist (costmodels.hierarchical.output_dist_rows)
 
     def describe(self) -> dict[str, int]:
         return {"movable_tables": len(self.sub.tables), "fixed_tables": len({s.table for s in self.fixed}), "fixed_shards": len(self.fixed)}
@@ -63,7 +63,8 @@ def split_tiered(instance: Instance, bm: BoundCostModel, shards: list[Shard]) ->
     D = instance.topology.num_devices
     fixed = [s for s in shards if s.table not in keep]
     index = instance.table_index()
-    base_states, base_widths, base_extra = bm.background(fixed)
+    base_states, base_dists, base_extra = bm.background(fixed)
+    base_widths = base_dists.sum(axis=0)
     fixed_hbm = np.zeros(D, dtype=np.int64)
     for s in fixed:
         fixed_hbm[s.device] += shard_bytes(instance, instance.tables[index[s.table]], s)
@@ -73,5 +74,4 @@ def split_tiered(instance: Instance, bm: BoundCostModel, shards: list[Shard]) ->
     sub = instance.model_copy(update={"tables": [instance.tables[index[n]] for n in movable_names], "topology": topo,
                                       "name": f"{instance.name or 'instance'} (HBM tables of a tiered plan)"})
     movable = [s for s in shards if s.table in keep]
-    base_dists = bm.shard_sums(fixed)[1]
     return TieredSplit(sub, fixed, movable, base_states, base_widths, base_extra, fixed_hbm, base_dists)
