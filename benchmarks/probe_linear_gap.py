@@ -112,9 +112,9 @@ def feasible_within(lin, items, caps, target: float, limit: float, workers: int)
         m.add(sum(int(items.size[i]) * x[i][d] for i in range(I)) <= int(caps[d]))
         u = sum(int(dims[i]) * x[i][d] for i in range(I))
         comp = int(c0[d]) + sum(int(a[i, d]) * x[i][d] for i in range(I))
-        for k in range(lin.num_planes):  # (one host: the host width is the constant total)
-            const = lin.k0[d, k] + lin.k2[d, k] * lin.total_width
-            m.add(1000 * comp + math.floor(const * S * 1000) + math.floor(lin.k1[d, k] * S * 1000) * u <= 1000 * goal)
+        for k in range(lin.num_planes):  # (one host, whole tables: one collective; host width and total are the constant total)
+            const = lin.k0[0, d, k] + (lin.k2[0, d, k] + lin.k3[0, d, k]) * lin.total_width + lin.comm_const[d]
+            m.add(1000 * comp + math.floor(const * S * 1000) + math.floor(lin.k1[0, d, k] * S * 1000) * u <= 1000 * goal)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
     solver.parameters.max_time_in_seconds = limit
@@ -145,8 +145,9 @@ def configuration_lp(lin, items, caps, target: float, limit: float) -> tuple[flo
         pi, mu = -master.ineqlin.marginals[:I], master.ineqlin.marginals[I:]  # cover duals >= 0, device duals <= 0
         added = 0
         for d in range(D):  # pricing: the subset of most dual value that fits and costs <= target on d
-            rows = [size / caps[d]] + [lin.a[:, d] + lin.k1[d, k] * lin.dims for k in range(lin.num_planes)]
-            hi = [1.0] + [target - lin.c0[d] - lin.k0[d, k] - lin.k2[d, k] * lin.total_width for k in range(lin.num_planes)]
+            rows = [size / caps[d]] + [lin.a[:, d] + lin.k1[0, d, k] * lin.dims for k in range(lin.num_planes)]
+            hi = [1.0] + [target - lin.c0[d] - lin.comm_const[d] - lin.k0[0, d, k] - (lin.k2[0, d, k] + lin.k3[0, d, k]) * lin.total_width
+                          for k in range(lin.num_planes)]
             res = milp(-pi, integrality=np.ones(I), bounds=Bounds(0, 1), constraints=LinearConstraint(np.array(rows), -np.inf, np.array(hi)),
                        options={"time_limit": 30.0})
             if res.x is not None and -res.fun > -mu[d] + 1e-9:

@@ -54,7 +54,8 @@ class LocalSearchResult:
 
 
 class _State:
-    """Units (one per piece placed) and the per-device sums the search updates."""
+    """Units (one per piece placed) and the per-device sums the search updates. A step moves pieces whole, so each
+    collective's total width and whether it runs stay as they are; its widths per device change."""
 
     def __init__(self, lin: Linearization, sizes: np.ndarray, counts: np.ndarray):
         self.lin = lin
@@ -65,11 +66,15 @@ class _State:
         self.item = np.array(item, dtype=np.int64)
         self.dev = np.array(dev, dtype=np.int64)
         self.table = lin.items.table[self.item]
+        self.kind = lin.kind[self.item]
         self.width = lin.dims[self.item].astype(np.float64)
         self.bytes = sizes[self.item].astype(np.float64)
         self.a = lin.a[self.item]  # [n, D]
         D = lin.num_devices
         self.D = D
+        C = lin.num_collectives
+        self.T = np.array([self.width[self.kind == c].sum() for c in range(C)])
+        self.runs = lin.always | np.array([bool((self.kind == c).any()) for c in range(C)])
         self.multi_host = lin.num_hosts > 1 and bool((lin.k2 != 0).any())
         self.members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
         self.refresh()
@@ -78,17 +83,42 @@ class _State:
         lin, D, n = self.lin, self.D, len(self.item)
         self.held = np.bincount(self.dev, minlength=D)
         self.comp = np.where(self.held > 0, lin.c0, 0.0) + np.bincount(self.dev, weights=self.a[np.arange(n), self.dev], minlength=D)
-        self.u = np.bincount(self.dev, weights=self.width, minlength=D)
-        self.v = np.bincount(lin.host, weights=self.u, minlength=lin.num_hosts)
+        C = lin.num_collectives
+        self.uc = np.stack([np.bincount(self.dev, weights=np.where(self.kind == c, self.width, 0.0), minlength=D) for c in range(C)])
+        self.vc = np.stack([np.bincount(lin.host, weights=self.uc[c], minlength=lin.num_hosts) for c in range(C)])
         self.mem = np.bincount(self.dev, weights=self.bytes, minlength=D)
         self.occ = np.zeros((lin.items.num_tables, D), dtype=np.int64)
         np.add.at(self.occ, (self.table, self.dev), 1)
-        self.cost = self.comp + self.comm(np.arange(D), self.u, self.v[lin.host])
+        devs = np.arange(D)
+        self.coll = np.stack([self.comm_of(c, devs, self.uc[c], self.vc[c][lin.host]) for c in range(C)])  # [C, D]
+        self.cost = self.comp + self.coll.sum(axis=0) + lin.comm_const
+
+    def comm_of(self, c: int, d: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Linearised comm of collective c on devices d at own widths u and host widths v (broadcast together)."""
+        if not self.runs[c]:
+            return np.zeros(np.broadcast(d, u, v).shape)
+        return self.lin.plane_values(c, d, u, v, float(self.T[c]))
+
+    def view(self, c: int) -> "_CollectiveView":
+        return _CollectiveView(self, c)
+
+
+class _CollectiveView:
+    """The state as the steps of pieces of collective c see it: every other term of a device's cost (its compute,
+    the other collectives, the constant) in `comp` -- a step moves compute and c's widths only."""
+
+    def __init__(self, s: _State, c: int):
+        self._s, self._c = s, c
+        self.comp = s.cost - s.coll[c]  # (its compute part is corrected by the step's own a and c0)
+        self.u = s.uc[c]
+        self.v = s.vc[c]
+        self.multi_host = s.lin.num_hosts > 1 and bool((s.lin.k2[c] != 0).any())
+
+    def __getattr__(self, name: str):  # lin, D, dev, held, width, bytes, a, mem, occ, table, cost, members
+        return getattr(self._s, name)
 
     def comm(self, d: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Linearised comm of devices d at own widths u and host widths v (broadcast together)."""
-        lin = self.lin
-        return (lin.k0[d] + lin.k1[d] * u[..., None] + lin.k2[d] * v[..., None]).max(axis=-1)
+        return self._s.comm_of(self._c, d, u, v)
 
 
 def _host_deltas(s: _State, F: Callable[[np.ndarray], np.ndarray], shifts: np.ndarray) -> np.ndarray:
@@ -105,8 +135,22 @@ def _host_deltas(s: _State, F: Callable[[np.ndarray], np.ndarray], shifts: np.nd
 def step_deltas(s: _State, rows: np.ndarray, F: Callable[[np.ndarray], np.ndarray], caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The objective change sum_d F(cost_d) of every candidate step (inf where it breaks memory or "apart"):
     moves [len(rows), D] (piece rows[r] to device q; inf at its own device) and swaps
-    [len(rows), n] (piece rows[r] with piece j). On several hosts a step also changes the host widths, and with them
-    the comm of every device of the two hosts: `_host_deltas` carries those."""
+    [len(rows), n] (piece rows[r] with piece j of the same collective: a whole table with a whole table, a piece
+    with a piece). On several hosts a step also changes the host widths, and with them the comm of every device of
+    the two hosts: `_host_deltas` carries those."""
+    dmove = np.full((len(rows), s.D), np.inf)
+    dswap = np.full((len(rows), len(s.item)), np.inf)
+    kinds = s.kind[rows]
+    for c in np.unique(kinds):
+        sel = np.flatnonzero(kinds == c)
+        dm, ds = _collective_deltas(s.view(int(c)), rows[sel], F, caps)  # type: ignore[arg-type]
+        ds[:, s.kind != c] = np.inf
+        dmove[sel], dswap[sel] = dm, ds
+    return dmove, dswap
+
+
+def _collective_deltas(s: _State, rows: np.ndarray, F: Callable[[np.ndarray], np.ndarray], caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """step_deltas for pieces of one collective, on its view (`_CollectiveView`)."""
     lin = s.lin
     n, D = len(s.item), s.D
     units, devs, hosts = np.arange(n), np.arange(D), lin.host

@@ -1,16 +1,20 @@
-"""First-order linearisation of a cost model around a table-wise plan: what the exact solvers (CP-SAT, MILP) solve.
+"""First-order linearisation of a cost model around a plan: what the exact solvers (CP-SAT, MILP) solve.
 
-A device's cost in every shardopt cost model is ``compute(S_d) + comm_d(dims)``: ``S_d`` is the sum of the
-additive states of the tables on device d (BoundCostModel.table_states) and ``compute`` is nonlinear in it (the
-analytic model's shared cache, occupancy and launch floors; the neural model's MLP head); ``comm_d`` is a function
-of every device's pooled width (sum of its tables' dims). A MILP can only hold linear terms, so around a plan P
-(one device per table) each device's cost is replaced by
+A device's cost in every shardopt cost model is ``compute(S_d) + comm_d``: ``S_d`` is the sum of the additive states
+of the shards on device d (BoundCostModel.table_states) and ``compute`` is nonlinear in it (the analytic model's
+shared cache, occupancy and launch floors; the neural model's MLP head); ``comm_d`` is the sum over the plan's
+output dists of one all-to-all each (TorchRec runs one per sharding type: whole tables table-wise, column pieces
+column-wise; docs/analytic-model.md), each a function of every device's pooled width *in that collective*. A MILP
+can only hold linear terms, so around a plan P each device's cost is replaced by
 
-    cost_d(x) ~ c0[d] y_d + sum_t a[t, d] x[t, d]                  (compute)
-              + k0[d] + k1[d] dimsum_d(x) + k2[d] hostsum_h(d)(x)  (comm)
+    cost_d(x) ~ c0[d] y_d + sum_i a[i, d] x[i, d]                                   (compute)
+              + sum_c [c runs] max(0, max_k k0[c, d, k] + k1 u_cd + k2 v_ch(d) + k3 T_c)  (one term per collective)
+              + comm_const[d]
 
-with x[t, d] = 1 when table t is on device d, y_d = 1 when device d holds any table, ``dimsum_d`` the pooled width of device d and ``hostsum_h`` that of
-the devices of host h.
+with x[i, d] the shards of item i on device d, y_d = 1 when device d holds any shard, and for collective c (the
+item kinds present: table-wise for whole tables, column-wise for pieces) ``u_cd`` the pooled width of device d in
+it, ``v_ch`` that of host h's devices and ``T_c`` its total. A collective with no width runs nothing (no start-up):
+the exact models hold a Boolean per collective that may be absent.
 
 Compute: ``a[t, d]`` is the *marginal* cost of table t on device d at P: for a table on d,
 ``compute(S_d) - compute(S_d - s_t)`` (what d saves when t leaves); for a table elsewhere,
@@ -25,25 +29,24 @@ for; the finite difference keeps the exact one-table step instead of the tangent
 exact when it is the only one to move. For the analytic model it is the marginal cost of the table given the
 other tables' cache footprint, occupancy and launch on that device.
 
-Comm: a table-wise plan keeps the total pooled width fixed, and both shipped comm models make device d's all-to-all
-a function of (its own width u = ``dimsum_d``, its host's width v = ``hostsum_h(d)``, the total) only. Two forms:
+Comm: both shipped comm models make device d's part of one all-to-all a function of its own width u, its host's
+width v and the collective's total T only (the analytic one is ``latency + max`` of four linear pieces in them: send
+and receive over NVLink and over the network). In coordinates (u, v - u, T - v) -- own width, host peers' width,
+other hosts' width, each free to move on its own -- the slopes are finite differences of ``bm.comm_totals`` on width
+vectors that realise them. Two forms:
 
-* ``comm="linear"`` -- the single plane ``k0 + k1 u + k2 v``: ``k1`` (own width up, host width fixed: width moved
-  from a host peer to d) and ``k2`` (host width up, own width fixed: width moved from another host to a host peer)
-  are central finite differences of ``bm.comm_totals`` with a step of the mean table dim (one-sided where a step
-  would make a width negative); k2 is 0 where the host width is tied to the own width (d alone on its host) or to
-  the total (one host). ``k0`` makes it exact at P.
-* ``comm="planes"`` (the default) -- the max of several such planes: the tangent plane at P (exact there) and the
-  tangent planes at points around P along the moves a table can make (own width +-, host width +-, both +-; by a
-  little and by 1, 2, 4 mean table dims), each lowered where needed so that no plane exceeds the cost at P. The
-  analytic all-to-all *is* a max of linear pieces in (u, v) (send vs receive, NVLink vs network), which one plane
-  cuts off at the first kink (a device that receives more than it sends has slope 0 in its own width -- until it
-  sends more); tangent planes of a convex function never exceed it, so their max is a lower envelope that is exact
-  at P and at every sample point. In a MILP the max is one auxiliary variable per device (``m_d >= plane``).
+* ``comm="linear"`` -- one plane per device and collective, secants over a mean table dim, exact at P.
+* ``comm="planes"`` (the default) -- the max of the tangent planes at P (exact there) and at points around P along
+  each coordinate (by a quarter, 1, 2 and 4 mean table dims, up and down), each lowered where needed so that no
+  plane exceeds the cost at P. Tangent planes of a convex function never exceed it, so their max is a lower envelope
+  that is exact at P and at every sample point; for the analytic all-to-all it finds its pieces. In a MILP the max is
+  one auxiliary variable per device and collective (``m_cd >= plane``).
 
-Either way the model is **exact at P**. Away from P it is an approximation (the terms it drops are second order in
-the tables moved), which is why the exact solvers re-linearise around every new plan and judge each plan with the
-full model; a bound proven for the linear model is a bound of the linear model only.
+Splitting a table moves its width from the table-wise collective to the column-wise one, which every device's
+receive side feels (T); a plan that mixes whole tables and pieces pays both collectives' start-ups and both
+imbalances, as the judge does. Either way the model is **exact at P**. Away from P it is an approximation (the terms
+it drops are second order in the tables moved), which is why the exact solvers re-linearise around every new plan
+and judge each plan with the full model; a bound proven for the linear model is a bound of the linear model only.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ _COMM_ROWS = 1 << 21  # device entries (vectors x D) per batched comm_totals cal
 COMM_FORMS = ("planes", "linear")
 PLANE_MULTIPLES = (1.0, 2.0, 4.0)  # sample points at these multiples of the mean table dim away from P
 NUDGE = 0.25  # and a quarter of a mean dim away (the pieces active just beside P)
-DIRECT_ROWS = [DIST_ROW[TABLE_WISE], DIST_ROW[COLUMN_WISE]]  # the output dists of the items (whole tables, pieces)
+ITEM_DISTS = (TABLE_WISE, COLUMN_WISE)  # the output dist of an item: whole tables, column pieces
 
 
 @dataclass(frozen=True)
@@ -71,21 +74,28 @@ class Linearization:
     solvers.split_items -- table-wise models have one item per table, the whole table).
 
     Device d's linearised cost for a plan x (counts, or for a table-wise plan one device per table, -1 = nowhere) is
-    ``c0[d] [d holds a shard] + sum_i x[i, d] a[i, d] + max_k (k0[d, k] + k1[d, k] * dimsum_d + k2[d, k] * hostsum of d's host)``
-    (K = 1 plane with ``comm="linear"``).
+    ``c0[d] [d holds a shard] + sum_i x[i, d] a[i, d] + comm_const[d]
+    + sum_c [c runs] max(0, max_k k0[c, d, k] + k1[c, d, k] u_cd + k2[c, d, k] v_c,host(d) + k3[c, d, k] T_c)``
+    over the collectives c = `dists` (K = 1 plane with ``comm="linear"``); u, v, T count the items' widths only
+    (a fixed base's share is in k0). Collective c runs when `always[c]` or an item of kind c is placed.
     """
 
     point: np.ndarray  # [I, D] the expansion point
     a: np.ndarray  # [I, D] marginal fwd + bwd compute of one shard of item i on device d (ms)
     c0: np.ndarray  # [D] compute constant (ms)
-    k0: np.ndarray  # [D, K] comm planes: constant (ms)
-    k1: np.ndarray  # [D, K] per unit of own pooled width (ms)
-    k2: np.ndarray  # [D, K] per unit of the host's pooled width (ms)
+    k0: np.ndarray  # [C, D, K] comm planes of each collective: constant (ms)
+    k1: np.ndarray  # [C, D, K] per unit of own width in the collective (ms)
+    k2: np.ndarray  # [C, D, K] per unit of the host's width in it (ms)
+    k3: np.ndarray  # [C, D, K] per unit of its total width (ms)
     dims: np.ndarray  # [I] width of one shard of each item (the table dim for a whole table)
     host: np.ndarray  # [D] host index of each device
     compute: np.ndarray  # [D] full-model compute at the point (fwd + bwd, ms)
     comm: np.ndarray  # [D] full-model comm at the point (fwd + bwd, ms)
     items: Items  # the pieces the rows of `point` and `a` are (table-wise: one whole-table item per table)
+    kind: np.ndarray  # [I] the collective (index into `dists`) of each item
+    dists: tuple[str, ...]  # the collectives modelled (sharding types of ITEM_DISTS that some item has)
+    always: np.ndarray  # [C] bool: the collective runs whatever the plan (a fixed base has width in it, or a table has only items of its kind)
+    comm_const: np.ndarray  # [D] comm that no item changes: the base's other output dists, its replicas' sync (ms)
     comm_form: str = "planes"
 
     @property
@@ -101,8 +111,12 @@ class Linearization:
         return self.a.shape[1]
 
     @property
+    def num_collectives(self) -> int:
+        return self.k0.shape[0]
+
+    @property
     def num_planes(self) -> int:
-        return self.k0.shape[1]
+        return self.k0.shape[2]
 
     @property
     def num_hosts(self) -> int:
@@ -118,10 +132,21 @@ class Linearization:
         x = np.asarray(x, dtype=np.int64)
         return x if x.ndim == 2 else self.items.counts_from_device_of(x, self.num_devices)
 
-    def widths(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(dimsum [D], hostsum of each device's host [D]) of a plan."""
-        dimsum = self.counts(x).T.astype(np.float64) @ self.dims
-        return dimsum, np.bincount(self.host, weights=dimsum, minlength=self.num_hosts)[self.host]
+    def collective_widths(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(u [C, D] own widths, v [C, D] each device's host width, T [C] totals, runs [C]) of the items of a plan,
+        per collective."""
+        c = self.counts(x).T.astype(np.float64)  # [D, I]
+        C = self.num_collectives
+        u = np.stack([c @ np.where(self.kind == k, self.dims, 0.0) for k in range(C)])
+        v = np.stack([np.bincount(self.host, weights=u[k], minlength=self.num_hosts)[self.host] for k in range(C)])
+        placed = self.counts(x).sum(axis=1) > 0
+        runs = self.always | np.array([bool(placed[self.kind == k].any()) for k in range(C)])
+        return u, v, u.sum(axis=1), runs
+
+    def plane_values(self, c: int, d: np.ndarray, u: np.ndarray, v: np.ndarray, T: float) -> np.ndarray:
+        """max(0, max_k plane_k) of collective c for devices d at widths u, v (broadcast together)."""
+        vals = self.k0[c, d] + self.k1[c, d] * u[..., None] + self.k2[c, d] * v[..., None] + self.k3[c, d] * T
+        return np.maximum(vals.max(axis=-1), 0.0)
 
     def compute_costs(self, x: np.ndarray) -> np.ndarray:
         """[D] linearised compute of each device."""
@@ -129,10 +154,16 @@ class Linearization:
         used = c.sum(axis=0) > 0
         return np.where(used, self.c0, 0.0) + (c * self.a).sum(axis=0)
 
+    def collective_costs(self, x: np.ndarray) -> np.ndarray:
+        """[C, D] linearised comm of each collective on each device (0 where it does not run)."""
+        u, v, T, runs = self.collective_widths(x)
+        devs = np.arange(self.num_devices)
+        return np.stack([self.plane_values(k, devs, u[k], v[k], float(T[k])) if runs[k] else np.zeros(self.num_devices)
+                         for k in range(self.num_collectives)])
+
     def comm_costs(self, x: np.ndarray) -> np.ndarray:
-        """[D] linearised comm of each device (max over its planes)."""
-        dimsum, hostsum = self.widths(x)
-        return (self.k0 + self.k1 * dimsum[:, None] + self.k2 * hostsum[:, None]).max(axis=1)
+        """[D] linearised comm of each device: its collectives' and the constant."""
+        return self.collective_costs(x).sum(axis=0) + self.comm_const
 
     def device_costs(self, x: np.ndarray) -> np.ndarray:
         """[D] linearised cost of each device under a plan."""
@@ -191,188 +222,125 @@ def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> t
     return a, c0, base
 
 
-def _comm_at(bm: BoundCostModel, vectors: np.ndarray, who: np.ndarray) -> np.ndarray:
-    """comm_totals(vectors[i])[who[i]] for many width vectors [n, D] -> [n] (chunked; non-finite -> nan)."""
-    n, D = vectors.shape
+def _realise(host: np.ndarray, per_host: int, who: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """Width vectors [n, D] in which device who[i] has own width coords[i, 0], its host peers coords[i, 1] between
+    them and the other hosts' devices coords[i, 2] between them (evenly: every shipped comm model prices a device by
+    its own, its host's and the total width only)."""
+    n, D = len(who), len(host)
+    same = host[None, :] == host[who][:, None]
+    peer = coords[:, 1] / max(per_host - 1, 1)
+    other = coords[:, 2] / max(D - per_host, 1)
+    vec = np.where(same, peer[:, None], other[:, None])
+    vec[np.arange(n), who] = coords[:, 0]
+    return vec
+
+
+def _comm_of(bm: BoundCostModel, host: np.ndarray, per_host: int, who: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """Device who[i]'s fwd + bwd all-to-all at the widths coords[i] = (own, host peers', other hosts'), [n] (chunked;
+    non-finite -> nan)."""
+    n, D = len(who), len(host)
     out = np.empty(n)
     per = max(1, _COMM_ROWS // max(D, 1))
     with np.errstate(all="ignore"):
         for lo in range(0, n, per):
             hi = min(n, lo + per)
-            out[lo:hi] = np.asarray(bm.comm_totals(vectors[lo:hi]), dtype=np.float64)[np.arange(hi - lo), who[lo:hi]]
+            vec = _realise(host, per_host, who[lo:hi], coords[lo:hi])
+            out[lo:hi] = np.asarray(bm.comm_totals(vec), dtype=np.float64)[np.arange(hi - lo), who[lo:hi]]
     out[~np.isfinite(out)] = np.nan
     return out
 
 
-class _Moves:
-    """The width moves that change one device's (own width u, host width v) along one axis, as
-    (gain, give) device pairs: `own` (u up, v fixed: from a host peer), `host` (v up, u fixed: from another host
-    onto a host peer), `both` (u and v up: from another host onto d). None where the topology has no such move."""
-
-    def __init__(self, g: np.ndarray, host: np.ndarray, d: int):
-        D = len(g)
-        H = int(host.max()) + 1
-        peers = np.flatnonzero((host == host[d]) & (np.arange(D) != d))
-        # width from another host comes from the next host: every move then stays within hosts h and h + 1, which
-        # lets `_comm_batched` evaluate the moves of many devices in one width vector
-        others = np.flatnonzero(host == (host[d] + 1) % H) if H > 1 else np.arange(0)
-        peer = int(peers[np.argmax(g[peers])]) if len(peers) else None  # the widest: it can give the most
-        other = int(others[np.argmax(g[others])]) if len(others) else None
-        self.own = (d, peer) if peer is not None else None
-        self.host = (peer, other) if peer is not None and other is not None else None
-        self.both = (d, other) if other is not None else None
-        self.alone = peer is None  # u == v always: one axis (`both`), slope on u, none on v
+def _slope(f_plus: np.ndarray, f_minus: np.ndarray, f0: np.ndarray, h: float) -> np.ndarray:
+    """Central differences where both sides exist (not nan), one-sided where one does, 0 where none does."""
+    both = np.isfinite(f_plus) & np.isfinite(f_minus)
+    out = np.where(both, (f_plus - f_minus) / (2 * h), 0.0)
+    out = np.where(~both & np.isfinite(f_plus), (f_plus - f0) / h, out)
+    return np.where(~both & ~np.isfinite(f_plus) & np.isfinite(f_minus), (f0 - f_minus) / h, out)
 
 
-def _comm_batched(bm: BoundCostModel, g: np.ndarray, rows: np.ndarray, who: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """comm_totals(rows[i])[who[i]] for width vectors that differ from g only on who's host and the next one.
-
-    Every shardopt comm model makes a device's all-to-all a function of its own width, its host's width and the
-    total (all constant here: the moves keep the total). So the changes of rows whose devices sit on hosts h with
-    the same parity (pairs {h, h + 1} disjoint) can share one width vector: far fewer model calls on many hosts.
-    A row whose change reaches further is evaluated on its own."""
-    H = int(host.max()) + 1
-    n, D = rows.shape
-    if H < 3:
-        return _comm_at(bm, rows, who)
-    delta = rows - g[None, :]
-    h = host[who]
-    touched = np.abs(delta) > 0
-    reach_ok = ~(touched & ~((host[None, :] == h[:, None]) | (host[None, :] == ((h + 1) % H)[:, None]))).any(axis=1)
-    cls = np.where(h == H - 1, 2, h % 2) if H % 2 else h % 2  # (odd H: the last host pairs with host 0)
-    slot = np.zeros(n, dtype=np.int64)
-    seen: dict[int, int] = {}
-    for i in range(n):  # the j-th row of each host goes into vector (class, j)
-        seen[int(h[i])] = seen.get(int(h[i]), -1) + 1
-        slot[i] = seen[int(h[i])]
-    key = cls * (slot.max() + 1) + slot
-    out = np.empty(n)
-    ok = np.flatnonzero(reach_ok)
-    if len(ok):
-        keys, inv = np.unique(key[ok], return_inverse=True)
-        combined = np.repeat(g[None, :], len(keys), axis=0)
-        np.add.at(combined, inv, delta[ok])
-        per = max(1, _COMM_ROWS // max(D, 1))
-        with np.errstate(all="ignore"):
-            full = np.concatenate([np.asarray(bm.comm_totals(combined[lo : lo + per]), dtype=np.float64) for lo in range(0, len(combined), per)])
-        out[ok] = full[inv, who[ok]]
-    rest = np.flatnonzero(~reach_ok)
-    if len(rest):
-        out[rest] = _comm_at(bm, rows[rest], who[rest])
-    out[~np.isfinite(out)] = np.nan
-    return out
-
-
-def _step(g: np.ndarray, move: tuple[int, int], by: float) -> np.ndarray:
-    v = g.copy()
-    v[move[0]] += by
-    v[move[1]] -= by
-    return v
-
-
-def _slope(f_plus: float, f_minus: float, f0: float, h: float, ok_plus: bool, ok_minus: bool) -> float:
-    if ok_plus and ok_minus and np.isfinite(f_plus) and np.isfinite(f_minus):
-        return (f_plus - f_minus) / (2 * h)
-    if ok_plus and np.isfinite(f_plus):
-        return (f_plus - f0) / h
-    if ok_minus and np.isfinite(f_minus):
-        return (f0 - f_minus) / h
-    return 0.0
-
-
-def linearize_comm(
+def linearize_collective(
     bm: BoundCostModel, widths: np.ndarray, form: str = "planes", multiples: tuple[float, ...] = PLANE_MULTIPLES
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(k0, k1, k2 [D, K], comm [D]): comm_d ~ max_k (k0 + k1 dimsum_d + k2 hostsum_d), exact at the per-device
-    pooled widths `widths` [D] (the caller spreads a partial plan's unplaced width: every complete plan has the
-    same total width)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(k0, k1, k2, k3 [D, K], comm [D]) of one all-to-all: comm_d ~ max_k (k0 + k1 u_d + k2 v_d + k3 T), exact at
+    the per-device widths `widths` [D] (u: own width, v: the host's, T: the total; `comm` = bm.comm_totals there,
+    the collective's start-up included even when every width is 0)."""
     if form not in COMM_FORMS:
         raise ValueError(f"comm form {form!r} is not one of {', '.join(COMM_FORMS)}")
-    dims_t = np.asarray(bm.table_dims, dtype=np.float64)
     D = bm.num_devices
-    host = np.arange(D) // bm.instance.topology.devices_per_host
+    L = bm.instance.topology.devices_per_host
+    host = np.arange(D) // L
+    H = int(host.max()) + 1
     g = np.asarray(widths, dtype=np.float64).copy()
+    hostsum = np.bincount(host, weights=g, minlength=H)[host]
     total = float(g.sum())
-    hostsum = np.bincount(host, weights=g)[host]
-    base = np.asarray(bm.comm_totals(g), dtype=np.float64)
+    at = np.asarray(bm.comm_totals(g), dtype=np.float64)
     if D == 1:
-        return base[:, None].copy(), np.zeros((1, 1)), np.zeros((1, 1)), base
-    delta = float(max(dims_t.mean(), 1.0))
-
-    # sample points: (device, width vector); per point the tangent slopes need f at q and q +- h along the axes
+        z = np.zeros((1, 1))
+        return at[:, None].copy(), z, z.copy(), z.copy(), at
+    delta = float(max(np.asarray(bm.table_dims, dtype=np.float64).mean(), 1.0))
+    axes = [0] + ([1] if L > 1 else []) + ([2] if H > 1 else [])  # (own, host peers', other hosts') widths that can move
     if form == "linear":
         shifts = [0.0]
         h = delta  # a secant over a typical move
     else:
         shifts = [0.0] + [s * m * delta for m in (NUDGE, *multiples) for s in (1.0, -1.0)]
         h = max(1.0, 0.02 * delta)  # a tangent
-    moves = [_Moves(g, host, d) for d in range(D)]
-    points: list[tuple[int, np.ndarray]] = []
-    for d, mv in enumerate(moves):
-        axes = [mv.both] if mv.alone else [m for m in (mv.own, mv.host, mv.both) if m is not None]
-        for ax_i, ax in enumerate(axes):
-            for s in shifts:
-                if s == 0.0 and ax_i > 0:
-                    continue  # P itself once
-                q = _step(g, ax, s) if s else g
-                u, v = q[d], float(q[host == host[d]].sum())
-                if u < 0 or v < u - 1e-9 or v > total + 1e-9:
-                    continue  # outside what any plan can reach
-                points.append((d, q))
-    # evaluations: q, then q +- h along u (own / both) and along v (host)
-    rows: list[np.ndarray] = []
-    who: list[int] = []
-    layout: list[tuple[int, int, int, int, int, float, float]] = []  # per point: index of f(q), u+, u-, v+, v- (-1: none), u_q, v_q
-    for d, q in points:
-        mv = moves[d]
-        u_ax = mv.both if mv.alone else mv.own
-        v_ax = None if mv.alone else mv.host
-        idx = [len(rows)]
-        rows.append(q)
-        who.append(d)
-        for ax in (u_ax, v_ax):
-            for sgn in (1.0, -1.0):
-                if ax is None:
-                    idx.append(-1)
-                    continue
-                r = _step(q, ax, sgn * h)
-                idx.append(len(rows))
-                rows.append(r)
-                who.append(d)
-        layout.append((*idx, q[d], float(q[host == host[d]].sum())))  # type: ignore[arg-type]
-    vals = _comm_batched(bm, g, np.stack(rows), np.array(who), host) if rows else np.empty(0)
-
-    planes: list[list[tuple[float, float, float]]] = [[] for _ in range(D)]
-    for (d, q), (i0, iup, ium, ivp, ivm, uq, vq) in zip(points, layout):
-        f0 = vals[i0]
-        if not np.isfinite(f0):
-            continue
-        mv = moves[d]
-        u_ax = mv.both if mv.alone else mv.own
-        ok = lambda i: i >= 0
-        # one-sided where the step leaves the reachable region (own width below 0, host width below own)
-        su = _slope(vals[iup] if iup >= 0 else np.nan, vals[ium] if ium >= 0 else np.nan, f0, h, ok(iup), ok(ium) and uq - h >= 0) if u_ax else 0.0
-        sv = _slope(vals[ivp] if ivp >= 0 else np.nan, vals[ivm] if ivm >= 0 else np.nan, f0, h, ok(ivp) and vq + h <= total + 1e-9, ok(ivm) and vq - h >= uq) if ivp >= 0 or ivm >= 0 else 0.0
-        planes[d].append((f0 - su * uq - sv * vq, su, sv))
-    K = max(1, max(len(p) for p in planes))
-    k0 = np.empty((D, K))
-    k1 = np.empty((D, K))
-    k2 = np.empty((D, K))
+    center = np.maximum(np.stack([g, hostsum - g, total - hostsum], axis=1), 0.0)  # [D, 3]
+    who_l, pts_l = [np.arange(D)], [center]
+    for ax in axes:
+        for s in shifts[1:]:
+            q = center.copy()
+            q[:, ax] += s
+            keep = q[:, ax] >= 0
+            who_l.append(np.arange(D)[keep])
+            pts_l.append(q[keep])
+    who = np.concatenate(who_l)
+    pts = np.concatenate(pts_l)  # [P, 3]
+    P = len(who)
+    # evaluations: each point, then +- h along each axis that can move (minus only where it stays >= 0)
+    evals = [pts]
+    for ax in axes:
+        for sgn in (1.0, -1.0):
+            q = pts.copy()
+            q[:, ax] += sgn * h
+            evals.append(q)
+    flat = np.concatenate(evals)
+    ok = (flat >= 0).all(axis=1)
+    vals = np.full(len(flat), np.nan)
+    vals[ok] = _comm_of(bm, host, L, np.tile(who, len(evals))[ok], flat[ok])
+    vals = vals.reshape(len(evals), P)
+    f0 = vals[0]
+    grad = np.zeros((P, 3))
+    for j, ax in enumerate(axes):
+        grad[:, ax] = _slope(vals[1 + 2 * j], vals[2 + 2 * j], f0, h)
+    # in (u, v, T): own a = u, host peers b = v - u, other hosts c = T - v
+    k1, k2, k3 = grad[:, 0] - grad[:, 1], grad[:, 1] - grad[:, 2], grad[:, 2]
+    u, v, T = pts[:, 0], pts[:, 0] + pts[:, 1], pts.sum(axis=1)
+    const = f0 - k1 * u - k2 * v - k3 * T
+    good = np.isfinite(const)
+    planes: list[list[tuple[float, float, float, float]]] = [[] for _ in range(D)]
+    for i in np.flatnonzero(good):
+        planes[int(who[i])].append((float(const[i]), float(k1[i]), float(k2[i]), float(k3[i])))
+    K = 1
+    rows: list[list[tuple[float, float, float, float]]] = []
     for d in range(D):
         u0, v0 = g[d], hostsum[d]
-        ps = planes[d] or [(base[d], 0.0, 0.0)]
-        first = ps[0]  # the plane at P: make it exact there (its slopes stay)
-        ps[0] = (base[d] - first[1] * u0 - first[2] * v0, first[1], first[2])
-        # no plane above the cost at P: lower the others' constants where needed; then drop duplicates
-        seen: dict[tuple[float, float], tuple[float, float, float]] = {}
-        for c, su, sv in ps:
-            key = (round(su, 12), round(sv, 12))
-            if key not in seen or c > seen[key][0]:
-                seen[key] = (c, su, sv)
-        uniq = [(min(c, base[d] - su * u0 - sv * v0), su, sv) for c, su, sv in seen.values()]
-        uniq += [uniq[0]] * (K - len(uniq))  # pad with a repeat (a repeated plane changes nothing)
-        k0[d], k1[d], k2[d] = (np.array(col) for col in zip(*uniq))
-    return k0, k1, k2, base
+        ps = planes[d] if planes[d] and good[d] else [(at[d], 0.0, 0.0, 0.0)] + planes[d]
+        c_, s1, s2, s3 = ps[0]  # the plane at P: exact there (its slopes stay)
+        ps[0] = (at[d] - s1 * u0 - s2 * v0 - s3 * total, s1, s2, s3)
+        seen: dict[tuple[float, float, float], tuple[float, float, float, float]] = {}
+        for c_, s1, s2, s3 in ps:  # no plane above the cost at P (lower its constant); then drop duplicates
+            c_ = min(c_, at[d] - s1 * u0 - s2 * v0 - s3 * total)
+            key = (round(s1, 12), round(s2, 12), round(s3, 12))
+            if key not in seen or c_ > seen[key][0]:
+                seen[key] = (c_, s1, s2, s3)
+        rows.append(list(seen.values()))
+        K = max(K, len(rows[-1]))
+    out = np.empty((4, D, K))
+    for d, r in enumerate(rows):
+        r = r + [r[0]] * (K - len(r))  # pad with a repeat (a repeated plane changes nothing)
+        out[:, d, :] = np.array(r).T
+    return out[0], out[1], out[2], out[3], at
 
 
 def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items: Items | None = None) -> Linearization:
@@ -390,47 +358,55 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
     counts = it.counts_from_device_of(point, D) if point.ndim == 1 else point.copy()
     if counts.shape != (it.num_items, D) or (counts < 0).any():
         raise ValueError(f"counts has shape {counts.shape}, expected ({it.num_items}, {D}) with no negative entry")
+    if comm not in COMM_FORMS:
+        raise ValueError(f"comm form {comm!r} is not one of {', '.join(COMM_FORMS)}")
     a, c0, compute = linearize_compute(bm, it, counts)
-    # the planes price ONE all-to-all of the items' widths and the base's table- and column-wise widths; the base's
-    # other output dists (a tiered layout's row-wise tables, ...) run collectives of their own, constant here
-    dists = it.device_dists(counts)  # [G, D]
-    direct = np.zeros_like(dists)
-    direct[DIRECT_ROWS] = dists[DIRECT_ROWS]
-    others = dists - direct
-    g = direct.sum(axis=0)
+    host = np.arange(D) // bm.instance.topology.devices_per_host
+    H = int(host.max()) + 1
+    # the collectives the items run: whole tables table-wise, pieces column-wise (one all-to-all each, as the judge)
+    kind_all = np.where(it.parts == 1, 0, 1)
+    present = sorted(set(kind_all.tolist()))
+    dists = tuple(ITEM_DISTS[k] for k in present)
+    kind = np.searchsorted(np.array(present), kind_all)
+    rows = [DIST_ROW[name] for name in dists]
+    widths = it.device_dists(counts)  # [G, D], the base included
+    base = np.zeros_like(widths)
+    if it.base_dists is not None:
+        base += it.base_dists
+    elif it.base_widths is not None:
+        base[DIST_ROW[TABLE_WISE]] += it.base_widths
+    others = base.copy()
+    others[rows] = 0.0  # the base's other output dists (row-wise, ...): collectives no item changes
     placed_tables = np.zeros(T, dtype=bool)
     placed_tables[it.table[counts.sum(axis=1) > 0]] = True
-    partial = not placed_tables.all()
-    if partial:  # a partial plan: spread the unplaced width evenly (every plan has the same total)
-        g = g + np.asarray(bm.table_dims, dtype=np.float64)[~placed_tables].sum() / D
-    k0, k1, k2, comm_base = linearize_comm(bm, g, comm)
-    host = np.arange(D) // bm.instance.topology.devices_per_host
-    # the judge runs one all-to-all per sharding type (whole tables and pieces apart: docs/analytic-model.md); what
-    # that costs at the point beyond one all-to-all of the summed widths (start-ups, per-type imbalance) is a
-    # constant of the planes, so the model stays exact at the point (first order away from it, as the rest)
-    if not partial and (direct.sum(axis=1) > 0).sum() > 1:
-        gap = bm.dist_comm_totals(direct) - comm_base
-        k0 = k0 + gap[:, None]
-        comm_base = comm_base + gap
-    base_direct = direct.sum(axis=0) - (counts.T.astype(np.float64) @ it.width)  # the base's share of g
-    if it.base_widths is not None or it.base_extra is not None or others.any():
-        # the planes are in each device's whole width (the base's too); the linear model counts the items' width
-        # only, so the base's share moves into the constant (and the replicas' sync and the base's own
-        # collectives with it)
-        u = base_direct
-        v = np.bincount(host, weights=u, minlength=int(host.max()) + 1)[host]
-        extra = it.device_extra(D) + (bm.dist_comm_totals(others) if others.any() else 0.0)
-        k0 = k0 + k1 * u[:, None] + k2 * v[:, None] + extra[:, None]
-        comm_base = comm_base + extra
+    # a partial plan: its unplaced width spread evenly over the table-wise collective (every plan has the same total)
+    spread = np.asarray(bm.table_dims, dtype=np.float64)[~placed_tables].sum() / D
+    only = np.ones((len(present), T), dtype=bool)  # table t has only items of collective c
+    for c in range(len(present)):
+        only[c] = np.logical_and.reduceat(kind == c, it.first[:-1])
+    planes, always, comm_at = [], np.zeros(len(present), dtype=bool), np.zeros(D)
+    for c, r in enumerate(rows):
+        share = base[r] + (spread if c == 0 else 0.0)  # what no item moves: into the constant
+        k0c, k1c, k2c, k3c, at = linearize_collective(bm, widths[r] + (spread if c == 0 else 0.0), comm)
+        v_b = np.bincount(host, weights=share, minlength=H)[host]
+        k0c = k0c + k1c * share[:, None] + k2c * v_b[:, None] + k3c * float(share.sum())
+        always[c] = bool(share.sum() > 0) or bool(only[c].any())
+        if always[c] or counts[kind == c].any():
+            comm_at += at
+        planes.append((k0c, k1c, k2c, k3c))
+    K = max(p[0].shape[1] for p in planes)
+    k0, k1, k2, k3 = (np.stack([np.concatenate([p[j], np.repeat(p[j][:, :1], K - p[j].shape[1], axis=1)], axis=1) for p in planes])
+                      for j in range(4))  # (pad with a repeat of the first plane)
+    comm_const = it.device_extra(D) + (bm.dist_comm_totals(others) if others.any() else 0.0)
     if it.base_states is not None:
         # a device the fixed shards occupy runs their kernel whether or not it gets an item: its constant c0 (their
-        # compute, when it holds no item) is paid always, not only when it is "used" (c0 y_d in the exact models),
-        # so it moves into the planes' constant
+        # compute, when it holds no item) is paid always, not only when it is "used" (c0 y_d in the exact models)
         busy = np.abs(it.base_states).sum(axis=1) > 0
-        if busy.any():
-            k0 = k0 + np.where(busy, c0, 0.0)[:, None]
-            c0 = np.where(busy, 0.0, c0)
-    return Linearization(counts, a, c0, k0, k1, k2, it.width.astype(np.float64), host, compute, comm_base, it, comm)
+        comm_const = comm_const + np.where(busy, c0, 0.0)
+        c0 = np.where(busy, 0.0, c0)
+    comm_const = np.asarray(comm_const, dtype=np.float64) * np.ones(D)
+    return Linearization(counts, a, c0, k0, k1, k2, k3, it.width.astype(np.float64), host, compute, comm_at + comm_const, it,
+                         kind.astype(np.int64), dists, always, comm_const, comm)
 
 
-__all__ = ["COMM_FORMS", "Linearization", "linearize", "linearize_comm", "linearize_compute"]
+__all__ = ["COMM_FORMS", "ITEM_DISTS", "Linearization", "linearize", "linearize_collective", "linearize_compute"]

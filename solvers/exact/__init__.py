@@ -6,14 +6,17 @@ Model (one binary x[t, d] per table and device where the table fits; solvers.lin
     minimise z
     sum_d x[t, d] = 1                                   every table on exactly one device
     sum_t bytes_t x[t, d] <= capacity_d                 weights + optimizer state (shardopt.core.memory)
-    u_d = sum_t dim_t x[t, d]                           pooled width of device d
-    m_d >= k0[d, k] + k1[d, k] u_d + k2[d, k] v_h(d)    comm planes (v_h = sum of u over host h)
+    u_cd = sum_{t of collective c} dim_t x[t, d]        pooled width of device d in collective c (whole tables:
+                                                        table-wise; column pieces: column-wise)
+    T_c = sum_d u_cd,  T_c <= total p_c                 its total width; p_c: it runs (always, when it must)
+    m_cd >= k0 + k1 u_cd + k2 v_ch(d) + k3 T_c  if p_c  comm planes of collective c (v_ch = sum of u_c over host h),
+    m_cd >= 0                                           one all-to-all per collective, as the judge runs them
     y_d >= x[t, d], y_d <= sum_t x[t, d]                y_d: device d holds a table (an empty device computes nothing)
-    z >= c0[d] y_d + sum_t a[t, d] x[t, d] + m_d        device cost, every device
+    z >= c0[d] y_d + sum_t a[t, d] x[t, d] + sum_c m_cd + const_d    device cost, every device
 
 The loop (`ExactSolver.solve`): warm start = the best plan of the heuristics (greedy, the proxy greedies and
 round-robin, judged by the full cost model); linearise around it; solve the linear model (CP-SAT gets a complete
-hint -- every x, u, m, y and z -- and the cutoff z <= the hint's cost; CBC a warm-start solution; scipy's HiGHS takes
+hint -- every x, u, T, p, m, y and z -- and the cutoff z <= the hint's cost; CBC a warm-start solution; scipy's HiGHS takes
 none), preferring among equal z the plan that moves the fewest tables (the linearisation is accurate near its point);
 judge the plan with the full model; if it is better, re-linearise around it and solve again; if not, solve again in
 a trust region (at most R tables move, R halved each time) until R < 1; stop there or at the time limit. The best

@@ -25,7 +25,7 @@ from solvers.linearize import Linearization
 @dataclass
 class _Scaled:
     """The linear model's coefficients in CP-SAT's integers: costs rounded down to units of 1 / S ms (S =
-    COST_SCALE), the comm planes to units of 1 / (S plane_scale) ms; and the range of each device's comm."""
+    COST_SCALE), the comm planes to units of 1 / (S plane_scale) ms; and the range of each collective's comm."""
 
     S: int
     a: np.ndarray  # [I, D]
@@ -33,11 +33,19 @@ class _Scaled:
     dims: np.ndarray  # [I]
     total: int  # the pooled width of all tables
     plane_scale: int
-    k0: np.ndarray  # [D, K]
+    k0: np.ndarray  # [C, D, K]
     k1: np.ndarray
     k2: np.ndarray
-    m_lo: np.ndarray  # [D] (ms, real)
+    k3: np.ndarray
+    const: np.ndarray  # [D] comm_const
+    m_lo: np.ndarray  # [C, D] (ms, real)
     m_hi: np.ndarray
+    always: np.ndarray  # [C] the collective runs whatever the plan
+
+    def m_bounds(self, c: int, d: int) -> tuple[int, int]:
+        """The integer range of m[c][d] (comm is never negative; 0 where the collective may not run)."""
+        lo = max(0, math.floor(self.m_lo[c, d] * self.S) - 1) if self.always[c] else 0
+        return lo, math.ceil(self.m_hi[c, d] * self.S) + 1
 
 
 def _scale(lin: Linearization) -> _Scaled:
@@ -47,42 +55,46 @@ def _scale(lin: Linearization) -> _Scaled:
     dims = lin.dims.astype(np.int64)
     total = int(round(lin.total_width))
     # plane constraints get their own extra factor so that small slopes (ms per unit width) keep their digits
-    slopes = np.abs(np.concatenate([lin.k1.ravel(), lin.k2.ravel()]))
+    slopes = np.abs(np.concatenate([lin.k1.ravel(), lin.k2.ravel(), lin.k3.ravel()]))
     small = slopes[slopes > 0].min() if (slopes > 0).any() else 1.0
-    biggest = float(np.abs(lin.k0).max() + (np.abs(lin.k1).max() + np.abs(lin.k2).max()) * max(total, 1)) * S + 1.0
+    biggest = float(np.abs(lin.k0).max() + (np.abs(lin.k1).max() + np.abs(lin.k2).max() + np.abs(lin.k3).max()) * max(total, 1)) * S + 1.0
     plane_scale = 1
     while small * S * plane_scale < 1e6 and biggest * plane_scale * 10 < 2**50:
         plane_scale *= 10
     P = S * plane_scale
-    k0_int = np.floor(lin.k0 * P).astype(np.int64)
-    k1_int = np.floor(lin.k1 * P).astype(np.int64)
-    k2_int = np.floor(lin.k2 * P).astype(np.int64)
+    k0_int, k1_int, k2_int, k3_int = (np.floor(k * P).astype(np.int64) for k in (lin.k0, lin.k1, lin.k2, lin.k3))
+    const = np.floor(lin.comm_const * S).astype(np.int64)
     m_lo, m_hi = _device_plane_bounds(lin, float(total))
-    return _Scaled(S, a_int, c0_int, dims, total, plane_scale, k0_int, k1_int, k2_int, m_lo, m_hi)
+    return _Scaled(S, a_int, c0_int, dims, total, plane_scale, k0_int, k1_int, k2_int, k3_int, const, m_lo, m_hi, lin.always.copy())
 
 
 @dataclass
 class _Model:
     """The CP-SAT model being built and its variables: x per allowed (item, device) pair (also listed per item and
-    per device), u (pooled width), m (comm) and y (holds a shard) per device, z (the max over devices)."""
+    per device); per collective c: u[c][d] (width of device d in it), m[c][d] (its comm on d), its total T[c] and
+    p[c] (it runs; None where it always does); y (holds a shard) per device, z (the max over devices)."""
 
     model: Any
     x: dict[tuple[int, int], Any]
     by_item: list[list[tuple[int, Any]]]
     by_device: list[list[tuple[int, Any]]]
-    u: list[Any] = field(default_factory=list)
-    m: list[Any] = field(default_factory=list)
+    u: list[list[Any]] = field(default_factory=list)
+    m: list[list[Any]] = field(default_factory=list)
+    T: list[Any] = field(default_factory=list)
+    p: list[Any] = field(default_factory=list)
     y: list[Any] = field(default_factory=list)
     z: Any = None
 
 
 @dataclass
 class _Hint:
-    """The hint plan's values of the variables that are not x (u from `dimsum`, y from `used`)."""
+    """The hint plan's values of the variables that are not x."""
 
-    dimsum: np.ndarray
+    u: np.ndarray  # [C, D]
+    T: np.ndarray  # [C]
+    runs: np.ndarray  # [C]
     used: np.ndarray
-    m: list[int]
+    m: list[list[int]]
     z: int
 
 
@@ -140,24 +152,37 @@ def _add_memory(cm: _Model, prob: Problem) -> None:
 
 
 def _add_comm(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) -> None:
-    """u_d = the pooled width of device d; m_d >= every comm plane of d (in units of 1 / (S plane_scale) ms)."""
+    """Per collective c: u[c][d] = device d's width in it, T[c] its total, p[c] it runs (T > 0 forces it); m[c][d] >=
+    every comm plane of c on d where c runs (in units of 1 / (S plane_scale) ms), m >= 0."""
     from ortools.sat.python import cp_model
 
-    model, D, S, plane_scale = cm.model, prob.num_devices, sc.S, sc.plane_scale
-    u = [model.new_int_var(0, sc.total, f"u{d}") for d in range(D)]
-    for d in range(D):
-        model.add(u[d] == cp_model.LinearExpr.weighted_sum([v for _, v in cm.by_device[d]], [int(sc.dims[i]) for i, _ in cm.by_device[d]]))
+    model, D, plane_scale = cm.model, prob.num_devices, sc.plane_scale
     host_members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
-    m = [model.new_int_var(math.floor(sc.m_lo[d] * S) - 1, math.ceil(sc.m_hi[d] * S) + 1, f"m{d}") for d in range(D)]
-    for d in range(D):
-        members = host_members[lin.host[d]]
-        for k in range(lin.num_planes):
-            terms = [m[d], u[d]] + [u[j] for j in members]
-            coefs = [plane_scale, -int(sc.k1[d, k])] + [-int(sc.k2[d, k])] * len(members)
-            if sc.k2[d, k] == 0:
-                terms, coefs = terms[:2], coefs[:2]
-            model.add(cp_model.LinearExpr.weighted_sum(terms, coefs) >= int(sc.k0[d, k]))
-    cm.u, cm.m = u, m
+    for c in range(lin.num_collectives):
+        u = [model.new_int_var(0, sc.total, f"u{c}_{d}") for d in range(D)]
+        for d in range(D):
+            on = [(i, v) for i, v in cm.by_device[d] if lin.kind[i] == c]
+            model.add(u[d] == cp_model.LinearExpr.weighted_sum([v for _, v in on], [int(sc.dims[i]) for i, _ in on]))
+        T = model.new_int_var(0, sc.total, f"T{c}")
+        model.add(T == sum(u))
+        p = None
+        if not lin.always[c]:
+            p = model.new_bool_var(f"p{c}")
+            model.add(T <= sc.total * p)
+        m = [model.new_int_var(*sc.m_bounds(c, d), f"m{c}_{d}") for d in range(D)]
+        for d in range(D):
+            members = host_members[lin.host[d]]
+            for k in range(lin.num_planes):
+                terms = [m[d], u[d]] + [u[j] for j in members] + [T]
+                coefs = [plane_scale, -int(sc.k1[c, d, k])] + [-int(sc.k2[c, d, k])] * len(members) + [-int(sc.k3[c, d, k])]
+                keep = [j for j, co in enumerate(coefs) if co != 0 or j == 0]
+                ct = model.add(cp_model.LinearExpr.weighted_sum([terms[j] for j in keep], [coefs[j] for j in keep]) >= int(sc.k0[c, d, k]))
+                if p is not None:
+                    ct.only_enforce_if(p)
+        cm.u.append(u)
+        cm.m.append(m)
+        cm.T.append(T)
+        cm.p.append(p)
 
 
 def _add_used(cm: _Model, prob: Problem) -> None:
@@ -180,26 +205,36 @@ def _add_used(cm: _Model, prob: Problem) -> None:
 
 def _z_range(cm: _Model, prob: Problem, sc: _Scaled) -> tuple[int, int]:
     """Bounds of z: the range of the largest device cost."""
-    D, upper, S = prob.num_devices, prob.upper, sc.S
-    dev_lo = np.array([min(0, int(sc.c0[d])) + sum(min(0, int(sc.a[i, d])) * int(upper[i]) for i, _ in cm.by_device[d]) for d in range(D)]) + np.floor(sc.m_lo * S) - 1
-    dev_hi = np.array([max(0, int(sc.c0[d])) + sum(max(0, int(sc.a[i, d])) * int(upper[i]) for i, _ in cm.by_device[d]) for d in range(D)]) + np.ceil(sc.m_hi * S) + 1
+    D, upper = prob.num_devices, prob.upper
+    C = len(cm.m)
+    m_lo = np.array([sum(sc.m_bounds(c, d)[0] for c in range(C)) for d in range(D)])
+    m_hi = np.array([sum(sc.m_bounds(c, d)[1] for c in range(C)) for d in range(D)])
+    dev_lo = np.array([min(0, int(sc.c0[d])) + sum(min(0, int(sc.a[i, d])) * int(upper[i]) for i, _ in cm.by_device[d]) for d in range(D)]) + m_lo + sc.const
+    dev_hi = np.array([max(0, int(sc.c0[d])) + sum(max(0, int(sc.a[i, d])) * int(upper[i]) for i, _ in cm.by_device[d]) for d in range(D)]) + m_hi + sc.const
     return int(dev_lo.max()), int(dev_hi.max())
 
 
 def _hint_values(lin: Linearization, sc: _Scaled, hint: np.ndarray, D: int) -> _Hint:
-    """The integer model's values at the hint plan (m_d rounded up to the plane constraints' integers)."""
-    dimsum, hostsum = lin.widths(hint)
-    m_hint = []
-    for d in range(D):
-        rhs = sc.k0[d] + sc.k1[d] * int(round(dimsum[d])) + sc.k2[d] * int(round(hostsum[d]))
-        m_hint.append(max(int(-(-int(rhs.max()) // sc.plane_scale)), math.floor(sc.m_lo[d] * sc.S) - 1))
+    """The integer model's values at the hint plan (m rounded up to the plane constraints' integers)."""
+    u, v, T, runs = lin.collective_widths(hint)
+    m_hint: list[list[int]] = []
+    for c in range(lin.num_collectives):
+        row = []
+        for d in range(D):
+            lo = sc.m_bounds(c, d)[0]
+            if not runs[c]:
+                row.append(lo)
+                continue
+            rhs = sc.k0[c, d] + sc.k1[c, d] * int(round(u[c, d])) + sc.k2[c, d] * int(round(v[c, d])) + sc.k3[c, d] * int(round(T[c]))
+            row.append(max(int(-(-int(rhs.max()) // sc.plane_scale)), lo))
+        m_hint.append(row)
     used = hint.sum(axis=0) > 0
-    comp = np.where(used, sc.c0, 0) + (hint * sc.a).sum(axis=0)
-    return _Hint(dimsum, used, m_hint, int((comp + np.array(m_hint)).max()))
+    comp = np.where(used, sc.c0, 0) + (hint * sc.a).sum(axis=0) + sc.const
+    return _Hint(u, T, runs, used, m_hint, int((comp + np.array(m_hint).sum(axis=0)).max()))
 
 
 def _add_device_costs(cm: _Model, prob: Problem, sc: _Scaled, z_lo: int, z_hi: int) -> None:
-    """z >= c0[d] y_d + sum_i a[i, d] x[i, d] + m_d, every device."""
+    """z >= c0[d] y_d + sum_i a[i, d] x[i, d] + sum_c m[c][d] + const[d], every device."""
     from ortools.sat.python import cp_model
 
     model = cm.model
@@ -207,20 +242,26 @@ def _add_device_costs(cm: _Model, prob: Problem, sc: _Scaled, z_lo: int, z_hi: i
     for d in range(prob.num_devices):
         its_d = [i for i, _ in cm.by_device[d]]
         model.add(
-            z - cm.m[d] - int(sc.c0[d]) * cm.y[d] - cp_model.LinearExpr.weighted_sum([v for _, v in cm.by_device[d]], [int(sc.a[i, d]) for i in its_d]) >= 0
+            z - sum(m[d] for m in cm.m) - int(sc.c0[d]) * cm.y[d]
+            - cp_model.LinearExpr.weighted_sum([v for _, v in cm.by_device[d]], [int(sc.a[i, d]) for i in its_d]) >= int(sc.const[d])
         )
     cm.z = z
 
 
 def _add_hint(cm: _Model, hint: np.ndarray, h: _Hint, cutoff: bool) -> None:
-    """A complete hint (every x, u, y, m and z) and, with `cutoff`, nothing worse than it."""
+    """A complete hint (every x, u, T, p, y, m and z) and, with `cutoff`, nothing worse than it."""
     model = cm.model
     for (i, d), v in cm.x.items():
         model.add_hint(v, int(hint[i, d]))
-    for d in range(len(cm.u)):
-        model.add_hint(cm.u[d], int(round(h.dimsum[d])))
+    for c in range(len(cm.u)):
+        for d in range(len(cm.u[c])):
+            model.add_hint(cm.u[c][d], int(round(h.u[c, d])))
+            model.add_hint(cm.m[c][d], h.m[c][d])
+        model.add_hint(cm.T[c], int(round(h.T[c])))
+        if cm.p[c] is not None:
+            model.add_hint(cm.p[c], bool(h.runs[c]))
+    for d in range(len(cm.y)):
         model.add_hint(cm.y[d], bool(h.used[d]))
-        model.add_hint(cm.m[d], h.m[d])
     model.add_hint(cm.z, h.z)
     if cutoff:
         model.add(cm.z <= h.z)  # nothing worse than the hint (in the linear model) is of any use
@@ -228,14 +269,17 @@ def _add_hint(cm: _Model, hint: np.ndarray, h: _Hint, cutoff: bool) -> None:
 
 def _add_table_cuts(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) -> int:
     """table_lower_bounds in the integer model: the other terms >= d's negative a_int (as often as d may hold each
-    item); m_d >= the least ceil(plane_int / plane_scale) over {width_i <= u <= v <= total}. For a table with
-    pieces, an average weighted by the share of the dim each holds: L z >= sum_i (L / parts_i) sum_d coef[i, d]
-    x[i, d], L = the largest parts (powers of two). Returns how many cuts were added."""
+    item); m[c][d] of the item's collective >= the least ceil(plane_int / plane_scale) over {width_i <= u <= v <= T <=
+    total}, the other collectives' m >= their lower bounds, plus the constant. For a table with pieces, an average
+    weighted by the share of the dim each holds: L z >= sum_i (L / parts_i) sum_d coef[i, d] x[i, d], L = the largest
+    parts (powers of two). Returns how many cuts were added."""
     from ortools.sat.python import cp_model
 
     items, upper, total = prob.items, prob.upper, sc.total
     lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
     neg_int = (np.where(prob.allowed, np.minimum(sc.a, 0), 0) * upper[:, None]).sum(axis=0)  # [D]
+    C, D = lin.num_collectives, prob.num_devices
+    m_lo = np.array([[sc.m_bounds(c, d)[0] for d in range(D)] for c in range(C)], dtype=np.int64)  # [C, D]
     cuts = 0
     for t in _useful_cuts(lb, items):
         its = range(int(items.first[t]), int(items.first[t + 1]))
@@ -245,13 +289,14 @@ def _add_table_cuts(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) 
             if not cm.by_item[i]:
                 continue
             ds = np.array([d for d, _ in cm.by_item[i]], dtype=np.int64)
-            ut = int(sc.dims[i])
-            verts = [(ut, ut), (ut, total), (total, total)]
-            low = np.min([sc.k0[ds] + sc.k1[ds] * uu + sc.k2[ds] * vv for uu, vv in verts], axis=0)  # [n, K]
-            m_min = -((-low) // sc.plane_scale)  # ceil division, exact in integers
-            coefs = sc.c0[ds] + sc.a[i, ds] + neg_int[ds] - np.minimum(sc.a[i, ds], 0) + m_min.max(axis=1)
+            ut, c = int(sc.dims[i]), int(lin.kind[i])
+            verts = [(ut, ut, ut), (ut, ut, total), (ut, total, total), (total, total, total)]
+            low = np.min([sc.k0[c, ds] + sc.k1[c, ds] * uu + sc.k2[c, ds] * vv + sc.k3[c, ds] * tt for uu, vv, tt in verts], axis=0)  # [n, K]
+            m_min = np.maximum(-((-low) // sc.plane_scale).max(axis=1), 0)  # ceil division, exact in integers
+            others = m_lo[:, ds].sum(axis=0) - m_lo[c, ds]
+            coefs = sc.c0[ds] + sc.a[i, ds] + neg_int[ds] - np.minimum(sc.a[i, ds], 0) + m_min + others + sc.const[ds]
             terms += [v for _, v in cm.by_item[i]]
-            coefs_all += [int(c) * (L // int(items.parts[i])) for c in coefs]
+            coefs_all += [int(co) * (L // int(items.parts[i])) for co in coefs]
         cm.model.add(L * cm.z >= cp_model.LinearExpr.weighted_sum(terms, coefs_all))
         cuts += 1
     return cuts
@@ -312,7 +357,8 @@ def _read_solution(
 
     S = sc.S
     info = {
-        "variables": len(cm.x) + 3 * prob.num_devices + 1,
+        "variables": len(cm.x) + (2 * lin.num_collectives + 1) * prob.num_devices + 2 * lin.num_collectives + 1,
+        "collectives": list(lin.dists),
         "cost_unit_ms": 1.0 / S,
         "plane_scale": sc.plane_scale,
         "planes": lin.num_planes,

@@ -108,7 +108,8 @@ def _symmetry(instance: Instance, lin: Linearization, fits: np.ndarray, items: I
             int(caps[d]),
             lin.a[:, d].round(12).tobytes(),
             round(float(lin.c0[d]), 12),
-            np.stack([lin.k0[d], lin.k1[d], lin.k2[d]]).round(12).tobytes(),
+            np.stack([lin.k0[:, d], lin.k1[:, d], lin.k2[:, d], lin.k3[:, d]]).round(12).tobytes(),
+            round(float(lin.comm_const[d]), 12),
         )
         groups.setdefault(key, []).append(d)
     classes = [g for g in groups.values() if len(g) > 1]
@@ -159,12 +160,20 @@ def _packing_reason(instance: Instance, prover: str, max_split: int = 1) -> str:
 
 
 def _device_plane_bounds(lin: Linearization, total: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per device: a valid lower bound of max_k plane_k(u, v) over 0 <= u, v <= total, and its maximum there."""
-    corners = [(0.0, 0.0), (0.0, total), (total, 0.0), (total, total)]
-    vals = np.stack([lin.k0 + lin.k1 * u + lin.k2 * v for u, v in corners])  # [4, D, K]
-    lo = vals.min(axis=0).max(axis=1)  # each plane's minimum is at a corner; m >= every plane
-    hi = vals.max(axis=0).max(axis=1)  # a max of planes is convex: its maximum is at a corner
+    """Per collective and device [C, D]: a valid lower bound of max(0, max_k plane_k(u, v, T)) over
+    0 <= u, v, T <= total, and its maximum there."""
+    corners = [(u, v, t) for u in (0.0, total) for v in (0.0, total) for t in (0.0, total)]
+    vals = np.stack([lin.k0 + lin.k1 * u + lin.k2 * v + lin.k3 * t for u, v, t in corners])  # [8, C, D, K]
+    lo = np.maximum(vals.min(axis=0).max(axis=2), 0.0)  # each plane's minimum is at a corner; m >= every plane, >= 0
+    hi = np.maximum(vals.max(axis=0).max(axis=2), 0.0)  # a max of planes is convex: its maximum is at a corner
     return lo, hi
+
+
+def always_floor(lin: Linearization, lo: np.ndarray | None = None) -> np.ndarray:
+    """[C, D]: what each collective costs each device at least whatever the plan -- its lower bound where it always
+    runs, 0 where a plan may leave it out."""
+    lo = _device_plane_bounds(lin, lin.total_width)[0] if lo is None else lo
+    return np.where(lin.always[:, None], lo, 0.0)
 
 
 def width_caps(lin: Linearization, sizes: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -190,57 +199,60 @@ def width_caps(lin: Linearization, sizes: np.ndarray, caps: np.ndarray) -> tuple
     return umax, vmax
 
 
-def comm_floor(lin: Linearization, widths: np.ndarray, umax: np.ndarray | None = None, vmax: np.ndarray | None = None) -> np.ndarray:
-    """[len(widths), D]: a lower bound of each device's linearised comm when its own pooled width is at least
-    `widths[i]`: min of max_k plane_k(u, v) over {widths[i] <= u <= umax, u <= v <= vmax} (v: its host's width;
-    umax / vmax: what memory lets the device / host hold, `width_caps`), one tiny LP per (width, device), solved
-    together as one block-diagonal LP by HiGHS (scipy.optimize.linprog); less 1e-6 ms and 1e-7 relative for the
-    LP tolerances."""
+def comm_floor(
+    lin: Linearization, widths: np.ndarray, umax: np.ndarray | None = None, vmax: np.ndarray | None = None, kinds: np.ndarray | None = None
+) -> np.ndarray:
+    """[len(widths), D]: a lower bound of each device's linearised comm in collective kinds[i] (default 0) when its
+    own width in it is at least `widths[i]`: min of max(0, max_k plane_k(u, v, T)) over {widths[i] <= u <= umax,
+    u <= v <= vmax, v <= T <= total} (v: its host's width; umax / vmax: what memory lets the device / host hold,
+    `width_caps`), one tiny LP per (width, device), solved together as one block-diagonal LP by HiGHS
+    (scipy.optimize.linprog); less 1e-6 ms and 1e-7 relative for the LP tolerances. The device's other collectives
+    and its constant are not in it."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_array
 
     widths = np.asarray(widths, dtype=np.float64)
-    D, K = lin.num_devices, lin.num_planes
+    kinds = np.zeros(len(widths), dtype=np.int64) if kinds is None else np.asarray(kinds, dtype=np.int64)
+    D = lin.num_devices
     total = lin.total_width
     umax = np.full(D, total) if umax is None else np.maximum(np.minimum(umax, total), 0.0)
     vmax = np.full(D, total) if vmax is None else np.maximum(np.minimum(vmax, total), umax)
-    if K == 1 and not lin.k2.any():  # one plane in u alone: its minimum is at an end of the range
-        lo = np.minimum(lin.k0[:, 0] + lin.k1[:, 0] * widths[:, None], lin.k0[:, 0] + lin.k1[:, 0] * np.maximum(umax, widths[:, None]))
-        return lo - 1e-6 - 1e-7 * np.abs(lo)
-    planes = [np.unique(np.stack([lin.k0[d], lin.k1[d], lin.k2[d]], axis=1), axis=0) for d in range(D)]
+    planes = [[np.unique(np.stack([lin.k0[c, d], lin.k1[c, d], lin.k2[c, d], lin.k3[c, d]], axis=1), axis=0) for d in range(D)]
+              for c in range(lin.num_collectives)]
     rows, cols, vals, rhs = [], [], [], []
     nb = len(widths) * D
     r = 0
     for i in range(len(widths)):
         for d in range(D):
-            b = 3 * (i * D + d)  # variables (w, u, v) of this block
-            for k0, k1, k2 in planes[d]:  # k1 u + k2 v - w <= -k0
-                rows += [r, r, r]
-                cols += [b, b + 1, b + 2]
-                vals += [-1.0, k1, k2]
+            b = 4 * (i * D + d)  # variables (w, u, v, T) of this block
+            for k0, k1, k2, k3 in planes[kinds[i]][d]:  # k1 u + k2 v + k3 T - w <= -k0
+                rows += [r, r, r, r]
+                cols += [b, b + 1, b + 2, b + 3]
+                vals += [-1.0, k1, k2, k3]
                 rhs.append(-k0)
                 r += 1
-            rows += [r, r]  # u - v <= 0
-            cols += [b + 1, b + 2]
-            vals += [1.0, -1.0]
-            rhs.append(0.0)
-            r += 1
-    A = coo_array((vals, (rows, cols)), shape=(r, 3 * nb)).tocsr()
-    c = np.zeros(3 * nb)
-    c[0::3] = 1.0
-    lo = np.zeros(3 * nb)
-    hi = np.full(3 * nb, total)
-    lo[0::3], hi[0::3] = -np.inf, np.inf
-    lo[1::3] = np.repeat(np.minimum(widths, total), D)
-    hi[1::3] = np.maximum(np.tile(umax, len(widths)), lo[1::3])  # (a table wider than umax: its u is its width)
-    hi[2::3] = np.maximum(np.tile(vmax, len(widths)), hi[1::3])
+            for lo_c, hi_c in ((b + 1, b + 2), (b + 2, b + 3)):  # u <= v <= T
+                rows += [r, r]
+                cols += [lo_c, hi_c]
+                vals += [1.0, -1.0]
+                rhs.append(0.0)
+                r += 1
+    A = coo_array((vals, (rows, cols)), shape=(r, 4 * nb)).tocsr()
+    c = np.zeros(4 * nb)
+    c[0::4] = 1.0
+    lo = np.zeros(4 * nb)
+    hi = np.full(4 * nb, total)
+    lo[0::4], hi[0::4] = 0.0, np.inf  # (comm is never negative: the models' m >= 0)
+    lo[1::4] = np.repeat(np.minimum(widths, total), D)
+    hi[1::4] = np.maximum(np.tile(umax, len(widths)), lo[1::4])  # (a table wider than umax: its u is its width)
+    hi[2::4] = np.maximum(np.tile(vmax, len(widths)), hi[1::4])
+    hi[3::4] = np.maximum(total, hi[2::4])
     res = linprog(c, A_ub=A, b_ub=np.array(rhs), bounds=np.stack([lo, hi], axis=1), method="highs")
-    if res.status != 0 or res.x is None:  # (never seen) fall back to the weakest valid bound: each plane's own minimum
-        verts = [(widths[:, None, None], widths[:, None, None]), (widths[:, None, None], total), (total, total)]
-        out = np.min([lin.k0[None] + lin.k1[None] * uu + lin.k2[None] * vv for uu, vv in verts], axis=0).max(axis=2)
+    if res.status != 0 or res.x is None:  # (never seen) fall back to the weakest valid bound: 0
+        out = np.zeros((len(widths), D))
     else:
-        out = res.x[0::3].reshape(len(widths), D)
-    return out - 1e-6 - 1e-7 * np.abs(out)
+        out = res.x[0::4].reshape(len(widths), D)
+    return np.maximum(out - 1e-6 - 1e-7 * np.abs(out), 0.0)
 
 
 def table_lower_bounds(lin: Linearization, allowed: np.ndarray, sizes: np.ndarray | None = None, caps: np.ndarray | None = None) -> np.ndarray:
@@ -248,17 +260,20 @@ def table_lower_bounds(lin: Linearization, allowed: np.ndarray, sizes: np.ndarra
     allowed; table-wise models: item = table).
 
     Device d with a shard of i on it costs c0[d] + a[i, d] + (its other terms, >= the sum of d's negative ones, each
-    as many times as d may hold that item) + its comm, whose own width is at least the shard's width (`comm_floor`;
-    every shipped comm model grows with the own width). Hence the valid inequalities (`_useful_cuts`)
+    as many times as d may hold that item) + its comm in the item's collective, whose own width is at least the shard's
+    width (`comm_floor`; every shipped comm model grows with the own width) + the other collectives' least cost where
+    they always run (`always_floor`) + the constant. Hence the valid inequalities (`_useful_cuts`)
     ``z >= sum_{i of t} sum_d lb[i, d] x[i, d] / parts_i``: the LP relaxation spreads a big table over devices and
     forgets that one device must carry all of it (or a whole shard of it); these cuts remember (on a plan whose
     slowest device holds one huge table they lift the bound from the average load to that device's cost)."""
     upper = lin.items.most_per_device
     neg_terms = np.where(allowed, np.minimum(lin.a, 0.0), 0.0)
     neg = (neg_terms * upper[:, None]).sum(axis=0)  # [D]
-    uniq, inv = np.unique(lin.dims, return_inverse=True)
+    pairs, inv = np.unique(np.stack([lin.dims, lin.kind.astype(np.float64)], axis=1), axis=0, return_inverse=True)
     umax, vmax = width_caps(lin, sizes, caps) if sizes is not None and caps is not None else (None, None)
-    floor = comm_floor(lin, uniq, umax, vmax)[inv]  # [I, D]
+    floor = comm_floor(lin, pairs[:, 0], umax, vmax, pairs[:, 1].astype(np.int64))[inv.ravel()]  # [I, D]: its own collective
+    rest = always_floor(lin)  # [C, D]: the other collectives, where they always run
+    floor = floor + rest.sum(axis=0)[None, :] - rest[lin.kind] + lin.comm_const[None, :]
     lb = lin.c0[None, :] + lin.a + (neg[None, :] - np.minimum(lin.a, 0.0)) + floor
     return np.where(allowed, lb, np.inf)
 

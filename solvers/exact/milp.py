@@ -31,7 +31,8 @@ MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they a
 
 @dataclass
 class _Rows:
-    """A sparse MILP in scipy's form: variables x (pairs), u [D], m [D], z; rows lo <= A v <= hi."""
+    """A sparse MILP in scipy's form: variables x (pairs), k, u [C, D], m [C, D], M [D], y [D], T [C], p [C], z; rows
+    lo <= A v <= hi."""
 
     pairs: np.ndarray  # [n, 2] (t, d)
     n_vars: int
@@ -54,8 +55,10 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     """The linearised model as sparse rows (shared by CBC through PuLP and HiGHS through scipy).
 
     Columns: x (allowed (item, device) pairs, by item then device; binary, or a count 0..parts when the pieces of a
-    table need not be apart), k (pieces kept in place, for counts only), then u [D], m [D], y [D], z."""
-    I, D = prob.num_items, prob.num_devices
+    table need not be apart), k (pieces kept in place, for counts only), then per collective c u[c, D] (widths) and
+    m[c, D] (its comm), M [D] (each device's comm: the sum and the constant), y [D], T [C] (each collective's total
+    width), p [C] (it runs), z."""
+    I, D, C = prob.num_items, prob.num_devices, lin.num_collectives
     upper = prob.upper
     pairs = np.argwhere(prob.allowed)  # [n, 2] sorted by item then device
     n = len(pairs)
@@ -65,28 +68,40 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     )
     K0 = n
     U = K0 + len(keep_pairs)
-    M, Y, Z = U + D, U + 2 * D, U + 3 * D
-    rows = _Rows(pairs, U + 3 * D + 1)
+    MC = U + C * D
+    M = MC + C * D
+    Y = M + D
+    TT = Y + D
+    PP = TT + C
+    Z = PP + C
+    rows = _Rows(pairs, Z + 1)
     total = lin.total_width
     starts = np.searchsorted(pairs[:, 0], np.arange(I + 1))  # pairs are sorted by item
     _add_cover(rows, prob, starts)
     order = np.argsort(pairs[:, 1], kind="stable")
     dev_starts = np.searchsorted(pairs[order, 1], np.arange(D + 1))
     by_dev = [order[dev_starts[d] : dev_starts[d + 1]] for d in range(D)]
-    W = _add_memory_and_widths(rows, prob, lin, by_dev, U)
-    _add_planes(rows, lin, D, U, M, W)
+    W = _add_memory_and_widths(rows, prob, lin, by_dev, U, TT, PP)
+    m_lo, m_hi = _device_plane_bounds(lin, total)
+    m_lo = np.where(lin.always[:, None], m_lo, 0.0)  # (0 where the collective may not run)
+    _add_planes(rows, lin, D, U, MC, TT, PP, W, m_hi + 1.0)
+    for d in range(D):  # M_d = sum_c m[c, d] + the constant
+        rows.add(np.append(MC + np.arange(C) * D + d, M + d), np.append(-np.ones(C), 1.0), float(lin.comm_const[d]), float(lin.comm_const[d]))
     _add_device_costs(rows, prob, lin, by_dev, M, Y, Z)
     cuts = _add_table_cuts(rows, prob, lin, starts, Z) if prob.table_cuts else 0
     stay = _add_stay(rows, prob, keep_pairs, K0) if center is not None else None
-    m_lo, m_hi = _device_plane_bounds(lin, total)
     keep_hi = center[pairs[keep_pairs, 0], pairs[keep_pairs, 1]].astype(np.float64) if center is not None else np.zeros(0)
-    bounds_lo = np.concatenate([np.zeros(n), np.zeros(len(keep_pairs)), np.zeros(D), m_lo - 1.0, np.zeros(D), [-np.inf]])
+    M_lo = m_lo.sum(axis=0) + lin.comm_const
+    M_hi = (m_hi + 1.0).sum(axis=0) + lin.comm_const
+    bounds_lo = np.concatenate([np.zeros(n), np.zeros(len(keep_pairs)), np.zeros(C * D), m_lo.ravel(), M_lo - 1.0, np.zeros(D),
+                                np.zeros(C), np.where(lin.always, 1.0, 0.0), [-np.inf]])
     bounds_hi = np.concatenate(
-        [upper[pairs[:, 0]].astype(np.float64), keep_hi, np.full(D, total / W), m_hi + 1.0, np.ones(D), [np.inf if hint_cost is None else hint_cost + 1e-6]]
+        [upper[pairs[:, 0]].astype(np.float64), keep_hi, np.full(C * D, total / W), (m_hi + 1.0).ravel(), M_hi + 1.0, np.ones(D),
+         np.full(C, total / W), np.ones(C), [np.inf if hint_cost is None else hint_cost + 1e-6]]
     )
-    integer = np.arange(Y, Y + D, dtype=np.int64)
-    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "M": M, "Y": Y, "Z": Z, "W": W, "stay": stay, "integer": integer, "cuts": cuts,
-                  "keep_pairs": keep_pairs, "K0": K0}
+    integer = np.concatenate([np.arange(Y, Y + D), np.arange(PP, PP + C)]).astype(np.int64)
+    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "MC": MC, "M": M, "Y": Y, "T": TT, "P": PP, "Z": Z, "W": W, "stay": stay,
+                  "integer": integer, "cuts": cuts, "keep_pairs": keep_pairs, "K0": K0}
 
 
 def _add_cover(rows: _Rows, prob: Problem, starts: np.ndarray) -> None:
@@ -105,9 +120,10 @@ def _add_cover(rows: _Rows, prob: Problem, starts: np.ndarray) -> None:
                     rows.add(on, np.ones(len(on)), -np.inf, 1.0)
 
 
-def _add_memory_and_widths(rows: _Rows, prob: Problem, lin: Linearization, by_dev: list[np.ndarray], U: int) -> float:
-    """The capacity rows and u_d = the pooled width of device d. Returns W, the unit of the widths."""
-    pairs, upper, D = rows.pairs, prob.upper, prob.num_devices
+def _add_memory_and_widths(rows: _Rows, prob: Problem, lin: Linearization, by_dev: list[np.ndarray], U: int, TT: int, PP: int) -> float:
+    """The capacity rows; u[c, d] = the width of device d in collective c, T[c] = its total, p[c] >= T[c] / total
+    (it runs when any width is in it). Returns W, the unit of the widths."""
+    pairs, upper, D, C = rows.pairs, prob.upper, prob.num_devices, lin.num_collectives
     # numerics: memory rows are in units of the device's capacity (bytes would put 1e10 beside 1e-5 in one model,
     # which CBC 2.10 cannot take); widths in units of W = the mean device width. Plans are checked exactly after.
     for d in range(D):
@@ -116,27 +132,35 @@ def _add_memory_and_widths(rows: _Rows, prob: Problem, lin: Linearization, by_de
         if (sz * upper[pairs[idx, 0]]).sum() > prob.caps[d]:
             rows.add(idx, sz / float(prob.caps[d]), -np.inf, 1.0)
     W = max(1.0, lin.total_width / D)
-    for d in range(D):
-        idx = by_dev[d]
-        rows.add(np.append(idx, U + d), np.append(lin.dims[pairs[idx, 0]] / W, -1.0), 0.0, 0.0)
+    for c in range(C):
+        for d in range(D):
+            idx = by_dev[d][lin.kind[pairs[by_dev[d], 0]] == c]
+            rows.add(np.append(idx, U + c * D + d), np.append(lin.dims[pairs[idx, 0]] / W, -1.0), 0.0, 0.0)
+        rows.add(np.append(U + c * D + np.arange(D), TT + c), np.append(np.ones(D), -1.0), 0.0, 0.0)
+        if not lin.always[c]:
+            rows.add(np.array([TT + c, PP + c]), np.array([1.0, -lin.total_width / W]), -np.inf, 0.0)
     return W
 
 
-def _add_planes(rows: _Rows, lin: Linearization, D: int, U: int, M: int, W: float) -> None:
-    """m_d >= every comm plane of device d (its own width and its host's)."""
+def _add_planes(rows: _Rows, lin: Linearization, D: int, U: int, MC: int, TT: int, PP: int, W: float, big: np.ndarray) -> None:
+    """m[c, d] >= every comm plane of collective c on device d (its own width, its host's, the total) where c runs:
+    less big[c, d] (p[c] - 1) where it may not (big: the planes' maximum)."""
     members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
-    for d in range(D):
-        for k in range(lin.num_planes):
-            cols = [M + d, U + d]
-            vals = [1.0, -float(lin.k1[d, k]) * W]
-            if lin.k2[d, k] != 0:
-                cols += [U + j for j in members[lin.host[d]]]
-                vals += [-float(lin.k2[d, k]) * W] * len(members[lin.host[d]])
-            # merge the duplicate u_d column (d is one of its host's members)
-            merged: dict[int, float] = {}
-            for c, v in zip(cols, vals):
-                merged[c] = merged.get(c, 0.0) + v
-            rows.add(np.array(list(merged)), np.array(list(merged.values())), float(lin.k0[d, k]), np.inf)
+    for c in range(lin.num_collectives):
+        for d in range(D):
+            for k in range(lin.num_planes):
+                merged: dict[int, float] = {MC + c * D + d: 1.0}
+                merged[U + c * D + d] = -float(lin.k1[c, d, k]) * W
+                if lin.k2[c, d, k] != 0:
+                    for j in members[lin.host[d]]:  # (d is one of its host's members: merge the duplicate column)
+                        merged[U + c * D + j] = merged.get(U + c * D + j, 0.0) - float(lin.k2[c, d, k]) * W
+                if lin.k3[c, d, k] != 0:
+                    merged[TT + c] = -float(lin.k3[c, d, k]) * W
+                lo = float(lin.k0[c, d, k])
+                if not lin.always[c]:
+                    merged[PP + c] = -float(big[c, d])
+                    lo -= float(big[c, d])
+                rows.add(np.array(list(merged)), np.array(list(merged.values())), lo, np.inf)
 
 
 def _add_device_costs(rows: _Rows, prob: Problem, lin: Linearization, by_dev: list[np.ndarray], M: int, Y: int, Z: int) -> None:
@@ -188,11 +212,16 @@ def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.nd
     v[:n] = hint[rows.pairs[:, 0], rows.pairs[:, 1]].astype(np.float64)
     kp = b["keep_pairs"]
     v[b["K0"] : b["K0"] + len(kp)] = v[kp]  # (the hint is the center: every shard kept)
-    dimsum, hostsum = lin.widths(hint)
-    v[b["U"] : b["U"] + D] = dimsum / b["W"]
-    v[b["M"] : b["M"] + D] = (lin.k0 + lin.k1 * dimsum[:, None] + lin.k2 * hostsum[:, None]).max(axis=1)
+    u, _, T, runs = lin.collective_widths(hint)
+    C = lin.num_collectives
+    m = np.maximum(lin.collective_costs(hint), b["lo"][b["MC"] : b["MC"] + C * D].reshape(C, D))
+    v[b["U"] : b["U"] + C * D] = (u / b["W"]).ravel()
+    v[b["MC"] : b["MC"] + C * D] = m.ravel()
+    v[b["M"] : b["M"] + D] = m.sum(axis=0) + lin.comm_const
     v[b["Y"] : b["Y"] + D] = hint.sum(axis=0) > 0
-    v[b["Z"]] = lin.cost(hint)
+    v[b["T"] : b["T"] + C] = T / b["W"]
+    v[b["P"] : b["P"] + C] = runs
+    v[b["Z"]] = float((lin.compute_costs(hint) + v[b["M"] : b["M"] + D]).max())
     return v
 
 
