@@ -620,9 +620,9 @@ class ExactSolver(Solver):
 
     def _per_type_polish(self, run: _Run, shards: list[Shard]) -> tuple[list[Shard], int, float]:
         """NeuroShard's device polish (moves and swaps of pieces, solvers.neuroshard) on a plan of whole tables and
-        column pieces, which keeps the widths of each output dist apart: the linear model balanced their sum, the
-        judge runs one all-to-all per sharding type. Kept only where the judge says it is cheaper. (plan, moves,
-        its cost)."""
+        column pieces, under the full model: the linear model prices each collective apart too, but is exact only at
+        its expansion point, and the polish moves what the judge (not the linearisation) says pays. Kept only where
+        the judge says it is cheaper. (plan, moves, its cost)."""
         from solvers.neuroshard import NeuroShardConfig, _device_polish
 
         before = float(run.bm.plan_costs(shards).max_cost)
