@@ -384,16 +384,19 @@ class HeuristicSolver(Solver):
         return packer, bound, placed, failures, tried, timed_out
 
     def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, clock: Stopwatch, time_limit: float | None,
-                     within_host: bool) -> str | tuple[TieredLayout, bool, set[int], tuple]:
+                     within_host: bool, lean: bool = False, to_host: bool = False) -> str | tuple[TieredLayout, bool, set[int], tuple]:
         """The tiered layout (solvers.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
         `_pack` returned), or why no layout could be made. A table no device had room for goes row-wise too, and
-        when that is no way out either, the lean layout (smallest caches, largest tables to host memory) once."""
-        lean = False
+        when that is no way out either, the lean layout (smallest caches, largest tables to host memory) once.
+        `lean`: start from the lean layout; `to_host`: the tables no device holds go to host memory whole where they
+        can (plan_tiers' oversized_to_host)."""
         rowwise: set[int] = set()
-        layout = plan_tiers(instance, within_host=within_host)
+        layout = plan_tiers(instance, lean=lean, within_host=within_host, oversized_to_host=to_host)
+        if isinstance(layout, str) and lean:
+            return layout
         if isinstance(layout, str):  # the default layout does not fit: the lean one (smallest caches, largest tables out)
             lean, first = True, layout
-            layout = plan_tiers(instance, lean=True, within_host=within_host)
+            layout = plan_tiers(instance, lean=True, within_host=within_host, oversized_to_host=to_host)
             if isinstance(layout, str):
                 return f"{first}; and with the smallest caches: {layout}"
         while True:
@@ -408,12 +411,12 @@ class HeuristicSolver(Solver):
                 lean, rowwise = True, set()
             else:
                 rowwise.add(stuck)
-            retry = plan_tiers(instance, frozenset(rowwise), lean=lean, within_host=within_host)
+            retry = plan_tiers(instance, frozenset(rowwise), lean=lean, within_host=within_host, oversized_to_host=to_host)
             if isinstance(retry, str):
                 if lean:
                     break
                 lean, rowwise = True, set()
-                retry = plan_tiers(instance, frozenset(), lean=True, within_host=within_host)
+                retry = plan_tiers(instance, frozenset(), lean=True, within_host=within_host, oversized_to_host=to_host)
                 if isinstance(retry, str):
                     break
             layout = retry
@@ -423,7 +426,7 @@ class HeuristicSolver(Solver):
         clock = Stopwatch()
         layout: TieredLayout | None = None
         rowwise: set[int] = set()
-        lean = within_host = False
+        lean = within_host = to_host_used = False
         failed = ""
         if needs_tiers(instance):
             reason = tiered_infeasibility_reason(instance)
@@ -432,20 +435,32 @@ class HeuristicSolver(Solver):
             topo = instance.topology
             # oversized tables split within one host (table_row_wise: devices-per-host times less network, but one
             # host's HBM full of them, which can starve the caches of the host-memory tables) and over all devices
-            # (row_wise): both layouts packed where the cluster has several hosts of several devices, the cheaper
-            # plan kept (by the cost model; the first that packs where there is none)
+            # (row_wise): both layouts packed where the cluster has several hosts of several devices; and the lean
+            # layout (the largest tables to host memory first, smallest caches) beside the default one (the coldest
+            # per byte first), which can move one huge table where the default moves every other table and loses
+            # their caches (random-972 of benchmarks/bench_tiered.py: 9.45 ms against TorchRec's 3.98, one table
+            # out); and the layout that puts the tables no device holds in host memory whole (a cold huge table
+            # split by rows fills every device's HBM: random-314, 9.54 ms against TorchRec's 5.51). The cheapest plan
+            # kept (by the cost model; the first that packs where there is none)
             best: tuple[bool, float, bool, Any] | None = None  # (placed, cost, within_host, what _tiered_pack returned)
             nested = 1 < topo.devices_per_host < topo.num_devices
             attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.row_splits] if nested else (False,)
-            for attempt in attempts:
-                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt)
+            seen: set[tuple] = set()
+            variants = [(a, False, False) for a in attempts] + [(a, True, False) for a in attempts] + [(a, False, True) for a in attempts]
+            for attempt, lean_first, to_host in variants:
+                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host)
                 if isinstance(got, str):
-                    failed = got
+                    failed = failed or got
                     continue
+                key = _layout_key(got[0])
+                if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
+                    continue
+                seen.add(key)
                 _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a) = got
                 cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
                 if best is None or (placed_a and (not best[0] or cost < best[1])):
                     best = (bool(placed_a), cost, attempt, got)
+                    to_host_used = to_host
                 if timed_out_a or (placed_a and bound_a is None):
                     break
             if best is not None:
@@ -498,6 +513,7 @@ class HeuristicSolver(Solver):
         if layout is not None:
             extra["placements"] = layout.summary()
             info["lean_tiers"] = lean
+            info["oversized_to_host"] = to_host_used
             info["row_splits_within_host"] = within_host
             info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
@@ -506,6 +522,11 @@ class HeuristicSolver(Solver):
             status=SolveStatus.timeout if over else SolveStatus.feasible, info=info, bound=bound,
             extra_params=extra,
         )
+
+
+def _layout_key(layout: TieredLayout) -> tuple:
+    """What makes two tiered layouts the same plan space: every table's tier and the fixed shards."""
+    return (tuple(layout.tiers), tuple((s.table, s.device, s.rows, s.row_offset, s.kernel, s.cache_load_factor) for s in layout.fixed))
 
 
 class ProxySolver(HeuristicSolver):

@@ -10,8 +10,8 @@ memory and HBM both have room) with the solver's own rule.
 
 The decisions, in order (each one TorchRec can express, so the plan exports one to one):
 
-1. A table larger than the largest device's HBM (or one the packer found no room for, on a retry) is split by rows
-   within one host in TorchRec's `table_row_wise` layout (blocks of ceil(rows / devices per host), the roomiest host
+1. A table larger than the largest device's HBM (or one the packer found no room for, on a retry), hottest per byte
+   (lookups per byte) first, is split by rows within one host in TorchRec's `table_row_wise` layout (blocks of ceil(rows / devices per host), the roomiest host
    first) where the cluster has several hosts of several devices and a host's HBM holds the blocks: its partial sums
    then cross the network devices-per-host times less than split over every device (costmodels.hierarchical).
    Otherwise it is split row-wise over all devices in TorchRec's `row_wise` layout
@@ -23,6 +23,12 @@ The decisions, in order (each one TorchRec can express, so the plan exports one 
    HIT_TARGET of its lookups under its access histogram (hottest rows cached first, as fbgemm's LRU / LFU cache
    holds them in steady state: the analytic model's miss share, docs/analytic-model.md); if the caches alone are still too much, the coldest cached tables lose their cache
    (`fused_uvm`).
+
+Variants (arguments of `plan_tiers`): `lean` (the smallest caches, the largest tables to host memory first),
+`within_host=False` (every row split over all devices), `oversized_to_host` (a table no device holds goes to host
+memory whole, behind a cache on one device, where a device's host memory holds it). The cost-aware heuristics pack
+every variant that differs and keep the cheapest plan (solvers.heuristics); neuroshard and the exact solvers search
+the layout greedy chose.
 
 No cost model is consulted for these choices: every heuristic, cost-aware or not, gets the same layout, and the
 cost-aware `greedy` then places the tables with its cost rule, pricing UVM tables by the cost model's cache_fraction.
@@ -147,14 +153,19 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     return None
 
 
-def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True) -> TieredLayout | str:
+def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True,
+               oversized_to_host: bool = False) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
     to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
     layout for when the default one does not pack - every HBM cache as small as offered (CACHE_LOAD_FACTORS[0]) and
     the *largest* tables to host memory first (fewest tables moved, TorchRec's choice), so that the caches and the
     host-memory tables leave room for the rest; the cost-driven polish may grow the caches again. `within_host`:
     split in HBM within one host where a host holds the blocks (False: every split over all devices, the layout
-    for when the first does not pack: it fills one host's HBM where the other spreads over every device)."""
+    for when the first does not pack: it fills one host's HBM where the other spreads over every device).
+    `oversized_to_host`: a table no device can hold goes to host memory whole, behind an HBM cache on one device,
+    where a device's host memory holds it (else row-wise as above): a cold huge table split by rows fills every
+    device's HBM with rows that are seldom read, which the hot tables then miss (random-314 of
+    benchmarks/bench_tiered.py: 9.54 ms, where TorchRec's plan, the cold table in host memory, costs 5.51)."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason
@@ -174,9 +185,25 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: 
     # 1. tables no device can hold: row-wise within one host where its blocks fit there in HBM (several hosts of
     # several devices), else over all devices, in HBM when the blocks fit, else behind a cache
     per_host = topo.devices_per_host
-    for i, t in enumerate(tables):
-        if full[i] <= caps.max() and i not in rowwise:
-            continue
+    # hottest per byte first: the HBM left for row-wise blocks goes to the tables with the most lookups per byte
+    # (in table order, a cold huge table could take the HBM that a hot one then misses: random-986 of
+    # benchmarks/bench_tiered.py, 10.09 ms where TorchRec's plan, the hot table's blocks in HBM, costs 7.15)
+    oversized = [i for i in range(len(tables)) if full[i] > caps.max() or i in rowwise]
+    oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
+    for i in oversized:
+        t = tables[i]
+        if oversized_to_host and i not in rowwise:
+            f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
+            # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge)
+            for f in sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True):
+                probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
+                if shard_bytes(instance, t, probe) <= HEADROOM * caps.max():
+                    break
+            need = shard_host_bytes(instance, t, probe)
+            if need <= (hosts - fixed_host).max() - host.sum() and shard_bytes(instance, t, probe) <= HEADROOM * caps.max():
+                tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
+                hbm[i], host[i] = shard_bytes(instance, t, probe), need
+                continue
         host_devices = _host_with_room(instance, t, caps, fixed_hbm) if within_host and 1 < per_host < D else None
         if host_devices is not None:
             tiers[i] = TableTier(Kernel.fused, None, True)

@@ -193,3 +193,58 @@ def test_the_row_wise_layout_over_all_devices_places_what_splits_within_a_host_c
     inst = load_instance(Path(__file__).resolve().parent / "data" / f"{name}.json")
     assert not isinstance(plan_tiers(inst, within_host=False), str)
     assert _every_solver_plans(inst)["row_splits_within_host"] is False
+
+
+def _cold_giant() -> Instance:
+    """small.json on half the HBM, with host memory, t00 grown to 2.6x a device and made cold (0.05 lookups per
+    sample): split by rows it would fill a third of every device's HBM with rows seldom read."""
+    d = small_doc()
+    cap = d["topology"]["memory_bytes"] // 2
+    d["topology"]["memory_bytes"] = cap
+    d["topology"]["host_memory_bytes"] = 4 * cap
+    t = d["tables"][0]
+    t["rows"], t["pooling_factor"] = int(2.6 * cap / (t["dim"] * 4 + 4)), 0.05
+    return instance_from_dict(d)
+
+
+def test_a_cold_oversized_table_goes_to_host_memory_whole_where_that_is_cheaper() -> None:
+    """The heuristics pack the layout that puts the tables no device holds in host memory whole (behind an HBM
+    cache) beside the one that splits them by rows, and keep the cheaper plan: here the cold giant in host memory and
+    every other table in HBM (the row-split layout pushed all 19 others to host memory: 3.57 ms against 1.00)."""
+    from solvers.base import Stopwatch
+    from solvers.heuristics import GreedySolver
+
+    inst = _cold_giant()
+    cm = get_cost_model("analytic")
+    r = get_solver("greedy").solve(inst, cm, seed=0)
+    assert r.status.has_plan and check_plan(inst, r.plan).ok
+    assert r.info["oversized_to_host"] is True
+    big = [s for s in r.plan.shards if s.table == "t00"]
+    assert len(big) == 1 and big[0].kernel is Kernel.fused_uvm_caching and big[0].rows is None
+    assert all(s.kernel is Kernel.fused for s in r.plan.shards if s.table != "t00")
+    costs = {}
+    for to_host in (False, True):
+        layout, _, _, (packer, bound, placed, _, _, _) = GreedySolver()._tiered_pack(inst, cm, 0, Stopwatch(), None, False, False, to_host)
+        costs[to_host] = min(bound.plan_costs(packer.shards(d)).max_cost for _, d in placed)
+    assert layout.tiers[0].kernel is Kernel.fused_uvm_caching and not layout.tiers[0].rowwise
+    assert r.predicted.max_cost == pytest.approx(costs[True]) and costs[True] < 0.5 * costs[False]
+    ns = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=5)
+    assert ns.status.has_plan and check_plan(inst, ns.plan).ok and ns.predicted.max_cost <= r.predicted.max_cost * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("hot_first", [True, False])
+def test_the_hbm_left_for_row_splits_goes_to_the_hotter_oversized_table(hot_first: bool) -> None:
+    """Two tables no device holds, room in HBM for the row-wise blocks of one: the hotter (lookups per byte) gets
+    HBM, the colder host memory behind a cache, whichever comes first in the instance."""
+    d = small_doc()
+    cap = d["topology"]["memory_bytes"]
+    d["topology"]["host_memory_bytes"] = 4 * cap
+    for k, pooling in ((0, 30.0 if hot_first else 0.5), (1, 0.5 if hot_first else 30.0)):
+        t = d["tables"][k]
+        t["rows"], t["pooling_factor"] = int(2.4 * cap / (t["dim"] * 4 + 4)), pooling
+    inst = instance_from_dict(d)
+    layout = plan_tiers(inst, within_host=False)
+    assert not isinstance(layout, str)
+    hot, cold = (0, 1) if hot_first else (1, 0)
+    assert layout.tiers[hot].rowwise and layout.tiers[hot].kernel is Kernel.fused
+    assert layout.tiers[cold].rowwise and layout.tiers[cold].kernel is not Kernel.fused
