@@ -17,7 +17,7 @@ hosts of several devices (where a row split can be held within one host, TorchRe
 `--reuse`, keeps every row of the other instances from the earlier run: a change that only touches such clusters
 is re-measured where it can matter. `--only tiered` likewise runs only the instances that need more than table-wise
 HBM (`solvers.tiering.needs_tiers`: a table fits on no device, or the tables exceed the HBM), where the tiering
-layout is used.
+layout is used. `--instances a,b,...` runs only the named instances (the same way).
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reuse", type=Path, default=None, help="an earlier run's JSON (.gz): its rows of other solvers are kept")
+    ap.add_argument("--instances", default=None, help="comma-separated instance names: only these (the others' rows from --reuse)")
     ap.add_argument("--only", choices=["all", "nested", "tiered"], default="all",
                     help="nested: only clusters of several hosts of several devices; tiered: only instances that need "
                          "more than table-wise HBM (solvers.tiering.needs_tiers) (the other instances' rows from --reuse)")
@@ -166,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
             instances.append((suite, load_instance(p)))
     instances += [("random", random_instance(s)) for s in range(args.random)]
     kept: list[dict] = []
-    if args.only != "all":
+    if args.only != "all" or args.instances:
         from solvers.tiering import needs_tiers
 
-        chosen = (lambda i: i.topology.num_hosts > 1 and i.topology.devices_per_host > 1) if args.only == "nested" else needs_tiers
-        nested = [(f, i) for f, i in instances if chosen(i)]
+        chosen = {"all": lambda i: True, "nested": lambda i: i.topology.num_hosts > 1 and i.topology.devices_per_host > 1, "tiered": needs_tiers}[args.only]
+        named = set(args.instances.split(",")) if args.instances else None
+        nested = [(f, i) for f, i in instances if chosen(i) and (named is None or i.name in named)]
         others = {(f, i.name) for f, i in instances} - {(f, i.name) for f, i in nested}
         if args.reuse is not None:
             kept = [r for r in old["rows"] if (r["family"], r["instance"]) in others and r["solver"] in names]

@@ -21,7 +21,7 @@ import numpy as np
 
 from costmodels.base import BoundCostModel
 from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER
-from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from shardopt.core.memory import slice_bytes
 
@@ -145,12 +145,13 @@ class Items:
 
     def counts_from_shards(self, instance: Instance, shards: list[Shard], num_devices: int) -> np.ndarray | None:
         """[I, D] counts of a plan made of whole tables and dyadic column pieces of the tables that have them here
-        (None: a shard this item set cannot express -- a row or replicated shard, or a width with no item)."""
+        (None: a shard this item set cannot express -- a row, replicated or host-memory shard, or a width with no
+        item: every item is an HBM shard, so a host-memory table read as one would be a plan over its device's HBM)."""
         index = instance.table_index()
         counts = np.zeros((self.num_items, num_devices), dtype=np.int64)
         for s in shards:
             t = index.get(s.table)
-            if t is None or s.replicated or s.row_offset or s.rows is not None or not 0 <= s.device < num_devices:
+            if t is None or s.replicated or s.row_offset or s.rows is not None or s.kernel is not Kernel.fused or not 0 <= s.device < num_devices:
                 return None
             w = s.width(instance.tables[t])
             its = np.arange(self.first[t], self.first[t + 1])

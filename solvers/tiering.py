@@ -155,6 +155,18 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
 
 def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True,
                oversized_to_host: bool = False) -> TieredLayout | str:
+    """`_plan_tiers` with the oversized tables hottest per byte first, or, where that layout cannot be made (the hot
+    tables' blocks took the HBM and host memory that a later table's blocks needed), in table order."""
+    got = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=True)
+    if isinstance(got, str):
+        other = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=False)
+        if not isinstance(other, str):
+            return other
+    return got
+
+
+def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_host: bool, oversized_to_host: bool,
+                hot_first: bool) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
     to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
     layout for when the default one does not pack - every HBM cache as small as offered (CACHE_LOAD_FACTORS[0]) and
@@ -189,7 +201,8 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: 
     # (in table order, a cold huge table could take the HBM that a hot one then misses: random-986 of
     # benchmarks/bench_tiered.py, 10.09 ms where TorchRec's plan, the hot table's blocks in HBM, costs 7.15)
     oversized = [i for i in range(len(tables)) if full[i] > caps.max() or i in rowwise]
-    oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
+    if hot_first:
+        oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
     for i in oversized:
         t = tables[i]
         if oversized_to_host and i not in rowwise:

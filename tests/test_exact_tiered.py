@@ -86,3 +86,19 @@ def test_tiered_off_keeps_the_old_answer() -> None:
     inst = load_instance(HUGE)
     r = get_solver("cpsat", tiered=False).solve(inst, CM, seed=0, time_limit=5)
     assert r.status is SolveStatus.no_solution and "not proven infeasible" in r.reason
+
+
+def test_a_host_memory_table_is_no_item_of_the_exact_model() -> None:
+    """Every item is an HBM shard: a start plan with a table in host memory (whole, behind a cache) cannot be read
+    as item counts (it would be that table in its device's HBM: the over-capacity plan cpsat once returned on
+    random-868 of benchmarks/bench_tiered.py), while the same plan with the table in HBM can."""
+    from shardopt.core.ir import Kernel, Shard
+
+    inst = load_instance(ROOT / "instances" / "examples" / "small.json")
+    bm = CM.bind(inst)
+    items = build_items(inst, bm)
+    D = inst.topology.num_devices
+    shards = [Shard(table=t.name, device=k % D) for k, t in enumerate(inst.tables)]
+    assert items.counts_from_shards(inst, shards, D) is not None
+    shards[0] = Shard(table=inst.tables[0].name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=0.2)
+    assert items.counts_from_shards(inst, shards, D) is None
