@@ -9,8 +9,9 @@ Model (one binary x[t, d] per table and device where the table fits; solvers.lin
     u_cd = sum_{t of collective c} dim_t x[t, d]        pooled width of device d in collective c (whole tables:
                                                         table-wise; column pieces: column-wise)
     T_c = sum_d u_cd,  T_c <= total p_c                 its total width; p_c: it runs (always, when it must)
-    m_cd >= k0 + k1 u_cd + k2 v_ch(d) + k3 T_c  if p_c  comm planes of collective c (v_ch = sum of u_c over host h),
-    m_cd >= 0                                           one all-to-all per collective, as the judge runs them
+    m_cd >= k0 p_c + k1 u_cd + k2 v_ch(d) + k3 T_c     comm planes of collective c (v_ch = sum of u_c over host h),
+    m_cd >= 0                                           one all-to-all per collective, as the judge runs them (p_c = 1
+                                                        where c always runs; at p_c = 0 its widths are 0: m_cd >= 0)
     y_d >= x[t, d], y_d <= sum_t x[t, d]                y_d: device d holds a table (an empty device computes nothing)
     z >= c0[d] y_d + sum_t a[t, d] x[t, d] + sum_c m_cd + const_d    device cost, every device
 

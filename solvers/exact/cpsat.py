@@ -153,7 +153,7 @@ def _add_memory(cm: _Model, prob: Problem) -> None:
 
 def _add_comm(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) -> None:
     """Per collective c: u[c][d] = device d's width in it, T[c] its total, p[c] it runs (T > 0 forces it); m[c][d] >=
-    every comm plane of c on d where c runs (in units of 1 / (S plane_scale) ms), m >= 0."""
+    every comm plane of c on d, its constant times p[c] (in units of 1 / (S plane_scale) ms), m >= 0."""
     from ortools.sat.python import cp_model
 
     model, D, plane_scale = cm.model, prob.num_devices, sc.plane_scale
@@ -173,12 +173,13 @@ def _add_comm(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) -> Non
         for d in range(D):
             members = host_members[lin.host[d]]
             for k in range(lin.num_planes):
-                terms = [m[d], u[d]] + [u[j] for j in members] + [T]
-                coefs = [plane_scale, -int(sc.k1[c, d, k])] + [-int(sc.k2[c, d, k])] * len(members) + [-int(sc.k3[c, d, k])]
+                # where c may not run, the plane's constant is paid p times: exact at p = 1, and at p = 0 every width
+                # of c is 0, so m >= 0 (a far tighter LP relaxation than enforcing the plane only if p)
+                terms = [m[d], u[d]] + [u[j] for j in members] + [T] + ([p] if p is not None else [])
+                coefs = ([plane_scale, -int(sc.k1[c, d, k])] + [-int(sc.k2[c, d, k])] * len(members) + [-int(sc.k3[c, d, k])]
+                         + ([-int(sc.k0[c, d, k])] if p is not None else []))
                 keep = [j for j, co in enumerate(coefs) if co != 0 or j == 0]
-                ct = model.add(cp_model.LinearExpr.weighted_sum([terms[j] for j in keep], [coefs[j] for j in keep]) >= int(sc.k0[c, d, k]))
-                if p is not None:
-                    ct.only_enforce_if(p)
+                model.add(cp_model.LinearExpr.weighted_sum([terms[j] for j in keep], [coefs[j] for j in keep]) >= (int(sc.k0[c, d, k]) if p is None else 0))
         cm.u.append(u)
         cm.m.append(m)
         cm.T.append(T)

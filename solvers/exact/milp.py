@@ -84,7 +84,7 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     W = _add_memory_and_widths(rows, prob, lin, by_dev, U, TT, PP)
     m_lo, m_hi = _device_plane_bounds(lin, total)
     m_lo = np.where(lin.always[:, None], m_lo, 0.0)  # (0 where the collective may not run)
-    _add_planes(rows, lin, D, U, MC, TT, PP, W, m_hi + 1.0)
+    _add_planes(rows, lin, D, U, MC, TT, PP, W)
     for d in range(D):  # M_d = sum_c m[c, d] + the constant
         rows.add(np.append(MC + np.arange(C) * D + d, M + d), np.append(-np.ones(C), 1.0), float(lin.comm_const[d]), float(lin.comm_const[d]))
     _add_device_costs(rows, prob, lin, by_dev, M, Y, Z)
@@ -142,9 +142,9 @@ def _add_memory_and_widths(rows: _Rows, prob: Problem, lin: Linearization, by_de
     return W
 
 
-def _add_planes(rows: _Rows, lin: Linearization, D: int, U: int, MC: int, TT: int, PP: int, W: float, big: np.ndarray) -> None:
-    """m[c, d] >= every comm plane of collective c on device d (its own width, its host's, the total) where c runs:
-    less big[c, d] (p[c] - 1) where it may not (big: the planes' maximum)."""
+def _add_planes(rows: _Rows, lin: Linearization, D: int, U: int, MC: int, TT: int, PP: int, W: float) -> None:
+    """m[c, d] >= every comm plane of collective c on device d (its own width, its host's, the total); where c may
+    not run, its constant times p[c] (exact at p = 1; at p = 0 every width of c is 0, so m >= 0)."""
     members = [np.flatnonzero(lin.host == h) for h in range(lin.num_hosts)]
     for c in range(lin.num_collectives):
         for d in range(D):
@@ -157,9 +157,9 @@ def _add_planes(rows: _Rows, lin: Linearization, D: int, U: int, MC: int, TT: in
                 if lin.k3[c, d, k] != 0:
                     merged[TT + c] = -float(lin.k3[c, d, k]) * W
                 lo = float(lin.k0[c, d, k])
-                if not lin.always[c]:
-                    merged[PP + c] = -float(big[c, d])
-                    lo -= float(big[c, d])
+                if not lin.always[c]:  # the constant paid p times: exact at p = 1; at p = 0 c's widths are 0
+                    merged[PP + c] = -lo
+                    lo = 0.0
                 rows.add(np.array(list(merged)), np.array(list(merged.values())), lo, np.inf)
 
 
