@@ -135,11 +135,12 @@ class Linearization:
     def collective_widths(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(u [C, D] own widths, v [C, D] each device's host width, T [C] totals, runs [C]) of the items of a plan,
         per collective."""
-        c = self.counts(x).T.astype(np.float64)  # [D, I]
+        counts = self.counts(x)
+        c = counts.T.astype(np.float64)  # [D, I]
         C = self.num_collectives
         u = np.stack([c @ np.where(self.kind == k, self.dims, 0.0) for k in range(C)])
         v = np.stack([np.bincount(self.host, weights=u[k], minlength=self.num_hosts)[self.host] for k in range(C)])
-        placed = self.counts(x).sum(axis=1) > 0
+        placed = counts.sum(axis=1) > 0
         runs = self.always | np.array([bool(placed[self.kind == k].any()) for k in range(C)])
         return u, v, u.sum(axis=1), runs
 
