@@ -51,10 +51,12 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.completion import completion_mask
-from solvers.tiering import TieredLayout, needs_tiers, plan_tiers
+from solvers.tiering import TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
 SAFE_FALLBACK_MAX_PAIRS = 20_000
+TO_HOST_PREFIXES = 2  # the tiered layouts with only the 1..2 coldest oversized tables in host memory, beside all or none
+EXTRA_VARIANTS_SHARE = 0.25  # the layouts beyond the first three are packed only within this share of the time limit
 
 # what each fallback stage does, in words (`shardopt solve` names the one that placed a plan)
 FALLBACK_STAGES = {
@@ -384,13 +386,18 @@ class HeuristicSolver(Solver):
         return packer, bound, placed, failures, tried, timed_out
 
     def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, clock: Stopwatch, time_limit: float | None,
-                     within_host: bool, lean: bool = False, to_host: bool = False) -> str | tuple[TieredLayout, bool, set[int], tuple]:
+                     within_host: bool, lean: bool = False, to_host: bool | frozenset[int] = False,
+                     retry_to_host: bool = False) -> str | tuple[TieredLayout, bool, set[int], tuple, bool | frozenset[int]]:
         """The tiered layout (solvers.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
-        `_pack` returned), or why no layout could be made. A table no device had room for goes row-wise too, and
-        when that is no way out either, the lean layout (smallest caches, largest tables to host memory) once.
-        `lean`: start from the lean layout; `to_host`: the tables no device holds go to host memory whole where they
-        can (plan_tiers' oversized_to_host)."""
+        `_pack` returned, the tables sent to host memory whole), or why no layout could be made. A table no device had
+        room for goes row-wise too (with `retry_to_host`: first to host memory whole, behind a cache, as TorchRec
+        offloads a cold mid-sized table that the row-wise blocks of the big ones left no device room for:
+        random-434 of bench_tiered), and when that is no way out either, the lean layout (smallest caches, largest
+        tables to host memory) once. `lean`: start from the lean layout; `to_host`: the tables no device holds (or
+        those named) go to host memory whole where they can (plan_tiers' oversized_to_host)."""
         rowwise: set[int] = set()
+        if retry_to_host and not isinstance(to_host, frozenset):
+            to_host = frozenset(oversized_tables(instance)) if to_host else frozenset()
         layout = plan_tiers(instance, lean=lean, within_host=within_host, oversized_to_host=to_host)
         if isinstance(layout, str) and lean:
             return layout
@@ -405,7 +412,9 @@ class HeuristicSolver(Solver):
             if placed or timed_out:
                 break
             stuck = failures[-1].table
-            if stuck in rowwise:
+            if retry_to_host and isinstance(to_host, frozenset) and stuck not in to_host and stuck not in rowwise:
+                to_host = to_host | {stuck}
+            elif stuck in rowwise:
                 if lean:
                     break
                 lean, rowwise = True, set()
@@ -420,7 +429,7 @@ class HeuristicSolver(Solver):
                 if isinstance(retry, str):
                     break
             layout = retry
-        return layout, lean, rowwise, packed
+        return layout, lean, rowwise, packed, to_host
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
@@ -446,9 +455,28 @@ class HeuristicSolver(Solver):
             nested = 1 < topo.devices_per_host < topo.num_devices
             attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.row_splits] if nested else (False,)
             seen: set[tuple] = set()
-            variants = [(a, False, False) for a in attempts] + [(a, True, False) for a in attempts] + [(a, False, True) for a in attempts]
-            for attempt, lean_first, to_host in variants:
-                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host)
+            variants: list[tuple[bool, bool, bool | frozenset[int], bool]] = (
+                [(a, False, False, False) for a in attempts] + [(a, True, False, False) for a in attempts] + [(a, False, True, False) for a in attempts])
+            # with several oversized tables, only the coldest of them to host memory (prefixes, coldest per byte first):
+            # the hot ones split by rows in HBM (random-285: the cold 15 GB table to host memory, the hot one split);
+            # and the tables the packer finds no room for to host memory whole instead of split (random-434)
+            base_variants = len(variants)
+            if topo.has_host_memory:
+                big = oversized_tables(instance)
+                prefixes = [frozenset(big[:k]) for k in range(1, min(len(big), TO_HOST_PREFIXES + 1))]
+                variants += [(a, False, p, False) for p in prefixes for a in attempts]
+                variants += [(a, False, frozenset(), True) for a in attempts]
+            started: set[tuple] = set()
+            for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
+                if n >= base_variants and time_limit is not None and clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
+                    break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
+                first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host)
+                if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
+                    start = (_layout_key(first), attempt, lean_first, retry_to_host)
+                    if start in started:
+                        continue
+                    started.add(start)
+                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host, retry_to_host)
                 if isinstance(got, str):
                     failed = failed or got
                     continue
@@ -456,15 +484,15 @@ class HeuristicSolver(Solver):
                 if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
                     continue
                 seen.add(key)
-                _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a) = got
+                _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a), to_host_a = got
                 cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
                 if best is None or (placed_a and (not best[0] or cost < best[1])):
                     best = (bool(placed_a), cost, attempt, got)
-                    to_host_used = to_host
+                    to_host_used = to_host_a
                 if timed_out_a or (placed_a and bound_a is None):
                     break
             if best is not None:
-                _, _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out)) = best
+                _, _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out), _) = best
             if layout is None:
                 return fail(self, SolveStatus.no_solution, f"{self.name}: {failed}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
         else:
@@ -513,7 +541,8 @@ class HeuristicSolver(Solver):
         if layout is not None:
             extra["placements"] = layout.summary()
             info["lean_tiers"] = lean
-            info["oversized_to_host"] = to_host_used
+            info["oversized_to_host"] = (sorted(instance.tables[i].name for i in to_host_used)
+                                         if isinstance(to_host_used, frozenset) else to_host_used)
             info["row_splits_within_host"] = within_host
             info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}

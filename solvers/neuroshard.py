@@ -811,6 +811,15 @@ def _fixed_keys(layout: TieredLayout) -> set[tuple]:
     return {(s.table, s.device, s.row_offset, s.rows, s.kernel, s.cache_load_factor) for s in layout.fixed}
 
 
+def _to_host_of(instance: Instance, chosen: bool | list[str]) -> bool | frozenset[int]:
+    """greedy's `info["oversized_to_host"]` (a flag, or the names of the oversized tables it put in host memory) as
+    plan_tiers' argument."""
+    if isinstance(chosen, list):
+        index = instance.table_index()
+        return frozenset(index[name] for name in chosen)
+    return bool(chosen)
+
+
 class NeuroShardSolver(Solver):
     name = "neuroshard"
     family = "search"
@@ -840,10 +849,10 @@ class NeuroShardSolver(Solver):
         proof = tiered_infeasibility_reason(instance)
         if proof is not None:
             return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
-        greedy = GreedySolver().solve(instance, cost_model, seed=seed)
+        greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget)
         rowwise = frozenset(instance.table_index()[s.table] for s in greedy.plan.shards if s.rows is not None) if greedy.plan is not None else frozenset()
         lean, within = bool(greedy.info.get("lean_tiers", False)), bool(greedy.info.get("row_splits_within_host", True))
-        to_host = bool(greedy.info.get("oversized_to_host", False))
+        to_host = _to_host_of(instance, greedy.info.get("oversized_to_host", False))
         layout = plan_tiers(instance, rowwise, lean=lean, within_host=within, oversized_to_host=to_host)
         if isinstance(layout, str) and within:  # (oversized tables split within one host fill it: over all devices)
             layout = plan_tiers(instance, rowwise, lean=lean, within_host=False, oversized_to_host=to_host)
@@ -851,10 +860,10 @@ class NeuroShardSolver(Solver):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
         alt, greedy_alt = None, None
         if within:  # the layout splits the oversized tables within one host: the one over all devices, with its greedy plan
-            greedy_alt = GreedySolver(row_splits="all_devices").solve(instance, cost_model, seed=seed)
+            greedy_alt = GreedySolver(row_splits="all_devices").solve(instance, cost_model, seed=seed, time_limit=budget)
             rowwise_alt = frozenset(instance.table_index()[s.table] for s in greedy_alt.plan.shards if s.rows is not None) if greedy_alt.plan is not None else frozenset()
             alt = plan_tiers(instance, rowwise_alt, lean=bool(greedy_alt.info.get("lean_tiers", False)), within_host=False,
-                             oversized_to_host=bool(greedy_alt.info.get("oversized_to_host", False)))
+                             oversized_to_host=_to_host_of(instance, greedy_alt.info.get("oversized_to_host", False)))
         if isinstance(alt, str) or alt is None or _fixed_keys(alt) == _fixed_keys(layout):
             return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
         # oversized tables split within one host (less network) or over all devices (their blocks a quarter as big

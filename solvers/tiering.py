@@ -26,7 +26,7 @@ The decisions, in order (each one TorchRec can express, so the plan exports one 
 
 Variants (arguments of `plan_tiers`): `lean` (the smallest caches, the largest tables to host memory first),
 `within_host=False` (every row split over all devices), `oversized_to_host` (a table no device holds goes to host
-memory whole, behind a cache on one device, where a device's host memory holds it). The cost-aware heuristics pack
+memory whole, behind a cache on one device, where a device's host memory holds it; or only the named ones of them). The cost-aware heuristics pack
 every variant that differs and keep the cheapest plan (solvers.heuristics); neuroshard and the exact solvers search
 the layout greedy chose.
 
@@ -153,8 +153,17 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     return None
 
 
+def oversized_tables(instance: Instance) -> list[int]:
+    """The tables larger than the largest device's HBM, coldest per byte (fewest lookups per byte) first: the
+    candidates for host memory whole (`plan_tiers(oversized_to_host=...)`), in the order they should go there."""
+    full = table_bytes_array(instance)
+    cap = max(instance.topology.capacities())
+    big = [i for i in range(len(instance.tables)) if full[i] > cap]
+    return sorted(big, key=lambda i: (instance.tables[i].pooling_factor / max(int(full[i]), 1), i))
+
+
 def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True,
-               oversized_to_host: bool = False) -> TieredLayout | str:
+               oversized_to_host: bool | frozenset[int] = False) -> TieredLayout | str:
     """`_plan_tiers` with the oversized tables hottest per byte first, or, where that layout cannot be made (the hot
     tables' blocks took the HBM and host memory that a later table's blocks needed), in table order."""
     got = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=True)
@@ -165,7 +174,7 @@ def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: 
     return got
 
 
-def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_host: bool, oversized_to_host: bool,
+def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_host: bool, oversized_to_host: bool | frozenset[int],
                 hot_first: bool) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
     to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
@@ -177,7 +186,11 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     `oversized_to_host`: a table no device can hold goes to host memory whole, behind an HBM cache on one device,
     where a device's host memory holds it (else row-wise as above): a cold huge table split by rows fills every
     device's HBM with rows that are seldom read, which the hot tables then miss (random-314 of
-    benchmarks/bench_tiered.py: 9.54 ms, where TorchRec's plan, the cold table in host memory, costs 5.51)."""
+    benchmarks/bench_tiered.py: 9.54 ms, where TorchRec's plan, the cold table in host memory, costs 5.51).
+    A set of table indices instead of True: only those tables go to host memory whole, oversized or not (the cold
+    ones of several oversized tables, `oversized_tables`' prefixes: a hot oversized table is better split by rows in HBM, and the
+    HBM it then leaves can hold a mid-sized table whole that would otherwise be split too; random-285: 3.75 ms
+    with all three split, TorchRec 2.93 with the cold one in host memory)."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason
@@ -200,12 +213,14 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     # hottest per byte first: the HBM left for row-wise blocks goes to the tables with the most lookups per byte
     # (in table order, a cold huge table could take the HBM that a hot one then misses: random-986 of
     # benchmarks/bench_tiered.py, 10.09 ms where TorchRec's plan, the hot table's blocks in HBM, costs 7.15)
-    oversized = [i for i in range(len(tables)) if full[i] > caps.max() or i in rowwise]
+    named = oversized_to_host if isinstance(oversized_to_host, frozenset) else frozenset()
+    oversized = [i for i in range(len(tables)) if full[i] > caps.max() or i in rowwise or i in named]
     if hot_first:
         oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
     for i in oversized:
         t = tables[i]
-        if oversized_to_host and i not in rowwise:
+        to_host = i in oversized_to_host if isinstance(oversized_to_host, frozenset) else bool(oversized_to_host)
+        if to_host and i not in rowwise:
             f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
             # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge)
             for f in sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True):
