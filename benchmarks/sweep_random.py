@@ -1,0 +1,130 @@
+"""Every registered solver on random instances it was not tuned on: what breaks?
+
+The solvers are developed against the committed suites and bench_tiered's seeds 0-999; users bring other shapes. This
+runs every solver of the registry (or `--solvers`) on bench_tiered's generator at other seeds (default 1000-1299)
+with a short time limit, and reports, per solver, its statuses and every finding of these kinds:
+
+- `error`: an exception (a stack trace where a user should get a plan or a reason);
+- `invalid`: a plan that fails the independent two-tier checker (shardopt.core.plan_check);
+- `wrong_infeasible`: status `infeasible` (a proof) where another solver returned a valid plan;
+- `no_plan`: no plan where TorchRec's planner (`torchrec_all`) found one (only for the solvers whose placements cover
+  the instance's: `--covering`, default greedy, neuroshard, cpsat, milp, milp_highs).
+
+Costs are **simulated** (analytic model); nothing here is timed. Exit status 1 when any finding of the first three
+kinds is made (a `no_plan` under a short time limit is reported, not failed: an anytime solver may run out).
+
+Run: `.venv/bin/python benchmarks/sweep_random.py [--seeds 1000-1299] [--time-limit 2] [--solvers a,b,...]
+[--out benchmarks/results/sweep-random.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from collections import Counter
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench_tiered import make_solver, random_instance  # noqa: E402
+from costmodels.analytic import AnalyticCostModel  # noqa: E402
+from shardopt.core.plan_check import check_plan  # noqa: E402
+from solvers.registry import solver_names  # noqa: E402
+
+COVERING = ("greedy", "neuroshard", "cpsat", "milp", "milp_highs")
+FAILING = ("error", "invalid", "wrong_infeasible")
+
+
+def seed_range(text: str) -> list[int]:
+    """'1000-1299' or '5,7,9' -> seeds."""
+    if "-" in text and "," not in text:
+        lo, hi = (int(x) for x in text.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def run_one(label: str, seed: int, time_limit: float, judge: AnalyticCostModel) -> dict:
+    inst = random_instance(seed)
+    row: dict = {"seed": seed, "solver": label}
+    t0 = time.perf_counter()
+    try:
+        r = make_solver(label).solve(inst, judge, time_limit=time_limit, seed=0)
+        row["status"], row["reason"] = r.status.value, (r.reason or "")[:300]
+        if r.plan is not None:
+            report = check_plan(inst, r.plan)
+            row["valid"] = report.ok
+            if not report.ok:
+                row["problems"] = str(report)[:500]
+            row["cost_ms"] = judge.plan_costs(inst, r.plan).max_cost
+    except Exception as exc:  # noqa: BLE001 - the finding itself
+        row["status"], row["reason"] = "error", f"{type(exc).__name__}: {exc}"[:300]
+        row["traceback"] = traceback.format_exc()[-2000:]
+    row["wall_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def findings(rows: list[dict], covering: tuple[str, ...]) -> list[dict]:
+    by: dict[int, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault(r["seed"], {})[r["solver"]] = r
+    out = []
+    for seed, got in sorted(by.items()):
+        planned = any(r.get("valid") for r in got.values())
+        torchrec = got.get("torchrec_all", {}).get("valid", False)
+        for name, r in got.items():
+            if r["status"] == "error":
+                out.append({"seed": seed, "solver": name, "kind": "error", "detail": r["reason"]})
+            if r.get("valid") is False:
+                out.append({"seed": seed, "solver": name, "kind": "invalid", "detail": r.get("problems", "")})
+            if r["status"] == "infeasible" and planned:
+                out.append({"seed": seed, "solver": name, "kind": "wrong_infeasible", "detail": r["reason"]})
+            if torchrec and name in covering and not r.get("valid"):
+                out.append({"seed": seed, "solver": name, "kind": "no_plan", "detail": f"{r['status']}: {r['reason']}"})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1000-1299")
+    ap.add_argument("--time-limit", type=float, default=2.0)
+    ap.add_argument("--solvers", default=None, help="comma-separated (default: every registered solver)")
+    ap.add_argument("--covering", default=",".join(COVERING), help="solvers that must place what TorchRec places")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    names = args.solvers.split(",") if args.solvers else sorted(solver_names())
+    judge = AnalyticCostModel()
+    t0 = time.perf_counter()
+    rows = [run_one(name, seed, args.time_limit, judge) for seed in seed_range(args.seeds) for name in names]
+    found = findings(rows, tuple(args.covering.split(",")))
+    statuses = {name: dict(Counter(r["status"] for r in rows if r["solver"] == name)) for name in names}
+    doc = {"command": "python benchmarks/sweep_random.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "machine": f"{platform.node()} ({platform.machine()})", "date": date.today().isoformat(),
+           "judge": "sim (analytic model): plans checked, nothing timed", "wall_s": round(time.perf_counter() - t0, 1),
+           "statuses": statuses, "findings": found, "rows": rows}
+    for name in names:
+        print(f"{name:22s} {statuses[name]}")
+    kinds = Counter(f["kind"] for f in found)
+    print(f"findings: {dict(kinds) or 'none'}")
+    for f in found:
+        print(f"  {f['kind']:16s} seed {f['seed']:5d} {f['solver']:20s} {f['detail'][:160]}")
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 1 if any(f["kind"] in FAILING for f in found) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
