@@ -387,18 +387,20 @@ class HeuristicSolver(Solver):
 
     def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, clock: Stopwatch, time_limit: float | None,
                      within_host: bool, lean: bool = False, to_host: bool | frozenset[int] = False,
-                     retry_to_host: bool = False) -> str | tuple[TieredLayout, bool, set[int], tuple, bool | frozenset[int]]:
+                     retry_to_host: bool = False, start: TieredLayout | str | None = None,
+                     ) -> str | tuple[TieredLayout, bool, set[int], tuple, bool | frozenset[int]]:
         """The tiered layout (solvers.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
         `_pack` returned, the tables sent to host memory whole), or why no layout could be made. A table no device had
         room for goes row-wise too (with `retry_to_host`: first to host memory whole, behind a cache, as TorchRec
         offloads a cold mid-sized table that the row-wise blocks of the big ones left no device room for:
         random-434 of bench_tiered), and when that is no way out either, the lean layout (smallest caches, largest
         tables to host memory) once. `lean`: start from the lean layout; `to_host`: the tables no device holds (or
-        those named) go to host memory whole where they can (plan_tiers' oversized_to_host)."""
+        those named) go to host memory whole where they can (plan_tiers' oversized_to_host). `start`: plan_tiers'
+        answer for these arguments where the caller has it already."""
         rowwise: set[int] = set()
         if retry_to_host and not isinstance(to_host, frozenset):
             to_host = frozenset(oversized_tables(instance)) if to_host else frozenset()
-        layout = plan_tiers(instance, lean=lean, within_host=within_host, oversized_to_host=to_host)
+        layout = start if start is not None else plan_tiers(instance, lean=lean, within_host=within_host, oversized_to_host=to_host)
         if isinstance(layout, str) and lean:
             return layout
         if isinstance(layout, str):  # the default layout does not fit: the lean one (smallest caches, largest tables out)
@@ -476,7 +478,7 @@ class HeuristicSolver(Solver):
                     if start in started:
                         continue
                     started.add(start)
-                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host, retry_to_host)
+                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host, retry_to_host, first)
                 if isinstance(got, str):
                     failed = failed or got
                     continue
