@@ -105,10 +105,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
+    try:
+        seeds = seed_range(args.seeds)
+    except ValueError:
+        ap.error(f"--seeds: {args.seeds!r} is neither a range like 1000-1299 nor a list like 5,7,9")
     names = args.solvers.split(",") if args.solvers else sorted(solver_names())
+    unknown = sorted(set(n.split(":")[0] for n in names) - set(solver_names()))
+    if unknown:
+        ap.error(f"--solvers: unknown {', '.join(unknown)} (known: {', '.join(sorted(solver_names()))})")
     judge = AnalyticCostModel()
     t0 = time.perf_counter()
-    rows = [run_one(name, seed, args.time_limit, judge) for seed in seed_range(args.seeds) for name in names]
+    rows = [run_one(name, seed, args.time_limit, judge) for seed in seeds for name in names]
     found = findings(rows, tuple(args.covering.split(",")))
     statuses = {name: dict(Counter(r["status"] for r in rows if r["solver"] == name)) for name in names}
     doc = {"command": "python benchmarks/sweep_random.py " + " ".join(argv if argv is not None else sys.argv[1:]),
