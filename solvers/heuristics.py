@@ -469,12 +469,13 @@ class HeuristicSolver(Solver):
                 variants += [(a, False, p, False) for p in prefixes for a in attempts]
                 variants += [(a, False, frozenset(), True) for a in attempts]
             started: set[tuple] = set()
+            packed_layouts: list[dict[str, Any]] = []  # every distinct layout that packed, with its plan's cost
             for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
                 if n >= base_variants and time_limit is not None and clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
                     break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
                 first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host)
                 if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
-                    start = (_layout_key(first), attempt, lean_first, retry_to_host)
+                    start = (first.key(), attempt, lean_first, retry_to_host)
                     if start in started:
                         continue
                     started.add(start)
@@ -482,12 +483,15 @@ class HeuristicSolver(Solver):
                 if isinstance(got, str):
                     failed = failed or got
                     continue
-                key = _layout_key(got[0])
+                key = got[0].key()
                 if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
                     continue
                 seen.add(key)
                 _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a), to_host_a = got
                 cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
+                if placed_a:
+                    packed_layouts.append({"within_host": attempt, "lean": got[1], "rowwise": sorted(instance.tables[i].name for i in got[2]),
+                                           "oversized_to_host": _to_host_names(instance, to_host_a), "cost": cost})
                 if best is None or (placed_a and (not best[0] or cost < best[1])):
                     best = (bool(placed_a), cost, attempt, got)
                     to_host_used = to_host_a
@@ -543,8 +547,9 @@ class HeuristicSolver(Solver):
         if layout is not None:
             extra["placements"] = layout.summary()
             info["lean_tiers"] = lean
-            info["oversized_to_host"] = (sorted(instance.tables[i].name for i in to_host_used)
-                                         if isinstance(to_host_used, frozenset) else to_host_used)
+            info["oversized_to_host"] = _to_host_names(instance, to_host_used)
+            # the other layouts that packed, cheapest first: a search after greedy (neuroshard) may start from several
+            info["layouts_ranked"] = sorted(packed_layouts, key=lambda d: d["cost"])
             info["row_splits_within_host"] = within_host
             info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
@@ -555,9 +560,9 @@ class HeuristicSolver(Solver):
         )
 
 
-def _layout_key(layout: TieredLayout) -> tuple:
-    """What makes two tiered layouts the same plan space: every table's tier and the fixed shards."""
-    return (tuple(layout.tiers), tuple((s.table, s.device, s.rows, s.row_offset, s.kernel, s.cache_load_factor) for s in layout.fixed))
+def _to_host_names(instance: Instance, to_host: bool | frozenset[int]) -> bool | list[str]:
+    """plan_tiers' `oversized_to_host` as greedy's info says it: the flag, or the names of the tables."""
+    return sorted(instance.tables[i].name for i in to_host) if isinstance(to_host, frozenset) else bool(to_host)
 
 
 class ProxySolver(HeuristicSolver):

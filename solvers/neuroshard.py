@@ -29,7 +29,9 @@ docs/benchmarks.md:
 Beyond HBM (issue 17): where table-wise and column-wise placements in HBM cannot hold the instance (or the search
 over them found no plan, even when the time limit ended it: greedy's tiered plan is still an answer, where before
 a 2 s limit returned none on 3 of 200 random instances that TorchRec and greedy placed), the same search
-runs within the heuristics' tiered layout (solvers.tiering, the layout greedy ends with): the row-wise tables' blocks
+runs within the heuristics' tiered layouts (solvers.tiering: every layout greedy packed, its cheapest first and the
+cheapest that splits the oversized tables the other way second, each searched and polished, the cheapest plan
+kept: greedy's packed cost ranks them poorly, `tiered_layouts`): the row-wise tables' blocks
 are every device's background from the start, the UVM tables are pieces in their tier (HBM and host bytes, the
 cache's miss share in their state), and the search chooses devices and column splits for the packed tables under
 both capacities (`PieceModel`, docs/placements.md). After the search, the placement polish (solvers.placement_polish)
@@ -68,6 +70,7 @@ from solvers.tiering import TieredLayout, plan_tiers
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
 LANE_DEVICES = 40_000  # and at most about this many (state x scale x device) rows per batched call
+LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's search, what the layouts beyond the second share
 
 
 @dataclass(frozen=True)
@@ -808,11 +811,6 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, c
             break
 
 
-def _fixed_keys(layout: TieredLayout) -> set[tuple]:
-    """What a layout fixes before the search: its row-split tables' shards, by table, device and rows."""
-    return {(s.table, s.device, s.row_offset, s.rows, s.kernel, s.cache_load_factor) for s in layout.fixed}
-
-
 def _to_host_of(instance: Instance, chosen: bool | list[str]) -> bool | frozenset[int]:
     """greedy's `info["oversized_to_host"]` (a flag, or the names of the oversized tables it put in host memory) as
     plan_tiers' argument."""
@@ -820,6 +818,43 @@ def _to_host_of(instance: Instance, chosen: bool | list[str]) -> bool | frozense
         index = instance.table_index()
         return frozenset(index[name] for name in chosen)
     return bool(chosen)
+
+
+def _search_order(layouts: list[tuple[dict[str, Any], TieredLayout]]) -> list[tuple[dict[str, Any], TieredLayout]]:
+    """`layouts` (cheapest packed first) with the cheapest one that splits the oversized tables the other way
+    (within one host / over all devices) moved second: the two ways differ most (the old pair of searches)."""
+    if len(layouts) < 3:
+        return layouts
+    other = next((i for i, (a, _) in enumerate(layouts) if a["within_host"] != layouts[0][0]["within_host"]), None)
+    if other is None or other == 1:
+        return layouts
+    return [layouts[0], layouts[other]] + [x for i, x in enumerate(layouts) if i not in (0, other)]
+
+
+def tiered_layouts(instance: Instance, greedy: SolveResult) -> list[tuple[dict[str, Any], TieredLayout]] | str:
+    """The tiered layouts to search, each with what made it (greedy's `layouts_ranked` entry: row splits within a
+    host or over all devices, lean, the tables retried row-wise, the tables sent to host memory whole, and the cost of
+    greedy's plan in it), in greedy's order, cheapest packed plan first, distinct; where greedy packed none, the
+    default layout (split within a host, else over all devices). A string: why no layout could be made."""
+    index = instance.table_index()
+    ranked = greedy.info.get("layouts_ranked") or [{"within_host": True, "lean": False, "rowwise": [], "oversized_to_host": False, "cost": None},
+                                                    {"within_host": False, "lean": False, "rowwise": [], "oversized_to_host": False, "cost": None}]
+    out: list[tuple[dict[str, Any], TieredLayout]] = []
+    seen: set[tuple] = set()
+    why = ""
+    for about in ranked:
+        layout = plan_tiers(instance, frozenset(index[n] for n in about["rowwise"]), lean=bool(about["lean"]),
+                            within_host=bool(about["within_host"]), oversized_to_host=_to_host_of(instance, about["oversized_to_host"]))
+        if isinstance(layout, str):
+            why = why or layout
+            continue
+        if layout.key() in seen:
+            continue
+        seen.add(layout.key())
+        out.append((dict(about), layout))
+        if about["cost"] is None:  # (greedy packed no layout: the first that can be made is the one)
+            break
+    return out or why
 
 
 class NeuroShardSolver(Solver):
@@ -853,33 +888,36 @@ class NeuroShardSolver(Solver):
         if proof is not None:
             return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
         greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget)
-        rowwise = frozenset(instance.table_index()[s.table] for s in greedy.plan.shards if s.rows is not None) if greedy.plan is not None else frozenset()
-        lean, within = bool(greedy.info.get("lean_tiers", False)), bool(greedy.info.get("row_splits_within_host", True))
-        to_host = _to_host_of(instance, greedy.info.get("oversized_to_host", False))
-        layout = plan_tiers(instance, rowwise, lean=lean, within_host=within, oversized_to_host=to_host)
-        if isinstance(layout, str) and within:  # (oversized tables split within one host fill it: over all devices)
-            layout = plan_tiers(instance, rowwise, lean=lean, within_host=False, oversized_to_host=to_host)
-        if isinstance(layout, str):
-            return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layout}. The instance is not proven infeasible", clock, {"tiers": "failed"})
-        alt, greedy_alt = None, None
-        if within:  # the layout splits the oversized tables within one host: the one over all devices, with its greedy plan
-            greedy_alt = GreedySolver(row_splits="all_devices").solve(instance, cost_model, seed=seed, time_limit=budget)
-            rowwise_alt = frozenset(instance.table_index()[s.table] for s in greedy_alt.plan.shards if s.rows is not None) if greedy_alt.plan is not None else frozenset()
-            alt = plan_tiers(instance, rowwise_alt, lean=bool(greedy_alt.info.get("lean_tiers", False)), within_host=False,
-                             oversized_to_host=_to_host_of(instance, greedy_alt.info.get("oversized_to_host", False)))
-        if isinstance(alt, str) or alt is None or _fixed_keys(alt) == _fixed_keys(layout):
-            return self._search(instance, cost_model, layout, clock, budget, seed, greedy)
-        # oversized tables split within one host (less network) or over all devices (their blocks a quarter as big
-        # on each device, which can leave the HBM that the host-memory tables' caches need): both searched, half the
-        # budget each, from the greedy plan of each layout, the cheaper plan kept
-        # (half of the time the two greedy runs left, not half of the budget: they can take most of the first half)
-        first = self._search(instance, cost_model, layout, clock, None if budget is None else clock.elapsed + 0.5 * max(budget - clock.elapsed, 0.0),
-                             seed, greedy)
-        second = self._search(instance, cost_model, alt, clock, budget, seed, greedy_alt)
-        costs = [r.predicted.max_cost if r.plan is not None and r.predicted is not None else np.inf for r in (first, second)]
-        chosen = second if costs[1] < costs[0] else first
-        chosen.info["row_splits_within_host"] = chosen is first
-        chosen.info["layouts_compared"] = {"within_host": costs[0], "over_all_devices": costs[1]}
+        layouts = tiered_layouts(instance, greedy)
+        if isinstance(layouts, str):
+            return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layouts}. The instance is not proven infeasible", clock, {"tiers": "failed"})
+        # every layout greedy packed is searched, the cheapest packed first, and the cheapest with the oversized tables
+        # split the other way (within one host / over all devices) second, the cheapest plan kept: greedy's packed
+        # cost ranks the layouts poorly, the search and the placement polish change their order (random-949 of
+        # bench_tiered: the layout greedy packed cheapest searched to 49.2 ms, its third to 37.8; random-304 0.417 /
+        # 0.359; tiered-test-s1-0009: the second 9.57 ms, the first 16.9, simulated). The first gets half the time
+        # left, the second all but LATER_LAYOUTS_SHARE of what is then left (on large instances the polish needs it:
+        # tiered-test-s1-0009's second layout at 2.5 s is 12.9 ms), the rest equal shares of the remainder (on small
+        # instances every search ends long before its deadline and the next gets the time it left)
+        layouts = _search_order(layouts)
+        searched: list[tuple[dict[str, Any], SolveResult]] = []
+        n = len(layouts)
+        for k, (about, layout) in enumerate(layouts):
+            if k > 0 and budget is not None and clock.elapsed >= budget:
+                break
+            deadline = None
+            if budget is not None:
+                left = max(budget - clock.elapsed, 0.0)
+                share = 0.5 if k == 0 and n > 1 else (1.0 - LATER_LAYOUTS_SHARE) if k == 1 and n > 2 else 1.0 / (n - k)
+                deadline = clock.elapsed + share * left
+            searched.append((about, self._search(instance, cost_model, layout, clock, deadline, seed, greedy)))
+        costs = [float(r.predicted.max_cost) if r.plan is not None and r.predicted is not None else np.inf for _, r in searched]
+        k = int(np.argmin(costs))  # (ties: the layout greedy packed cheaper)
+        about, chosen = searched[k]
+        if len(layouts) > 1:
+            chosen.info["row_splits_within_host"] = about["within_host"]
+            chosen.info["layouts_compared"] = [dict(a, searched_cost=c) for (a, _), c in zip(searched, costs)]
+            chosen.info["layouts_not_searched"] = len(layouts) - len(searched)
         return chosen
 
     def _search(self, instance: Instance, cost_model: CostModel, layout: TieredLayout | None, clock: Stopwatch, budget: float | None, seed: int,
@@ -895,7 +933,9 @@ class NeuroShardSolver(Solver):
                                        "every table row-wise in the tiered layout: nothing to search")
         deadline = budget if cfg.anytime else None
         # the search stops early enough to leave the polish its share of the budget
-        search_deadline = None if deadline is None else (deadline * (1.0 - cfg.polish_reserve) if cfg.polish else deadline)
+        # (of the time from now to the deadline: a layout searched after another starts late on the clock)
+        begun = clock.elapsed
+        search_deadline = None if deadline is None else (begun + (deadline - begun) * (1.0 - cfg.polish_reserve) if cfg.polish else deadline)
         scorer = _StateScorer(pm, cfg, clock, search_deadline, instance.topology.num_devices)
 
         start = pm.all_pieces()

@@ -91,6 +91,10 @@ class TieredLayout:
         tier = self.tiers[table]
         return Shard(table=instance.tables[table].name, device=device, kernel=tier.kernel, cache_load_factor=tier.cache_load_factor)
 
+    def key(self) -> tuple:
+        """What makes two layouts the same plan space: every table's tier and the fixed shards."""
+        return (tuple(self.tiers), tuple((s.table, s.device, s.rows, s.row_offset, s.kernel, s.cache_load_factor) for s in self.fixed))
+
     def summary(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in self.tiers:
