@@ -63,6 +63,7 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
+from solvers.completion import completion_mask
 from solvers.heuristics import GreedySolver
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
 from solvers.tiering import TieredLayout, plan_tiers
@@ -94,11 +95,12 @@ class NeuroShardConfig:
     placement_polish: bool = True  # in a tiered layout: cost-driven caches / HBM moves (solvers.placement_polish)
     data_parallel: bool | None = None  # offer data-parallel replicas: None = in tiered layouts only (see docstring)
     row_wise: bool = True  # offer row-wise / table-row-wise splits of HBM tables on the bottleneck (placement polish)
+    safe_fallback: bool = True  # a state none of whose grid lanes packs is scored again with the completion check
 
 
 FAITHFUL = NeuroShardConfig(
     split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False,
-    refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False,
+    refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False, safe_fallback=False,
 )  # (anytime: the published search has no budget; here it honours --time-limit and the default budget)
 
 
@@ -230,6 +232,7 @@ def grid_greedy(
     comm_aware: bool = False,
     clock: Stopwatch | None = None,
     deadline: float | None = None,
+    safe: bool = False,
 ) -> list[GridResult] | None:
     """The inner greedy for several beam states (same piece count) under every dim-cap scale, all in lock-step:
     one batched cost-model call per piece position for every distinct (state, scale) lane. Returns each state's
@@ -237,7 +240,12 @@ def grid_greedy(
 
     Lanes of one state differ only in their dim cap, so until a cap binds they make the same choices and hold the
     same devices: `group` tracks which lanes are still identical, and the cost model is asked once per group (the
-    lanes split when their choices differ). Same results as asking per lane, several times fewer rows."""
+    lanes split when their choices differ). Same results as asking per lane, several times fewer rows.
+
+    `safe`: each piece only where the state's remaining pieces still fit by worst fit (solvers.completion, greedy's
+    `primary_safe`): for tight instances whose cost-ordered grid fills the devices so that a large piece left for
+    later fits nowhere (huge-test-s1-0010: 41.5 GB of tables in 46.2 GB of HBM, a 24.7 GB table in quarters; no lane
+    packed, and the search fell back to splitting it by rows: 1.545 ms, where cpsat's column-wise plan is 1.237)."""
     bm = pm.bm
     order = _greedy_order(pm, states_list)
     sib = _sibling_positions(order.owner)
@@ -254,6 +262,10 @@ def grid_greedy(
             ok &= lanes.host_free >= order.host[lanes.state, i][:, None]
         if cfg.split_apart:
             _keep_apart(ok, sib[lanes.state, i], lanes)
+        if safe:
+            for b in np.unique(lanes.state[lanes.alive]):
+                sel = lanes.ids[lanes.alive & (lanes.state == b)]
+                ok[sel] = completion_mask(lanes.free[sel], int(order.sizes[b, i]), order.sizes[b, i + 1:], ok[sel])
         _, first, inv = np.unique(group, return_index=True, return_inverse=True)
         live_rep = first[lanes.alive[first]]  # (a dead lane's group is not asked: its scores are all inf)
         new_rep = np.zeros((len(first), lanes.S.shape[1]))
@@ -639,6 +651,13 @@ class _StateScorer:
             scored = grid_greedy(self.pm, [list(states[i]) for i in chunk], cfg, clock=clock, deadline=deadline)
             if scored is None:
                 break
+            unpacked = [k for k, r in enumerate(scored) if r.device_of is None]
+            if cfg.safe_fallback and unpacked:  # (no lane packed: again, each piece only where the rest still fit)
+                again = grid_greedy(self.pm, [list(states[chunk[k]]) for k in unpacked], cfg, clock=clock, deadline=deadline, safe=True)
+                if again is None:
+                    break
+                for k, r in zip(unpacked, again):
+                    scored[k] = r
             for i, r in zip(chunk, scored):
                 self.evaluated += 1
                 results[i] = r
@@ -820,6 +839,39 @@ def _to_host_of(instance: Instance, chosen: bool | list[str]) -> bool | frozense
     return bool(chosen)
 
 
+def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list[Shard]) -> list[Shard]:
+    """`shards` with each table's column pieces on one device merged into one shard, the table's columns laid out
+    again so that each device's share is one contiguous range (columns are interchangeable in the cost model), where
+    that is no dearer by the cost model. Why: the safe grid (completion-checked) can leave several slices of one table
+    on a device (huge-test-s1-0010: three of t631's on device 0), each paying its own per-shard costs."""
+    by_table: dict[str, list[Shard]] = {}
+    for s in shards:
+        by_table.setdefault(s.table, []).append(s)
+    tables = {t.name: t for t in instance.tables}
+    out: list[Shard] = []
+    changed = False
+    for name, group in by_table.items():
+        devices = [s.device for s in group]
+        plain = all(s.rows is None and s.row_offset == 0 and not s.replicated for s in group)
+        same_tier = len({(s.kernel, s.cache_load_factor) for s in group}) == 1
+        if len(set(devices)) == len(devices) or not plain or not same_tier:
+            out += group
+            continue
+        width: dict[int, int] = {}
+        for s in sorted(group, key=lambda s: s.col_offset):
+            width[s.device] = width.get(s.device, 0) + s.width(tables[name])
+        offset = 0
+        for d, w in width.items():  # (devices in the order of their first column)
+            whole = w == tables[name].dim
+            out.append(Shard(table=name, device=d, col_offset=0 if whole else offset, cols=None if whole else w,
+                             kernel=group[0].kernel, cache_load_factor=group[0].cache_load_factor))
+            offset += w
+        changed = True
+    if not changed:
+        return shards
+    return out if bm.plan_costs(out).max_cost <= bm.plan_costs(shards).max_cost else shards
+
+
 def _search_order(layouts: list[tuple[dict[str, Any], TieredLayout]]) -> list[tuple[dict[str, Any], TieredLayout]]:
     """`layouts` (cheapest packed first) with the cheapest one that splits the oversized tables the other way
     (within one host / over all devices) moved second: the two ways differ most (the old pair of searches)."""
@@ -964,6 +1016,8 @@ class NeuroShardSolver(Solver):
             device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
             timed_out = timed_out or (deadline is not None and clock.elapsed >= deadline)
         shards = pm.to_shards(pieces, device_of)
+        if cfg.safe_fallback:
+            shards = merge_colocated_columns(instance, bm, shards)
         dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
         placed: dict[str, Any] | None = None
         if (cfg.placement_polish and layout is not None) or dp or cfg.row_wise:
