@@ -631,6 +631,7 @@ class _StateScorer:
         self.pm, self.cfg, self.clock, self.deadline = pm, cfg, clock, deadline
         self.seen: dict[tuple[Piece, ...], GridResult] = {}
         self.evaluated = 0
+        self.rescored_safe = 0  # states no grid lane packed, scored again with the completion check
         # states per lock-step batch: bounded lanes x devices keeps each batched call in cache-friendly sizes
         self.batch = max(1, min(BATCH_STATES, LANE_DEVICES // (len(cfg.scales) * num_devices)))
 
@@ -656,6 +657,7 @@ class _StateScorer:
                 again = grid_greedy(self.pm, [list(states[chunk[k]]) for k in unpacked], cfg, clock=clock, deadline=deadline, safe=True)
                 if again is None:
                     break
+                self.rescored_safe += len(unpacked)
                 for k, r in zip(unpacked, again):
                     scored[k] = r
             for i, r in zip(chunk, scored):
@@ -1024,6 +1026,7 @@ class NeuroShardSolver(Solver):
             shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, clock, deadline, timed_out)
         info: dict[str, Any] = {
             "states_scored": scorer.evaluated,
+            "states_rescored_safe": scorer.rescored_safe,
             "beam_steps": search.steps,
             "no_split_grid_cost": first.cost,
             "greedy_seed_cost": greedy_cost,
