@@ -466,6 +466,9 @@ class HeuristicSolver(Solver):
             if topo.has_host_memory:
                 big = oversized_tables(instance)
                 prefixes = [frozenset(big[:k]) for k in range(1, min(len(big), TO_HOST_PREFIXES + 1))]
+                # every oversized table named: those a device's host memory holds go there whole, the others by rows
+                # in HBM (with `True` the others go to host memory by rows; random-575 of bench_tiered wants this form)
+                prefixes += [frozenset(big)] if big and frozenset(big) not in prefixes else []
                 variants += [(a, False, p, False) for p in prefixes for a in attempts]
                 variants += [(a, False, frozenset(), True) for a in attempts]
             started: set[tuple] = set()
