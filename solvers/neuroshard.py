@@ -941,14 +941,13 @@ class NeuroShardSolver(Solver):
                 # bench_tiered: 2.83 ms in HBM, 2.65 with a table in host memory behind a cache, simulated); both are
                 # searched (the tiered layouts in the time left) and the cheaper kept
                 tight = result.info.get("states_rescored_safe", 0) > 0 and (budget is None or clock.elapsed < budget)
-                if not tight or tiered_infeasibility_reason(instance) is not None:
+                if not tight:
                     return result
-                hbm = result
-            # (out of time too: the tiered layout's greedy plan is still an answer; the search there stops at once)
-            reason = result.reason or "no plan in HBM"
-        proof = tiered_infeasibility_reason(instance)
-        if proof is not None:
-            return unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
+                hbm, reason = result, "the HBM plan packed only with the completion check"
+            else:  # (out of time too: the tiered layout's greedy plan is still an answer; the search there stops at once)
+                reason = result.reason or "no plan in HBM"
+        if tiered_infeasibility_reason(instance) is not None:
+            return hbm if hbm is not None else unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
         tiered = self._solve_tiered(instance, cost_model, clock, budget, seed, reason)
         if hbm is None:
             return tiered

@@ -5,7 +5,9 @@ float pooling factors in [0, 50], Zipf or 17-bin-histogram access, optional per-
 devices_per_host dividing the device count or at least it (one partly used host); any hardware profile; one memory size or one per device, drawn
 relative to the tables' bytes so that instances range from roomy to tight to infeasible.
 
-`make_instance(n_tables, n_devices, seed, mem_factor)` builds a deterministic instance from a numpy seed.
+`make_instance(n_tables, n_devices, seed, mem_factor)` builds a deterministic instance from a numpy seed;
+`spec_instance(name, spec, topology, batch)` one from (rows, dim, pooling factor, zipf) per table (bench_tiered's
+random instances, inline in the tests that found something on them).
 """
 
 from __future__ import annotations
@@ -133,6 +135,14 @@ def instances(
 
 # ---------------------------------------------------------------------------------------------------------------
 # plain builders
+
+
+def spec_instance(name: str, spec: list[tuple[int, int, float, float]], topology: dict, batch: int) -> Instance:
+    """An instance from (rows, dim, pooling factor, zipf) per table, tables t0, t1, ...; rowwise_adagrad."""
+    return instance_from_dict({
+        "schema_version": 1, "kind": "instance", "name": name,
+        "tables": [{"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": z}} for i, (r, d, p, z) in enumerate(spec)],
+        "topology": topology, "workload": {"batch_size": batch, "optimizer": "rowwise_adagrad"}})
 
 
 def make_instance(

@@ -12,6 +12,7 @@ import pytest
 
 from costmodels.base import UnsupportedPlacementError
 from costmodels.registry import get_cost_model
+from conftest import spec_instance
 from shardopt.core.ir import Instance, Kernel, Plan, instance_from_dict, load_instance, to_dict
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
@@ -191,11 +192,8 @@ def test_a_time_limit_that_ends_the_column_split_search_still_returns_greedys_ti
             (547939, 180, 8.17, 1.38), (398880, 228, 38.62, 1.34), (137763, 180, 13.98, 1.01), (70126746, 252, 39.51, 1.05),
             (201216, 36, 22.05, 0.55), (4037, 12, 19.74, 0.31), (7424, 204, 5.85, 0.48), (48325, 100, 7.48, 1.08),
             (20767, 28, 30.42, 0.55), (8031, 212, 36.12, 1.1), (8970973, 164, 15.08, 0.29)]
-    inst = instance_from_dict({
-        "schema_version": 1, "kind": "instance", "name": "short-limit",
-        "tables": [{"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": z}} for i, (r, d, p, z) in enumerate(spec)],
-        "topology": {"num_devices": 8, "devices_per_host": 4, "hardware": "gh200", "memory_bytes": 16574906268, "host_memory_bytes": 53039700057},
-        "workload": {"batch_size": 4096, "optimizer": "rowwise_adagrad"}})
+    inst = spec_instance("short-limit", spec, {"num_devices": 8, "devices_per_host": 4, "hardware": "gh200",
+                                               "memory_bytes": 16574906268, "host_memory_bytes": 53039700057}, 4096)
     assert split_infeasibility(inst) is None  # column slices could hold it in HBM
     r = get_solver("neuroshard").solve(inst, get_cost_model("analytic"), seed=0, time_limit=0.05)
     assert r.status.has_plan, r.reason
@@ -212,20 +210,19 @@ def test_every_layout_greedy_packed_is_searched_and_the_cheapest_plan_kept() -> 
             (1225, 196, 39.91, 0.94), (2257079, 60, 39.24, 0.95), (14897600, 68, 37.04, 1.12), (83070, 140, 4.39, 0.11),
             (883, 92, 33.27, 0.62), (22368966, 236, 7.62, 0.58), (88627991, 176, 28.7, 0.78), (7912653, 188, 32.84, 0.94),
             (35852145, 120, 9.07, 0.6), (271, 108, 17.32, 0.61), (309387, 60, 13.58, 1.39), (3067271, 64, 6.29, 1.3)]
-    inst = instance_from_dict({
-        "schema_version": 1, "kind": "instance", "name": "random-949",
-        "tables": [{"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": z}} for i, (r, d, p, z) in enumerate(spec)],
-        "topology": {"num_devices": 2, "devices_per_host": 2, "hardware": "a100", "memory_bytes": 19956438073, "host_memory_bytes": 63860601833},
-        "workload": {"batch_size": 65536, "optimizer": "rowwise_adagrad"}})
+    inst = spec_instance("random-949", spec, {"num_devices": 2, "devices_per_host": 2, "hardware": "a100",
+                                              "memory_bytes": 19956438073, "host_memory_bytes": 63860601833}, 65536)
     cm = get_cost_model("analytic")
-    greedy = get_solver("greedy").solve(inst, cm, seed=0, time_limit=10)
+    # (a generous limit: greedy packs its extra layouts only within a quarter of it, and the searches end early anyway;
+    # the two solves below need not pack the same extra layouts on a loaded machine, so neither is compared with the other)
+    greedy = get_solver("greedy").solve(inst, cm, seed=0, time_limit=60)
     ranked = greedy.info["layouts_ranked"]
     assert len(ranked) >= 3 and [r["cost"] for r in ranked] == sorted(r["cost"] for r in ranked)
-    r = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=10)
+    r = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=60)
     assert r.status.has_plan, r.reason
     independent_memory_check(inst, r.plan)
     compared = r.info["layouts_compared"]
-    assert len(compared) == len(ranked) and r.info["layouts_not_searched"] == 0
+    assert len(compared) >= 3 and r.info["layouts_not_searched"] == 0  # every layout its greedy packed was searched
     searched = [c["searched_cost"] for c in compared]
     cost = cm.bind(inst).plan_costs(r.plan).max_cost
     assert cost == pytest.approx(min(searched), rel=1e-9)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from conftest import spec_instance
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
@@ -225,13 +226,6 @@ def test_cpsat_splits_the_hot_table_and_drops_its_table_column_wise_bound() -> N
     assert split.plan.params["row_wise"] is True and whole.plan.params["row_wise"] is False
 
 
-def _spec_instance(name: str, spec: list[tuple[int, int, float, float]], topology: dict, batch: int):
-    return instance_from_dict({
-        "schema_version": 1, "kind": "instance", "name": name,
-        "tables": [{"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": z}} for i, (r, d, p, z) in enumerate(spec)],
-        "topology": topology, "workload": {"batch_size": batch, "optimizer": "rowwise_adagrad"}})
-
-
 def test_a_row_split_table_moves_onto_an_under_occupied_host() -> None:
     """Every table split by rows within a host, the hot wide t0 alone on host 0: its devices run the fused kernel at
     half occupancy (4,096 bags for 8,448 warp slots), so they set the plan cost although they carry one table. Moving
@@ -242,7 +236,7 @@ def test_a_row_split_table_moves_onto_an_under_occupied_host() -> None:
 
     spec = [(3131365, 232, 35.42, 0.32), (2572864, 124, 11.67, 0.4), (10930218, 168, 9.03, 0.54), (31252, 16, 14.5, 1.04),
             (9590, 80, 22.11, 0.17), (35713, 12, 33.51, 0.49), (3426, 200, 29.45, 0.44)]
-    inst = _spec_instance("occupancy", spec, {"num_devices": 8, "devices_per_host": 4, "hardware": "h100", "memory_bytes": 4351325784,
+    inst = spec_instance("occupancy", spec, {"num_devices": 8, "devices_per_host": 4, "hardware": "h100", "memory_bytes": 4351325784,
                                               "host_memory_bytes": 13924242508}, 4096)
     bm = get_cost_model("analytic").bind(inst)
     start = row_wise_shards(inst.tables[0], [0, 1, 2, 3]) + [s for t in inst.tables[1:] for s in row_wise_shards(t, [4, 5, 6, 7])]
@@ -265,7 +259,7 @@ def test_a_hot_table_split_over_every_device_moves_to_one_hosts_host_memory() ->
     spec = [(5605, 112, 20.44, 0.56), (242, 76, 37.17, 0.29), (10763461, 172, 11.54, 0.66), (2398, 220, 26.74, 0.08),
             (3690902, 64, 0.79, 1.2), (689, 220, 39.77, 0.75), (101310, 24, 3.45, 1.05), (189784, 140, 13.83, 0.48),
             (273, 220, 17.2, 1.12)]
-    inst = _spec_instance("uvm-row-split", spec, {"num_devices": 16, "devices_per_host": 8, "hardware": "gh200", "memory_bytes": 639802270,
+    inst = spec_instance("uvm-row-split", spec, {"num_devices": 16, "devices_per_host": 8, "hardware": "gh200", "memory_bytes": 639802270,
                                                   "host_memory_bytes": 3199011350}, 65536)
     bm = get_cost_model("analytic").bind(inst)
     host0, host1 = list(range(8)), list(range(8, 16))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from costmodels.registry import get_cost_model
+from conftest import spec_instance
 from shardopt.core.ir import Instance, Kernel, Plan, instance_from_dict, load_instance, to_dict
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
@@ -250,13 +251,6 @@ def test_the_hbm_left_for_row_splits_goes_to_the_hotter_oversized_table(hot_firs
     assert layout.tiers[cold].rowwise and layout.tiers[cold].kernel is not Kernel.fused
 
 
-def _spec_instance(name: str, spec: list[tuple[int, int, float, float]], topology: dict, batch: int) -> Instance:
-    return instance_from_dict({
-        "schema_version": 1, "kind": "instance", "name": name,
-        "tables": [{"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": z}} for i, (r, d, p, z) in enumerate(spec)],
-        "topology": topology, "workload": {"batch_size": batch, "optimizer": "rowwise_adagrad"}})
-
-
 def test_oversized_tables_coldest_per_byte_first_and_only_the_named_to_host_memory() -> None:
     from solvers.tiering import oversized_tables
 
@@ -289,7 +283,7 @@ def test_only_the_cold_oversized_table_goes_to_host_memory() -> None:
             (484, 220, 4.9, 0.91), (46765, 144, 5.07, 0.15), (15792264, 68, 34.72, 0.38), (7973274, 220, 27.85, 0.07),
             (129, 128, 31.67, 0.46), (24148, 176, 19.97, 0.21), (571259, 12, 32.8, 1.19), (65385, 252, 33.99, 1.06),
             (183, 96, 8.3, 1.14), (130, 188, 8.94, 0.07), (3950, 80, 36.41, 0.42)]
-    inst = _spec_instance("cold-and-hot-giants", spec, {"num_devices": 8, "devices_per_host": 1, "hardware": "a100",
+    inst = spec_instance("cold-and-hot-giants", spec, {"num_devices": 8, "devices_per_host": 1, "hardware": "a100",
                                                         "memory_bytes": 10620174957, "host_memory_bytes": 33984559862}, 16384)
     cm = get_cost_model("analytic")
     r = get_solver("greedy").solve(inst, cm, seed=0)
@@ -315,7 +309,7 @@ def test_a_table_the_row_splits_left_no_room_for_goes_to_host_memory_whole() -> 
             (43095970, 216, 19.12, 0.96), (218825, 144, 28.21, 1.04), (2306, 32, 39.91, 0.92), (2360, 188, 14.53, 0.45),
             (340, 220, 10.97, 0.96), (61904497, 84, 29.69, 0.78), (6914, 8, 24.61, 0.67), (987269, 220, 6.69, 1.05),
             (86008, 148, 15.01, 0.71), (391, 192, 5.4, 0.34)]
-    inst = _spec_instance("no-room-left", spec, {"num_devices": 16, "devices_per_host": 1, "hardware": "a100",
+    inst = spec_instance("no-room-left", spec, {"num_devices": 16, "devices_per_host": 1, "hardware": "a100",
                                                  "memory_bytes": 9529378778, "host_memory_bytes": 9529378778}, 16384)
     from solvers.base import Stopwatch
     from solvers.heuristics import GreedySolver
@@ -349,7 +343,7 @@ def test_an_oversized_table_too_big_for_one_hosts_memory_goes_there_by_rows() ->
             (496732, 108, 2.25, 1.34), (75198360, 136, 24.84, 0.71), (42443637, 128, 18.58, 0.59), (721378, 208, 26.25, 0.13),
             (18159242, 4, 4.72, 0.91), (58771, 120, 2.68, 0.33), (68468200, 64, 7.48, 1.36), (13286526, 244, 36.34, 0.62),
             (93406, 20, 39.95, 1.0), (8835502, 128, 39.25, 0.79), (52219175, 224, 28.21, 0.65)]
-    inst = _spec_instance("seed-1369", spec, {"num_devices": 4, "devices_per_host": 1, "hardware": "h100",
+    inst = spec_instance("seed-1369", spec, {"num_devices": 4, "devices_per_host": 1, "hardware": "h100",
                                               "memory_bytes": 22927815787, "host_memory_bytes": 22927815787}, 65536)
     layout = plan_tiers(inst, within_host=False, lean=True, oversized_to_host=True)  # (the smallest caches)
     assert not isinstance(layout, str)
