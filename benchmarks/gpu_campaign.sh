@@ -14,6 +14,11 @@
 #   --dry-run       a tiny campaign (2 instances, 10-20 samples, 2 timing rounds, 3 epochs) on the cpu backend unless
 #                   --backend says otherwise: the whole pipeline end to end in well under a minute
 #
+# Time boxes (for a lease of fixed length, e.g. benchmarks/gpu_lease.sh): TRAIN_SECONDS, TEST_SECONDS and LB_SECONDS
+# stop collection / the leaderboard after that many seconds (the samples and instances finished so far are kept and
+# the campaign goes on with them; such a step is recorded as cut and not stamped), LB_TIME_CAP caps each instance's
+# timing in the leaderboard (its --time-cap, default 120 s).
+#
 # Environment: SHARDOPT (the command, e.g. "python3 -m shardopt"; default .venv/bin/shardopt, else
 # `python3 -m shardopt`), PYTHON (the interpreter that records the environment; default .venv/bin/python, else
 # python3), and every setting below in capitals (COUNT, GPU_BATCH, GPU_MAX_ROWS, SOLVERS, ...). docs/backends.md,
@@ -87,13 +92,16 @@ fi
 : "${SUITE_HARDWARE:=v100}"
 : "${THREADS:=$(nproc 2>/dev/null || echo 2)}"
 : "${GPU_PROFILE:=}"  # empty: detected from the GPU's name (step `environment`)
+: "${KEEP_GOING:=0}"  # 1: a failed step is logged and skipped (a lease must not lose the steps after it)
+: "${TRAIN_SECONDS:=}" "${TEST_SECONDS:=}" "${LB_SECONDS:=}" "${LB_TIME_CAP:=}"  # empty: no time box / the default
 
 # A results directory holds one campaign: refuse to resume one made with other settings (a dry run's tiny outputs
 # would otherwise be skipped over as done by a full run).
 SETTINGS="backend=$BACKEND dry_run=$DRY_RUN family=$FAMILY count=$COUNT suite_seed=$SUITE_SEED batch=$GPU_BATCH \
 max_rows=$GPU_MAX_ROWS train=$TRAIN_SAMPLES/$TRAIN_SEED test=$TEST_SAMPLES/$TEST_SEED comm=$COMM_SAMPLES/$COMM_SEED \
 max_tables=$MAX_TABLES batches=$BATCH_CHOICES repeats=$COLLECT_REPEATS warmup=$COLLECT_WARMUP epochs=$EPOCHS \
-solvers=$SOLVERS time_limit=$TIME_LIMIT lb_repeats=$LB_REPEATS suite_hardware=$SUITE_HARDWARE gpu_profile=$GPU_PROFILE"
+solvers=$SOLVERS time_limit=$TIME_LIMIT lb_repeats=$LB_REPEATS suite_hardware=$SUITE_HARDWARE gpu_profile=$GPU_PROFILE \
+train_seconds=$TRAIN_SECONDS test_seconds=$TEST_SECONDS lb_seconds=$LB_SECONDS lb_time_cap=$LB_TIME_CAP"
 if [[ -f $STEPS/settings ]]; then
     [[ $(cat "$STEPS/settings") == "$SETTINGS" ]] || die "$OUT holds a campaign made with other settings:
   there: $(cat "$STEPS/settings")
@@ -104,7 +112,7 @@ else
 fi
 
 # --- step bookkeeping -------------------------------------------------------------------------------------------------
-RAN=()
+RAN=() FAILED=()
 # run_step NAME OUTPUT FUNCTION [ARGS...]: FUNCTION ARGS unless NAME finished before and OUTPUT exists; its wall
 # time goes to steps/NAME. (Collection and the leaderboard append as they go: OUTPUT without the stamp means a run
 # was cut off, and the step runs again: those commands resume where they stopped.)
@@ -119,8 +127,38 @@ run_step() {
     local t0 t1
     t0=$(date +%s.%N)
     CMDS=()
-    "$@"
+    rm -f "$STEPS/.cut" "$STEPS/.cmds"
+    if [[ $KEEP_GOING == 1 ]]; then  # the step in a subshell: its failure is logged and the campaign goes on
+        local rc=0
+        set +e
+        (
+            set -e
+            "$@"
+            printf '%s\n' ${CMDS[@]+"${CMDS[@]}"} >"$STEPS/.cmds"
+        )
+        rc=$?
+        set -e
+        if [[ $rc != 0 ]]; then
+            FAILED+=("$name")
+            log "FAIL $name (exit $rc; KEEP_GOING: the campaign goes on without it)"
+            return 0
+        fi
+        mapfile -t CMDS <"$STEPS/.cmds"
+    else
+        "$@"
+    fi
     t1=$(date +%s.%N)
+    if [[ -f $STEPS/.cut ]]; then  # a time box ended it: the outputs so far are used, the step is not stamped
+        {
+            awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+            date -u +%Y-%m-%dT%H:%M:%SZ
+            printf '%s\n' "${CMDS[@]}"
+        } >"$STEPS/$name.cut"
+        RAN+=("$name")
+        log "cut  $name at its time box ($(head -1 "$STEPS/$name.cut") s): going on with what it made"
+        return 0
+    fi
+    rm -f "$STEPS/$name.cut"
     {
         awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
         date -u +%Y-%m-%dT%H:%M:%SZ
@@ -134,6 +172,15 @@ run_step() {
 so() {
     CMDS+=("shardopt $*")
     shardopt "$@" >&2
+}
+# so_boxed SECONDS ARGS...: `shardopt ARGS`, stopped after SECONDS (empty: not boxed); a stop marks the step cut
+so_boxed() {
+    local box=$1 rc=0
+    shift
+    if [[ -z $box ]]; then so "$@"; return; fi
+    CMDS+=("shardopt $* (time box ${box} s)")
+    timeout --signal=TERM --kill-after=20 "$box" "${SO[@]}" "$@" >&2 || rc=$?
+    if [[ $rc == 124 || $rc == 137 ]]; then touch "$STEPS/.cut"; elif [[ $rc != 0 ]]; then return "$rc"; fi
 }
 # so_json FILE ARGS...: `shardopt ARGS --json` into FILE, written only when the command succeeded
 so_json() {
@@ -213,13 +260,13 @@ step_scale() {  # (a half-written $SUITE has no stamp: the step runs again)
 # Why: the cost models learn (train pool) and are judged (the disjoint test pool, another seed) on timings of this
 # GPU, at the suite's scale: rows capped like the suite's, batches around its batch. The all-to-all is not measured
 # on one GPU: the judge models it with the suite's profile, so the neural model's comm head learns that model (sim).
-collect_compute() {  # POOL SAMPLES SEED FILE
-    so costmodel collect --backend "$BACKEND" --pool "$1" --samples "$2" --seed "$3" --out "$4" \
+collect_compute() {  # POOL SAMPLES SEED FILE [SECONDS]
+    so_boxed "${5:-}" costmodel collect --backend "$BACKEND" --pool "$1" --samples "$2" --seed "$3" --out "$4" \
         --hardware "$PROFILE" --vary-batch --batch-choices "$BATCH_CHOICES" --max-rows "$GPU_MAX_ROWS" \
         --max-tables "$MAX_TABLES" --comm-fraction 0 --repeats "$COLLECT_REPEATS" --warmup "$COLLECT_WARMUP"
 }
-step_collect_train() { collect_compute train "$TRAIN_SAMPLES" "$TRAIN_SEED" "$TRAIN_DATA"; }
-step_collect_test() { collect_compute test "$TEST_SAMPLES" "$TEST_SEED" "$TEST_DATA"; }
+step_collect_train() { collect_compute train "$TRAIN_SAMPLES" "$TRAIN_SEED" "$TRAIN_DATA" "$TRAIN_SECONDS"; }
+step_collect_test() { collect_compute test "$TEST_SAMPLES" "$TEST_SEED" "$TEST_DATA" "$TEST_SECONDS"; }
 step_collect_comm() {
     so costmodel collect --backend sim --pool train --samples "$COMM_SAMPLES" --seed "$COMM_SEED" --out "$COMM_DATA" \
         --hardware "$SUITE_HARDWARE" --comm-fraction 1.0 --vary-batch --batch-choices "$BATCH_CHOICES"
@@ -258,11 +305,23 @@ step_leaderboard() {
         help=$(COLUMNS=200 shardopt leaderboard run --help 2>/dev/null || true)
         if [[ $help == *--repeats* ]]; then extra=(--repeats "$LB_REPEATS"); fi
     fi
-    so_json leaderboard-run.json leaderboard run "$SUITE" --backend "$BACKEND" --solvers "$SOLVERS" \
-        --time-limit "$TIME_LIMIT" --cost-model "analytic,analytic:$CAL_PROFILE,$NEURAL" --db leaderboard.sqlite \
-        ${extra[@]+"${extra[@]}"}
+    [[ -z $LB_TIME_CAP ]] || extra+=(--time-cap "$LB_TIME_CAP")
+    local args=(leaderboard run "$SUITE" --backend "$BACKEND" --solvers "$SOLVERS" --time-limit "$TIME_LIMIT"
+        --cost-model "analytic,analytic:$CAL_PROFILE,$NEURAL" --db leaderboard.sqlite ${extra[@]+"${extra[@]}"})
+    if [[ -z $LB_SECONDS ]]; then
+        so_json leaderboard-run.json "${args[@]}"
+    else  # boxed: the store keeps every finished instance; the JSON summary only when the run finished in its box
+        so_boxed "$LB_SECONDS" "${args[@]}"
+    fi
 }
 step_report() {
+    local rows
+    rows=$("$PYTHON" -c 'import sqlite3; print(sqlite3.connect("file:leaderboard.sqlite?mode=ro", uri=True).execute(
+        "SELECT COUNT(*) FROM measured").fetchone()[0])' 2>/dev/null || echo 0)
+    if [[ $rows == 0 ]]; then  # a time box cut the leaderboard before its first instance was measured
+        log "no measured leaderboard rows: no report"
+        return 0
+    fi
     so_json report.json leaderboard report --db leaderboard.sqlite --out report
 }
 
@@ -274,6 +333,7 @@ step_placements() {
     local checks=$REPO/benchmarks/results
     local repeats=()
     [[ -z $LB_REPEATS ]] || repeats=(--repeats "$LB_REPEATS")
+    [[ -z $LB_TIME_CAP ]] || repeats+=(--time-cap "$LB_TIME_CAP")
     mkdir -p placements.tmp
     so_json placements.tmp/rowsplit.json compare "$checks/rowsplit-cpu-check/hot-small.json" "$checks/rowsplit-cpu-check/whole.json" \
         "$checks/rowsplit-cpu-check/split.json" --backend "$BACKEND" ${repeats[@]+"${repeats[@]}"}
@@ -288,7 +348,7 @@ step_placements() {
 write_record() {
     local args=""
     [[ $# -eq 0 ]] || printf -v args ' %q' "$@"
-    CAMPAIGN_CMD="bash benchmarks/gpu_campaign.sh$args" RAN="${RAN[*]-}" OUT="$OUT" \
+    CAMPAIGN_CMD="bash benchmarks/gpu_campaign.sh$args" RAN="${RAN[*]-}" FAILED="${FAILED[*]-}" OUT="$OUT" \
         SETTINGS="$SETTINGS" REPO="$REPO" PROFILE="$PROFILE" TAG="$TAG" SHARDOPT_CMD="${SO[*]}" "$PYTHON" - <<'EOF'
 import json, os, sqlite3, subprocess
 from datetime import datetime, timezone
@@ -298,12 +358,19 @@ out = Path(os.environ["OUT"])
 env = json.loads((out / "environment.json").read_text())
 steps = {}
 for name in ["environment", "generate", "scale", "collect-train", "collect-test", "collect-comm", "calibrate",
-             "train", "eval", "leaderboard", "report", "placements"]:
-    f = out / "steps" / name
-    if f.exists():
-        lines = f.read_text().splitlines()
+             "train", "eval", "placements", "leaderboard", "report"]:
+    f, cut = out / "steps" / name, out / "steps" / f"{name}.cut"
+    if f.exists() or cut.exists():
+        lines = (f if f.exists() else cut).read_text().splitlines()
+        ran = name in os.environ["RAN"].split()
         steps[name] = {"wall_s": float(lines[0]), "finished": lines[1], "commands": lines[2:],
-                       "this_run": "ran" if name in os.environ["RAN"].split() else "skipped (done before)"}
+                       "this_run": ("ran" if ran else "skipped (done before)") if f.exists()
+                       else "cut at its time box (what it made so far is used)"}
+# samples in each data file (a time-boxed collection holds fewer than the settings ask for)
+samples = {}
+for data in sorted(out.glob("*.jsonl")):
+    with data.open() as fh:
+        samples[data.name] = sum(1 for line in fh if line.strip())
 kernels, judges, rows = set(), set(), 0
 db = out / "leaderboard.sqlite"
 if db.exists():
@@ -336,7 +403,7 @@ record = {
     "torch_cuda": env.get("torch_cuda"), "profile": os.environ["PROFILE"],
     "profile_from": env["profile_from"] if os.environ["PROFILE"] == env["profile"] else "GPU_PROFILE",
     "kernel": sorted(kernels) or None, "kernel_probe": env.get("kernel_probe"), "judges": sorted(judges),
-    "leaderboard_rows": rows,
+    "leaderboard_rows": rows, "samples": samples, "failed_steps": os.environ["FAILED"].split(),
     "steps": steps,
     "total_wall_s": round(sum(s["wall_s"] for s in steps.values()), 3),
     "files": sorted(str(p.relative_to(out)) for p in out.rglob("*")
@@ -366,7 +433,10 @@ outputs = {"environment": "environment.json", "generate": "generated/",
            "report": "report/", "placements": "placements/ (row split and replicas, paired on this judge)"}
 for name, s in steps.items():
     lines.append(f"| {name} | {s['wall_s']:.1f} | {s['this_run']} | {outputs.get(name, '')} |")
-lines += ["", "Held-out accuracy (test-pool tables, device compute total):", "",
+if record["failed_steps"]:
+    lines += ["", "Failed (see the campaign's log): " + ", ".join(record["failed_steps"]) + "."]
+lines += ["", "Samples: " + (", ".join(f"{k} {v}" for k, v in samples.items()) or "none") + ".",
+          "", "Held-out accuracy (test-pool tables, device compute total):", "",
           f"- analytic ({prof} profile, as shipped): {ev(f'eval-analytic-{prof}')}",
           f"- analytic:profile-{tag}.json (calibrated): {ev(f'eval-analytic-calibrated-{tag}')}",
           f"- neural-{tag}.npz: {ev(f'eval-neural-{tag}')}",
@@ -400,8 +470,8 @@ run_step collect-comm "$COMM_DATA" step_collect_comm
 run_step calibrate "$CAL_PROFILE" step_calibrate
 run_step train "$NEURAL" step_train
 run_step eval "eval-neural-$TAG.json" step_eval
+run_step placements placements step_placements  # small and independent: before the leaderboard, which a time box may cut
 run_step leaderboard leaderboard.sqlite step_leaderboard
 run_step report report step_report
-run_step placements placements step_placements
 write_record ${ARGS[@]+"${ARGS[@]}"}
 log "campaign done: $OUT (campaign.json, README.md)"

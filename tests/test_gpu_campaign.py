@@ -15,12 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_campaign.sh"
 STEPS = ["environment", "generate", "scale", "collect-train", "collect-test", "collect-comm", "calibrate", "train",
-         "eval", "leaderboard", "report", "placements"]
+         "eval", "placements", "leaderboard", "report"]
 
 
-def campaign(out: Path, *args: str) -> subprocess.CompletedProcess:
+def campaign(out: Path, *args: str, **settings: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SHARDOPT_CACHE"}  # the campaign's own cache, under out/
-    env.update(SHARDOPT=f"{sys.executable} -m shardopt", PYTHON=sys.executable)
+    env.update(SHARDOPT=f"{sys.executable} -m shardopt", PYTHON=sys.executable, **settings)
     return subprocess.run(["bash", str(SCRIPT), "--dry-run", "--out", str(out), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
@@ -105,3 +105,22 @@ def test_bad_arguments():
     r = subprocess.run(["bash", str(SCRIPT), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30,
                        check=False)
     assert r.returncode == 0 and "--dry-run" in r.stdout
+
+
+def test_time_box_and_keep_going(tmp_path):
+    """A lease's campaign (benchmarks/gpu_lease.sh): a step cut by its time box is recorded as cut and the campaign goes
+    on; with KEEP_GOING=1 a failed step (here a bad setting) and the steps that needed it are logged, not fatal."""
+    pytest.importorskip("fbgemm_gpu")
+    out = tmp_path / "lease"
+    r = campaign(out, KEEP_GOING="1", TEST_SAMPLES="many", LB_SECONDS="0.3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "FAIL collect-test" in r.stderr and "FAIL eval" in r.stderr
+    assert "cut  leaderboard at its time box" in r.stderr
+    rec = json.loads((out / "campaign.json").read_text())
+    assert rec["failed_steps"] == ["collect-test", "eval"]
+    assert rec["steps"]["leaderboard"]["this_run"].startswith("cut")
+    assert "time box 0.3 s" in rec["steps"]["leaderboard"]["commands"][0]
+    assert rec["samples"]["cpu-train.jsonl"] == 20 and "cpu-test.jsonl" not in rec["samples"]
+    assert (out / "neural-cpu.npz").is_file() and (out / "placements" / "rowsplit.json").is_file()
+    assert not (out / "steps" / "leaderboard").exists()  # cut: not stamped, a rerun without the box resumes it
+    assert "Failed (see the campaign's log): collect-test, eval." in (out / "README.md").read_text()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Everything one call on a lent GPU machine can measure within BUDGET seconds (the device tool lends 15 minutes a
+# session, a machine's start included, one command at most 10 minutes: /work/.library/device/README.md):
+#
+#   BUDGET=520 bash benchmarks/gpu_lease.sh [RESULTS_DIR]      (on the GPU machine; default results/gpu-lease-<date>)
+#
+# in order of what only a GPU can show, each step boxed so that a slow one cannot starve the rest:
+#   1. the machine (nvidia-smi) and the GPU tests: tests/test_torch_tbe.py, tests/test_cuda_backend.py
+#   2. the device-host link (benchmarks/host_link_probe.py): what UVM misses cross
+#   3. benchmarks/gpu_campaign.sh, time-boxed from what is left: collection (train 30 %, test 10 % of it), the
+#      calibration, the neural model, the held-out evaluation, the placement checks, a measured leaderboard (38 %)
+# Where the wheels of this project's pure dependencies were carried in .whl (docs/backends.md, "GPU campaign") and
+# pydantic does not import, they are installed to /tmp/site first. Settings of the campaign pass through the
+# environment (COUNT, SOLVERS, TIME_LIMIT, ...; this script's defaults below are sized for one lease).
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RES=${1:-$REPO/results/gpu-lease-$(date -u +%Y-%m-%d)}
+: "${BUDGET:=520}"
+T0=$SECONDS
+mkdir -p "$RES"
+RES=$(cd "$RES" && pwd)
+log() { printf '[%s +%ss] %s\n' "$(date -u +%H:%M:%S)" "$((SECONDS - T0))" "$*" | tee -a "$RES/lease.log" >&2; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+
+cd "$REPO"
+if ! python3 -c "import pydantic" 2>/dev/null && compgen -G "$REPO/.whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$REPO"/.whl/*.whl \
+        || { log "installing the carried wheels failed"; exit 3; }
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHON=${PYTHON:-python3} SHARDOPT=${SHARDOPT:-python3 -m shardopt}
+log "lease into $RES, budget ${BUDGET} s"
+
+# 1. the machine and the GPU tests
+{ nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv; } \
+    >"$RES/nvidia-smi.txt" 2>&1
+timeout -k 5 "${TEST_SECONDS_PYTEST:-110}" "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
+    tests/test_torch_tbe.py tests/test_cuda_backend.py >"$RES/pytest-cuda.log" 2>&1
+log "GPU tests: rc $? ($(tail -1 "$RES/pytest-cuda.log"))"
+
+# 2. the device-host link
+timeout -k 5 "${PROBE_SECONDS:-60}" "$PYTHON" benchmarks/host_link_probe.py --out "$RES/host-link.json" \
+    >"$RES/host-link.log" 2>&1
+log "host link probe: rc $?"
+
+# 3. the campaign, boxed by what is left (40 s kept for its record and the packing)
+rest=$(($(left) - 40))
+if ((rest < 120)); then
+    log "only ${rest} s left: no campaign"
+else
+    export COUNT=${COUNT:-2} TRAIN_SAMPLES=${TRAIN_SAMPLES:-2500} TEST_SAMPLES=${TEST_SAMPLES:-800}
+    export SOLVERS=${SOLVERS:-random,size,greedy,neuroshard,cpsat} TIME_LIMIT=${TIME_LIMIT:-2}
+    export LB_TIME_CAP=${LB_TIME_CAP:-20} EPOCHS=${EPOCHS:-150} KEEP_GOING=${KEEP_GOING:-1}
+    export TRAIN_SECONDS=${TRAIN_SECONDS:-$((rest * 30 / 100))} TEST_SECONDS=${TEST_SECONDS:-$((rest * 10 / 100))}
+    export LB_SECONDS=${LB_SECONDS:-$((rest * 38 / 100))}
+    log "campaign: ${rest} s (collect ${TRAIN_SECONDS} + ${TEST_SECONDS} s, leaderboard ${LB_SECONDS} s, COUNT=$COUNT)"
+    timeout -k 10 "$rest" bash benchmarks/gpu_campaign.sh --out "$RES/campaign" >"$RES/campaign.log" 2>&1
+    log "campaign: rc $?"
+fi
+rm -rf "$RES/campaign/cache"  # the measurement cache: every figure is in the data files
+log "done"
