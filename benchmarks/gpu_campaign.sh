@@ -17,7 +17,8 @@
 # Time boxes (for a lease of fixed length, e.g. benchmarks/gpu_lease.sh): TRAIN_SECONDS, TEST_SECONDS and LB_SECONDS
 # stop collection / the leaderboard after that many seconds (the samples and instances finished so far are kept and
 # the campaign goes on with them; such a step is recorded as cut and not stamped), LB_TIME_CAP caps each instance's
-# timing in the leaderboard (its --time-cap, default 120 s).
+# timing in the leaderboard (its --time-cap, default 120 s). DEADLINE (seconds since the epoch) boxes the leaderboard
+# to end 20 s before it, so that the report and the record still get written (not a setting: a resumed run may differ).
 #
 # Environment: SHARDOPT (the command, e.g. "python3 -m shardopt"; default .venv/bin/shardopt, else
 # `python3 -m shardopt`), PYTHON (the interpreter that records the environment; default .venv/bin/python, else
@@ -308,10 +309,20 @@ step_leaderboard() {
     [[ -z $LB_TIME_CAP ]] || extra+=(--time-cap "$LB_TIME_CAP")
     local args=(leaderboard run "$SUITE" --backend "$BACKEND" --solvers "$SOLVERS" --time-limit "$TIME_LIMIT"
         --cost-model "analytic,analytic:$CAL_PROFILE,$NEURAL" --db leaderboard.sqlite ${extra[@]+"${extra[@]}"})
-    if [[ -z $LB_SECONDS ]]; then
+    local box=$LB_SECONDS
+    if [[ -n ${DEADLINE:-} ]]; then  # what is left before the deadline, less the report's and the record's 20 s
+        local until=$((DEADLINE - $(date +%s) - 20))
+        if ((until < 15)); then
+            log "leaderboard: ${until} s left before DEADLINE: not started"
+            touch "$STEPS/.cut"
+            return 0
+        fi
+        if [[ -z $box ]] || awk -v a="$until" -v b="$box" 'BEGIN { exit !(a < b) }'; then box=$until; fi
+    fi
+    if [[ -z $box ]]; then
         so_json leaderboard-run.json "${args[@]}"
     else  # boxed: the store keeps every finished instance; the JSON summary only when the run finished in its box
-        so_boxed "$LB_SECONDS" "${args[@]}"
+        so_boxed "$box" "${args[@]}"
     fi
 }
 step_report() {
