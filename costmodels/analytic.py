@@ -65,7 +65,10 @@ _HOST_BWD_IN = _GATHER + 8  # backward: uncached rows' weights (and host-side op
 _HOST_BWD_OUT = _GATHER + 9  # backward: the same written back
 _CACHED = _GATHER + 10  # fused_uvm_caching shards (their own kernel group and the cache prefetch)
 _UVM = _GATHER + 11  # fused_uvm shards (their own kernel group)
-STATE_SIZE = _GATHER + 12
+# rows behind _HOST_FWD_IN / _HOST_BWD_IN: each read on its own over the link (the profile's host_row_rate)
+_HOST_FWD_ROWS = _GATHER + 12
+_HOST_BWD_ROWS = _GATHER + 13
+STATE_SIZE = _GATHER + 14
 
 
 def sector_bytes(width: np.ndarray, elem_bytes: np.ndarray, sector: int) -> np.ndarray:
@@ -98,6 +101,16 @@ def occupancy(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     return np.clip(states[..., _BAGS] / slots, 1.0 / slots, 1.0)
 
 
+def host_read_s(nbytes: np.ndarray, rows: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+    """Seconds to read `rows` rows of `nbytes` bytes in all from host memory, row by row (UVM misses): their bytes over
+    the link, and where the profile has measured row-gather constants, at least rows / host_row_rate + bytes /
+    host_gather_bandwidth (costmodels/host_link.py)."""
+    t = nbytes / profile.host_link_bandwidth
+    if profile.host_row_rate is not None and profile.host_gather_bandwidth is not None:
+        t = np.maximum(t, rows / profile.host_row_rate + nbytes / profile.host_gather_bandwidth)
+    return t
+
+
 def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     """fwd and bwd compute (ms) of devices in `states` [..., F] on `profile` -> [..., 2]. A function of the
     profile too, so calibration can evaluate candidate profiles on fixed states."""
@@ -116,8 +129,10 @@ def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.nda
     cached = (states[..., _CACHED] > 0.5).astype(np.float64)
     groups = (states[..., _SHARDS] - states[..., _CACHED] - states[..., _UVM] > 0.5) + cached + (states[..., _UVM] > 0.5)  # a count (float)
     # host link: full duplex, each direction limited by its bandwidth; serial with the HBM work (docs: max vs sum)
-    host_fwd = np.maximum(states[..., _HOST_FWD_IN], states[..., _HOST_FWD_OUT]) / p.host_link_bandwidth
-    host_bwd = np.maximum(states[..., _HOST_BWD_IN], states[..., _HOST_BWD_OUT]) / p.host_link_bandwidth
+    host_fwd = np.maximum(host_read_s(states[..., _HOST_FWD_IN], states[..., _HOST_FWD_ROWS], p),
+                          states[..., _HOST_FWD_OUT] / p.host_link_bandwidth)
+    host_bwd = np.maximum(host_read_s(states[..., _HOST_BWD_IN], states[..., _HOST_BWD_ROWS], p),
+                          states[..., _HOST_BWD_OUT] / p.host_link_bandwidth)
     launch = p.launch_overhead_s
     out = np.empty(states.shape[:-1] + (2,))
     out[..., 0] = np.where(busy, launch * groups + PREFETCH_LAUNCHES * launch * cached + np.maximum(p.min_kernel_s, fwd) + host_fwd, 0.0) * MS
@@ -271,6 +286,8 @@ class BoundAnalytic(BoundCostModel):
             out[:, _HOST_FWD_OUT] = inserted * sb
             out[:, _HOST_BWD_IN] = overflow * row_sb + adam_host * unique * state_sb
             out[:, _HOST_BWD_OUT] = out[:, _HOST_BWD_IN]
+            out[:, _HOST_FWD_ROWS] = inserted + direct
+            out[:, _HOST_BWD_ROWS] = overflow + adam_host * unique
             out[:, _CACHED] = caching
             out[:, _UVM] = host & (cf <= 0)
         replica = bf < 1.0

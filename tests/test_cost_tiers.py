@@ -20,6 +20,8 @@ from costmodels.analytic import (
     _HOST_BWD_OUT,
     _HOST_FWD_IN,
     _HOST_FWD_OUT,
+    _HOST_FWD_ROWS,
+    _HOST_BWD_ROWS,
     _UVM,
     CACHE_LOOKUP_BYTES,
     MS,
@@ -158,9 +160,12 @@ def test_the_topologys_host_link_override_is_the_link_used() -> None:
     base = AnalyticCostModel().bind(tiered("h100"))
     assert slow.profile.host_link_bandwidth == 4e9 and base.profile.host_link_bandwidth == get_profile("h100").host_link_bandwidth
     state = base.shard_contribution(big(Kernel.fused_uvm))[1]
-    host_fwd = max(state[_HOST_FWD_IN], state[_HOST_FWD_OUT])
+    nbytes, rows, p = state[_HOST_FWD_IN], state[_HOST_FWD_ROWS], base.profile
+    assert state[_HOST_FWD_OUT] == 0.0
+    # the slow link is bytes-bound (64 ns a 256-byte row); h100's own is row-bound (its measured row-gather constants)
+    base_s = max(nbytes / p.host_link_bandwidth, rows / p.host_row_rate + nbytes / p.host_gather_bandwidth)
     assert device0(slow, big(Kernel.fused_uvm))[0] - device0(base, big(Kernel.fused_uvm))[0] == pytest.approx(
-        host_fwd * (1 / 4e9 - 1 / base.profile.host_link_bandwidth) * MS, rel=1e-9)
+        (nbytes / 4e9 - base_s) * MS, rel=1e-9)
     assert device0(slow, big())[0] == device0(base, big())[0]  # an HBM plan does not use the link
 
 
@@ -248,7 +253,7 @@ def test_hbm_plans_cost_exactly_what_they_cost_before_the_tiers(name: str) -> No
     tw = bm.plan_costs([Shard(table=t.name, device=int(d)) for t, d in zip(inst.tables, dev)])
     assert (a.max_cost, a.critical_path, b.max_cost, b.critical_path) == BEFORE_TIERS[name]
     assert np.array_equal(tw.columns, a.columns)
-    assert STATE_SIZE == 2 * ACCESS_BINS + 12 and bm.table_states[:, _GATHER + 6:].sum() == 0.0
+    assert STATE_SIZE == 2 * ACCESS_BINS + 14 and bm.table_states[:, _GATHER + 6:].sum() == 0.0
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -432,3 +437,83 @@ def test_no_measured_path_times_a_host_memory_shard_as_hbm(tmp_path: Path) -> No
         measure_plans(inst, [hbm, uvm], "cpu", StopRule(fixed=1))
     assert _plan_key(uvm) != _plan_key(hbm)
     assert _plan_key(hbm) == _plan_key(Plan(shards=[Shard(table="small", device=1), big(Kernel.fused)]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# row-granular host reads (the first GPU lease's host-link probe)
+
+PROBES = sorted((ROOT / "benchmarks" / "results").glob("gpu-h200-*/lease*/host-link.json"))
+
+
+def test_the_hopper_row_gather_constants_are_the_fit_of_the_committed_h200_probes() -> None:
+    from costmodels.host_link import fit_host_rows
+
+    assert PROBES
+    h200 = get_profile("h200")
+    for probe in PROBES:
+        fit = fit_host_rows(json.loads(probe.read_text()))
+        assert fit.points == 5 and fit.max_rel_error < 0.05
+        assert fit.host_row_rate == pytest.approx(h200.host_row_rate, rel=0.02)
+        assert fit.host_gather_bandwidth == pytest.approx(h200.host_gather_bandwidth, rel=0.05)
+    assert get_profile("h100").host_row_rate == h200.host_row_rate  # same die and host interface (not measured)
+    for name in ("v100", "a100", "gh200"):  # not measured: bytes only
+        assert get_profile(name).host_row_rate is None and get_profile(name).host_gather_bandwidth is None
+
+
+def test_the_fit_refuses_a_probe_without_gathers() -> None:
+    from costmodels.host_link import fit_host_rows
+
+    with pytest.raises(ValueError, match="gather_zero_copy"):
+        fit_host_rows({"gather_zero_copy": "no CUDA view of pinned host memory"})
+
+
+@pytest.mark.parametrize("dim", [16, 64, 256])
+def test_narrow_uvm_rows_cost_the_row_rate_not_the_links_bytes(dim: int) -> None:
+    """A fused_uvm table of 64-byte rows reads each lookup's row on its own: on h100 the forward's host time is the
+    measured ~20 ns a row, an order of magnitude over its bytes at 63 GB/s; on a100 (not measured) the bytes alone."""
+    inst = instance_from_dict({
+        "tables": [{"name": "big", "rows": 2_000_000, "dim": dim, "pooling_factor": 20.0, "access": {"zipf": 1.05}},
+                   {"name": "small", "rows": 100_000, "dim": 32, "pooling_factor": 5.0, "access": {"zipf": 1.0}}],
+        "topology": {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**11, "host_memory_bytes": 10**12,
+                     "hardware": "h100"},
+        "workload": {"batch_size": 65536, "optimizer": "sgd"},
+    })
+    bm = AnalyticCostModel().bind(inst)
+    state = bm.shard_contribution(big(Kernel.fused_uvm))[1]
+    lookups = 65536 * 20.0
+    assert state[_HOST_FWD_ROWS] == pytest.approx(lookups) and state[_HOST_FWD_IN] == pytest.approx(lookups * dim * 4)
+    p = bm.profile
+    uvm, hbm = device0(bm, big(Kernel.fused_uvm)), device0(bm, big())
+    row_s = 1 / p.host_row_rate + dim * 4 / p.host_gather_bandwidth
+    assert uvm[0] - hbm[0] >= lookups * row_s * MS * 0.95  # at least the rows' host time (less the HBM gather saved)
+    if dim == 16:
+        assert row_s > 10 * dim * 4 / p.host_link_bandwidth
+    a100 = AnalyticCostModel().bind(inst.model_copy(update={"topology": inst.topology.model_copy(update={"hardware": "a100"})}))
+    s100 = a100.shard_contribution(big(Kernel.fused_uvm))[1]
+    host = device0(a100, big(Kernel.fused_uvm))[0] - device0(a100, big())[0]
+    assert host <= s100[_HOST_FWD_IN] / a100.profile.host_link_bandwidth * MS * 1.01 + 1e-9
+
+
+def test_uvm_backward_rows_are_the_unique_rows_read_from_host() -> None:
+    inst = tiered("h100", zipf=0.9, opt="sgd")
+    bm = AnalyticCostModel().bind(inst)
+    state = bm.shard_contribution(big(Kernel.fused_uvm))[1]
+    sb = float(sector_bytes(np.array(64.0), np.array(4.0), 32))
+    assert state[_HOST_BWD_ROWS] == pytest.approx(state[_HOST_BWD_IN] / sb)
+    hbm = bm.shard_contribution(big())[1]
+    assert hbm[_HOST_FWD_ROWS] == 0.0 and hbm[_HOST_BWD_ROWS] == 0.0
+
+
+def test_profiles_round_trip_with_and_without_row_constants(tmp_path) -> None:
+    from shardopt.core.hardware import load_profile, profile_to_dict
+
+    for name in ("h200", "a100"):
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps(profile_to_dict(get_profile(name))))
+        assert load_profile(f) == get_profile(name)
+    doc = profile_to_dict(get_profile("h200"))
+    doc["host_row_rate"] = -1
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="host_row_rate"):
+        load_profile(f)

@@ -41,10 +41,22 @@ class HardwareProfile:
     bwd_bandwidth_factor: float = 1.0  # backward's achievable bandwidth relative to forward's (1 until calibrated)
     host_link_bandwidth: float = 15.75 * GB  # bytes/s per direction between a device and its host's DRAM (UVM)
     host_link: str = "PCIe Gen3 x16"  # what that link is (data sheet), for reports
+    # row-granular reads of host memory by a kernel (UVM misses): rows / host_row_rate + bytes / host_gather_bandwidth
+    # (at least bytes / host_link_bandwidth); measured (benchmarks/host_link_probe.py, costmodels/host_link.py). None:
+    # not measured for this profile, and such reads cost their bytes over the link alone (optimistic for narrow rows)
+    host_row_rate: float | None = None  # rows/s
+    host_gather_bandwidth: float | None = None  # bytes/s of the per-byte part of those reads
 
 
 # fields added after profiles were first written to JSON: a file without them takes the default
-OPTIONAL_FIELDS = frozenset({"host_link_bandwidth", "host_link"})
+OPTIONAL_FIELDS = frozenset({"host_link_bandwidth", "host_link", "host_row_rate", "host_gather_bandwidth"})
+NULLABLE_FIELDS = frozenset({"host_row_rate", "host_gather_bandwidth"})  # null in JSON: not measured
+# The row-gather constants measured on an NVIDIA H200 (PCIe Gen5 x16; docs/benchmarks.md, "Measured on a GPU"; the fit
+# of benchmarks/results/gpu-h200-2026-11-26/lease1/host-link.json by costmodels.host_link.fit_host_rows, within 3 % at
+# 64 B - 1 KiB rows). The H100 SXM5 has the same GH100 die and PCIe Gen5 x16 host interface: it takes them too
+# (not measured on an H100). a100 / v100 (PCIe Gen4 / Gen3) and gh200 (NVLink-C2C) are not measured: bytes only.
+HOPPER_PCIE5_ROW_RATE = 48.9e6
+HOPPER_PCIE5_GATHER_BANDWIDTH = 135 * GB
 
 
 PROFILES: dict[str, HardwareProfile] = {
@@ -83,6 +95,8 @@ PROFILES: dict[str, HardwareProfile] = {
         network_bandwidth=50 * GB,
         host_link_bandwidth=63 * GB,
         host_link="PCIe Gen5 x16",
+        host_row_rate=HOPPER_PCIE5_ROW_RATE,
+        host_gather_bandwidth=HOPPER_PCIE5_GATHER_BANDWIDTH,
     ),
     "h200": HardwareProfile(
         name="h200",
@@ -95,6 +109,8 @@ PROFILES: dict[str, HardwareProfile] = {
         network_bandwidth=50 * GB,
         host_link_bandwidth=63 * GB,
         host_link="PCIe Gen5 x16",
+        host_row_rate=HOPPER_PCIE5_ROW_RATE,
+        host_gather_bandwidth=HOPPER_PCIE5_GATHER_BANDWIDTH,
     ),
     "gh200": HardwareProfile(
         name="gh200",
@@ -140,6 +156,8 @@ def profile_from_dict(data: Any, source: str = "profile") -> HardwareProfile:
                 continue
             raise ValueError(f"{source}: {f.name}: required field is missing")
         v = data[f.name]
+        if v is None and f.name in NULLABLE_FIELDS:
+            continue
         if f.name in ("name", "description", "host_link"):
             if not isinstance(v, str):
                 raise ValueError(f"{source}: {f.name}: {v!r} is not a string")
