@@ -14,6 +14,9 @@
 #   --dry-run       a tiny campaign (2 instances, 10-20 samples, 2 timing rounds, 3 epochs) on the cpu backend unless
 #                   --backend says otherwise: the whole pipeline end to end in well under a minute
 #
+# HOST_LINK=PROBE.json (benchmarks/host_link_probe.py's output; gpu_lease.sh passes its own): the calibrated profile
+# also gets the device-host link's measured constants (`calibrate --host-link`), what UVM placements are priced with.
+#
 # Time boxes (for a lease of fixed length, e.g. benchmarks/gpu_lease.sh): TRAIN_SECONDS, TEST_SECONDS and LB_SECONDS
 # stop collection / the leaderboard after that many seconds (the samples and instances finished so far are kept and
 # the campaign goes on with them; such a step is recorded as cut and not stamped), LB_TIME_CAP caps each instance's
@@ -93,6 +96,8 @@ fi
 : "${SUITE_HARDWARE:=v100}"
 : "${THREADS:=$(nproc 2>/dev/null || echo 2)}"
 : "${GPU_PROFILE:=}"  # empty: detected from the GPU's name (step `environment`)
+: "${HOST_LINK:=}"  # benchmarks/host_link_probe.py's output: calibrate fits the device-host link too (--host-link)
+[[ -z $HOST_LINK ]] || HOST_LINK=$(cd "$(dirname "$HOST_LINK")" && pwd)/$(basename "$HOST_LINK")
 : "${KEEP_GOING:=0}"  # 1: a failed step is logged and skipped (a lease must not lose the steps after it)
 : "${TRAIN_SECONDS:=}" "${TEST_SECONDS:=}" "${LB_SECONDS:=}" "${LB_TIME_CAP:=}"  # empty: no time box / the default
 
@@ -102,7 +107,8 @@ SETTINGS="backend=$BACKEND dry_run=$DRY_RUN family=$FAMILY count=$COUNT suite_se
 max_rows=$GPU_MAX_ROWS train=$TRAIN_SAMPLES/$TRAIN_SEED test=$TEST_SAMPLES/$TEST_SEED comm=$COMM_SAMPLES/$COMM_SEED \
 max_tables=$MAX_TABLES batches=$BATCH_CHOICES repeats=$COLLECT_REPEATS warmup=$COLLECT_WARMUP epochs=$EPOCHS \
 solvers=$SOLVERS time_limit=$TIME_LIMIT lb_repeats=$LB_REPEATS suite_hardware=$SUITE_HARDWARE gpu_profile=$GPU_PROFILE \
-train_seconds=$TRAIN_SECONDS test_seconds=$TEST_SECONDS lb_seconds=$LB_SECONDS lb_time_cap=$LB_TIME_CAP"
+train_seconds=$TRAIN_SECONDS test_seconds=$TEST_SECONDS lb_seconds=$LB_SECONDS lb_time_cap=$LB_TIME_CAP \
+host_link=$HOST_LINK"
 if [[ -f $STEPS/settings ]]; then
     [[ $(cat "$STEPS/settings") == "$SETTINGS" ]] || die "$OUT holds a campaign made with other settings:
   there: $(cat "$STEPS/settings")
@@ -278,8 +284,10 @@ step_collect_comm() {
 # data-sheet guesses; fitted to this GPU's timings they give `analytic:profile-<gpu>.json`, a cost model the solvers
 # can search with. calibrate's own report (fit and 20 % hold-out of the train data) is kept too.
 step_calibrate() {
+    local link=()
+    [[ -z $HOST_LINK ]] || link=(--host-link "$HOST_LINK")
     so_json "calibration-$TAG.json" calibrate "$TRAIN_DATA" --profile "$PROFILE" --out "$CAL_PROFILE" \
-        --name "$PROFILE-calibrated-$TAG" --holdout 0.2 --seed 0
+        --name "$PROFILE-calibrated-$TAG" --holdout 0.2 --seed 0 ${link[@]+"${link[@]}"}
 }
 
 # --- step 4: train the neural model; judge the cost models on held-out tables -----------------------------------------

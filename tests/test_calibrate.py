@@ -80,6 +80,33 @@ def test_cli_calibrate(samples, tmp_path):
     assert r.exit_code == 2 and "x100" in r.output
 
 
+def test_cli_calibrate_fits_the_host_link_from_a_probe(samples, tmp_path):
+    """--host-link: the first GPU lease's probe gives the profile its row-gather constants and the measured bulk-copy
+    bandwidth, recorded with the calibration; a bad probe is refused naming the option and the file."""
+    from pathlib import Path
+
+    probe = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu-h200-2026-11-26" / "lease1" / "host-link.json"
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    out = tmp_path / "prof.json"
+    r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--host-link", str(probe), "--json"])
+    assert r.exit_code == 0, r.output
+    prof = load_profile(out)
+    doc = json.loads(probe.read_text())
+    assert prof.host_link_bandwidth == pytest.approx(min(doc["copy_h2d"]["gb_per_s"], doc["copy_d2h"]["gb_per_s"]) * 1e9)
+    assert 40e6 < prof.host_row_rate < 60e6 and 100e9 < prof.host_gather_bandwidth < 170e9
+    rec = json.loads(out.read_text())["calibration"]["host_link"]
+    assert rec["gpu"] == "NVIDIA H200" and rec["max_rel_error"] < 0.05
+    assert np.isclose(prof.hbm_bandwidth, TRUTH.hbm_bandwidth, rtol=0.05)  # the compute fit is unchanged by it
+    bad = tmp_path / "probe.json"
+    for text, why in (("{", "not valid JSON"), ("[]", "not a host-link probe"), ('{"gather_zero_copy": {}}', "gather_zero_copy")):
+        bad.write_text(text)
+        r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--host-link", str(bad)])
+        assert r.exit_code == 2 and "--host-link" in r.output and why in r.output, r.output
+    r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--host-link", str(tmp_path / "none.json")])
+    assert r.exit_code == 2 and "no such file" in r.output
+
+
 def test_shipped_cpu_profile_reproduces_its_recorded_figures():
     """costmodels/profiles/cpu-xeon-2core.json: refitting its committed samples gives the recorded profile and errors."""
     from pathlib import Path

@@ -112,7 +112,8 @@ def test_time_box_and_keep_going(tmp_path):
     on; with KEEP_GOING=1 a failed step (here a bad setting) and the steps that needed it are logged, not fatal."""
     pytest.importorskip("fbgemm_gpu")
     out = tmp_path / "lease"
-    r = campaign(out, KEEP_GOING="1", TEST_SAMPLES="many", LB_SECONDS="0.3")
+    probe = ROOT / "benchmarks" / "results" / "gpu-h200-2026-11-26" / "lease1" / "host-link.json"
+    r = campaign(out, KEEP_GOING="1", TEST_SAMPLES="many", LB_SECONDS="0.3", HOST_LINK=str(probe))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "FAIL collect-test" in r.stderr and "FAIL eval" in r.stderr
     assert "cut  leaderboard at its time box" in r.stderr
@@ -122,5 +123,7 @@ def test_time_box_and_keep_going(tmp_path):
     assert "time box 0.3 s" in rec["steps"]["leaderboard"]["commands"][0]
     assert rec["samples"]["cpu-train.jsonl"] == 20 and "cpu-test.jsonl" not in rec["samples"]
     assert (out / "neural-cpu.npz").is_file() and (out / "placements" / "rowsplit.json").is_file()
+    profile = json.loads((out / "profile-cpu.json").read_text())  # HOST_LINK: the calibration fitted the link too
+    assert 40e6 < profile["host_row_rate"] < 60e6 and profile["calibration"]["host_link"]["probe"] == str(probe)
     assert not (out / "steps" / "leaderboard").exists()  # cut: not stamped, a rerun without the box resumes it
     assert "Failed (see the campaign's log): collect-test, eval." in (out / "README.md").read_text()

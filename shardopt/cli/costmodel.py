@@ -88,6 +88,7 @@ def calibrate(
     holdout: Annotated[float, typer.Option("--holdout", help="Share of samples kept out of the fit and judged after it.")] = 0.2,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the train / hold-out split.")] = 0,
     name: Annotated[Optional[str], typer.Option("--name", help="Name of the calibrated profile.")] = None,
+    host_link: Annotated[Optional[Path], typer.Option("--host-link", metavar="PROBE.json", help="Also fit the device-host link (UVM reads) to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the analytic model's profile constants to measured timings; report the error before and after."""
@@ -111,10 +112,16 @@ def calibrate(
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CLIError(f"{data}: not a JSONL file of samples ({exc})") from None
         backends = sorted({str(s.get("backend")) for s in samples})
+        link = _host_link_fit(host_link) if host_link is not None else None
         try:
             result = fit(samples, base, holdout=holdout, seed=seed, name=name)
         except CalibrationError as exc:
             raise CLIError(f"{data}: {exc}") from None
+        fitted_profile = result.profile
+        if link is not None:
+            from dataclasses import replace
+
+            fitted_profile = replace(fitted_profile, **link["constants"])
         record = {
             "data": str(data),
             "backends": backends,
@@ -122,8 +129,10 @@ def calibrate(
             "date": datetime.date.today().isoformat(),
             **result.to_dict(),
         }
+        if link is not None:
+            record["host_link"] = link
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(profile_to_dict(result.profile, calibration=record), indent=1) + "\n")
+        out.write_text(json.dumps(profile_to_dict(fitted_profile, calibration=record), indent=1) + "\n")
         if json_out:
             _emit_json({"out": str(out), **record})
             return
@@ -142,7 +151,37 @@ def calibrate(
         console.print(table)
         if "sim" in backends:
             _print_lines(console, ["warning: some samples were judged by the simulator, not measured"])
+        if link is not None:
+            c = link["constants"]
+            _print_lines(console, [f"host link ({_esc(str(host_link))}, {_esc(str(link['gpu']))}): {c['host_row_rate'] / 1e6:.1f} M rows/s + "
+                                   f"{c['host_gather_bandwidth'] / 1e9:.0f} GB/s per row read (fit within {link['max_rel_error']:.1%}), "
+                                   f"bulk copies {c['host_link_bandwidth'] / 1e9:.1f} GB/s"])
         _print_lines(console, [f"wrote {_esc(str(out))} (use it with --cost-model analytic:{_esc(str(out))})"])
+
+
+def _host_link_fit(path: Path) -> dict[str, Any]:
+    """The profile constants a host-link probe gives (costmodels.host_link): row-gather rate and bandwidth, and the
+    link's bandwidth as the slower of the two bulk copies; CLIError naming the file for a bad probe."""
+    import json
+
+    from costmodels.host_link import fit_host_rows
+
+    try:
+        probe = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CLIError(f"--host-link: {path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CLIError(f"--host-link: {path}: not valid JSON ({exc})") from None
+    try:
+        if not isinstance(probe, dict):
+            raise ValueError("not a host-link probe (a JSON object from benchmarks/host_link_probe.py)")
+        fitted = fit_host_rows(probe)
+        copies = [float(probe[k]["gb_per_s"]) * 1e9 for k in ("copy_h2d", "copy_d2h")]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CLIError(f"--host-link: {path}: {exc.args[0] if exc.args else exc}") from None
+    return {"probe": str(path), "gpu": probe.get("gpu"), "date": probe.get("date"), "max_rel_error": fitted.max_rel_error,
+            "constants": {"host_row_rate": fitted.host_row_rate, "host_gather_bandwidth": fitted.host_gather_bandwidth,
+                          "host_link_bandwidth": min(copies)}}
 
 
 def _read_data(path: Path) -> list[dict[str, Any]]:
