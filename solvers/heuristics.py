@@ -281,7 +281,7 @@ class Packer:
             fixed.setdefault(s.table, []).append(s)
         out: list[Shard] = []
         for i, t in enumerate(tables):
-            out.extend(fixed[t.name] if self.layout.tiers[i].rowwise else [self.layout.shard(self.instance, i, int(device_of[i]))])
+            out.extend(fixed[t.name] if self.layout.tiers[i].preplaced else [self.layout.shard(self.instance, i, int(device_of[i]))])
         return out
 
 
@@ -555,7 +555,7 @@ class HeuristicSolver(Solver):
             info["layouts_ranked"] = sorted(packed_layouts, key=lambda d: d["cost"])
             info["row_splits_within_host"] = within_host
             info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
-            info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.rowwise or t.kernel is not Kernel.fused}
+            info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.preplaced or t.kernel is not Kernel.fused}
         return finish(
             self, instance, cost_model, shards, clock, seed=seed,
             status=SolveStatus.timeout if over else SolveStatus.feasible, info=info, bound=bound,

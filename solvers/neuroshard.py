@@ -66,12 +66,14 @@ from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, fini
 from solvers.completion import completion_mask
 from solvers.heuristics import GreedySolver
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
-from solvers.tiering import TieredLayout, plan_tiers
+from solvers.tiering import TieredLayout, plan_tiers, replica_layout, replica_order
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
 LANE_DEVICES = 40_000  # and at most about this many (state x scale x device) rows per batched call
 LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's search, what the layouts beyond the second share
+REPLICA_PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # replica sets searched around (replica_order prefixes)
+REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the replica searches stop
 
 
 @dataclass(frozen=True)
@@ -942,7 +944,7 @@ class NeuroShardSolver(Solver):
                 # searched (the tiered layouts in the time left) and the cheaper kept
                 tight = result.info.get("states_rescored_safe", 0) > 0 and (budget is None or clock.elapsed < budget)
                 if not tight:
-                    return result
+                    return self._replica_searches(instance, cost_model, result, clock, budget, seed)
                 hbm, reason = result, "the HBM plan packed only with the completion check"
             else:  # (out of time too: the tiered layout's greedy plan is still an answer; the search there stops at once)
                 reason = result.reason or "no plan in HBM"
@@ -956,6 +958,45 @@ class NeuroShardSolver(Solver):
         chosen = tiered if costs["tiered"] < costs["hbm"] else hbm
         chosen.info["hbm_or_tiered"] = costs
         return chosen
+
+    def _replica_searches(self, instance: Instance, cost_model: CostModel, result: SolveResult, clock: Stopwatch,
+                          budget: float | None, seed: int) -> SolveResult:
+        """With `data_parallel=True` on an HBM instance, the search again around sets of replicas, the cheapest plan
+        kept. Why: the placement polish replicates tables of the searched plan where they sit, and a replica set it
+        would need the other tables moved for never looks cheaper there (random-582 of bench_tiered: the polish kept 2
+        replicas, 1.703 ms; TorchRec replicates the 8 smallest tables and balances the rest, 1.465, simulated). So the
+        smallest tables (`replica_order`) are pre-placed as replicas, prefixes of growing size (REPLICA_PREFIXES), and
+        the other tables searched around them, each prefix an equal share of the time left, until REPLICA_PATIENCE
+        prefixes in a row are not cheaper or the copies no longer fit."""
+        if self.config.data_parallel is not True or result.plan is None or result.predicted is None:
+            return result
+        order = replica_order(instance)
+        sizes = [k for k in REPLICA_PREFIXES if k <= len(order)]
+        have = sorted({s.table for s in result.plan.shards if s.replicated})
+        best, best_cost = result, float(result.predicted.max_cost)
+        tried: list[dict[str, Any]] = []
+        worse = 0
+        for j, k in enumerate(sizes):
+            if budget is not None and clock.elapsed >= budget:
+                break
+            names = sorted(instance.tables[i].name for i in order[:k])
+            if names == have:
+                continue
+            layout = replica_layout(instance, order[:k])
+            if layout is None:  # (the copies no longer fit on every device: no longer prefix does)
+                break
+            deadline = None if budget is None else clock.elapsed + (budget - clock.elapsed) / (len(sizes) - j)
+            got = self._search(instance, cost_model, layout, clock, deadline, seed)
+            cost = float(got.predicted.max_cost) if got.plan is not None and got.predicted is not None else float("inf")
+            tried.append({"replicas": k, "cost": cost})
+            if cost < best_cost:
+                best, best_cost, worse = got, cost, 0
+            else:
+                worse += 1
+                if worse >= REPLICA_PATIENCE:
+                    break
+        best.info["replica_searches"] = {"searched_cost": float(result.predicted.max_cost), "prefixes": tried}
+        return best
 
     def _solve_tiered(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float | None, seed: int,
                       reason: str) -> SolveResult:

@@ -36,6 +36,7 @@ cost-aware `greedy` then places the tables with its cost rule, pricing UVM table
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,13 +55,21 @@ CACHE_LOAD_FACTORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the caches offere
 
 @dataclass(frozen=True)
 class TableTier:
-    """Where one table goes: its kernel, cache load factor, and whether it is split row-wise over all devices."""
+    """Where one table goes: its kernel, cache load factor, and whether it is split row-wise over all devices or
+    replicated data-parallel on every device (either way pre-placed: the layout's fixed shards, not packed)."""
 
     kernel: Kernel = Kernel.fused
     cache_load_factor: float | None = None
     rowwise: bool = False
+    replicated: bool = False
+
+    @property
+    def preplaced(self) -> bool:
+        return self.rowwise or self.replicated
 
     def describe(self) -> str:
+        if self.replicated:
+            return "data-parallel, HBM"
         kind = "row-wise" if self.rowwise else "table-wise"
         if self.kernel is Kernel.fused_uvm_caching:
             return f"{kind}, host memory + HBM cache ({self.cache_load_factor:g} of rows)"
@@ -83,8 +92,8 @@ class TieredLayout:
 
     @property
     def packed(self) -> np.ndarray:
-        """Indices of the tables the packer places (all but the row-wise ones)."""
-        return np.array([i for i, t in enumerate(self.tiers) if not t.rowwise], dtype=np.int64)
+        """Indices of the tables the packer places (all but the row-wise and replicated ones)."""
+        return np.array([i for i, t in enumerate(self.tiers) if not t.preplaced], dtype=np.int64)
 
     def shard(self, instance: Instance, table: int, device: int) -> Shard:
         """The table-wise shard of `table` on `device`, with its tier's kernel."""
@@ -101,6 +110,39 @@ class TieredLayout:
             key = t.describe().split(" (")[0]
             out[key] = out.get(key, 0) + 1
         return out
+
+
+def replica_order(instance: Instance) -> list[int]:
+    """The tables a data-parallel replica suits best first: fewest rows first (a replica's price, its dense update
+    and gradient all-reduce, grows with its rows; its gain, the pooled output it takes off the all-to-all, does not),
+    those whose copy fits in every device's HBM only."""
+    caps = np.array(instance.topology.capacities(), dtype=np.int64)
+    out = [i for i, t in enumerate(instance.tables)
+           if shard_bytes(instance, t, Shard(table=t.name, device=0, replicated=True)) <= caps.min()]
+    return sorted(out, key=lambda i: (instance.tables[i].rows, i))
+
+
+def replica_layout(instance: Instance, replicated: Sequence[int]) -> TieredLayout | None:
+    """Every table in HBM, the `replicated` ones data-parallel (a copy on every device, pre-placed as the layout's
+    fixed shards) and the others left to the packer: the plan space of a search that chooses where the other tables
+    go around those replicas. None where the copies do not fit in every device's HBM."""
+    D = instance.topology.num_devices
+    caps = np.array(instance.topology.capacities(), dtype=np.int64)
+    chosen = set(int(i) for i in replicated)
+    hbm = table_bytes_array(instance).astype(np.int64).copy()
+    fixed: list[Shard] = []
+    fixed_hbm = np.zeros(D, dtype=np.int64)
+    for i in sorted(chosen):
+        t = instance.tables[i]
+        hbm[i] = 0
+        for d in range(D):
+            shard = Shard(table=t.name, device=d, replicated=True)
+            fixed.append(shard)
+            fixed_hbm[d] += shard_bytes(instance, t, shard)
+    if (fixed_hbm > caps).any():
+        return None
+    tiers = [TableTier(replicated=i in chosen) for i in range(len(instance.tables))]
+    return TieredLayout(tiers, hbm, np.zeros(len(instance.tables), dtype=np.int64), fixed, fixed_hbm, np.zeros(D, dtype=np.int64))
 
 
 def row_wise_shards(table: Table, devices: list[int] | np.ndarray, kernel: Kernel = Kernel.fused, cache_load_factor: float | None = None) -> list[Shard]:

@@ -274,3 +274,46 @@ def test_a_hot_table_split_over_every_device_moves_to_one_hosts_host_memory() ->
     assert {s.kernel for s in big} == {Kernel.fused_uvm_caching}
     assert {s.device for s in big} in ({*host0}, {*host1})
     assert info["cost_after"] < 0.7 * before
+
+
+def test_neuroshard_searches_around_replica_sets_when_asked() -> None:
+    """random-582 of benchmarks/bench_tiered.py (8 GH200s, 26 tables): the polish replicates tables where the search
+    put them and keeps two (1.70 ms, simulated); TorchRec replicates the 8 smallest and balances the rest (1.46).
+    With data_parallel, neuroshard also searches the other tables around the smallest tables pre-placed as replicas
+    (solvers.tiering.replica_layout) and keeps the cheapest plan; without it, no replica search."""
+    from solvers.tiering import replica_layout, replica_order
+
+    spec = [(12192, 44, 5.54, 1.12), (1433001, 148, 32.94, 1.05), (331, 240, 13.36, 1.19), (107, 172, 6.49, 0.98),
+            (45492923, 188, 36.67, 0.48), (35989849, 72, 25.25, 0.49), (184, 148, 4.53, 1.03), (2053794, 144, 36.16, 0.08),
+            (68199, 128, 14.75, 0.14), (427, 136, 14.75, 0.9), (13815989, 168, 10.1, 0.54), (719163, 60, 34.69, 0.65),
+            (109, 76, 37.35, 0.18), (202, 240, 28.4, 1.14), (423618, 188, 18.0, 1.04), (53946730, 168, 6.42, 0.65),
+            (1367440, 32, 15.79, 0.7), (1637, 80, 19.72, 1.06), (170, 216, 14.82, 0.79), (6706104, 32, 3.61, 0.9),
+            (19142972, 116, 31.18, 0.04), (17280, 248, 1.86, 1.17), (8893118, 164, 5.94, 1.15), (5412139, 196, 23.58, 0.46),
+            (16493, 148, 29.65, 1.05), (659, 144, 8.16, 1.19)]
+    inst = spec_instance("random-582", spec, {"num_devices": 8, "devices_per_host": 1, "memory_bytes": 42553341435,
+                                              "hardware": "gh200", "host_memory_bytes": 136170692592}, 16384)
+    order = replica_order(inst)
+    assert [inst.tables[i].rows for i in order[:3]] == [107, 109, 170]
+    layout = replica_layout(inst, order[:8])
+    assert layout is not None and len(layout.fixed) == 8 * 8 and len(layout.packed) == 26 - 8
+    assert all(s.replicated for s in layout.fixed) and (layout.fixed_hbm > 0).all()
+    cm = get_cost_model("analytic")
+    bm = cm.bind(inst)
+    r = get_solver("neuroshard", data_parallel=True).solve(inst, cm, seed=0, time_limit=6)
+    assert check_plan(inst, r.plan).ok
+    searches = r.info["replica_searches"]
+    assert searches["prefixes"] and all(p["replicas"] >= 1 for p in searches["prefixes"])
+    cost = bm.plan_costs(r.plan.shards).max_cost
+    assert cost < 0.95 * searches["searched_cost"]  # measured 1.703 -> 1.461
+    assert len({s.table for s in r.plan.shards if s.replicated}) >= 4
+    plain = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=2)
+    assert "replica_searches" not in plain.info
+
+
+def test_a_replica_layout_that_does_not_fit_is_refused() -> None:
+    from solvers.tiering import replica_layout, replica_order
+
+    inst = spec_instance("tight", [(1_500_000, 64, 5.0, 1.0)] * 3, {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**9,
+                                                                 "hardware": "a100"}, 4096)
+    assert replica_order(inst) == [0, 1, 2]  # one copy (384 MB of weights + 6 MB of state) fits a device, three do not
+    assert replica_layout(inst, [0]) is not None and replica_layout(inst, [0, 1, 2]) is None
