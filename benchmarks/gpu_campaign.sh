@@ -97,7 +97,10 @@ fi
 : "${THREADS:=$(nproc 2>/dev/null || echo 2)}"
 : "${GPU_PROFILE:=}"  # empty: detected from the GPU's name (step `environment`)
 : "${HOST_LINK:=}"  # benchmarks/host_link_probe.py's output: calibrate fits the device-host link too (--host-link)
-[[ -z $HOST_LINK ]] || HOST_LINK=$(cd "$(dirname "$HOST_LINK")" && pwd)/$(basename "$HOST_LINK")
+if [[ -n $HOST_LINK ]]; then
+    [[ -f $HOST_LINK ]] || die "HOST_LINK: $HOST_LINK: no such file"
+    HOST_LINK=$(cd "$(dirname "$HOST_LINK")" && pwd)/$(basename "$HOST_LINK")
+fi
 : "${KEEP_GOING:=0}"  # 1: a failed step is logged and skipped (a lease must not lose the steps after it)
 : "${TRAIN_SECONDS:=}" "${TEST_SECONDS:=}" "${LB_SECONDS:=}" "${LB_TIME_CAP:=}"  # empty: no time box / the default
 

@@ -104,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     gathers: dict[str, Any] = {}
     dims = [int(d) for d in args.dims.split(",")]
     table_bytes = int(args.table_gib * 2**30)
-    widest = max(dims)
     table = torch.empty(table_bytes // 4, dtype=torch.float32, pin_memory=True)
     table.fill_(1.0)
     for d in dims:
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         doc["gather_zero_copy"] = gathers
     doc["settings"] = {"copy_mib": args.copy_mib, "table_gib": args.table_gib, "lookups": args.lookups,
-                       "dims": dims, "widest": widest, "repeats": args.repeats, "seed": args.seed}
+                       "dims": dims, "repeats": args.repeats, "seed": args.seed}
     text = json.dumps(doc, indent=1)
     with open(args.out, "w") as f:
         f.write(text + "\n")

@@ -135,10 +135,8 @@ def replica_layout(instance: Instance, replicated: Sequence[int]) -> TieredLayou
     for i in sorted(chosen):
         t = instance.tables[i]
         hbm[i] = 0
-        for d in range(D):
-            shard = Shard(table=t.name, device=d, replicated=True)
-            fixed.append(shard)
-            fixed_hbm[d] += shard_bytes(instance, t, shard)
+        fixed += [Shard(table=t.name, device=d, replicated=True) for d in range(D)]
+        fixed_hbm += shard_bytes(instance, t, fixed[-1])  # (a whole copy, the same on every device)
     if (fixed_hbm > caps).any():
         return None
     tiers = [TableTier(replicated=i in chosen) for i in range(len(instance.tables))]

@@ -103,6 +103,10 @@ def test_cli_calibrate_fits_the_host_link_from_a_probe(samples, tmp_path):
         bad.write_text(text)
         r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--host-link", str(bad)])
         assert r.exit_code == 2 and "--host-link" in r.output and why in r.output, r.output
+    no_copies = {k: v for k, v in doc.items() if k != "copy_h2d"}
+    bad.write_text(json.dumps(no_copies))
+    r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--host-link", str(bad)])
+    assert r.exit_code == 2 and "no field 'copy_h2d'" in r.output, r.output
     r = CliRunner().invoke(app, ["calibrate", str(data), "--out", str(out), "--host-link", str(tmp_path / "none.json")])
     assert r.exit_code == 2 and "no such file" in r.output
 

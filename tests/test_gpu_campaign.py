@@ -98,10 +98,14 @@ def test_other_settings_are_refused(dry_run):
     assert r.returncode == 2 and "other settings" in r.stderr
 
 
-def test_bad_arguments():
+def test_bad_arguments(tmp_path):
     r = subprocess.run(["bash", str(SCRIPT), "--backend", "tpu"], cwd=ROOT, capture_output=True, text=True, timeout=30,
                        check=False)
     assert r.returncode == 2 and "not cuda or cpu" in r.stderr
+    env = {**os.environ, "HOST_LINK": "/nonexistent/host-link.json"}
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--out", str(tmp_path / "c")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "HOST_LINK: /nonexistent/host-link.json: no such file" in r.stderr
     r = subprocess.run(["bash", str(SCRIPT), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30,
                        check=False)
     assert r.returncode == 0 and "--dry-run" in r.stdout

@@ -177,7 +177,9 @@ def _host_link_fit(path: Path) -> dict[str, Any]:
             raise ValueError("not a host-link probe (a JSON object from benchmarks/host_link_probe.py)")
         fitted = fit_host_rows(probe)
         copies = [float(probe[k]["gb_per_s"]) * 1e9 for k in ("copy_h2d", "copy_d2h")]
-    except (KeyError, TypeError, ValueError) as exc:
+    except KeyError as exc:
+        raise CLIError(f"--host-link: {path}: no field {exc.args[0]!r} (not the output of benchmarks/host_link_probe.py?)") from None
+    except (TypeError, ValueError) as exc:
         raise CLIError(f"--host-link: {path}: {exc.args[0] if exc.args else exc}") from None
     return {"probe": str(path), "gpu": probe.get("gpu"), "date": probe.get("date"), "max_rel_error": fitted.max_rel_error,
             "constants": {"host_row_rate": fitted.host_row_rate, "host_gather_bandwidth": fitted.host_gather_bandwidth,
