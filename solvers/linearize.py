@@ -365,7 +365,7 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
     host = np.arange(D) // bm.instance.topology.devices_per_host
     H = int(host.max()) + 1
     # the collectives the items run: whole tables table-wise, pieces column-wise (one all-to-all each, as the judge)
-    kind_all = np.where(it.parts == 1, 0, 1)
+    kind_all = np.where(it.is_whole, 0, 1)
     present = sorted(set(kind_all.tolist()))
     dists = tuple(ITEM_DISTS[k] for k in present)
     kind = np.searchsorted(np.array(present), kind_all)

@@ -98,11 +98,15 @@ class NeuroShardConfig:
     data_parallel: bool | None = None  # offer data-parallel replicas: None = in tiered layouts only (see docstring)
     row_wise: bool = True  # offer row-wise / table-row-wise splits of HBM tables on the bottleneck (placement polish)
     safe_fallback: bool = True  # a state none of whose grid lanes packs is scored again with the completion check
+    uneven_halves: bool = True  # a piece of an odd number of 4-column units is cut too (`split`); False: exact halves
+    soft_dim_cap: bool = True  # a lane's dim cap is at least the state's widest piece (`_start_lanes`), and a piece
+    # it admits on no device goes where memory allows (`grid_greedy`); False: a hard cap, as published
 
 
 FAITHFUL = NeuroShardConfig(
     split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False,
     refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False, safe_fallback=False,
+    uneven_halves=False, soft_dim_cap=False,
 )  # (anytime: the published search has no budget; here it honours --time-limit and the default budget)
 
 
@@ -251,7 +255,7 @@ def grid_greedy(
     bm = pm.bm
     order = _greedy_order(pm, states_list)
     sib = _sibling_positions(order.owner)
-    lanes = _start_lanes(pm, order, cfg.scales)
+    lanes = _start_lanes(pm, order, cfg.scales, cfg.soft_dim_cap)
     group = lanes.state.copy()  # lanes with equal group hold equal devices
     for i in range(order.widths.shape[1]):
         if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
@@ -259,9 +263,14 @@ def grid_greedy(
         x = order.states[lanes.state, i]  # [L, F]
         w = order.widths[lanes.state, i]
         size = order.sizes[lanes.state, i]
-        ok = (lanes.free >= size[:, None]) & (lanes.dims + w[:, None] <= lanes.cap[:, None] + 1e-9) & lanes.alive[:, None]
+        ok = (lanes.free >= size[:, None]) & lanes.alive[:, None]
         if lanes.host_free is not None:
             ok &= lanes.host_free >= order.host[lanes.state, i][:, None]
+        room = ok.copy() if cfg.soft_dim_cap else None
+        ok &= lanes.dims + w[:, None] <= lanes.cap[:, None] + 1e-9
+        if room is not None:  # the cap is a balance target: a piece it admits nowhere goes where memory allows
+            over = ~ok.any(axis=1)
+            ok[over] = room[over]
         if cfg.split_apart:
             _keep_apart(ok, sib[lanes.state, i], lanes)
         if safe:
@@ -350,14 +359,18 @@ class _Lanes:
     ids: np.ndarray  # [L] arange, for fancy indexing
 
 
-def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...]) -> _Lanes:
+def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...], soft_cap: bool = True) -> _Lanes:
     """Devices holding only the background (nothing without a layout) in every lane; each lane's dim cap is its
-    scale x its state's total width (background included) / devices."""
+    scale x its state's total width (background included) / devices, and at least its widest piece: a cap below
+    it left that piece no device in any lane, so no state holding the piece whole could pack (bench_tiered random-669:
+    16 devices, a 60-column table against a cap of at most 30, and the beam never found a state that packed)."""
     n_states, n_pieces, F = order.states.shape
     n_scales, n_dev = len(scales), pm.bm.num_devices
     L = n_states * n_scales
     lane_state = np.repeat(np.arange(n_states), n_scales)
     cap = np.tile(np.array(scales), n_states) * (order.widths.sum(axis=1)[lane_state] + pm.base_dims.sum()) / n_dev  # [L]
+    if soft_cap and n_pieces:
+        cap = np.maximum(cap, order.widths.max(axis=1)[lane_state])
     return _Lanes(
         state=lane_state,
         cap=cap,
@@ -571,17 +584,23 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     return device_of, moves
 
 
-def split(piece: Piece) -> tuple[Piece, Piece] | None:
+def split(piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
+    """The piece cut in two 4-aligned halves, the wider second where its width is an odd number of 4-column units
+    (28 -> 12 + 16; `uneven=False`: exact halves only, as published); None below 8 columns. Why not only exact halves: random dims (4 x 1..64) are mostly not 4 x a
+    power of two, and exact halving could not cut a 108-column table at all, so a table too big for one device went
+    row-wise over all devices where column pieces are far cheaper (bench_tiered random-669: 3.04 ms row-wise, 0.50
+    with column pieces, simulated)."""
     t, off, cols = piece
-    half = cols // 2
-    if cols % 2 or half % DIM_ALIGNMENT or half < DIM_ALIGNMENT:
+    units = cols // DIM_ALIGNMENT
+    if units < 2 or (not uneven and units % 2):
         return None
-    return (t, off, half), (t, off + half, half)
+    first = (units // 2) * DIM_ALIGNMENT
+    return (t, off, first), (t, off + first, cols - first)
 
 
 def presplit_plan(
     instance: Instance, bm: BoundCostModel, max_pieces: int = 8, cfg: NeuroShardConfig | None = None, time_limit: float | None = None,
-    layout: TieredLayout | None = None,
+    layout: TieredLayout | None = None, uneven: bool = True,
 ) -> tuple[list[Shard], float] | None:
     """One NeuroShard state chosen up front instead of searched: every table whose compute alone exceeds the mean
     device compute, or whose bytes exceed half the largest device, is halved until its pieces do not (at most
@@ -595,7 +614,7 @@ def presplit_plan(
     cfg = cfg or NeuroShardConfig()
     clock = Stopwatch()
     pm = PieceModel(instance, bm, layout)
-    pieces = presplit_pieces(pm, max_pieces)
+    pieces = presplit_pieces(pm, max_pieces, uneven)
     results = grid_greedy(pm, [pieces], cfg, comm_aware=True, clock=clock)
     if not results or results[0].device_of is None:
         results = grid_greedy(pm, [pieces], cfg, clock=clock)
@@ -607,19 +626,27 @@ def presplit_plan(
     return pm.to_shards(pieces, device_of), cost
 
 
-def presplit_pieces(pm: PieceModel, max_pieces: int = 8) -> list[Piece]:
-    """The pre-split state: each table halved while its pieces' compute alone exceeds the mean device compute or
-    their bytes exceed half the largest device (at most `max_pieces` pieces, halves that stay 4-aligned)."""
+def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) -> list[Piece]:
+    """The pre-split state: each table's pieces halved, round by round, while a piece's bytes exceed half the largest
+    device (as far as 4-column pieces go: a table several devices large needs that many pieces to fit at all) or
+    its compute alone exceeds the mean device compute (while the table stays within `max_pieces` pieces). A piece
+    is halved on its own (`split`): a 28-column table too big for 8-column pieces ends as seven 4-column ones, where
+    halving every piece of a round at once stopped at the first piece that could not be halved (bench_tiered
+    random-669: no state packed, and the table went row-wise)."""
     whole: list[Piece] = list(pm.all_pieces())
     _, _, nbytes, single = pm.info(whole)
     target = (float(single.sum()) + float(pm.base_compute.sum())) / pm.bm.num_devices
     room = float(pm.caps.max()) / 2  # a piece bigger than half a device is hard to pack: halve it too
     pieces: list[Piece] = []
-    for p, c, b in zip(whole, single, nbytes):
-        todo, parts = [p], 1
-        while (c / parts > target or b / parts > room) and parts * 2 <= max_pieces and all(split(q) is not None for q in todo):
-            todo = [h for q in todo for h in split(q)]  # type: ignore[union-attr]
-            parts *= 2
+    for p in whole:
+        todo = [p]
+        while True:
+            _, _, b, c = pm.info(todo)
+            more = len(todo) * 2 <= max_pieces
+            cut = {k for k, q in enumerate(todo) if split(q, uneven) is not None and (b[k] > room or (more and c[k] > target))}
+            if not cut:
+                break
+            todo = [h for k, q in enumerate(todo) for h in (split(q, uneven) if k in cut else (q,))]  # type: ignore[union-attr]
         pieces += todo
     return sorted(pieces)
 
@@ -706,7 +733,7 @@ def _seeded_search(
     beam = [(best.cost, start)]
     presplit_cost = None
     if cfg.seed_with_presplit:  # tables heavier than a device's share start halved (docs/neuroshard.md)
-        pre = tuple(presplit_pieces(pm))
+        pre = tuple(presplit_pieces(pm, uneven=cfg.uneven_halves))
         if pre != start:
             (scored,) = scorer.score([pre])
             if scored is not None and scored.device_of is not None:
@@ -801,11 +828,11 @@ def _split_proposals(pm: PieceModel, beam: list[tuple[float, tuple[Piece, ...]]]
     for _, state in beam:
         pieces = list(state)
         _, _, sizes, single = pm.info(pieces)
-        splittable = [k for k, p in enumerate(pieces) if split(p) is not None]
+        splittable = [k for k, p in enumerate(pieces) if split(p, cfg.uneven_halves) is not None]
         by_size = heapq.nlargest(cfg.candidates_by_size, splittable, key=lambda k: (sizes[k], -k))
         by_cost = heapq.nlargest(cfg.candidates_by_cost, splittable, key=lambda k: (single[k], -k))
         for k in sorted(set(by_size) | set(by_cost)):
-            a, b = split(pieces[k])  # type: ignore[misc]
+            a, b = split(pieces[k], cfg.uneven_halves)  # type: ignore[misc]
             proposals.append(tuple(sorted(pieces[:k] + pieces[k + 1 :] + [a, b])))
     return proposals
 

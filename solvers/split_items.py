@@ -1,8 +1,10 @@
 """The shards an exact model places: for each table, the whole table and (optionally) its dyadic column pieces --
-halves, quarters, ... -- in any mix that covers the table.
+halves, quarters, ... -- in any mix that covers the table, and the widths a warm start cuts it into (NeuroShard's
+uneven halves of a table of an odd number of 4-column units: 28 -> 12 + 16).
 
-An *item* is one piece size of one table: ``width = dim / parts`` columns (parts = 1, 2, 4, ...; parts pieces of
-it make the table). A plan places, for each table, pieces whose widths add up to the table's dim: the whole table
+An *item* is one piece size of one table: ``width`` columns, at most ``parts = dim // width`` pieces of it in a
+plan (for the dyadic ones, exactly that many make the table); pieces of a table cover it when their widths add up
+to its dim. A plan places, for each table, pieces whose widths add up to the table's dim: the whole table
 on one device, or e.g. two halves, or a half and two quarters, ... -- one piece per device when `apart`. Equal
 splits into 2, 4, ... shards are the special cases "parts_i pieces of item i"; the mixes are what NeuroShard's
 repeated halvings produce, so its plans are representable exactly (and can warm-start the exact solvers). The
@@ -31,8 +33,8 @@ class Items:
     """Every table's items, table by table: the items of table t are ``first[t]:first[t + 1]``, whole table first."""
 
     table: np.ndarray  # [I] table index
-    parts: np.ndarray  # [I] pieces of this size that make the whole table (1 = the whole table, 2 = halves, ...)
-    width: np.ndarray  # [I] columns of one piece = dim / parts
+    parts: np.ndarray  # [I] the most pieces of this size a plan can hold: dim // width (dyadic: they make the table)
+    width: np.ndarray  # [I] columns of one piece (a multiple of DIM_ALIGNMENT; dim / parts for the dyadic ones)
     size: np.ndarray  # [I] bytes of one piece (weights + optimizer state), int64
     states: np.ndarray  # [I, F] cost-model state of one piece
     first: np.ndarray  # [T + 1]
@@ -57,6 +59,16 @@ class Items:
     def whole(self) -> np.ndarray:
         """[T] the whole-table item of each table."""
         return self.first[:-1]
+
+    @property
+    def is_whole(self) -> np.ndarray:
+        """[I] whether the item is its whole table (table-wise) rather than a column piece."""
+        return self.width == self.width[self.whole][self.table]
+
+    @property
+    def share(self) -> np.ndarray:
+        """[I] the share of its table's dim one piece holds (width / dim): pieces cover a table when these add to 1."""
+        return self.width / self.width[self.whole][self.table]
 
     @property
     def most_per_device(self) -> np.ndarray:
@@ -108,7 +120,7 @@ class Items:
         (`device_widths`)."""
         counts = counts.T.astype(np.float64)
         out = np.zeros((len(OUTPUT_DIST_ORDER), counts.shape[0]))
-        whole = self.parts == 1
+        whole = self.is_whole
         out[DIST_ROW[TABLE_WISE]] = counts[:, whole] @ self.width[whole]
         out[DIST_ROW[COLUMN_WISE]] = counts[:, ~whole] @ self.width[~whole]
         if self.base_dists is not None:
@@ -126,8 +138,8 @@ class Items:
         return counts.T.astype(np.int64) @ self.size
 
     def shards(self, counts: np.ndarray, instance: Instance) -> list[Shard]:
-        """The plan's shards: pieces as column ranges, widest first (so every offset is a multiple of the piece's
-        width), in device order within a size."""
+        """The plan's shards: pieces as column ranges, widest first (items are stored widest first; a dyadic
+        piece's offset is then a multiple of its width), in device order within a size."""
         out: list[Shard] = []
         for t in range(self.num_tables):
             tab = instance.tables[t]
@@ -136,7 +148,7 @@ class Items:
                 out.append(Shard(table=tab.name, device=int(np.flatnonzero(counts[its[0]])[0])))
                 continue
             offset = 0
-            for i in its:  # widest first: items are stored by parts ascending
+            for i in its:  # widest first: items are stored by width descending
                 for d in np.flatnonzero(counts[i]):
                     for _ in range(int(counts[i, d])):
                         out.append(Shard(table=tab.name, device=int(d), col_offset=offset, cols=int(self.width[i])))
@@ -184,23 +196,25 @@ def split_candidates(bm: BoundCostModel, max_split: int, limit: int) -> np.ndarr
 
 def build_items(
     instance: Instance, bm: BoundCostModel, split: np.ndarray | None = None, max_split: int = 1, apart: bool = True,
-    deeper: dict[int, int] | None = None,
+    deeper: dict[int, int] | None = None, widths: dict[int, set[int]] | None = None,
 ) -> Items:
     """Items of every table: the whole table, and for the tables in `split` its pieces dim/2, dim/4, ... down to
-    dim/max_split (or dim/deeper[t] for a table a given plan cuts finer), at most one piece of a table per device
-    when `apart`."""
+    dim/max_split (or dim/deeper[t] for a table a given plan cuts finer), and any width in `widths[t]` (the pieces a
+    given plan cuts table t into, dyadic or not), at most one piece of a table per device when `apart`."""
     T = len(instance.tables)
     chosen = set(int(t) for t in (split if split is not None else []))
     deeper = deeper or {}
+    widths = widths or {}
     table, parts, width = [], [], []
     first = [0]
     for t, tab in enumerate(instance.tables):
         limit = max(max_split, deeper.get(t, 1))
-        ks = [1] + (split_counts(tab.dim, limit) if t in chosen or t in deeper else [])
-        for k in ks:
+        ks = split_counts(tab.dim, limit) if t in chosen or t in deeper else []
+        ws = {tab.dim // k for k in ks} | {int(w) for w in widths.get(t, ()) if 0 < int(w) < tab.dim and int(w) % DIM_ALIGNMENT == 0}
+        for w in [tab.dim] + sorted(ws, reverse=True):
             table.append(t)
-            parts.append(k)
-            width.append(tab.dim // k)
+            parts.append(tab.dim // w)
+            width.append(w)
         first.append(len(table))
     table_a = np.array(table, dtype=np.int64)
     width_a = np.array(width, dtype=np.int64)

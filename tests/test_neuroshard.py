@@ -36,7 +36,20 @@ def test_faithful_configuration_is_the_papers():
     assert FAITHFUL.patience is None and FAITHFUL.refine_extra == 0 and not FAITHFUL.placement_polish
     assert FAITHFUL.anytime  # (not the paper's: issue 18 asks every solver to honour --time-limit and have a default budget)
     assert split((0, 0, 64)) == ((0, 0, 32), (0, 32, 32))
-    assert split((0, 0, 12)) is None and split((0, 8, 4)) is None  # halves must stay multiples of 4
+    assert not (FAITHFUL.uneven_halves or FAITHFUL.soft_dim_cap)
+    assert split((0, 0, 12), uneven=False) is None and split((0, 8, 4), uneven=False) is None  # exact halves, 4-aligned
+
+
+def test_split_cuts_odd_unit_widths_unevenly():
+    """The improved search cuts a piece of an odd number of 4-column units too (the wider part second); nothing
+    narrower than 8 columns; exact halves where they exist."""
+    assert split((0, 0, 12)) == ((0, 0, 4), (0, 4, 8))
+    assert split((2, 8, 108)) == ((2, 8, 52), (2, 60, 56))
+    assert split((0, 0, 64)) == ((0, 0, 32), (0, 32, 32))
+    assert split((0, 8, 4)) is None and split((0, 8, 4), uneven=False) is None
+    for cols in range(8, 257, 4):
+        a, b = split((1, 0, cols))
+        assert a[2] % 4 == 0 and b[2] % 4 == 0 and a[2] + b[2] == cols and 0 <= b[2] - a[2] <= 4 and b[1] == a[2]
 
 
 @pytest.mark.parametrize("name", ["neuroshard", "neuroshard_faithful"])
@@ -96,3 +109,34 @@ def test_improvements_switch_off_one_by_one():
     for switch in ("split_apart", "comm_aware", "dedup", "polish", "seed_with_greedy"):
         r = NeuroShardSolver(NeuroShardConfig(max_steps=2), **{switch: False}).solve(inst, AnalyticCostModel())
         assert r.status.has_plan and r.plan.params[switch] is False
+
+
+def odd_units_instance():  # noqa: ANN201
+    """8 devices, one per host: t0 (7 four-column units) 2.4 devices large, t3 1.6; t1 (108 columns) wider than any
+    lane's dim cap of the exact-halves search (1.5 x 324 / 8 = 61)."""
+    from shardopt.core.ir import instance_from_dict
+
+    return instance_from_dict({
+        "name": "odd-units", "tables": [
+            {"name": "t0", "rows": 2_000_000, "dim": 28, "pooling_factor": 6.0, "access": {"zipf": 1.1}},
+            {"name": "t1", "rows": 100_000, "dim": 108, "pooling_factor": 24.0, "access": {"zipf": 1.0}},
+            {"name": "t2", "rows": 50_000, "dim": 60, "pooling_factor": 9.7, "access": {"zipf": 0.7}},
+            {"name": "t3", "rows": 300_000, "dim": 128, "pooling_factor": 36.0, "access": {"zipf": 0.5}}],
+        "topology": {"num_devices": 8, "devices_per_host": 1, "hardware": "gh200", "memory_bytes": 95_000_000},
+        "workload": {"batch_size": 65536, "optimizer": "rowwise_adagrad"}})
+
+
+def test_uneven_halves_and_a_soft_dim_cap_hold_odd_unit_tables_in_hbm():
+    """Exact halves cannot cut t0 (28 columns: 14 is not 4-aligned) below a device, and the hard dim cap leaves t1 no
+    lane: that search splits t0 and t3 by rows over all devices, whose pooled partial sums cost the network 8x the
+    bytes. Uneven halves and the soft cap find column pieces that all fit in HBM, far cheaper (simulated)."""
+    inst = odd_units_instance()
+    cm = get_cost_model("analytic")
+    new = NeuroShardSolver().solve(inst, cm, seed=0, time_limit=5)
+    old = NeuroShardSolver(uneven_halves=False, soft_dim_cap=False).solve(inst, cm, seed=0, time_limit=5)
+    assert check_plan(inst, new.plan).ok and check_plan(inst, old.plan).ok
+    assert any(s.rows is not None for s in old.plan.shards)  # (the old search's answer: row splits)
+    assert all(s.rows is None and s.kernel.value == "fused" for s in new.plan.shards)
+    assert new.predicted_cost < 0.5 * old.predicted_cost
+    again = NeuroShardSolver().solve(inst, cm, seed=0, time_limit=5)
+    assert sorted(map(repr, again.plan.shards)) == sorted(map(repr, new.plan.shards))  # same seed, same plan

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.linearize import Linearization
@@ -127,9 +128,9 @@ def _add_cover(cm: _Model, prob: Problem) -> None:
         if len(its) == 1:
             model.add_exactly_one([v for _, v in by_item[its[0]]])
             continue
-        L = int(items.parts[list(its)].max())  # pieces of the narrowest size that make the table
+        U = int(items.width[its[0]]) // DIM_ALIGNMENT  # the table's dim in 4-column units (the whole table is first)
         model.add(cp_model.LinearExpr.weighted_sum(
-            [v for i in its for _, v in by_item[i]], [L // int(items.parts[i]) for i in its for _ in by_item[i]]) == L)
+            [v for i in its for _, v in by_item[i]], [int(items.width[i]) // DIM_ALIGNMENT for i in its for _ in by_item[i]]) == U)
         if items.apart:
             per_device: dict[int, list[Any]] = {}
             for i in its:
@@ -272,8 +273,8 @@ def _add_table_cuts(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) 
     """table_lower_bounds in the integer model: the other terms >= d's negative a_int (as often as d may hold each
     item); m[c][d] of the item's collective >= the least ceil(plane_int / plane_scale) over {width_i <= u <= v <= T <=
     total}, the other collectives' m >= their lower bounds, plus the constant. For a table with pieces, an average
-    weighted by the share of the dim each holds: L z >= sum_i (L / parts_i) sum_d coef[i, d] x[i, d], L = the largest
-    parts (powers of two). Returns how many cuts were added."""
+    weighted by the share of the dim each holds: U z >= sum_i (width_i / 4) sum_d coef[i, d] x[i, d], U = dim / 4
+    (integers). Returns how many cuts were added."""
     from ortools.sat.python import cp_model
 
     items, upper, total = prob.items, prob.upper, sc.total
@@ -284,7 +285,7 @@ def _add_table_cuts(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) 
     cuts = 0
     for t in _useful_cuts(lb, items):
         its = range(int(items.first[t]), int(items.first[t + 1]))
-        L = int(items.parts[list(its)].max())
+        U = int(items.width[its[0]]) // DIM_ALIGNMENT
         terms, coefs_all = [], []
         for i in its:
             if not cm.by_item[i]:
@@ -297,8 +298,8 @@ def _add_table_cuts(cm: _Model, prob: Problem, lin: Linearization, sc: _Scaled) 
             others = m_lo[:, ds].sum(axis=0) - m_lo[c, ds]
             coefs = sc.c0[ds] + sc.a[i, ds] + neg_int[ds] - np.minimum(sc.a[i, ds], 0) + m_min + others + sc.const[ds]
             terms += [v for _, v in cm.by_item[i]]
-            coefs_all += [int(co) * (L // int(items.parts[i])) for co in coefs]
-        cm.model.add(L * cm.z >= cp_model.LinearExpr.weighted_sum(terms, coefs_all))
+            coefs_all += [int(co) * (int(items.width[i]) // DIM_ALIGNMENT) for co in coefs]
+        cm.model.add(U * cm.z >= cp_model.LinearExpr.weighted_sum(terms, coefs_all))
         cuts += 1
     return cuts
 

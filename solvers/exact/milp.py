@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.linearize import Linearization
@@ -105,14 +106,14 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
 
 
 def _add_cover(rows: _Rows, prob: Problem, starts: np.ndarray) -> None:
-    """The pieces cover the table: sum (L / parts_i) x = L (L: the narrowest piece's parts); apart: at most one
+    """The pieces cover the table: sum (width_i / 4) x = dim / 4 (in 4-column units, integers); apart: at most one
     piece of the table per device."""
     items, pairs = prob.items, rows.pairs
     for t in range(prob.num_tables):
         lo_i, hi_i = int(items.first[t]), int(items.first[t + 1])
         idx = np.arange(starts[lo_i], starts[hi_i])
-        L = float(items.parts[lo_i:hi_i].max())
-        rows.add(idx, L / items.parts[pairs[idx, 0]], L, L)
+        U = float(items.width[lo_i]) / DIM_ALIGNMENT  # (the whole table is the first item)
+        rows.add(idx, items.width[pairs[idx, 0]] / DIM_ALIGNMENT, U, U)
         if hi_i - lo_i > 1 and items.apart:  # at most one piece of the table per device
             for d in np.unique(pairs[idx, 1]):
                 on = idx[pairs[idx, 1] == d]
@@ -177,7 +178,7 @@ def _add_device_costs(rows: _Rows, prob: Problem, lin: Linearization, by_dev: li
 
 
 def _add_table_cuts(rows: _Rows, prob: Problem, lin: Linearization, starts: np.ndarray, Z: int) -> int:
-    """z >= sum_{i of t} sum_d lb[i, d] x[i, d] / parts_i (table_lower_bounds), less a hair for tolerances. Returns
+    """z >= sum_{i of t} sum_d lb[i, d] x[i, d] width_i / dim (table_lower_bounds), less a hair for tolerances. Returns
     how many cuts were added."""
     items, pairs = prob.items, rows.pairs
     lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
@@ -185,7 +186,7 @@ def _add_table_cuts(rows: _Rows, prob: Problem, lin: Linearization, starts: np.n
     for t in _useful_cuts(lb, items):
         idx = np.arange(starts[items.first[t]], starts[items.first[t + 1]])
         lbv = lb[pairs[idx, 0], pairs[idx, 1]]
-        coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) / items.parts[pairs[idx, 0]]  # (weights: share of the dim)
+        coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) * items.share[pairs[idx, 0]]  # (weights: share of the dim)
         rows.add(np.append(idx, Z), np.append(-coef, 1.0), 0.0, np.inf)
         cuts += 1
     return cuts

@@ -26,6 +26,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes, table_bytes_array
+from shardopt.core.plan_check import check_plan
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.exact import constants
 from solvers.exact.cpsat import solve_cpsat
@@ -56,6 +57,10 @@ DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
 DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
+# with splits and the analytic model: the plan of shardopt bound's relaxation (HiGHS) is a warm start, found within
+# this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.analytic_bound)
+DEFAULT_RELAXATION_SHARE = 0.3
+RELAXATION_MAX_PAIRS = 2_000
 # large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
 # time limit. Off by default: on 856 x 128 in 60 s it costs the search ~4.5 s (plan 10.149 against 10.118 ms) for a
 # bound of 9.886 ms instead of the table cuts' 7.118; `shardopt bound` gives the same bound outside the solve's time.
@@ -134,6 +139,7 @@ class ExactSolver(Solver):
         split_apart: bool = True,
         neuroshard_share: float = 0.0,
         presplit_share: float = DEFAULT_PRESPLIT_SHARE,
+        relaxation_share: float = DEFAULT_RELAXATION_SHARE,
         neighbourhood: int = DEFAULT_NEIGHBOURHOOD,
         search_share: float = DEFAULT_SEARCH_SHARE,
         certified_bound: bool = False,
@@ -175,6 +181,9 @@ class ExactSolver(Solver):
         if not 0.0 <= float(presplit_share) < 1.0:
             raise ValueError(f"presplit_share: {presplit_share} must be in [0, 1) (the share of the time limit the pre-split warm start's polish may use)")
         self.presplit_share = float(presplit_share)
+        if not 0.0 <= float(relaxation_share) < 1.0:
+            raise ValueError(f"relaxation_share: {relaxation_share} must be in [0, 1) (the share of the time limit the analytic relaxation's warm start may use)")
+        self.relaxation_share = float(relaxation_share)
         if int(neighbourhood) < 0:
             raise ValueError(f"neighbourhood: {neighbourhood} must be >= 0 (0: solve large models whole)")
         self.neighbourhood = int(neighbourhood)
@@ -197,6 +206,7 @@ class ExactSolver(Solver):
             "split_apart": self.split_apart,
             "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
             "presplit_share": self.presplit_share if self.max_split > 1 else 0.0,
+            "relaxation_share": self.relaxation_share if self.max_split > 1 else 0.0,
             "neighbourhood": self.neighbourhood,
             "search_share": self.search_share,
             "certified_bound": self.certified_bound,
@@ -245,10 +255,12 @@ class ExactSolver(Solver):
         return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic)
 
     # -- the loop --------------------------------------------------------------------------------------------
-    def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float) -> list[dict[str, Any]]:
+    def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float,
+                    cost_model: CostModel | None = None) -> list[dict[str, Any]]:
         """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
-        (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget) and NeuroShard's
-        (within `neuroshard_share`; off by default); each judged by the full cost model."""
+        (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
+        analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
+        NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
         from solvers.neuroshard import presplit_plan
         from solvers.registry import get_solver
 
@@ -270,6 +282,10 @@ class ExactSolver(Solver):
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
             out.append({"solver": name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
+        if self.max_split > 1 and self.relaxation_share > 0 and cost_model is not None:  # (last: ties keep the others first)
+            got = relaxation_start(instance, cost_model, bm, self.relaxation_share * budget)
+            if got is not None:
+                out.append(got)
         return out
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
@@ -284,7 +300,7 @@ class ExactSolver(Solver):
             return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
-        items, best, best_cost = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info)
+        items, best, best_cost = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info, cost_model)
         info["warm_start_s"] = clock.elapsed
         if best is None:
             info["warm_start"] = None
@@ -319,18 +335,25 @@ class ExactSolver(Solver):
         if self.tiered_share > 0:
             starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed, time_limit=max(0.1, self.tiered_share * budget))
         costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None}
-        info["tiered"]["starts"] = {n: costs.get(n) for n in starts}
+        shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
+        names = list(starts)
+        if self.max_split > 1 and self.relaxation_share > 0:  # (all in HBM where it has a plan: any widths, exactly re-placed)
+            got = relaxation_start(instance, cost_model, bm, self.relaxation_share * budget)
+            if got is not None:
+                names.append("relaxation")
+                if got["cost"] is not None:
+                    costs["relaxation"], shards_of["relaxation"] = got["cost"], got["shards"]
+        info["tiered"]["starts"] = {n: costs.get(n) for n in names}
         if not costs:
             whys = "; ".join(f"{n}: {r.reason}" for n, r in starts.items())
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered start plan ({whys}); the instance is not proven infeasible", clock, info)
         name = min(costs, key=lambda n: (costs[n], n))
-        start = starts[name].plan
-        assert start is not None
-        split = split_tiered(instance, bm, start.shards)
+        start_shards = shards_of[name]
+        split = split_tiered(instance, bm, start_shards)
         info["tiered"].update(start=name, start_cost=costs[name])
         if split is None:  # nothing in HBM to place: the start is the plan
             info["tiered"]["movable_tables"] = 0
-            return finish(self, instance, cost_model, start.shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
+            return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
                           extra_params={"placements": "tiered: the start plan (no HBM table to re-place)"})
         info["tiered"].update(split.describe())
         sub_bm = cost_model.bind(split.sub)
@@ -339,7 +362,7 @@ class ExactSolver(Solver):
                                     base_widths=split.base_widths, base_extra=split.base_extra, base_dists=split.base_dists)
         best = items.counts_from_shards(split.sub, split.movable, D)
         if best is None:  # (pieces the items cannot express: never expected, the items are built from these shards)
-            return finish(self, instance, cost_model, start.shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm)
+            return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm)
         best_cost = plan_cost(sub_bm, items, best)
         info["tiered"]["start_cost_in_model"] = best_cost
         info.update(items=items.num_items, warm_start={"solver": name, "cost": best_cost})
@@ -355,11 +378,12 @@ class ExactSolver(Solver):
         return self._outcome(run, st, None)
 
     def _start(
-        self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float, caps: np.ndarray, info: dict[str, Any]
+        self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float, caps: np.ndarray, info: dict[str, Any],
+        cost_model: CostModel | None = None,
     ) -> tuple[Items, np.ndarray | None, float]:
         """The warm starts, the items offered (with pieces for what the best start cuts) and the best start's plan
         as item counts with its full cost (None, inf: none)."""
-        starts = self.warm_starts(instance, bm, label, seed, budget) if self.warm_start else []
+        starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.warm_start else []
         good = sorted((s for s in starts if s["cost"] is not None), key=lambda s: s["cost"])  # (stable: ties keep list order)
         items = self.items(instance, bm, good[0]["shards"] if good else None)  # (pieces for what the best start cuts)
         info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
@@ -613,7 +637,8 @@ class ExactSolver(Solver):
             assert run.whole is not None
             info["bound_is_for"] = (f"{bound_is_for}, with the tiered plan's row-wise and host-memory shards fixed" if bound_is_for else None)
             return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, lower_bound=lower, info=info,
-                          extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"})
+                          extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"
+                                        if run.tiered.fixed else "the start plan's column pieces (any 4-aligned widths), all in HBM, placed exactly"})
         if self.row_wise and clock.elapsed < run.budget:
             shards, status, lower = self._row_splits(run, shards, status, lower)
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
@@ -741,21 +766,23 @@ class ExactSolver(Solver):
 
     def items(self, instance: Instance, bm: BoundCostModel, start: list[Shard] | None = None) -> Items:
         """The pieces offered: whole tables, and column pieces (dim/2, dim/4, ... >= dim/max_split) of the
-        `split_tables` tables with the highest compute alone, of any table too big for every device whole, and of
-        the tables the warm start `start` cuts (as fine as it cuts them)."""
+        `split_tables` tables with the highest compute alone and of any table too big for every device whole, and
+        the pieces the warm start `start` cuts tables into (any 4-aligned widths: NeuroShard's uneven halves)."""
         split = split_candidates(bm, self.max_split, self.split_tables)
         caps = instance.topology.capacities()
         too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
         if self.max_split > 1 and too_big:
             split = np.union1d(split, np.array(too_big, dtype=np.int64))
         deeper: dict[int, int] = {}
+        widths: dict[int, set[int]] = {}
         index = instance.table_index()
         for sh in start or []:
             t = index[sh.table]
             w = sh.width(instance.tables[t])
             if w != instance.tables[t].dim:
-                deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)
-        return build_items(instance, bm, split, self.max_split, self.split_apart, deeper)
+                deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)  # (the dyadic pieces down to it too)
+                widths.setdefault(t, set()).add(w)
+        return build_items(instance, bm, split, self.max_split, self.split_apart, deeper, widths)
 
     def _placements(self) -> str:
         kinds = "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"
@@ -784,6 +811,31 @@ class ExactSolver(Solver):
         return None
 
 
+def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostModel, time_limit: float) -> dict[str, Any] | None:
+    """The plan of `shardopt bound`'s relaxation (solvers.analytic_bound: HiGHS's best solution of the MILP whose
+    optimum bounds every table- and column-wise plan, itself a plan of any 4-aligned column widths) as a warm start,
+    judged by the full model; None for a cost model other than the analytic one or a model of more than
+    RELAXATION_MAX_PAIRS (table, device) pairs (there the bound takes its symmetric LP, which has no plan).
+
+    Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
+    neither the dyadic items nor NeuroShard's halvings reach (bench_tiered random-505, 16 GH200s at 83 % of HBM:
+    NeuroShard's pieces do not pack and it splits tables by rows, 0.285 ms; the relaxation's plan at 10 s, 0.212;
+    TorchRec 0.234; simulated)."""
+    from solvers.analytic_bound import BoundError, analytic_lower_bound
+
+    if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:
+        return None
+    t0 = time.perf_counter()
+    try:
+        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit)
+    except BoundError:  # (not the analytic model)
+        return None
+    row: dict[str, Any] = {"solver": "relaxation", "status": res.status, "cost": None, "seconds": time.perf_counter() - t0}
+    if res.plan is not None and check_plan(instance, res.plan).ok:
+        row.update(cost=float(bm.plan_costs(res.plan).max_cost), shards=list(res.plan.shards))
+    return row
+
+
 def _neighbourhood(lin: Linearization, items: Items, fits: np.ndarray, best: np.ndarray, k: int, fails: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The next neighbourhood (`ExactSolver._neighbourhoods`): (its devices -- the k slowest and k light ones, the
     lightest first, the next ones after each failure --, the tables free to move, the allowed (item, device) pairs)."""
@@ -805,13 +857,13 @@ def _neighbourhood(lin: Linearization, items: Items, fits: np.ndarray, best: np.
 class CpSatSolver(ExactSolver):
     name = "cpsat"
     backend = "cpsat"
-    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces, hard memory capacities, warm start, bound"
+    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces (and the warm start's widths), hard memory capacities, warm start, bound"
 
 
 class MilpSolver(ExactSolver):
     name = "milp"
     backend = "cbc"
-    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces, hard memory capacities, warm start, bound"
+    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces (and the warm start's widths), hard memory capacities, warm start, bound"
 
 
 class MilpExactNeuralSolver(ExactSolver):
