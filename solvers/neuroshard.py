@@ -586,10 +586,10 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
 
 def split(piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
     """The piece cut in two 4-aligned halves, the wider second where its width is an odd number of 4-column units
-    (28 -> 12 + 16; `uneven=False`: exact halves only, as published); None below 8 columns. Why not only exact halves: random dims (4 x 1..64) are mostly not 4 x a
-    power of two, and exact halving could not cut a 108-column table at all, so a table too big for one device went
-    row-wise over all devices where column pieces are far cheaper (bench_tiered random-669: 3.04 ms row-wise, 0.50
-    with column pieces, simulated)."""
+    (28 -> 12 + 16; `uneven=False`: exact halves only, as published); None below 8 columns. Why not only exact
+    halves: random dims (4 x 1..64) are mostly not 4 x a power of two, and exact halving could not cut a 108-column
+    table at all, so a table too big for one device went row-wise over all devices where column pieces are far
+    cheaper (bench_tiered random-669: 3.04 ms row-wise, 0.50 with column pieces, simulated)."""
     t, off, cols = piece
     units = cols // DIM_ALIGNMENT
     if units < 2 or (not uneven and units % 2):
@@ -643,10 +643,11 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
         while True:
             _, _, b, c = pm.info(todo)
             more = len(todo) * 2 <= max_pieces
-            cut = {k for k, q in enumerate(todo) if split(q, uneven) is not None and (b[k] > room or (more and c[k] > target))}
+            halves = [split(q, uneven) for q in todo]
+            cut = {k for k, h in enumerate(halves) if h is not None and (b[k] > room or (more and c[k] > target))}
             if not cut:
                 break
-            todo = [h for k, q in enumerate(todo) for h in (split(q, uneven) if k in cut else (q,))]  # type: ignore[union-attr]
+            todo = [h for k, q in enumerate(todo) for h in (halves[k] if k in cut else (q,))]  # type: ignore[union-attr]
         pieces += todo
     return sorted(pieces)
 

@@ -61,14 +61,19 @@ class Items:
         return self.first[:-1]
 
     @property
+    def table_dim(self) -> np.ndarray:
+        """[I] the dim of each item's table (the width of its whole-table item)."""
+        return self.width[self.whole][self.table]
+
+    @property
     def is_whole(self) -> np.ndarray:
         """[I] whether the item is its whole table (table-wise) rather than a column piece."""
-        return self.width == self.width[self.whole][self.table]
+        return self.width == self.table_dim
 
     @property
     def share(self) -> np.ndarray:
         """[I] the share of its table's dim one piece holds (width / dim): pieces cover a table when these add to 1."""
-        return self.width / self.width[self.whole][self.table]
+        return self.width / self.table_dim
 
     @property
     def most_per_device(self) -> np.ndarray:

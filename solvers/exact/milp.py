@@ -183,10 +183,11 @@ def _add_table_cuts(rows: _Rows, prob: Problem, lin: Linearization, starts: np.n
     items, pairs = prob.items, rows.pairs
     lb = prob.lb if prob.lb is not None else table_lower_bounds(lin, prob.allowed, prob.sizes, prob.caps)
     cuts = 0
+    share = items.share
     for t in _useful_cuts(lb, items):
         idx = np.arange(starts[items.first[t]], starts[items.first[t + 1]])
         lbv = lb[pairs[idx, 0], pairs[idx, 1]]
-        coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) * items.share[pairs[idx, 0]]  # (weights: share of the dim)
+        coef = (lbv - 1e-7 * np.maximum(1.0, np.abs(lbv))) * share[pairs[idx, 0]]  # (weights: share of the dim)
         rows.add(np.append(idx, Z), np.append(-coef, 1.0), 0.0, np.inf)
         cuts += 1
     return cuts
