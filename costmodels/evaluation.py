@@ -59,3 +59,28 @@ def evaluate_model(model: CostModel, samples: Sequence[dict[str, Any]]) -> dict[
         "bwd_compute": metrics(pred[:, 1], true[:, 1]),
         "compute_total": metrics(pred.sum(axis=1), true.sum(axis=1)),
     }
+
+
+# device-cost bands (ms of measured fwd + bwd compute) of held-out reports: a GPU's devices are mostly under 2 ms,
+# the cpu family's 5-50 ms; a model's error is rarely the same across them (docs/measured.md)
+DEVICE_BANDS = ((0.0, 0.5), (0.5, 2.0), (2.0, 5.0), (5.0, 20.0), (20.0, 50.0), (50.0, float("inf")))
+
+
+def band_label(lo: float, hi: float) -> str:
+    return f">= {lo:g} ms" if hi == float("inf") else f"{lo:g}-{hi:g} ms"
+
+
+def accuracy_by_band(model: CostModel, samples: Sequence[dict[str, Any]],
+                     bands: Sequence[tuple[float, float]] = DEVICE_BANDS) -> dict[str, dict[str, float]]:
+    """Device-total (fwd + bwd compute) accuracy of `model` on compute samples: "all", then each band of measured
+    cost that holds any sample (MAPE, median APE, RMSE, Kendall tau and the count; tau needs 3 samples)."""
+    pred, true = predict_samples(model, samples)
+    if not len(true):
+        raise ValueError("no compute samples to judge")
+    tp, tt = pred.sum(axis=1), true.sum(axis=1)
+    out = {"all": metrics(tp, tt)}
+    for lo, hi in bands:
+        k = (tt >= lo) & (tt < hi)
+        if k.any():
+            out[band_label(lo, hi)] = metrics(tp[k], tt[k])
+    return out

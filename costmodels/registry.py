@@ -6,6 +6,7 @@ shipped model by name, costmodels/weights/) or `MODEL.npz` (weights from `shardo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from costmodels.base import CostModel
 
@@ -24,17 +25,20 @@ class UnknownCostModelError(KeyError):
 
 
 def cost_model_names() -> list[str]:
+    """The names `get_cost_model` knows (store ids aside: `shardopt costmodel list` shows those)."""
     from shardopt.core.hardware import PROFILES
 
     shipped_profiles = sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
     shipped_models = sorted(p.stem for p in WEIGHTS_DIR.glob("*.npz") if p.stem != "neural-v100")
     return (["analytic"] + [f"analytic:{p}" for p in sorted(PROFILES)] + [f"analytic:{p}" for p in shipped_profiles]
-            + ["neural"] + shipped_models + ["MODEL.npz"])
+            + ["neural"] + shipped_models + ["MODEL.npz", "auto", "a store id (shardopt costmodel list)"])
 
 
-def get_cost_model(name: str = DEFAULT_COST_MODEL) -> CostModel:
+def get_cost_model(name: str = DEFAULT_COST_MODEL, models_dir: Path | str | None = None) -> CostModel:
     from costmodels.analytic import AnalyticCostModel
 
+    if name == "auto":
+        raise UnknownCostModelError(name, "cost model 'auto' is chosen per instance (costmodels.auto.choose_cost_model)")
     if name == "analytic":
         return AnalyticCostModel()
     if name.startswith("analytic:"):
@@ -54,4 +58,38 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL) -> CostModel:
             return NeuralCostModel(path)
         except ValueError as exc:
             raise UnknownCostModelError(name, f"cost model {name!r}: {exc}") from None
+    card, kind = _store_card(name, models_dir)
+    if card is not None:
+        return get_cost_model(card.cost_model_name(kind))
     raise UnknownCostModelError(name)
+
+
+def _store_card(name: str, models_dir: Path | str | None) -> tuple[Any, str | None]:
+    """The card a store id names (`ID`, `ID/neural`, `ID/analytic`) and the model kind asked, or (None, None)."""
+    from costmodels.store import find_card
+
+    base, sep, kind = name.partition("/")
+    if sep and kind not in ("neural", "analytic"):
+        return None, None
+    card = find_card(base, models_dir)
+    if card is None or (sep and kind not in card.models):
+        return None, None
+    return card, (kind if sep else None)
+
+
+def card_of(name: str, models_dir: Path | str | None = None) -> Any:
+    """The model card behind a cost-model name, or None (the data-sheet analytic models and uncarded files have
+    none): a store or shipped id, a shipped model's name, or a file a card lists."""
+    from costmodels.store import card_beside
+
+    if name == "analytic" or name == "neural":
+        return None
+    if name.startswith("analytic:"):
+        ref = name.split(":", 1)[1]
+        path = Path(ref) if ref.endswith(".json") else PROFILE_DIR / f"{ref}.json"
+        return card_beside(path) if path.is_file() else None
+    card, _ = _store_card(name, models_dir)
+    if card is not None:
+        return card
+    path = Path(name) if name.endswith(".npz") else WEIGHTS_DIR / f"{name}.npz"
+    return card_beside(path) if path.is_file() else None

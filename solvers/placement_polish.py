@@ -177,8 +177,11 @@ def polish_placements(
     clock: Stopwatch | None = None, deadline: float | None = None, max_moves: int = 10_000,
 ) -> tuple[list[Shard], dict[str, Any]]:
     """The plan after the cost-driven moves of the module docstring, and what was done ({"moves": [...],
-    "cost_before", "cost_after"}). The devices of every shard stay; only kernels, caches and replication change."""
+    "cost_before", "cost_after"}). The devices of every shard stay; only kernels, caches and replication change.
+    Only placements `bm` can price are offered (a neural model has no replicas and no host-memory tier): a search
+    never proposes what its cost model cannot cost."""
     D = bm.num_devices
+    data_parallel = data_parallel and bm.replicas
     index = instance.table_index()
     groups: dict[int, list[Shard]] = {}
     for s in shards:
@@ -197,7 +200,7 @@ def polish_placements(
         out = []
         old = contrib[t]
         for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel, row_wise and splits):
-            if ("row-wise" in what) is not splits:
+            if ("row-wise" in what) is not splits or any(s.kernel not in bm.kernels for s in new_shards):
                 continue
             new = table_contribution(instance, bm, t, new_shards)
             devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])

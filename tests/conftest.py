@@ -221,3 +221,19 @@ def small_instance() -> Instance:
 @pytest.fixture
 def tight_instance() -> Instance:
     return make_instance(12, 4, seed=1, mem_factor=1.05)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_model_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tests never read or write the user's calibrated-model store (~/.cache/shardopt/models): `--cost-model
+    auto` would otherwise plan with whatever the machine's user calibrated. Subprocesses inherit the variable."""
+    import os
+
+    store = tmp_path_factory.mktemp("model-store")
+    old = os.environ.get("SHARDOPT_MODELS")
+    os.environ["SHARDOPT_MODELS"] = str(store)
+    yield store
+    if old is None:
+        os.environ.pop("SHARDOPT_MODELS", None)
+    else:
+        os.environ["SHARDOPT_MODELS"] = old

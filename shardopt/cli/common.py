@@ -120,6 +120,12 @@ def _classify(exc: BaseException) -> CLIError | None:
     mod = sys.modules.get("costmodels.registry")
     if mod is not None and isinstance(exc, getattr(mod, "UnknownCostModelError", ())):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_cost_model")
+    mod = sys.modules.get("costmodels.cards")
+    if mod is not None and isinstance(exc, mod.CardError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_model_card")
+    mod = sys.modules.get("shardopt.measure.calibration")
+    if mod is not None and isinstance(exc, mod.CalibrationError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_calibration_request")
     mod = sys.modules.get("costmodels.base")
     if mod is not None and isinstance(exc, getattr(mod, "UnsupportedPlacementError", ())):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unsupported_placement")
@@ -254,6 +260,13 @@ def _cost_summary(costs: DeviceCosts, label: str) -> list[str]:
     ]
 
 
+def _command_line() -> str:
+    """The command as typed, for records (a report's "made by", a model card's "command")."""
+    import shlex
+
+    return "shardopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
 def _print_lines(console: Console, lines: list[str]) -> None:
     from rich.text import Text
 
@@ -281,6 +294,27 @@ def _progress(description: str, enabled: bool) -> Iterator[Any]:
 
         def tick(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
+@contextmanager
+def _progress_stages(enabled: bool) -> Iterator[Any]:
+    """A progress bar per stage of a long pipeline (calibration): yields `tick(stage, done, total)`; a new stage name
+    starts a new bar, the finished ones stay."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=_console(stderr=True), transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def tick(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
 
         yield tick
 
@@ -323,14 +357,50 @@ def _load_instance(path: Path) -> Instance:
 
 
 def _cost_model(name: str | None) -> Any:
+    """A cost model by name, for commands that have no instance to choose for (`auto` needs one: _choose_cost_model)."""
     from costmodels.registry import DEFAULT_COST_MODEL, get_cost_model
 
     return get_cost_model(name or DEFAULT_COST_MODEL)
 
 
+def _choose_cost_model(name: str | None, instance: Instance, models: Path | None = None, quiet: bool = False) -> Any:
+    """The cost model for `instance` (costmodels.auto: None or 'auto' picks the calibrated model of the instance's
+    hardware, else the analytic model with a notice); the notice and any warning (a model measured on other hardware,
+    an instance outside its domain) go to stderr unless `quiet`. Returns the CostModelChoice."""
+    from costmodels.auto import choose_cost_model
+
+    choice = choose_cost_model(name, instance, models)
+    if not quiet:
+        if choice.notice:
+            _err(choice.notice, style="cyan", prefix="note")
+        for w in choice.warnings:
+            _warn(w)
+    return choice
+
+
+def _model_label(choice: Any, instance: Instance) -> str:
+    """How output names the model a command used: the registry label, the card's id and machine where it has one."""
+    from shardopt.measure.evaluate import cost_model_label
+
+    label = cost_model_label(choice.model, instance)
+    card = choice.card
+    if card is not None:
+        named = choice.asked if choice.asked not in ("auto", card.id) and "/" in choice.asked else card.id
+        label = f"{named} (calibrated on {card.fingerprint.describe()}, {card.backend} judge)"
+    return ("auto: " + label) if choice.asked == "auto" else label
+
+
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+ModelsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--models", metavar="DIR", help="The calibrated-model store [default: $SHARDOPT_MODELS, else ~/.cache/shardopt/models].", show_default=False),
+]
+CostModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--cost-model", "-c", help="Cost model: auto (the model calibrated on the instance's hardware, else analytic), analytic[:PROFILE], neural, a shipped or store model's id, MODEL.npz [default: auto].", show_default=False),
+]
 
 
 class PoolChoice(str, Enum):

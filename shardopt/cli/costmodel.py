@@ -1,4 +1,5 @@
-"""`shardopt costmodel ...` and `shardopt calibrate`: collecting cost data and fitting predictors to it."""
+"""`shardopt costmodel ...`: collecting cost data, training and judging predictors, listing the calibrated ones
+(`shardopt calibrate` is in shardopt.cli.calibrate)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from shardopt.cli.common import AddressOpt, CLIError, EngineOpt, JsonOpt, PoolChoice, _console, _emit_json, _engine, _esc, _guard, _print_lines, _progress, app
+from shardopt.cli.common import AddressOpt, CLIError, EngineOpt, JsonOpt, ModelsOpt, PoolChoice, _console, _emit_json, _engine, _esc, _guard, _print_lines, _progress, app
 
 costmodel_app = typer.Typer(help="Cost data and cost models: collect samples (train / eval come with the neural models).", no_args_is_help=True)
 app.add_typer(costmodel_app, name="costmodel")
@@ -78,112 +79,6 @@ def collect_cmd(
                     f"{summary['samples_per_minute']:.1f} samples/minute on {backend} ({summary['seconds']:.1f} s)",
                 ],
             )
-
-
-@app.command()
-def calibrate(
-    data: Annotated[Path, typer.Argument(metavar="DATA.jsonl", help="Samples from `shardopt costmodel collect` (compute samples are used).", show_default=False)],
-    out: Annotated[Path, typer.Option("--out", "-o", metavar="PROFILE.json", help="Where to write the calibrated profile.")],
-    profile: Annotated[str, typer.Option("--profile", help="Base hardware profile (name or PROFILE.json).")] = "v100",
-    holdout: Annotated[float, typer.Option("--holdout", help="Share of samples kept out of the fit and judged after it.")] = 0.2,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the train / hold-out split.")] = 0,
-    name: Annotated[Optional[str], typer.Option("--name", help="Name of the calibrated profile.")] = None,
-    host_link: Annotated[Optional[Path], typer.Option("--host-link", metavar="PROBE.json", help="Also fit the device-host link (UVM reads) to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Fit the analytic model's profile constants to measured timings; report the error before and after."""
-    with _guard(json_out):
-        import datetime
-        import json
-        import sys
-
-        from costmodels.calibrate import CalibrationError, calibrate as fit
-        from shardopt.measure.collect import read_samples
-        from shardopt.core.hardware import get_profile, load_profile, profile_to_dict
-
-        try:
-            base = load_profile(profile) if profile.endswith(".json") else get_profile(profile)
-        except (KeyError, ValueError) as exc:
-            raise CLIError(f"--profile: {exc.args[0]}") from None
-        if not data.is_file():
-            raise CLIError(f"{data}: no such file")
-        try:
-            samples = list(read_samples(data, "compute"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CLIError(f"{data}: not a JSONL file of samples ({exc})") from None
-        backends = sorted({str(s.get("backend")) for s in samples})
-        link = _host_link_fit(host_link) if host_link is not None else None
-        try:
-            result = fit(samples, base, holdout=holdout, seed=seed, name=name)
-        except CalibrationError as exc:
-            raise CLIError(f"{data}: {exc}") from None
-        fitted_profile = result.profile
-        if link is not None:
-            from dataclasses import replace
-
-            fitted_profile = replace(fitted_profile, **link["constants"])
-        record = {
-            "data": str(data),
-            "backends": backends,
-            "command": "shardopt " + " ".join(sys.argv[1:]),
-            "date": datetime.date.today().isoformat(),
-            **result.to_dict(),
-        }
-        if link is not None:
-            record["host_link"] = link
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(profile_to_dict(fitted_profile, calibration=record), indent=1) + "\n")
-        if json_out:
-            _emit_json({"out": str(out), **record})
-            return
-        from rich.table import Table as RichTable
-
-        table = RichTable(title=f"{base.name} -> {result.profile.name}: analytic model vs {', '.join(backends)} measurements")
-        for col in ("samples", "split", "profile", "median |err| fwd", "median |err| bwd", "spearman fwd", "spearman bwd", "kendall fwd", "kendall bwd"):
-            table.add_column(col, justify="right" if col not in ("split", "profile") else "left")
-        for split, before, after in (("train", result.train_before, result.train_after), ("hold-out", result.holdout_before, result.holdout_after)):
-            if before is None or after is None:
-                continue
-            for label, a in (("before", before), ("after", after)):
-                table.add_row(str(a.samples), split, label, f"{a.median_abs_rel_error_fwd:.1%}", f"{a.median_abs_rel_error_bwd:.1%}",
-                              f"{a.spearman_fwd:.3f}", f"{a.spearman_bwd:.3f}", f"{a.kendall_fwd:.3f}", f"{a.kendall_bwd:.3f}")
-        console = _console()
-        console.print(table)
-        if "sim" in backends:
-            _print_lines(console, ["warning: some samples were judged by the simulator, not measured"])
-        if link is not None:
-            c = link["constants"]
-            _print_lines(console, [f"host link ({_esc(str(host_link))}, {_esc(str(link['gpu']))}): {c['host_row_rate'] / 1e6:.1f} M rows/s + "
-                                   f"{c['host_gather_bandwidth'] / 1e9:.0f} GB/s per row read (fit within {link['max_rel_error']:.1%}), "
-                                   f"bulk copies {c['host_link_bandwidth'] / 1e9:.1f} GB/s"])
-        _print_lines(console, [f"wrote {_esc(str(out))} (use it with --cost-model analytic:{_esc(str(out))})"])
-
-
-def _host_link_fit(path: Path) -> dict[str, Any]:
-    """The profile constants a host-link probe gives (costmodels.host_link): row-gather rate and bandwidth, and the
-    link's bandwidth as the slower of the two bulk copies; CLIError naming the file for a bad probe."""
-    import json
-
-    from costmodels.host_link import fit_host_rows
-
-    try:
-        probe = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CLIError(f"--host-link: {path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CLIError(f"--host-link: {path}: not valid JSON ({exc})") from None
-    try:
-        if not isinstance(probe, dict):
-            raise ValueError("not a host-link probe (a JSON object from benchmarks/host_link_probe.py)")
-        fitted = fit_host_rows(probe)
-        copies = [float(probe[k]["gb_per_s"]) * 1e9 for k in ("copy_h2d", "copy_d2h")]
-    except KeyError as exc:
-        raise CLIError(f"--host-link: {path}: no field {exc.args[0]!r} (not the output of benchmarks/host_link_probe.py?)") from None
-    except (TypeError, ValueError) as exc:
-        raise CLIError(f"--host-link: {path}: {exc.args[0] if exc.args else exc}") from None
-    return {"probe": str(path), "gpu": probe.get("gpu"), "date": probe.get("date"), "max_rel_error": fitted.max_rel_error,
-            "constants": {"host_row_rate": fitted.host_row_rate, "host_gather_bandwidth": fitted.host_gather_bandwidth,
-                          "host_link_bandwidth": min(copies)}}
 
 
 def _read_data(path: Path) -> list[dict[str, Any]]:
@@ -286,3 +181,39 @@ def eval_cmd(
         for name, m in result.items():
             table.add_row(name, str(m["n"]), f"{m['mape']:.2%}", f"{m['median_ape']:.2%}", f"{m['rmse_ms']:.4f}", f"{m['kendall_tau']:.4f}")
         _console().print(table)
+
+
+@costmodel_app.command("list")
+def list_cmd(
+    models: ModelsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The calibrated cost models, shipped and in the store: hardware, backend, domain, date and held-out accuracy."""
+    with _guard(json_out):
+        from costmodels.store import all_cards, user_store_dir
+        from shardopt.core.fingerprint import cpu_fingerprint
+
+        cards = all_cards(models)
+        here = cpu_fingerprint()
+        if json_out:
+            _emit_json({"store": str(user_store_dir(models)), "machine": here.to_dict(),
+                        "models": [{**c.to_dict(), "source": c.source, "path": str(c.path),
+                                    "this_machine": c.backend == "cpu" and c.fingerprint.matches(here)} for c in cards]})
+            return
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=f"calibrated cost models (store: {_esc(str(user_store_dir(models)))})", title_justify="left")
+        for col in ("id", "source", "hardware", "measured on", "backend / kernel", "domain", "date", "samples", "held-out MAPE / tau"):
+            table.add_column(col, overflow="fold")
+        for c in cards:
+            acc = c.device_accuracy() or {}
+            mine = " (this machine)" if c.backend == "cpu" and c.fingerprint.matches(here) else ""
+            fig = f"{acc['mape']:.1%} / {acc['kendall_tau']:.3f} ({c.preferred})" if "mape" in acc else "-"
+            plan = c.accuracy.get("plan_level")
+            if isinstance(plan, dict) and "mape" in plan:
+                fig += f"; plans {plan['mape']:.1%}"
+            table.add_row(_esc(c.id), c.source, c.hardware, _esc(c.fingerprint.describe() + mine), f"{c.backend}: {c.kernel_short}",
+                          _esc(c.domain.describe()), c.date, f"{c.samples.get('train', 0):,} / {c.samples.get('test', 0):,}", fig)
+        console = _console()
+        console.print(table)
+        _print_lines(console, [f"this machine: {here.describe()}", "data-sheet models (no card): analytic, analytic:PROFILE (shardopt solve --help)"])

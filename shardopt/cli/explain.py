@@ -10,9 +10,11 @@ import typer
 from shardopt.cli.common import (
     EXIT_BAD_INPUT,
     CLIError,
+    CostModelOpt,
     JsonOpt,
+    ModelsOpt,
+    _choose_cost_model,
     _console,
-    _cost_model,
     _emit_json,
     _esc,
     _fmt_bytes,
@@ -28,10 +30,8 @@ from shardopt.cli.common import (
 def explain(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan for it.", show_default=False)],
-    cost_model: Annotated[
-        Optional[str],
-        typer.Option("--cost-model", "-c", help="Cost model that judges the plan [default: analytic, the topology's profile].", show_default=False),
-    ] = None,
+    cost_model: CostModelOpt = None,
+    models: ModelsOpt = None,
     top: Annotated[int, typer.Option("--top", min=1, help="How many of the bottleneck's heaviest shards to list.")] = 8,
     changes: Annotated[int, typer.Option("--changes", min=0, help="How many of the best single moves / swaps to list.")] = 5,
     bound: Annotated[bool, typer.Option("--bound/--no-bound", help="Compute the certified bound of the analytic model beside the plan.")] = True,
@@ -46,8 +46,9 @@ def explain(
         from shardopt.measure.evaluate import cost_model_label, hash_warning
         from solvers.explain import explain_plan
 
-        model = _cost_model(cost_model)
         instance = _load_instance(instance_path)
+        choice = _choose_cost_model(cost_model, instance, models)
+        model = choice.model
         plan = load_plan(plan_path)
         warning = hash_warning(instance, plan)
         if warning:
@@ -67,7 +68,8 @@ def explain(
             _warn(f"the plan was made with {plan.cost_model}; it is explained by {label} (--cost-model to choose)")
         if json_out:
             _emit_json({"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()},
-                        "plan": {"path": str(plan_path), "solver": plan.solver}, **ex.to_dict()})
+                        "plan": {"path": str(plan_path), "solver": plan.solver}, "cost_model_choice": choice.to_dict(),
+                        "cost_model_card": choice.card_id, **ex.to_dict()})
             return
         _render(ex, instance, plan_path, plan)
 

@@ -3,8 +3,6 @@ store, and the tables / plots made from it (see shardopt.leaderboard)."""
 
 from __future__ import annotations
 
-import shlex
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +16,7 @@ from shardopt.cli.common import (
     CLIError,
     EngineOpt,
     JsonOpt,
+    _command_line,
     _engine,
     _console,
     _emit_json,
@@ -47,17 +46,13 @@ def _lb_guard(json_out: bool) -> Iterator[None]:
             raise CLIError(str(exc), EXIT_BAD_INPUT, "bad_leaderboard_request") from None
 
 
-def _command_line() -> str:
-    return "shardopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
 @leaderboard_app.command("run")
 def run(
     suite_dir: Annotated[Path, typer.Argument(metavar="SUITE_DIR", help="A directory of instance files (suite.json is skipped).")],
     solvers: Annotated[str, typer.Option("--solvers", "-s", help="Comma-separated solver names (see `shardopt solvers`).")],
     db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The SQLite store; finished rows are skipped on re-runs.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
-    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "analytic",
+    cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: auto (per instance: the model calibrated on its hardware, else analytic), a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "auto",
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (simulated judge only: a measured backend solves and times one instance at a time).")] = 1,
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,

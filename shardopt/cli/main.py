@@ -39,7 +39,8 @@ def _root(
 
 
 import shardopt.cli.suites  # noqa: E402,F401  (generate, make-pool, import-dlrm)
-import shardopt.cli.costmodel  # noqa: E402,F401  (costmodel collect / train / eval, calibrate)
+import shardopt.cli.costmodel  # noqa: E402,F401  (costmodel collect / train / eval / list)
+import shardopt.cli.calibrate  # noqa: E402,F401  (calibrate)
 import shardopt.cli.rl  # noqa: E402,F401  (rl train)
 import shardopt.cli.torchrec  # noqa: E402,F401  (export, import-torchrec)
 import shardopt.cli.leaderboard  # noqa: E402,F401  (leaderboard run / report)

@@ -11,6 +11,8 @@ import typer
 from shardopt.cli.common import (
     CLIError,
     JsonOpt,
+    ModelsOpt,
+    _choose_cost_model,
     _console,
     _emit_json,
     _esc,
@@ -47,7 +49,8 @@ def train_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", metavar="CKPT.pt", help="Checkpoint to write (its inference export goes beside it as .npz).")],
     episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Total rollouts to train for (with --resume: including those already done).")] = 8000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation, instance draws and sampling (a resumed run restores its RNG state).")] = 0,
-    cost_model: Annotated[str, typer.Option("--cost-model", "-c", help="The estimated MDP's cost model: analytic[:PROFILE], neural or MODEL.npz.")] = "analytic",
+    cost_model: Annotated[str, typer.Option("--cost-model", "-c", help="The estimated MDP's cost model: auto (the model calibrated on the suite's hardware, else analytic), analytic[:PROFILE], neural, a calibrated model's id or MODEL.npz.")] = "auto",
+    models: ModelsOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue training CKPT (weights, optimizer, episode counter, RNG state).")] = False,
     rollouts: Annotated[int, typer.Option("--rollouts", min=2, help="Rollouts per update, in lock-step on one instance.")] = 16,
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="Adam's learning rate.")] = 1e-3,
@@ -76,11 +79,14 @@ def train_cmd(
         if out.exists() and not resume:
             raise CLIError(f"--out: {out} exists: pass --resume to continue training it, or choose another path")
         shapes = [_shape(s) for s in shape] if shape else None
-        model = get_cost_model(cost_model)
+        if cost_model != "auto":
+            get_cost_model(cost_model, models_dir=models)  # an unknown name fails before the suite is read
         try:
             instances = load_suite(suite, shapes)
         except RLTrainError as exc:
             raise CLIError(f"--suite: {exc}") from None
+        # one model for the whole suite: `auto` chooses it for the suite's first instance (a suite names one hardware)
+        model = _choose_cost_model(cost_model, instances[0][1], models).model
         settings = TrainSettings(
             algo=algo.value, episodes=episodes, rollouts=rollouts, learning_rate=learning_rate, entropy=entropy, seed=seed,
             threads=threads, hidden=hidden, cost_updates=cost_updates, cost_update_every=cost_update_every,

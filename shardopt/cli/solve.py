@@ -11,29 +11,31 @@ from shardopt.cli.common import (
     CLIError,
     DEFAULT_SOLVER,
     EXIT_INFEASIBLE,
+    CostModelOpt,
     JsonOpt,
+    ModelsOpt,
+    _choose_cost_model,
     _console,
-    _cost_model,
     _cost_summary,
     _device_table,
     _emit_json,
     _guard,
     _load_instance,
     _memory_doc,
+    _model_label,
     _print_lines,
     _solver_with_options,
     app,
 )
+from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
 
 
 @app.command()
 def solve(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance to place.", show_default=False)],
     solver: Annotated[str, typer.Option("--solver", "-s", help="Solver name (see `shardopt solvers`).")] = DEFAULT_SOLVER,
-    cost_model: Annotated[
-        Optional[str],
-        typer.Option("--cost-model", "-c", help="Cost model the solver searches with [default: analytic, the topology's profile].", show_default=False),
-    ] = None,
+    cost_model: CostModelOpt = None,
+    models: ModelsOpt = None,
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the solver may search.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same plan.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
@@ -53,20 +55,45 @@ def solve(
         Optional[float],
         typer.Option("--move-weight", min=0.0, metavar="MS_PER_GIB", help="With --from: price each GiB moved at this many ms of plan cost.", show_default=False),
     ] = None,
+    pick_backend: Annotated[
+        Optional[str],
+        typer.Option("--pick", metavar="cpu|cuda", help="Solve with a portfolio (--portfolio, each with the chosen cost model and with analytic), measure the plans together on this judge, and return the measured-fastest.", show_default=False),
+    ] = None,
+    candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="With --pick: at most this many candidates (the chosen model's first).", show_default=False)] = None,
+    portfolio: Annotated[str, typer.Option("--portfolio", metavar="S,S,...", help="With --pick: the solvers of the portfolio.")] = "greedy,neuroshard,cpsat",
     json_out: JsonOpt = False,
 ) -> None:
-    """Place an instance's tables on its devices and print the plan with its predicted cost."""
+    """Place an instance's tables on its devices and print the plan with its predicted cost (or, with --pick, the
+    measured-fastest plan of a portfolio)."""
     with _guard(json_out):
         from shardopt.measure.evaluate import cost_model_label
         from shardopt.core.ir import save, to_dict
         from shardopt.core.memory import device_memory_use
 
         solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
+        if pick_backend is not None:
+            pick_backend = pick_backend.strip().lower()
+            if pick_backend not in ("cpu", "cuda"):
+                raise CLIError(f"--pick: {pick_backend!r} is not cpu or cuda (the judge that measures the candidates)")
+            if from_plan is not None:
+                raise CLIError("--pick and --from: re-planning keeps one solver's moves; pick among fresh plans without --from")
+            portfolio_names = check_portfolio(portfolio)
+        elif candidates is not None:
+            raise CLIError("--candidates needs --pick cpu|cuda")
         if from_plan is None and (max_moved_bytes is not None or move_weight is not None):
             raise CLIError("--max-moved-bytes and --move-weight need --from OLD_PLAN.json (the plan whose placement moving away from costs)")
-        model = _cost_model(cost_model)
         instance = _load_instance(instance_path)
-        if from_plan is not None:
+        choice = _choose_cost_model(cost_model, instance, models)
+        model = choice.model
+        picked: dict[str, Any] | None = None
+        pick_text: list[str] = []
+        if pick_backend is not None:
+            cands = portfolio_candidates(instance, choice, portfolio_names, candidates, time_limit, seed)
+            winner, report, notes = pick(instance, cands, pick_backend, seed)
+            result, model, solver = winner.result, winner.model, winner.solver
+            picked = pick_doc(report, cands, winner, notes)
+            pick_text = pick_lines(report, cands, winner, pick_backend) + notes
+        elif from_plan is not None:
             result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
         else:
             result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
@@ -89,7 +116,8 @@ def solve(
         plan = result.plan
         costs = result.predicted if result.predicted is not None else model.plan_costs(instance, plan)
         memory = device_memory_use(instance, plan.shards)
-        label = f"predicted by {cost_model_label(model, instance)}"
+        label = (f"predicted by {_model_label(choice, instance)}" if picked is None or model is choice.model
+                 else f"predicted by {cost_model_label(model, instance)}")
         if out is not None:
             try:
                 save(plan, out)
@@ -104,11 +132,14 @@ def solve(
                     "wall_time_s": result.wall_time_s,
                     "seed": seed,
                     "cost_model": cost_model_label(model, instance),
+                    "cost_model_choice": choice.to_dict(),
+                    "cost_model_card": choice.card_id,
                     "lower_bound": result.lower_bound,
                     "predicted": costs.to_dict(),
                     "memory": _memory_doc(instance, memory),
                     "out": str(out) if out is not None else None,
                     **({"replan": result.info["replan"]} if "replan" in result.info else {}),
+                    **({"pick": picked} if picked is not None else {}),
                     "plan": to_dict(plan),
                 }
             )
@@ -126,6 +157,7 @@ def solve(
         lines.append(status)
         if "replan" in result.info:
             lines.append(_replan_line(result.info["replan"]))
+        lines += pick_text
         fallback = _fallback_line(result.info)
         if fallback:
             lines.append(fallback)

@@ -4,18 +4,12 @@ the CLI, kept apart from the solve / evaluate commands in shardopt.cli."""
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from shardopt.cli.common import CLIError, EXIT_BAD_INPUT, JsonOpt, PoolChoice, _console, _emit_json, _esc, _fmt_bytes, _guard, _print_lines, app
-
-def _command_line() -> str:
-    return "shardopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
+from shardopt.cli.common import CLIError, EXIT_BAD_INPUT, _command_line, JsonOpt, PoolChoice, _console, _emit_json, _esc, _fmt_bytes, _guard, _print_lines, app
 
 @app.command()
 def generate(

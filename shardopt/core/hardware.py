@@ -125,6 +125,15 @@ PROFILES: dict[str, HardwareProfile] = {
         host_link="NVLink-C2C",
     ),
 }
+# A CPU timed by the cpu judge (fbgemm's CPU TBE): what an instance names when its plan is for this machine's CPU, so
+# that `--cost-model auto` can pick a model calibrated on it (costmodels/auto.py). No data sheet describes "a CPU" in
+# the analytic model's GPU terms: its constants are the v100 profile's (the analytic model ranks plans; a CPU's
+# milliseconds are what `shardopt calibrate --backend cpu` learns), and so are its links, which is how the cpu judge
+# models the all-to-all it cannot measure on one CPU. An instance relabelled v100 -> cpu costs exactly the same.
+PROFILES["cpu"] = replace(
+    PROFILES["v100"], name="cpu",
+    description="a CPU timed by the cpu judge (fbgemm CPU TBE); the v100 profile's analytic constants and all-to-all links",
+)
 
 DEFAULT_PROFILE = "v100"
 

@@ -137,7 +137,7 @@ FAMILIES: dict[str, Family] = {
         _cpu_shape,
         (8, 16, 32, 64, 128),
         (0.15, 0.25, 0.25, 0.2, 0.15),
-        "v100",
+        "cpu",
         "none (a CPU-scale family; tight rule)",
         max_rows=CPU_MAX_ROWS,
         batch_rule=cpu_batch,

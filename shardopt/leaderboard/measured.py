@@ -90,7 +90,7 @@ def _plan_key(plan: Any) -> str:
 def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed: int,
                     time_limit: float | None) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """Every (solver, cost model) pair's plan of one instance: the rows (without measurement) and the plans."""
-    from costmodels.registry import get_cost_model
+    from costmodels.auto import model_for
     from shardopt.core.ir import load_instance
     from solvers.registry import get_solver
 
@@ -102,7 +102,7 @@ def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed
             row: dict[str, Any] = {"solver": solver, "cost_model": cm, "seed": seed}
             start = time.perf_counter()
             try:
-                res = get_solver(solver).solve(inst, get_cost_model(cm), time_limit=time_limit, seed=seed)
+                res = get_solver(solver).solve(inst, model_for(cm, inst), time_limit=time_limit, seed=seed)
             except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost run
                 row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
                 rows.append(row)
@@ -194,7 +194,7 @@ def run_measured_leaderboard(
     per instance (`measure_instance`) on `engine` (default: in this process, one instance at a time; on a Ray cluster
     each instance's session on a worker of its own, with a GPU for the cuda backend), its rows written here, one
     instance committed at a time, as the sessions finish."""
-    from costmodels.registry import get_cost_model
+    from costmodels.auto import check_cost_model_name
     from shardopt.core.ir import load_instance
     from shardopt.leaderboard.run import suite_files
     from shardopt.measure.engine import LocalEngine, timing_resources
@@ -210,7 +210,7 @@ def run_measured_leaderboard(
         if s not in solver_names():
             raise UnknownSolverError(s)
     for cm in cost_models:
-        get_cost_model(cm)
+        check_cost_model_name(cm)
     rule = stop_rule(repeats, target, time_cap_s)
     if engine is None or isinstance(engine, LocalEngine):
         engine = LocalEngine(1)  # never time a plan beside other work on this machine

@@ -52,7 +52,7 @@ class Task:
 
 def solve_task(task: Task) -> dict[str, Any]:
     """Solve and judge one (instance, solver, seed): the row to store. Runs in a worker process."""
-    from costmodels.registry import get_cost_model
+    from costmodels.auto import model_for
     from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
     from shardopt.core.ir import load_instance
     from solvers.registry import get_solver
@@ -63,7 +63,7 @@ def solve_task(task: Task) -> dict[str, Any]:
         "instance_hash": task.instance_hash, "solver": task.solver, "seed": task.seed, "backend": task.backend,
         "cost_model": task.cost_model, "time_limit": task.time_limit, "code_version": code_version(),
     }
-    model = get_cost_model(task.cost_model)
+    model = model_for(task.cost_model, instance)  # (auto: the calibrated model of the instance's hardware, if any)
     solver = get_solver(task.solver)
     row["params"] = json.dumps(solver.params(), sort_keys=True, default=str)
     start = time.perf_counter()
@@ -107,7 +107,7 @@ class RunSummary:
 def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, cost_model: str,
                time_limit: float | None, repeats: int | str = "auto", target: float = 0.02,
                time_cap_s: float = 120.0) -> list[Task]:
-    from costmodels.registry import get_cost_model
+    from costmodels.auto import check_cost_model_name
     from shardopt.measure.evaluate import BACKENDS, MEASURED_BACKENDS, stop_rule
     from shardopt.core.ir import load_instance
     from solvers.registry import UnknownSolverError, solver_names
@@ -121,7 +121,7 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
         raise LeaderboardError(f"--backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
     if seeds < 1:
         raise LeaderboardError(f"--seeds: {seeds} must be >= 1")
-    get_cost_model(cost_model)  # raises UnknownCostModelError early
+    check_cost_model_name(cost_model)  # raises UnknownCostModelError early
     if backend in MEASURED_BACKENDS:
         stop_rule(repeats, target, time_cap_s)  # raises EvaluationError early
     suite = Path(suite_dir).resolve().name
@@ -200,7 +200,7 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
                            "cost_model": cost_model, "kind": BOUND_KIND, "time_limit": time_limit, "code_version": code_version()}
     start = time.perf_counter()
     try:
-        b = analytic_lower_bound(load_instance(path), get_cost_model(cost_model), time_limit=time_limit)
+        b = analytic_lower_bound(load_instance(path), get_cost_model(bound_model(cost_model)), time_limit=time_limit)
     except Exception as exc:  # noqa: BLE001 - a failed bound is a row saying why, never a lost run
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", time_s=time.perf_counter() - start)
     else:
@@ -212,6 +212,12 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
     return row
 
 
+def bound_model(cost_model: str) -> str:
+    """The analytic model a leaderboard's bounds are of: the one named, or with `auto` the simulated judge's own (the
+    bound bounds the judge's cost of any plan, whatever model the solvers searched with)."""
+    return "analytic" if cost_model == "auto" else cost_model
+
+
 def check_bound_request(backend: str, cost_model: str, time_limit: float) -> None:
     """Bounds are of the analytic model: only for its simulated judge."""
     from costmodels.analytic import AnalyticCostModel
@@ -220,7 +226,7 @@ def check_bound_request(backend: str, cost_model: str, time_limit: float) -> Non
     if backend != "sim":
         raise LeaderboardError(f"--bounds: the certified bound is of the analytic model, but the judge here is the {backend!r} "
                                f"backend (measured); use --backend sim")
-    if not isinstance(get_cost_model(cost_model), AnalyticCostModel):
+    if not isinstance(get_cost_model(bound_model(cost_model)), AnalyticCostModel):
         raise LeaderboardError(f"--bounds: the certified bound is of the analytic model, not of --cost-model {cost_model!r}")
     if time_limit <= 0:
         raise LeaderboardError(f"--bound-time-limit: {time_limit} must be > 0")

@@ -207,6 +207,38 @@ def compute_sample(pool: TablePool, settings: CollectSettings, k: int, cache: An
     return sample
 
 
+def plan_device_samples(instance: Instance, plan: Plan, evaluation: Any, origin: dict[str, Any]) -> list[dict[str, Any]]:
+    """The compute samples a measured plan holds: one per device whose shards the sample format can describe (HBM
+    shards of whole rows, not replicated: a column piece is the table at the piece's width), with the device's
+    measured medians. How calibration learns from the plans the searches propose (shardopt.measure.calibration)."""
+    from shardopt.core.stats import table_histogram
+
+    tables = {t.name: t for t in instance.tables}
+    dtype = instance.workload.weight_dtype.value
+    per_device: dict[int, list[Shard]] = {}
+    for s in plan.shards:
+        per_device.setdefault(s.device, []).append(s)
+    out = []
+    for d, shards in sorted(per_device.items()):
+        if any(s.replicated or s.kernel.value != "fused" or s.height(tables[s.table]) != tables[s.table].rows for s in shards):
+            continue
+        feats = []
+        for s in shards:
+            t = tables[s.table]
+            width = s.width(t)
+            piece = t if width == t.dim else t.model_copy(update={"name": f"{t.name}[{s.col_offset}:{s.col_offset + width}]", "dim": width})
+            f = table_features(piece, dtype)
+            f["histogram"] = table_histogram(t, instance.workload.batch_size).tolist()
+            feats.append(f)
+        out.append({
+            "kind": "compute", "backend": evaluation.backend, "judge": evaluation.judge, "hardware": instance.topology.hardware,
+            "batch_size": instance.workload.batch_size, "optimizer": instance.workload.optimizer.value, "tables": feats,
+            "fwd_compute": float(evaluation.costs.fwd_compute[d]), "bwd_compute": float(evaluation.costs.bwd_compute[d]),
+            "origin": {**origin, "device": d},
+        })
+    return out
+
+
 def sample(pool: TablePool, settings: CollectSettings, k: int, cache: Any = None) -> dict[str, Any]:
     """Sample k as the line written for it: its id, the pool, and a comm or compute sample (by its own draw)."""
     kind_rng = np.random.default_rng([settings.seed, k, 0])
@@ -253,8 +285,12 @@ def collect(
     cache: Any = None,
     engine: Any = None,
     batch: int = 16,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Append the samples of ids 0..N-1 not yet in `out`; return counts and throughput.
+
+    `deadline` (time.monotonic seconds) stops a local collection before the next sample once passed (`stopped`:
+    "deadline" in the summary): the samples written so far are whole, and a later run resumes after them.
 
     Without an engine (or with the local one) the samples are drawn here one by one, each line written and synced
     as it is made. On a Ray engine the ids go out in batches of `batch`, one task each (timing tasks ask for a GPU
@@ -282,8 +318,12 @@ def collect(
             if progress is not None:
                 progress(len(have) + done, settings.samples)
 
+        stopped = "done"
         if engine is None or isinstance(engine, LocalEngine):
             for k in todo:
+                if deadline is not None and time.monotonic() >= deadline:
+                    stopped = "deadline"
+                    break
                 write([sample(pool, settings, k, cache)])
         else:
             jobs = [CollectBatch(pool, settings, tuple(todo[i:i + batch])) for i in range(0, len(todo), batch)]
@@ -296,6 +336,7 @@ def collect(
         "requested": settings.samples,
         "already_present": len(have),
         "collected": done,
+        "stopped": stopped,
         "seconds": elapsed,
         "samples_per_minute": done / elapsed * 60 if elapsed > 0 and done else 0.0,
     }

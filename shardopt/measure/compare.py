@@ -71,9 +71,13 @@ def compare_plans(
     threads: int = 1,
     comm: str = "modelled",
     progress: Callable[[int, int], None] | None = None,
+    reference: str = "first",
 ) -> CompareReport:
-    """Judge `plans` together and compare each with the first. Raises PlanError for an invalid plan (its name in
-    the message), EvaluationError for bad settings or an unavailable backend."""
+    """Judge `plans` together and compare each with the first (`reference="first"`) or with the one judged cheapest
+    (`reference="fastest"`: `solve --pick`; the report then lists that plan first). Raises PlanError for an invalid
+    plan (its name in the message), EvaluationError for bad settings or an unavailable backend."""
+    if reference not in ("first", "fastest"):
+        raise ValueError(f"reference: {reference!r} is not 'first' or 'fastest'")
     if backend not in BACKENDS:
         raise UnknownBackendError(backend)
     if len(plans) < 2:
@@ -95,13 +99,17 @@ def compare_plans(
         if why:
             raise EvaluationError(f"{name}: {why}")
     if backend not in MEASURED_BACKENDS:
-        return _compare_simulated(instance, plans, names, backend, warnings)
+        return _compare_simulated(instance, plans, names, backend, warnings, reference)
     return _compare_measured(instance, plans, names, backend, rule, warmup=warmup, seed=seed, threads=threads,
-                             progress=progress, warnings=warnings, comm=comm)
+                             progress=progress, warnings=warnings, comm=comm, reference=reference)
+
+
+def _reference_index(costs: Sequence[float], reference: str) -> int:
+    return min(range(len(costs)), key=lambda i: (costs[i], i)) if reference == "fastest" else 0
 
 
 def _compare_simulated(instance: Instance, plans: Sequence[Plan], names: Sequence[str], backend: str,
-                       warnings: list[str]) -> CompareReport:
+                       warnings: list[str], reference: str = "first") -> CompareReport:
     from costmodels.analytic import AnalyticCostModel
     from shardopt.measure.evaluate import cost_model_label
 
@@ -111,6 +119,8 @@ def _compare_simulated(instance: Instance, plans: Sequence[Plan], names: Sequenc
         c = model.plan_costs(instance, plan)
         results.append(PlanResult(name, c.max_cost, Interval(c.max_cost, c.max_cost, c.max_cost),
                                   c.total.tolist(), c.bottleneck))
+    k = _reference_index([r.cost_ms for r in results], reference)
+    results = [results[k]] + results[:k] + results[k + 1:]
     ref = results[0]
     comparisons = []
     for r in results[1:]:
@@ -122,7 +132,7 @@ def _compare_simulated(instance: Instance, plans: Sequence[Plan], names: Sequenc
 
 def _compare_measured(instance: Instance, plans: Sequence[Plan], names: Sequence[str], backend: str, rule: StopRule,
                       *, warmup: int, seed: int, threads: int, progress: Callable[[int, int], None] | None,
-                      warnings: list[str], comm: str = "modelled") -> CompareReport:
+                      warnings: list[str], comm: str = "modelled", reference: str = "first") -> CompareReport:
     from shardopt.measure.backends.base import BackendUnavailable
     from shardopt.measure.plan_timing import MeasureError, measure_plans
 
@@ -138,8 +148,10 @@ def _compare_measured(instance: Instance, plans: Sequence[Plan], names: Sequence
         f, b = ps.device_medians()
         totals = f + b + ps.fixed_ms
         results.append(PlanResult(name, ps.plan_cost(), iv, totals.tolist(), int(totals.argmax())))
-    comparisons = [compare_paired(m.samples[0], ps, names=(names[0], name), seed=seed)
-                   for name, ps in zip(names[1:], m.samples[1:])]
+    k = _reference_index([r.cost_ms for r in results], reference)
+    order = [k] + [i for i in range(len(results)) if i != k]
+    results = [results[i] for i in order]
+    comparisons = [compare_paired(m.samples[k], m.samples[i], names=(names[k], names[i]), seed=seed) for i in order[1:]]
     kernels = sorted({lab for plan_labels in m.labels for lab in plan_labels if lab})
     profile = instance.topology.hardware
     comm_what = "all-to-all measured (CPU gloo)" if comm == "measured" else f"all-to-all modelled (analytic, {profile} profile)"

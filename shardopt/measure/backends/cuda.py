@@ -18,6 +18,7 @@ from typing import Any
 
 from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingBackend, TimingSettings
 from shardopt.measure.backends.timing import EPS, FBGEMM_KERNEL, LEARNING_RATE, PreparedKernel, _fbgemm_module, time_prepared, device_name, prepare_kernel
+from shardopt.core.fingerprint import Fingerprint
 from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
 
 TORCH_FALLBACK_NOTE = "fbgemm-gpu with CUDA not installed"
@@ -129,3 +130,27 @@ class CudaBackend(TimingBackend):
 
     def time_shards(self, instance: Instance, shards: list[Shard], settings: TimingSettings) -> KernelTiming:
         return time_prepared(self.prepare(instance, shards, settings), settings)
+
+
+def gpu_fingerprint(device: Any = None) -> Fingerprint:
+    """The GPU a cuda measurement runs on (shardopt.core.fingerprint): its name, memory, the driver (from
+    /proc/driver/nvidia/version where the driver exposes it) and torch's CUDA version. BackendUnavailable without a
+    GPU."""
+    import re
+
+    import torch
+
+    why = cuda_unavailable()
+    if why is not None:
+        raise BackendUnavailable(why)
+    dev = torch.device(device if device is not None else "cuda")
+    props = torch.cuda.get_device_properties(dev)
+    driver = None
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", f.read())
+            driver = m.group(1) if m else None
+    except OSError:
+        pass
+    return Fingerprint(kind="gpu", name=torch.cuda.get_device_name(dev), memory_bytes=int(props.total_memory),
+                       driver=driver, cuda=torch.version.cuda)

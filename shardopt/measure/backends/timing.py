@@ -12,7 +12,6 @@ the torchrun entry point (shardopt.measure.backends.cuda_dist) all time through 
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from shardopt.measure.backends.base import KernelTiming, TimingSettings, summarise
+from shardopt.core.fingerprint import cpu_fingerprint
 from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
 from shardopt.core.traces import shard_trace
 from shardopt.measure.backends.dense_replicas import DenseReplicas, GroupBatch, KernelGroup, local_batch
@@ -37,23 +37,12 @@ FBGEMM_CPU_KERNEL = "fbgemm SplitTableBatchedEmbeddingBagsCodegen (CPU, Embeddin
 def cpu_name() -> str:
     """The CPU as measurements must name it. A VM's "model name" can be as vague as "AMD EPYC", which two CPUs a
     generation apart share (measured: the same samples timed 1.9x faster on family 26 than the day before), so the
-    family and model numbers are added where /proc/cpuinfo has them: timings from different CPUs never look alike."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                key = key.strip()
-                if sep and key in ("model name", "cpu family", "model") and key not in fields:
-                    fields[key] = value.strip()
-                if not line.strip() and fields:
-                    break
-    except OSError:
-        pass
-    name = fields.get("model name") or platform.processor() or platform.machine()
-    if "cpu family" in fields and "model" in fields:
-        name += f" (family {fields['cpu family']}, model {fields['model']})"
-    return name
+    family and model numbers are added where /proc/cpuinfo has them (shardopt.core.fingerprint): timings from
+    different CPUs never look alike."""
+    fp = cpu_fingerprint()
+    if fp.family is not None and fp.model is not None:
+        return f"{fp.name} (family {fp.family}, model {fp.model})"
+    return fp.name
 
 
 def device_name(device: Any) -> str:

@@ -1,0 +1,75 @@
+"""Write the cards of the shipped measured cost models (costmodels/weights/NAME.card.json) from their committed data.
+
+    python benchmarks/ship_model_cards.py
+
+Each card's domain is computed from the model's committed training samples, its held-out accuracy from its committed
+test samples (the same figures `shardopt costmodel eval` prints), its machine and commands from the model's note
+(costmodels/weights/NAME.json). Fingerprints are what the notes record: the day-before EPYC of `neural-cpu` had no
+family or model number recorded, so its card matches no machine (`auto` never picks it; naming it warns).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from costmodels.cards import ModelCard, domain_of_samples  # noqa: E402
+from costmodels.evaluation import accuracy_by_band  # noqa: E402
+from costmodels.registry import get_cost_model  # noqa: E402
+from shardopt.core.fingerprint import Fingerprint  # noqa: E402
+from shardopt.measure.calibration import kernel_of  # noqa: E402
+from shardopt.measure.collect import read_samples  # noqa: E402
+
+WEIGHTS = ROOT / "costmodels" / "weights"
+DATA = ROOT / "costmodels" / "measurements"
+
+SHIPPED = {
+    "neural-cpu-zen5": {
+        "data": ("cpu-zen5-train", "cpu-zen5-test"), "profile": "cpu-zen5-2core", "backend": "cpu", "hardware": "cpu",
+        "fingerprint": Fingerprint(kind="cpu", name="AMD EPYC", vendor="AuthenticAMD", family="26", model="2", cores=2),
+        "libraries": {"torch": "2.13.0", "fbgemm-gpu-cpu": "1.8.0"},
+    },
+    "neural-cpu": {
+        "data": ("cpu-train", "cpu-test"), "profile": "cpu-2core", "backend": "cpu", "hardware": "cpu",
+        "fingerprint": Fingerprint(kind="cpu", name="AMD EPYC", vendor="AuthenticAMD", cores=2),
+        "libraries": {"torch": "2.13.0", "fbgemm-gpu-cpu": "1.8.0"},
+    },
+    "neural-h200-torch": {
+        "data": ("h200-torch-train", "h200-torch-test"), "profile": "h200-torch", "backend": "cuda", "hardware": "h200",
+        "fingerprint": Fingerprint(kind="gpu", name="NVIDIA H200", memory_bytes=143771 * 2**20, driver="580.159.04", cuda="13.0"),
+        "libraries": {"torch": "2.11.0+cu130"},
+    },
+}
+
+
+def _brief(m: dict) -> dict:
+    return {k: m[k] for k in ("n", "mape", "median_ape", "kendall_tau") if k in m}
+
+
+def main() -> None:
+    for name, spec in SHIPPED.items():
+        note = json.loads((WEIGHTS / f"{name}.json").read_text())
+        train = list(read_samples(DATA / f"{spec['data'][0]}.jsonl.gz", "compute"))
+        test = list(read_samples(DATA / f"{spec['data'][1]}.jsonl.gz", "compute"))
+        acc = {kind: _brief(accuracy_by_band(get_cost_model(model), test)["all"])
+               for kind, model in (("neural", name), ("analytic", f"analytic:{spec['profile']}"))}
+        commands = note.get("commands", {})
+        card = ModelCard(
+            id=name, backend=spec["backend"], hardware=spec["hardware"], fingerprint=spec["fingerprint"],
+            kernel=kernel_of(train[0]["judge"]), domain=domain_of_samples(train),
+            models={"neural": f"{name}.npz", "analytic": f"../profiles/{spec['profile']}.json"}, preferred="neural",
+            date=str(note.get("date", "")), samples={"train": len(train), "test": len(test)}, accuracy=acc,
+            command=" ; ".join(str(v) for v in commands.values()) if isinstance(commands, dict) else str(commands),
+            libraries=spec["libraries"], description=str(note.get("what", "")), source="shipped",
+        )
+        path = WEIGHTS / f"{name}.card.json"
+        card.save(path)
+        print(f"{path.relative_to(ROOT)}: {card.domain.describe()}; neural MAPE {acc['neural']['mape']:.3f}, analytic {acc['analytic']['mape']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

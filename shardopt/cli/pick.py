@@ -1,0 +1,111 @@
+"""`shardopt solve --pick cpu|cuda`: solve with a portfolio, measure the candidates together, keep the fastest.
+
+A search trusts its cost model beyond the model's accuracy (docs/measured.md: the plans a search picks are the ones its
+model under-predicts), and which model and solver give the fastest plan differs by instance. So instead of trusting
+one prediction, the portfolio's plans - each solver with the chosen model (`auto` by default) and with the analytic
+model - are re-timed on the judge the user names, paired and interleaved (shardopt.measure.compare), and the
+measured-fastest is returned with its interval and how much it beat each other candidate. "Re-timed on real
+hardware" as part of solving, not only of benchmarking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardopt.cli.common import CLIError
+
+DEFAULT_PORTFOLIO = ("greedy", "neuroshard", "cpsat")
+
+
+@dataclass
+class Candidate:
+    name: str  # "solver / cost model"
+    solver: str
+    cost_model: str  # the name asked (auto is shown as what it chose)
+    model: Any
+    result: Any  # SolveResult
+    same_as: str | None = None  # an earlier candidate with the very same plan (measured once)
+
+
+def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit: int | None, time_limit: float | None,
+                         seed: int) -> list[Candidate]:
+    """Every portfolio solver with the chosen model, then with the analytic model (when that is another model); at
+    most `limit` of them, in that order. Solvers that find no plan are left out (and said so by the caller)."""
+    from costmodels.registry import get_cost_model
+    from solvers.registry import get_solver
+
+    chosen = choice.card.id if choice.card is not None else choice.name
+    models = [(chosen, choice.model)]
+    if choice.name != "analytic":
+        models.append(("analytic", get_cost_model("analytic")))
+    pairs = [(s, m) for m in models for s in portfolio][:limit]
+    out: list[Candidate] = []
+    for solver, (label, model) in pairs:
+        result = get_solver(solver).solve(instance, model, time_limit=time_limit, seed=seed)
+        cand = Candidate(f"{solver} / {label}", solver, label, model, result)
+        if result.status.has_plan and result.plan is not None:
+            key = _plan_key(result.plan)
+            cand.same_as = next((c.name for c in out if c.same_as is None and c.result.plan is not None and _plan_key(c.result.plan) == key), None)
+        out.append(cand)
+    return out
+
+
+def _plan_key(plan: Any) -> tuple:
+    return tuple(sorted((s.table, s.device, s.col_offset, s.cols or 0, s.row_offset, s.rows or 0, s.replicated, s.kernel.value)
+                        for s in plan.shards))
+
+
+def check_portfolio(text: str) -> list[str]:
+    from solvers.registry import solver_names
+
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise CLIError(f"--portfolio: {text!r} names no solver")
+    known = solver_names()
+    for n in names:
+        if n not in known:
+            raise CLIError(f"--portfolio: unknown solver {n!r} (known: {', '.join(known)})")
+    return names
+
+
+def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, progress: Any = None) -> tuple[Candidate, Any, list[str]]:
+    """The measured-fastest candidate, the comparison report (the winner first, compared with every other distinct
+    plan) and notes (candidates without a plan, duplicates)."""
+    from shardopt.measure.compare import compare_plans
+
+    notes = [f"{c.name}: no plan ({c.result.reason or c.result.status.value})" for c in candidates if c.result.plan is None]
+    notes += [f"{c.name}: the same plan as {c.same_as} (measured once)" for c in candidates if c.same_as]
+    distinct = [c for c in candidates if c.result.plan is not None and c.same_as is None]
+    if not distinct:
+        raise CLIError("--pick: no candidate of the portfolio found a plan", 3, "no_solution")
+    if len(distinct) == 1:
+        return distinct[0], None, notes + ["one distinct plan: nothing to measure against"]
+    report = compare_plans(instance, [c.result.plan for c in distinct], [c.name for c in distinct], backend, seed=seed,
+                           reference="fastest", progress=progress)
+    winner = next(c for c in distinct if c.name == report.plans[0].name)
+    return winner, report, notes
+
+
+def pick_lines(report: Any, candidates: list[Candidate], winner: Candidate, backend: str) -> list[str]:
+    if report is None:
+        return [f"picked {winner.name} (the portfolio's only distinct plan)"]
+    best = report.plans[0]
+    iv = best.interval
+    lines = [f"picked {winner.name}: measured {best.cost_ms:.3f} ms on {backend} (95 % CI [{iv.low:.3f}, {iv.high:.3f}]; "
+             f"{report.rounds} interleaved rounds; judge: {report.judge})"]
+    for c in report.comparisons:
+        lines.append("  " + c.sentence())
+    return lines
+
+
+def pick_doc(report: Any, candidates: list[Candidate], winner: Candidate, notes: list[str]) -> dict[str, Any]:
+    by_name = {p.name: p for p in report.plans} if report is not None else {}
+    rows = []
+    for c in candidates:
+        p = by_name.get(c.name)
+        rows.append({"name": c.name, "solver": c.solver, "cost_model": c.cost_model, "status": c.result.status.value,
+                     "predicted_ms": float(c.result.predicted.max_cost) if c.result.predicted is not None else None,
+                     "measured_ms": p.cost_ms if p else None,
+                     "ci_ms": [p.interval.low, p.interval.high] if p else None, "same_as": c.same_as})
+    return {"winner": winner.name, "candidates": rows, "notes": notes, "compare": report.to_dict() if report is not None else None}

@@ -1,0 +1,451 @@
+"""`shardopt calibrate --backend cpu|cuda`: from nothing to a cost model of this machine, in one command.
+
+The plan a solver finds is only as fast as the cost model it searched with is right (docs/measured.md: 12-40 % on
+three CPUs and an H200), and the shipped default is a data-sheet model that is 95 % off on every machine measured so
+far. Learning one's own hardware was a five-command recipe; this is that recipe as one resumable pipeline:
+
+1. collect device samples on the judge (`costmodel collect`): the TRAIN pool's tables for training, the disjoint TEST
+   pool's for the held-out judgement, each time-boxed within the budget, and the all-to-all samples the judge models
+   (the analytic model at the instance's profile; the cpu and single-GPU judges model it too);
+2. train the neural model on them (`costmodel train`, epochs fitted to the time left);
+3. refit the analytic profile's constants to the same samples (`calibrate DATA.jsonl`);
+4. judge both, the data-sheet model and every other model of this backend and hardware on the held-out samples, by
+   device-cost band;
+5. register the result with its card (costmodels.cards) in the user store, where `--cost-model auto` finds it.
+
+The timing settings are the judge's own (`evaluate_plan`: repeats, warm-ups, one pinned thread on the CPU). Every
+stage writes into a work folder keyed by the settings and the machine's fingerprint, and stamps itself when done: a
+killed calibration, run again with the same command, resumes where it stopped (collection skips the sample ids
+already written, so nothing is timed twice and nothing is duplicated).
+
+`--for SUITE|INSTANCE` samples the domain of the instances the user will solve: their batches, rows and tables per
+device (the pools' tables, rows capped at the instances' largest), and their hardware profile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import hashlib
+import json
+import math
+import re
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from costmodels.cards import ModelCard, domain_of_samples
+from shardopt.core.fingerprint import Fingerprint
+from shardopt.core.ir import Instance
+
+# the recipes behind the shipped measured models (costmodels/weights/*.json): the domain a calibration samples
+# without --for
+DEFAULT_DOMAIN = {
+    # the cpu family's batches (powers of two, 256-16,384, mostly 1,024-16,384) and its row cap
+    "cpu": {"batch_choices": (1024, 2048, 4096, 8192, 16384), "max_rows": 50_000, "max_tables": 10},
+    "cuda": {"batch_choices": (4096, 8192, 16384, 32768), "max_rows": 100_000, "max_tables": 20},
+}
+# the share of the budget by which each stage ends: the train and test collections, the first training, the loop's
+# rounds (the rest: the refit, the judgement, the registration)
+PLAIN_SHARES = {"train": 0.6, "test": 0.75, "train_end": 0.95, "loop_end": 0.95}
+LOOP_SHARES = {"train": 0.35, "test": 0.45, "train_end": 0.55, "loop_end": 0.95}
+# the proposed devices' weight in retraining: repeated until they are about this share of the random samples (they
+# are few - a few hundred against thousands - and they are where the search goes), at most LOOP_MAX_WEIGHT times
+LOOP_SHARE_OF_TRAIN = 0.25
+LOOP_MAX_WEIGHT = 5
+# training cost per (sample x epoch), seconds, both networks, measured on the 2-core VM (41 s for 2,500 compute +
+# 3,000 comm samples x 150 epochs): what the epoch count is fitted to when the budget is short
+TRAIN_S_PER_SAMPLE_EPOCH = 5e-5
+MIN_EPOCHS = 10
+MAX_BATCH_CHOICES = 7
+WORK_DIR = ".work"
+
+
+class CalibrationError(ValueError):
+    """A calibration request that cannot be met (a user error: exit 2)."""
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """What to sample and how to train: with the machine's fingerprint, it names the work folder (resumable)."""
+
+    backend: str  # cpu | cuda
+    hardware: str  # the hardware profile instances name for this machine (cpu, h200, ...)
+    batch_choices: tuple[int, ...]
+    max_rows: int
+    max_tables: int
+    memory_cap: int | None = None  # bytes per device sample (None: the profile's memory)
+    train_samples: int = 6000  # at most: collection stops at its time box
+    test_samples: int = 1000
+    comm_samples: int = 2000
+    repeats: int = 5
+    warmup: int = 2
+    epochs: int = 150  # at most: fewer when the budget is short
+    learning_rate: float = 1e-3
+    batch_size: int = 128
+    seed: int = 0
+
+    def key(self, fingerprint: Fingerprint) -> str:
+        doc = json.dumps({"settings": asdict(self), "machine": list(map(str, fingerprint.key()))}, sort_keys=True)
+        return hashlib.sha256(doc.encode()).hexdigest()[:12]
+
+
+def domain_settings(backend: str, hardware: str, targets: Sequence[Instance] = (), **overrides: Any) -> CalibrationSettings:
+    """The settings that sample `targets`' domain - their batches, rows, tables per device and device memory -
+    widened to the backend's default domain (so that the model also covers instances like them: unseen instances of
+    the same family came with batches the suite did not have), or the default domain alone without targets.
+    CalibrationError when the targets do not name `hardware`."""
+    if backend not in DEFAULT_DOMAIN:
+        raise CalibrationError(f"--backend: {backend!r} is not cpu or cuda (a calibration measures; sim has nothing to learn)")
+    base = dict(DEFAULT_DOMAIN[backend])
+    if targets:
+        named = sorted({t.topology.hardware for t in targets})
+        if named != [hardware]:
+            raise CalibrationError(
+                f"--for: the instances name hardware {', '.join(map(repr, named))}, but a model calibrated on this machine "
+                f"({backend}) is for hardware {hardware!r}: set their topology.hardware to {hardware!r} (or calibrate where they run)")
+        batches = sorted({t.workload.batch_size for t in targets} | set(base["batch_choices"]))
+        if len(batches) > MAX_BATCH_CHOICES:  # the extremes and evenly spaced ones between (the domain is their span)
+            idx = sorted({round(i * (len(batches) - 1) / (MAX_BATCH_CHOICES - 1)) for i in range(MAX_BATCH_CHOICES)})
+            batches = [batches[i] for i in idx]
+        per_device = max(math.ceil(len(t.tables) / t.topology.num_devices) for t in targets)
+        base = {
+            "batch_choices": tuple(batches),
+            "max_rows": max(base["max_rows"], max(tb.rows for t in targets for tb in t.tables)),
+            # a device of a plan holds more than the mean (uneven loads, column pieces): twice it
+            "max_tables": min(40, max(base["max_tables"], 2 * per_device)),
+            "memory_cap": max(t.topology.capacity(d) for t in targets for d in range(t.topology.num_devices)),
+        }
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    settings = CalibrationSettings(backend=backend, hardware=hardware, **base)
+    if settings.max_rows < 1 or settings.max_tables < 1 or not settings.batch_choices or min(settings.batch_choices) < 1:
+        raise CalibrationError(f"calibration domain: {settings} is empty")
+    return settings
+
+
+@dataclass
+class StageRecord:
+    name: str
+    seconds: float
+    detail: str
+    cut: bool = False  # its time box ended it (what it made is used)
+    skipped: bool = False  # done by an earlier run of the same calibration
+
+
+@dataclass
+class CalibrationResult:
+    card: ModelCard
+    stages: list[StageRecord]
+    heldout: dict[str, dict[str, Any]]  # label -> {"model": name, "bands": accuracy_by_band(...)}
+    work_dir: Path
+    seconds: float
+    resumed: bool = False
+    plan_rounds: list[dict[str, Any]] = field(default_factory=list)  # per round: the held-out plan-level error
+
+
+Progress = Callable[[str, int, int], None]  # (stage description, done, total)
+Proposer = Callable[[Instance, Any], list[tuple[str, Any]]]  # (instance, cost model) -> [(solver name, Plan), ...]
+
+
+def split_targets(targets: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
+    """(the instances whose proposed plans are learned from, the held-out ones the plan-level error is measured on):
+    every third instance held out; with fewer than 3, all of them serve both (the error is then in-sample)."""
+    if len(targets) < 3:
+        return list(targets), list(targets)
+    return [t for i, t in enumerate(targets) if i % 3 != 2], [t for i, t in enumerate(targets) if i % 3 == 2]
+
+
+def plan_level(instances: Sequence[Instance], model: Any, propose: Proposer, settings: CalibrationSettings, *,
+               measure_devices: bool, seed: int, round_: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Propose plans for `instances` with `model`, measure each on the judge (the judge's own settings), and return
+    the plan-level error of the model's predictions (MAPE, mean signed error, Kendall tau over the plans, per plan)
+    and, with `measure_devices`, the measured devices as compute samples (collect.plan_device_samples)."""
+    import numpy as np
+    from scipy.stats import kendalltau
+
+    from shardopt.measure.collect import plan_device_samples
+    from shardopt.measure.evaluate import evaluate_plan
+
+    rows, samples = [], []
+    for inst in instances:
+        for solver, plan in propose(inst, model):
+            predicted = float(model.plan_costs(inst, plan).max_cost)
+            ev = evaluate_plan(inst, plan, settings.backend, repeats=settings.repeats, warmup=settings.warmup, seed=seed, cache=False)
+            measured = float(ev.costs.max_cost)
+            rows.append({"instance": inst.name, "solver": solver, "predicted_ms": predicted, "measured_ms": measured})
+            if measure_devices:
+                samples += plan_device_samples(inst, plan, ev, {"instance": inst.name, "solver": solver, "round": round_})
+    if not rows:
+        return {"n": 0, "mape": float("nan"), "bias": float("nan"), "kendall_tau": float("nan"), "plans": []}, samples
+    p = np.array([r["predicted_ms"] for r in rows])
+    m = np.array([r["measured_ms"] for r in rows])
+    err = (p - m) / m
+    tau = float(kendalltau(p, m)[0]) if len(rows) > 2 else float("nan")
+    return {"n": len(rows), "mape": float(np.abs(err).mean()), "bias": float(err.mean()), "kendall_tau": tau, "plans": rows}, samples
+
+
+def _stamp_path(work: Path, stage: str) -> Path:
+    return work / f"{stage}.done"
+
+
+def _stamped(work: Path, stage: str) -> dict[str, Any] | None:
+    p = _stamp_path(work, stage)
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def _stamp(work: Path, stage: str, doc: dict[str, Any]) -> None:
+    tmp = _stamp_path(work, stage).with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(_stamp_path(work, stage))
+
+
+def kernel_of(judge: str) -> str:
+    """A judge label's kernel part, without the per-device call count ('... (15 calls) ... on NVIDIA H200, ...')."""
+    kernel = judge.split(" on ", 1)[0]
+    return re.sub(r" \(\d+ calls?\)", "", kernel)
+
+
+def library_versions(backend: str) -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {}
+    for dist in ("torch", "fbgemm-gpu-cpu" if backend == "cpu" else "fbgemm-gpu"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def model_id_for(backend: str, fingerprint: Fingerprint, date: str) -> str:
+    """A readable id: backend, machine, date ('cpu-amd-epyc-f26m2-2c-20261126')."""
+    slug = re.sub(r"[^a-z0-9]+", "-", fingerprint.name.lower()).strip("-")
+    if fingerprint.kind == "cpu":
+        if fingerprint.family is not None and fingerprint.model is not None:
+            slug += f"-f{fingerprint.family}m{fingerprint.model}"
+        if fingerprint.cores:
+            slug += f"-{fingerprint.cores}c"
+    return f"{backend}-{slug}-{date.replace('-', '')}"
+
+
+def _gzip_copy(src: Path, dest: Path) -> None:
+    with src.open("rb") as f, gzip.open(dest, "wb") as g:
+        shutil.copyfileobj(f, g)
+
+
+def calibrate_machine(
+    settings: CalibrationSettings,
+    fingerprint: Fingerprint,
+    *,
+    budget_s: float,
+    models_dir: Path | str | None = None,
+    model_id: str | None = None,
+    command: str = "",
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+    targets: Sequence[Instance] = (),
+    rounds: int = 0,
+    propose: Proposer | None = None,
+) -> CalibrationResult:
+    """Run (or resume) the calibration of this machine within `budget_s` seconds and register its model. With
+    `targets` and `rounds`, close the loop on the plans `propose` makes for them (module docstring)."""
+    from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
+    from costmodels.evaluation import accuracy_by_band
+    from costmodels.neural import NeuralCostModel
+    from costmodels.registry import get_cost_model
+    from costmodels.store import all_cards, find_card, register, user_store_dir
+    from costmodels.train import TrainError, TrainSettings, train
+    from shardopt.core.hardware import get_profile, profile_to_dict
+    from shardopt.data.pools import load_pool, standard_pool_path
+    from shardopt.measure.collect import CollectSettings, collect, read_samples
+
+    if budget_s <= 0:
+        raise CalibrationError(f"--budget-minutes: {budget_s / 60:g} must be > 0")
+    say = log or (lambda _msg: None)
+    t0 = time.monotonic()
+    store = user_store_dir(models_dir)
+    work = store / WORK_DIR / settings.key(fingerprint)
+    resumed = work.is_dir()
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "settings.json").write_text(json.dumps({"settings": asdict(settings), "fingerprint": fingerprint.to_dict()}, indent=1))
+    stages: list[StageRecord] = []
+    train_file, test_file, comm_file = work / "train.jsonl", work / "test.jsonl", work / "comm.jsonl"
+
+    def collect_stage(name: str, pool_part: str, out: Path, n: int, seed: int, end_share: float, backend: str,
+                      comm_fraction: float) -> None:
+        done = _stamped(work, name)
+        if done is not None:
+            stages.append(StageRecord(name, 0.0, f"{done['samples']} samples (an earlier run)", cut=done["cut"], skipped=True))
+            return
+        start = time.monotonic()
+        cs = CollectSettings(backend=backend, samples=n, max_tables=settings.max_tables, seed=seed, hardware=settings.hardware,
+                             vary_batch=True, batch_choices=settings.batch_choices, memory_cap=settings.memory_cap,
+                             comm_fraction=comm_fraction, repeats=settings.repeats, warmup=settings.warmup,
+                             max_rows=settings.max_rows, augment=True)
+        deadline = t0 + end_share * budget_s if backend != "sim" else None
+        tick = (lambda d, t: progress(name, d, t)) if progress else None
+        summary = collect(load_pool(standard_pool_path(pool_part)), out, cs, progress=tick, deadline=deadline)
+        have = summary["already_present"] + summary["collected"]
+        cut = summary["stopped"] == "deadline"
+        _stamp(work, name, {"samples": have, "cut": cut, "seconds": summary["seconds"]})
+        rate = f", {summary['samples_per_minute']:.0f}/min" if summary["collected"] else ""
+        stages.append(StageRecord(name, time.monotonic() - start, f"{have} samples{rate}", cut=cut))
+        say(f"{name}: {have} samples" + (" (its time box ended it)" if cut else ""))
+
+    shares0 = LOOP_SHARES if rounds and targets else PLAIN_SHARES
+    collect_stage("collect-train", "train", train_file, settings.train_samples, settings.seed, shares0["train"], settings.backend, 0.0)
+    collect_stage("collect-test", "test", test_file, settings.test_samples, settings.seed + 1, shares0["test"], settings.backend, 0.0)
+    collect_stage("collect-comm", "train", comm_file, settings.comm_samples, settings.seed + 5, 1.0, "sim", 1.0)
+
+    train_samples = list(read_samples(train_file, "compute"))
+    test_samples = list(read_samples(test_file, "compute"))
+    comm_samples = list(read_samples(comm_file, "comm"))
+    if len(train_samples) < 10 or len(test_samples) < 3:
+        raise CalibrationError(
+            f"only {len(train_samples)} train and {len(test_samples)} held-out samples were timed within the budget "
+            f"({budget_s / 60:g} min): give it more time (--budget-minutes); the samples are kept and a rerun resumes")
+
+    # the neural model, its epochs fitted to the time left before the training's share of the budget
+    shares = LOOP_SHARES if rounds and targets else PLAIN_SHARES
+    neural_file = work / "neural.npz"
+
+    def fit_neural(extra: list[dict[str, Any]], end_share: float, out: Path, stage: str) -> None:
+        start = time.monotonic()
+        samples = train_samples + extra
+        left = t0 + end_share * budget_s - time.monotonic()
+        per_epoch = TRAIN_S_PER_SAMPLE_EPOCH * (len(samples) + len(comm_samples))
+        fits = left / per_epoch if per_epoch > 0 else settings.epochs
+        epochs = int(min(settings.epochs, max(MIN_EPOCHS, fits)))  # (at least MIN_EPOCHS unless asked for fewer)
+        ts = TrainSettings(epochs=epochs, batch_size=settings.batch_size, learning_rate=settings.learning_rate, seed=settings.seed)
+
+        def report(net: str, epoch: int, total: int, _val: float) -> None:
+            if progress:
+                progress(f"{stage} ({net} network)", epoch, total)
+
+        try:
+            weights = train(samples + comm_samples, ts, progress=report, meta={"data": [str(train_file), str(comm_file)], "command": command})
+        except TrainError as exc:
+            raise CalibrationError(f"training on {train_file}: {exc}") from None
+        weights.save(out)
+        _stamp(work, stage, {"epochs": epochs})
+        stages.append(StageRecord(stage, time.monotonic() - start, f"{epochs} epochs on {len(train_samples)} + {len(extra)} proposed + {len(comm_samples)} comm samples"))
+
+    if _stamped(work, "train") is not None and neural_file.is_file():
+        stages.append(StageRecord("train", 0.0, "(an earlier run)", skipped=True))
+    else:
+        fit_neural([], shares["train_end"], neural_file, "train")
+
+    # closing the loop: the plans the searches propose with the model, measured; their devices added; retrained
+    plan_rounds: list[dict[str, Any]] = []
+    if rounds and targets:
+        if propose is None:
+            raise CalibrationError("--rounds: no proposer of plans was given")
+        learn, heldout = split_targets(targets)
+        loop_file = work / "loop.jsonl"
+        loop_file.unlink(missing_ok=True)  # (a resumed run redoes the rounds: they measure with the models it trains)
+        loop_samples: list[dict[str, Any]] = []
+        slot = (shares["loop_end"] - shares["train_end"]) * budget_s / rounds
+        current = neural_file
+        for r in range(rounds + 1):
+            model = NeuralCostModel(current)
+            start = time.monotonic()
+            errors, _ = plan_level(heldout, model, propose, settings, measure_devices=False, seed=settings.seed + 100 + r)
+            plan_rounds.append({"round": r, "model": current.name, **errors})
+            stages.append(StageRecord(f"plans r{r}", time.monotonic() - start,
+                                      f"held-out plan MAPE {errors['mape']:.1%} (bias {errors['bias']:+.1%}) on {errors['n']} plans of {len(heldout)} instances"))
+            say(f"round {r}: plan-level error {errors['mape']:.1%} (bias {errors['bias']:+.1%}) on {errors['n']} held-out plans")
+            if r == rounds:
+                break
+            start = time.monotonic()
+            _, new = plan_level(learn, model, propose, settings, measure_devices=True, seed=settings.seed + r, round_=r + 1)
+            with loop_file.open("a") as f:
+                for doc in new:
+                    f.write(json.dumps(doc) + "\n")
+            loop_samples += new
+            stages.append(StageRecord(f"propose r{r + 1}", time.monotonic() - start, f"{len(new)} device samples from plans of {len(learn)} instances"))
+            weight = max(1, min(LOOP_MAX_WEIGHT, round(LOOP_SHARE_OF_TRAIN * len(train_samples) / max(1, len(loop_samples)))))
+            current = work / f"neural-r{r + 1}.npz"
+            fit_neural(loop_samples * weight, shares["train_end"] + (r + 1) * slot / budget_s, current, f"retrain r{r + 1}")
+        if current != neural_file:
+            shutil.copy2(current, neural_file)
+        n_loop = len(loop_samples)
+    else:
+        n_loop = 0
+
+    # the analytic profile refitted to the same samples
+    profile_file = work / "profile.json"
+    start = time.monotonic()
+    base = get_profile(settings.hardware)
+    try:
+        fitted = fit_profile(train_samples, base, holdout=0.2, seed=settings.seed, name=f"{settings.hardware}-calibrated")
+    except FitError as exc:
+        raise CalibrationError(f"refitting the analytic profile: {exc}") from None
+    profile_file.write_text(json.dumps(profile_to_dict(fitted.profile, calibration={
+        "data": str(train_file), "command": command, "date": datetime.date.today().isoformat(), **fitted.to_dict()}), indent=1) + "\n")
+    stages.append(StageRecord("refit", time.monotonic() - start, f"analytic {settings.hardware} profile, {len(train_samples)} samples"))
+
+    # the held-out judgement, beside the data-sheet model and the other models of this backend and hardware
+    start = time.monotonic()
+    candidates: list[tuple[str, str, Any]] = [
+        ("neural (this calibration)", str(neural_file), NeuralCostModel(neural_file)),
+        ("analytic refitted (this calibration)", f"analytic:{profile_file}", get_cost_model(f"analytic:{profile_file}")),
+        (f"analytic ({settings.hardware} data sheet)", "analytic", get_cost_model("analytic")),
+    ]
+    for card in all_cards(models_dir):
+        if card.backend == settings.backend and card.hardware == settings.hardware:
+            same = card.fingerprint.matches(fingerprint) if fingerprint.kind == "cpu" else card.fingerprint.name == fingerprint.name
+            where = "this machine" if same else f"other machine: {card.fingerprint.describe()}"
+            candidates.append((f"{card.id} ({card.source}; {where})", card.cost_model_name(), get_cost_model(card.cost_model_name())))
+    heldout = {label: {"model": name, "bands": accuracy_by_band(model, test_samples)} for label, name, model in candidates}
+    stages.append(StageRecord("judge", time.monotonic() - start, f"{len(candidates)} models on {len(test_samples)} held-out samples"))
+
+    # the card, and the model into the store
+    date = datetime.date.today().isoformat()
+    mid = model_id or model_id_for(settings.backend, fingerprint, date)
+    if model_id is None:
+        n = 2
+        while find_card(mid, models_dir) is not None or (store / mid).exists():
+            mid = f"{model_id_for(settings.backend, fingerprint, date)}-{n}"
+            n += 1
+    neural_acc = heldout["neural (this calibration)"]["bands"]["all"]
+    analytic_acc = heldout["analytic refitted (this calibration)"]["bands"]["all"]
+    preferred = "neural" if neural_acc["mape"] <= analytic_acc["mape"] else "analytic"
+    judge = next((s.get("judge") for s in train_samples if s.get("judge")), settings.backend)
+    folder = work / "model"
+    if folder.exists():
+        shutil.rmtree(folder)
+    (folder / "data").mkdir(parents=True)
+    shutil.copy2(neural_file, folder / "neural.npz")
+    shutil.copy2(profile_file, folder / "profile.json")
+    for src in (train_file, test_file, comm_file):
+        _gzip_copy(src, folder / "data" / f"{src.stem}.jsonl.gz")
+    (folder / "heldout.json").write_text(json.dumps({"devices": heldout, "plan_rounds": plan_rounds}, indent=1) + "\n")
+    if (work / "loop.jsonl").is_file():
+        _gzip_copy(work / "loop.jsonl", folder / "data" / "loop.jsonl.gz")
+    card = ModelCard(
+        id=mid, backend=settings.backend, hardware=settings.hardware, fingerprint=fingerprint, kernel=kernel_of(judge),
+        domain=domain_of_samples(train_samples), models={"neural": "neural.npz", "analytic": "profile.json"},
+        preferred=preferred, date=date,
+        samples={"train": len(train_samples), "test": len(test_samples), "comm": len(comm_samples), "proposed": n_loop},
+        accuracy={"neural": _brief(neural_acc), "analytic": _brief(analytic_acc),
+                  **({"plan_level": {**{k: plan_rounds[-1][k] for k in ("n", "mape", "bias", "kendall_tau")},
+                                     "heldout_instances": sorted({p["instance"] for p in plan_rounds[-1]["plans"]}),
+                                     "rounds": [{k: v for k, v in pr.items() if k != "plans"} for pr in plan_rounds]}}
+                     if plan_rounds else {})},
+        command=command, libraries=library_versions(settings.backend),
+        description=f"calibrated on {fingerprint.describe()} by the {settings.backend} judge ({kernel_of(judge)})",
+    )
+    if mid in {c.id for c in all_cards(models_dir)}:
+        raise CalibrationError(f"--id: a model {mid!r} exists already (shardopt costmodel list)")
+    stored = register(card, folder, models_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    return CalibrationResult(card=stored, stages=stages, heldout=heldout, work_dir=work, seconds=time.monotonic() - t0, resumed=resumed,
+                             plan_rounds=plan_rounds)
+
+
+def _brief(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: m[k] for k in ("n", "mape", "median_ape", "kendall_tau") if k in m}
+
