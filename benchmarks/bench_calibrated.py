@@ -68,13 +68,45 @@ def one(path: Path, time_limit: float, models: Path | None) -> dict:
     }
 
 
+def summarise(rows: list[dict]) -> dict:
+    """Per suite: on how many instances the default was measured faster / slower than each baseline with 95 %
+    confidence (a comparison's `faster_pct` is how much faster the *baseline* is than the default: the default is
+    faster where its whole interval lies below 0), the geometric mean of default / baseline measured cost, and how
+    often --pick's plan was measured slower than a baseline beyond both CIs."""
+    summary = {}
+    for suite in sorted({r["suite"] for r in rows}):
+        mine = [r for r in rows if r["suite"] == suite]
+        s: dict = {"instances": len(mine), "auto used a calibrated model on": sum(r["auto"]["card"] is not None for r in mine)}
+        for base in ("neuroshard, analytic", "greedy, analytic"):
+            vs = [r["default_vs"][base] for r in mine]
+            default = [r["measured"][next(k for k in r["measured"] if k.startswith("default"))]["ms"] for r in mine]
+            ratios = [d / r["measured"][base]["ms"] for d, r in zip(default, mine)]
+            s[f"default faster than {base} (95 % CI)"] = sum(v["ci"][1] < 0 for v in vs)
+            s[f"default slower than {base} (95 % CI)"] = sum(v["ci"][0] > 0 for v in vs)
+            s[f"geo mean default / {base}"] = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        pick_ratio = [r["measured"][next(k for k in r["measured"] if k.startswith("pick"))]["ms"]
+                      / min(v["ms"] for k, v in r["measured"].items() if not k.startswith("pick")) for r in mine]
+        s["geo mean pick / best other plan"] = math.exp(sum(math.log(x) for x in pick_ratio) / len(pick_ratio))
+        s["pick measured slower than a baseline (CIs apart)"] = sum(bool(r["pick"]["slower_than_a_baseline_here"]) for r in mine)
+        summary[suite] = s
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("suites", nargs="+", type=Path)
+    ap.add_argument("suites", nargs="*", type=Path)
+    ap.add_argument("--summary-of", type=Path, default=None, help="only summarise the rows of an earlier --out file")
     ap.add_argument("--time-limit", type=float, default=5.0)
     ap.add_argument("--models", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.summary_of is not None:
+        doc = json.loads(args.summary_of.read_text())
+        doc["summary"] = summarise(doc["rows"])
+        print(json.dumps(doc["summary"], indent=1))
+        if args.out:
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return
     rows = []
     for suite in args.suites:
         for path in sorted(p for p in suite.glob("*.json") if p.name != "suite.json"):
@@ -83,21 +115,9 @@ def main() -> None:
             rows.append(row)
             d = row["default_vs"]
             print(f"{suite.name}/{path.name}: auto={row['auto']['card'] or 'analytic'} | "
-                  + " | ".join(f"vs {k}: {v['faster_pct']:+.1f} % [{v['ci'][0]:+.1f}, {v['ci'][1]:+.1f}]" for k, v in d.items()), flush=True)
-    summary = {}
-    for suite in {r["suite"] for r in rows}:
-        mine = [r for r in rows if r["suite"] == suite]
-        s = {"instances": len(mine)}
-        for base in ("neuroshard, analytic", "greedy, analytic"):
-            pct = [r["default_vs"][base]["faster_pct"] for r in mine]
-            s[f"default faster than {base} (CI above 0)"] = sum(r["default_vs"][base]["ci"][0] > 0 for r in mine)
-            s[f"default slower than {base} (CI below 0)"] = sum(r["default_vs"][base]["ci"][1] < 0 for r in mine)
-            ratios = [r["measured"][[k for k in r["measured"] if k.startswith("default")][0]]["ms"] / r["measured"][base]["ms"] for r in mine]
-            s[f"geo mean default / {base}"] = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            s[f"mean % faster than {base}"] = sum(pct) / len(pct)
-        s["pick measured slower than a baseline (CIs apart)"] = sum(bool(r["pick"]["slower_than_a_baseline_here"]) for r in mine)
-        s["auto used a calibrated model on"] = sum(r["auto"]["card"] is not None for r in mine)
-        summary[suite] = s
+                  + " | ".join(f"{k} vs the default: {v['faster_pct']:+.1f} % faster [{v['ci'][0]:+.1f}, {v['ci'][1]:+.1f}]"
+                               for k, v in d.items()), flush=True)
+    summary = summarise(rows)
     print(json.dumps(summary, indent=1))
     if args.out:
         args.out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "date": datetime.date.today().isoformat(),

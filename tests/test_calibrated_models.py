@@ -165,6 +165,13 @@ def test_a_corrupt_card_in_the_store_exits_2_naming_the_file(tmp_path: Path):
         assert str(tmp_path / "broken" / "card.json") in r.stderr and "not valid JSON" in r.stderr
     with pytest.raises(CardError):
         user_cards(tmp_path)
+    # a card whose model file is missing
+    (tmp_path / "broken" / "card.json").unlink()
+    card = _store_model(tmp_path, "lost", cpu_fingerprint())
+    card.model_path("neural").unlink()
+    r = run("costmodel", "list", "--models", tmp_path)
+    assert r.exit_code == 2 and "models.neural: 'neural.npz': no such file beside the card" in r.stderr
+    assert str(tmp_path / "lost" / "card.json") in r.stderr
 
 
 def test_costmodel_list_shows_shipped_and_store_models(tmp_path: Path):
