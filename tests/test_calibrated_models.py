@@ -208,6 +208,17 @@ def test_calibrate_refuses_bad_requests_naming_the_option(tmp_path: Path):
     assert r.exit_code == 2 and "--budget-minutes" in r.stderr
     r = run("calibrate", "--backend", "cpu", "--for", tmp_path / "nothing", "--models", tmp_path)
     assert r.exit_code == 2 and "nothing: no such file" in r.stderr
+    r = run("calibrate", "--backend", "cpu", "--rounds", "2", "--models", tmp_path)
+    assert r.exit_code == 2 and "--rounds: the loop solves the instances you will solve" in r.stderr
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        r = run("calibrate", "--backend", "cuda", "--models", tmp_path)
+        assert r.exit_code == 2 and r.stderr.startswith("error: --backend cuda:")
 
 
 TINY = ("--samples", "30", "--test-samples", "4", "--epochs", "3", "--repeats", "1")

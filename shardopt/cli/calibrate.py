@@ -119,9 +119,12 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
     command = _command_line()
     console = _console(stderr=True)
     if not json_out:
+        from shardopt.measure.calibration import stage_plan
+
         _print_lines(console, [f"calibrating {fingerprint.describe()} on the {backend} judge for hardware {hw!r}, budget {budget_minutes:g} min: "
                                f"batches {', '.join(f'{b:,}' for b in settings.batch_choices)}, rows up to {settings.max_rows:,}, "
-                               f"up to {settings.max_tables} tables per device sample"])
+                               f"up to {settings.max_tables} tables per device sample",
+                               "plan: " + stage_plan(budget_minutes * 60, bool(rounds and targets), rounds or 0)])
     with _progress_stages(enabled=not json_out) as tick:
         try:
             result = calibrate_machine(settings, fingerprint, budget_s=budget_minutes * 60, models_dir=models, model_id=model_id,

@@ -150,6 +150,17 @@ Progress = Callable[[str, int, int], None]  # (stage description, done, total)
 Proposer = Callable[[Instance, Any], list[tuple[str, Any]]]  # (instance, cost model) -> [(solver name, Plan), ...]
 
 
+def stage_plan(budget_s: float, loop: bool, rounds: int) -> str:
+    """When each stage ends at the latest, in minutes from the start (what the progress bars then fill in)."""
+    sh = LOOP_SHARES if loop else PLAIN_SHARES
+    m = budget_s / 60
+    parts = [f"train-pool samples until {sh['train'] * m:.1f} min", f"held-out samples until {sh['test'] * m:.1f}",
+             f"training until {sh['train_end'] * m:.1f}"]
+    if loop:
+        parts.append(f"{rounds} rounds on proposed plans until {sh['loop_end'] * m:.1f}")
+    return ", ".join(parts) + f", then the refit, the judgement and the card (a rerun of the same command resumes)"
+
+
 def split_targets(targets: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
     """(the instances whose proposed plans are learned from, the held-out ones the plan-level error is measured on):
     every third instance held out; with fewer than 3, all of them serve both (the error is then in-sample)."""
@@ -304,6 +315,8 @@ def calibrate_machine(
     test_samples = list(read_samples(test_file, "compute"))
     comm_samples = list(read_samples(comm_file, "comm"))
     if len(train_samples) < 10 or len(test_samples) < 3:
+        for stage in ("collect-train", "collect-test"):  # the rerun collects on after the samples it keeps
+            _stamp_path(work, stage).unlink(missing_ok=True)
         raise CalibrationError(
             f"only {len(train_samples)} train and {len(test_samples)} held-out samples were timed within the budget "
             f"({budget_s / 60:g} min): give it more time (--budget-minutes); the samples are kept and a rerun resumes")
