@@ -67,6 +67,9 @@ def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None
     assert size.mean_ci_pct == pytest.approx(1.0)
     page = measured_html([rep])
     assert page.count("<svg") == 2
+    # tables as HTML tables (a browser shows them as such), not Markdown text in a <pre> block
+    assert page.count("<table>") == 3 and "<pre>" not in page and "| solver |" not in page
+    assert "<th>solver</th>" in page and "<td class='num'>" in page
     assert 'href="http' not in page and "<script" not in page and "<link" not in page  # one self-contained file
     assert measured_html([rep]) == page  # deterministic
 
@@ -151,7 +154,10 @@ def test_report_spearman_common_means_and_rankings(tmp_path: Path) -> None:
     md = measured_markdown([rep])
     assert "Spearman" in md and "size < neuroshard < greedy" in md and "over the 4 instances" in md
     page = measured_html([rep])
-    assert page.count("<svg") == 2 and "src=" not in page and "@import" not in page
+    assert page.count("<svg") == 2
+    # tables as HTML tables (a browser shows them as such), not Markdown text in a <pre> block
+    assert page.count("<table>") == 3 and "<pre>" not in page and "| solver |" not in page
+    assert "<th>solver</th>" in page and "<td class='num'>" in page and "src=" not in page and "@import" not in page
 
 
 def test_a_solver_that_failed_everywhere_leaves_the_other_means(tmp_path: Path) -> None:

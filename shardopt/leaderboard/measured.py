@@ -448,6 +448,7 @@ def _svg(fig: Any) -> str:
 def measured_plots(rep: MeasuredReport) -> list[str]:
     """Inline SVGs: measured ratio to best per solver and cost model (with CIs), and predicted vs measured."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -486,6 +487,10 @@ def measured_plots(rep: MeasuredReport) -> list[str]:
                 ax.scatter(*zip(*pts), s=12, color=colour[s], label=s)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # major ticks only: minor log labels overlap on a narrow range
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0), numticks=8))
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.set_xlabel(f"predicted by {cm} (ms)")
         ax.set_ylabel(f"measured on {rep.backend} (ms)")
         ax.set_title(f"{cm}: tau {_f(rep.tau_rows.get(cm), 2)}, rho {_f(rep.rho_rows.get(cm), 2)}", fontsize=9)
@@ -497,19 +502,23 @@ def measured_plots(rep: MeasuredReport) -> list[str]:
 def measured_html(reports: list[MeasuredReport], command: str = "") -> str:
     import html
 
-    md = measured_markdown(reports, command)
+    from shardopt.leaderboard.markdown_html import markdown_html
+
     body = ["<!doctype html><html><head><meta charset='utf-8'><title>Measured leaderboard</title>",
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;font-size:13px}"
-            "td,th{border:1px solid #ccc;padding:3px 6px}pre{white-space:pre-wrap}</style></head><body>",
+            "<style>body{font-family:sans-serif;max-width:1280px;margin:auto;padding:0 1em}"
+            "table{border-collapse:collapse;font-size:13px;margin:0.6em 0}td,th{border:1px solid #ccc;padding:3px 6px}"
+            "th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+            "figure{margin:1em 0}svg{max-width:100%;height:auto}</style></head><body>",
             "<h1>Measured leaderboard</h1>"]
     if command:
         body.append(f"<p>Made by: <code>{html.escape(command)}</code></p>")
     for rep in reports:
-        body.append(f"<h2>{html.escape(rep.suite)}, judged on {html.escape(rep.backend)}</h2>")
-        body.append(f"<pre>{html.escape(measured_markdown([rep]))}</pre>")
+        md = measured_markdown([rep])
+        # (measured_markdown's own page title and command line are this page's already)
+        md = "\n".join(line for line in md.splitlines() if not line.startswith("# ") and not line.startswith("Made by:"))
+        body.append(markdown_html(md))
         body += [f"<figure>{svg}</figure>" for svg in measured_plots(rep)]
     body.append("</body></html>")
-    del md
     return "\n".join(body) + "\n"
 
 
