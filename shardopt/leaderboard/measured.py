@@ -14,7 +14,6 @@ whose rows are all in the store is skipped; a run killed mid-instance redoes tha
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import statistics
@@ -432,27 +431,11 @@ def measured_markdown(reports: list[MeasuredReport], command: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
-def _svg(fig: Any) -> str:
-    buf = io.StringIO()
-    import matplotlib
-
-    matplotlib.rcParams["svg.hashsalt"] = "shardopt"  # stable ids: the same data gives the same file
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
-
-
 def measured_plots(rep: MeasuredReport) -> list[str]:
     """Inline SVGs: measured ratio to best per solver and cost model (with CIs), and predicted vs measured."""
-    import matplotlib
-    import matplotlib.ticker
+    from shardopt.leaderboard.figures import pyplot, readable_log_axis, svg
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     models = sorted({e.cost_model for e in rep.entries})
     solvers = sorted({e.solver for e in rep.entries}, key=lambda s: min(
         (e.measured_ratio for e in rep.entries if e.solver == s and not math.isnan(e.measured_ratio)), default=1e9))
@@ -474,7 +457,7 @@ def measured_plots(rep: MeasuredReport) -> list[str]:
     ax.set_ylabel(f"measured cost / best of the instance ({rep.backend})")
     ax.set_title(f"{rep.suite}: measured ratio to the best plan (geometric mean, 95 % CI over instances)")
     ax.legend(fontsize=8)
-    bars = _svg(fig)
+    bars = svg(fig)
 
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
     cmap = plt.get_cmap("tab20")
@@ -487,15 +470,13 @@ def measured_plots(rep: MeasuredReport) -> list[str]:
                 ax.scatter(*zip(*pts), s=12, color=colour[s], label=s)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):  # major ticks only: minor log labels overlap on a narrow range
-            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-            axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0), numticks=8))
-            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+        readable_log_axis(ax.xaxis)
+        readable_log_axis(ax.yaxis)
         ax.set_xlabel(f"predicted by {cm} (ms)")
         ax.set_ylabel(f"measured on {rep.backend} (ms)")
         ax.set_title(f"{cm}: tau {_f(rep.tau_rows.get(cm), 2)}, rho {_f(rep.rho_rows.get(cm), 2)}", fontsize=9)
     axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    scatter = _svg(fig)
+    scatter = svg(fig)
     return [bars, scatter]
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardopt.leaderboard import figures
+
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -143,145 +145,39 @@ def markdown(reports: list[SuiteReport], command: str = "") -> str:
     return "\n".join(out)
 
 
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-
-
 def svg_bars(rep: SuiteReport) -> str:
     """Mean normalised cost (ratio to best) per solver, error bars = std."""
     stats = [s for s in rep.solvers if s.mean_ratio is not None]
-    w, h, left, bottom, top = 640, 300, 60, 60, 20
     if not stats:
-        return f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="40"><text x="10" y="25">no solved instances</text></svg>'
-    hi = max(s.mean_ratio + (s.std_ratio or 0) for s in stats) * 1.05
-    lo = 0.0
-    plot_h = h - bottom - top
-    bw = (w - left - 20) / len(stats)
-
-    def y(v: float) -> float:
-        return top + plot_h * (1 - (v - lo) / (hi - lo))
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top + plot_h}" x2="{w - 10}" y2="{top + plot_h}" stroke="black"/>']
-    for i in range(5):
-        v = lo + (hi - lo) * i / 4
-        parts.append(f'<text x="{left - 5}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.2f}</text>')
-        parts.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{w - 10}" y2="{y(v):.1f}" stroke="#ddd"/>')
-    if hi > 1.0:
-        parts.append(f'<line x1="{left}" y1="{y(1.0):.1f}" x2="{w - 10}" y2="{y(1.0):.1f}" stroke="#999" stroke-dasharray="4 3"/>')
-    for i, s in enumerate(stats):
-        x = left + i * bw + bw * 0.15
-        bwid = bw * 0.7
-        cx = x + bwid / 2
-        parts.append(f'<rect x="{x:.1f}" y="{y(s.mean_ratio):.1f}" width="{bwid:.1f}" height="{y(lo) - y(s.mean_ratio):.1f}" '
-                     f'fill="{PALETTE[i % len(PALETTE)]}"><title>{html.escape(s.solver)}: {s.mean_ratio:.3f} ± {(s.std_ratio or 0):.3f}</title></rect>')
-        sd = s.std_ratio or 0.0
-        parts.append(f'<line x1="{cx:.1f}" y1="{y(s.mean_ratio + sd):.1f}" x2="{cx:.1f}" y2="{y(max(lo, s.mean_ratio - sd)):.1f}" stroke="black"/>')
-        for v in (s.mean_ratio + sd, max(lo, s.mean_ratio - sd)):
-            parts.append(f'<line x1="{cx - 5:.1f}" y1="{y(v):.1f}" x2="{cx + 5:.1f}" y2="{y(v):.1f}" stroke="black"/>')
-        parts.append(f'<text x="{cx:.1f}" y="{top + plot_h + 15}" text-anchor="middle">{html.escape(s.solver)}</text>')
-    parts.append(f'<text x="{left + (w - left) / 2:.0f}" y="{h - 10}" text-anchor="middle">mean cost / best cost per instance (error bars: std)</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+        return figures.no_data("no solved instances")
+    return figures.bars([s.solver for s in stats], [s.mean_ratio for s in stats], [s.std_ratio or 0.0 for s in stats],
+                        "mean cost / best cost per instance (error bars: std)")
 
 
 def svg_wins(rep: SuiteReport) -> str:
     """Win counts per solver (ties count for every tied solver), horizontal bars."""
-    w, row, left = 640, 22, 120
-    h = row * len(rep.solvers) + 30
-    most = max((s.wins for s in rep.solvers), default=0) or 1
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">']
-    for i, s in enumerate(rep.solvers):
-        y = 10 + i * row
-        bw = (w - left - 60) * s.wins / most
-        parts.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{html.escape(s.solver)}</text>')
-        parts.append(f'<rect x="{left}" y="{y + 3}" width="{bw:.1f}" height="{row - 6}" fill="{PALETTE[i % len(PALETTE)]}"/>')
-        parts.append(f'<text x="{left + bw + 5:.1f}" y="{y + 14}">{s.wins} wins, {s.failed} failed</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _legend_and_labels(colour: dict[str, str], w: int, h: int, left: int, top: int, right: int, pw: int, ph: int, xlabel: str, ylabel: str) -> list[str]:
-    """The solver legend beside a plot frame, and its two axis labels (shared by the point plots)."""
-    parts = []
-    for i, (s, c) in enumerate(colour.items()):
-        ly = top + 10 + i * 16
-        parts.append(f'<circle cx="{w - right + 15}" cy="{ly}" r="5" fill="{c}"/>')
-        parts.append(f'<text x="{w - right + 25}" y="{ly + 4}">{html.escape(s)}</text>')
-    parts.append(f'<text x="{left + pw / 2:.0f}" y="{h - 12}" text-anchor="middle">{html.escape(xlabel)}</text>')
-    parts.append(f'<text x="14" y="{top + ph / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {top + ph / 2:.0f})">{html.escape(ylabel)}</text>')
-    return parts
+    if not rep.solvers:
+        return figures.no_data("no solvers")
+    return figures.horizontal_bars([s.solver for s in rep.solvers], [float(s.wins) for s in rep.solvers],
+                                   [f"{s.wins} wins, {s.failed} failed" for s in rep.solvers], "wins")
 
 
 def svg_scatter(rep: SuiteReport) -> str:
     """Normalised cost against solve time (log scale), one point per solved (instance, solver, seed)."""
-    w, h, left, bottom, top, right = 640, 320, 60, 50, 20, 140
-    pts = rep.points
-    if not pts:
-        return f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="40"><text x="10" y="25">no solved instances</text></svg>'
-    xs = [math.log10(max(p["solve_s"], 1e-6)) for p in pts]
-    x0, x1 = min(xs), max(xs)
-    if x1 - x0 < 1e-9:
-        x0, x1 = x0 - 0.5, x1 + 0.5
-    y0, y1 = min(p["ratio"] for p in pts), max(p["ratio"] for p in pts)
-    if y1 - y0 < 1e-9:
-        y0, y1 = y0 - 0.05, y1 + 0.05
-    pw, ph = w - left - right, h - top - bottom
-    colour = {s.solver: PALETTE[i % len(PALETTE)] for i, s in enumerate(rep.solvers)}
-
-    def px(v: float) -> float:
-        return left + pw * (v - x0) / (x1 - x0)
-
-    def py(v: float) -> float:
-        return top + ph * (1 - (v - y0) / (y1 - y0))
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>']
-    for i in range(5):
-        vx = x0 + (x1 - x0) * i / 4
-        vy = y0 + (y1 - y0) * i / 4
-        parts.append(f'<text x="{px(vx):.1f}" y="{top + ph + 15}" text-anchor="middle">{10 ** vx:.2g}</text>')
-        parts.append(f'<text x="{left - 5}" y="{py(vy) + 4:.1f}" text-anchor="end">{vy:.2f}</text>')
-    for p, lx in zip(pts, xs):
-        parts.append(f'<circle cx="{px(lx):.1f}" cy="{py(p["ratio"]):.1f}" r="3.5" fill="{colour[p["solver"]]}" fill-opacity="0.7">'
-                     f'<title>{html.escape(p["solver"])}: {p["ratio"]:.3f} in {p["solve_s"]:.4f} s</title></circle>')
-    parts += _legend_and_labels(colour, w, h, left, top, right, pw, ph, "solve time (s, log scale)", "cost / best")
-    parts.append("</svg>")
-    return "\n".join(parts)
+    if not rep.points:
+        return figures.no_data("no solved instances")
+    series = {s.solver: ([max(p["solve_s"], 1e-6) for p in rep.points if p["solver"] == s.solver],
+                         [p["ratio"] for p in rep.points if p["solver"] == s.solver]) for s in rep.solvers}
+    return figures.points(series, "solve time (s, log scale)", "cost / best", logx=True)
 
 
 def svg_gaps(rep: SuiteReport) -> str:
     """Per instance (those with a certified bound): each solver's cost / the bound, one column each."""
-    w, h, left, bottom, top, right = 640, 300, 60, 40, 20, 140
-    pts = rep.gap_points
-    if not pts:
-        return f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="40"><text x="10" y="25">no certified bound in the store (leaderboard run --bounds)</text></svg>'
-    n = max(p["pair"] for p in pts) + 1
-    y0, y1 = min(p["gap"] for p in pts), max(p["gap"] for p in pts)
-    if y1 - y0 < 1e-9:
-        y0, y1 = y0 - 0.05, y1 + 0.05
-    pw, ph = w - left - right, h - top - bottom
-    colour = {s.solver: PALETTE[i % len(PALETTE)] for i, s in enumerate(rep.solvers)}
-
-    def px(i: int) -> float:
-        return left + pw * (i + 0.5) / n
-
-    def py(v: float) -> float:
-        return top + ph * (1 - (v - y0) / (y1 - y0))
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>']
-    if y0 <= 1.0 <= y1:
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(1.0):.1f}" y2="{py(1.0):.1f}" stroke="#999" stroke-dasharray="4 3"/>')
-    for i in range(5):
-        vy = y0 + (y1 - y0) * i / 4
-        parts.append(f'<text x="{left - 5}" y="{py(vy) + 4:.1f}" text-anchor="end">{vy:.2f}</text>')
-    for p in pts:
-        parts.append(f'<circle cx="{px(p["pair"]):.1f}" cy="{py(p["gap"]):.1f}" r="3.5" fill="{colour[p["solver"]]}" fill-opacity="0.7">'
-                     f'<title>{html.escape(p["solver"])}: {p["gap"]:.3f} x the bound (instance {p["pair"] + 1})</title></circle>')
-    parts += _legend_and_labels(colour, w, h, left, top, right, pw, ph, "instance (those with a certified bound)", "cost / certified bound")
-    parts.append("</svg>")
-    return "\n".join(parts)
+    if not rep.gap_points:
+        return figures.no_data("no certified bound in the store (leaderboard run --bounds)")
+    series = {s.solver: ([p["pair"] + 1 for p in rep.gap_points if p["solver"] == s.solver],
+                         [p["gap"] for p in rep.gap_points if p["solver"] == s.solver]) for s in rep.solvers}
+    return figures.points(series, "instance (those with a certified bound)", "cost / certified bound", reference=1.0)
 
 
 STYLE = (
