@@ -333,3 +333,19 @@ def test_solve_pick_measures_the_portfolio_and_returns_its_fastest(tmp_path: Pat
     assert bad.exit_code == 2 and "--pick: 'sim' is not cpu or cuda" in bad.stderr
     bad = run("solve", CPU_TEST / "cpu-test-s1-0008.json", "--pick", "cpu", "--portfolio", "greedy,nope")
     assert bad.exit_code == 2 and "unknown solver 'nope'" in bad.stderr
+
+
+def test_auto_plans_host_memory_instances_with_the_cards_refitted_profile(tmp_path: Path):
+    """The neural model has no host-memory tier: on an instance with host memory auto takes the card's analytic
+    profile (which prices UVM reads) and says so, instead of a model the solvers' tiered layouts would break."""
+    from costmodels.analytic import AnalyticCostModel
+
+    card = _store_model(tmp_path, "mine", cpu_fingerprint())
+    inst = load_instance(CPU_INSTANCE)
+    tiered = inst.model_copy(update={"topology": inst.topology.model_copy(update={"host_memory_bytes": 10**9})})
+    assert tiered.topology.has_host_memory
+    choice = choose_cost_model("auto", tiered, tmp_path)
+    assert choice.card_id == "mine" and isinstance(choice.model, AnalyticCostModel)
+    assert choice.name == card.cost_model_name("analytic") and "host memory" in choice.notice
+    plain = choose_cost_model("auto", inst, tmp_path)
+    assert plain.card_id == "mine" and plain.name == card.cost_model_name("neural") and plain.notice is None
