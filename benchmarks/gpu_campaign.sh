@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# The measured GPU campaign in one command (issue 16, item 7): on a machine with an NVIDIA GPU,
+# The measured GPU campaign in one command (issue 31, item 8): on a machine with an NVIDIA GPU,
 #
 #   bash benchmarks/gpu_campaign.sh [--out DIR] [--backend cuda|cpu] [--dry-run]
 #
-# writes a results directory to commit: a GPU-scale suite, cost data measured on the GPU, the analytic model
-# calibrated to it, a neural cost model trained on it, both judged on held-out tables, and a measured leaderboard of
-# solvers searching with each cost model, judged on the GPU. Every step is a `shardopt` CLI call; a step whose output
-# exists is skipped, so a killed campaign is resumed by running the same command again.
+# a thin wrapper around two shardopt commands, with the suite they need and the record of what they made:
+#   shardopt calibrate --backend cuda --for <gpu suite> --rounds 2   (the GPU's model, its card, held-out and
+#                                                                    plan-level accuracy, in DIR/models)
+#   shardopt leaderboard run <gpu suite> --backend cuda --cost-model auto,analytic,<model>/analytic
+#                                                                    (a measured leaderboard, 8 instances by default)
+# Every step is a `shardopt` CLI call; a step whose output exists is skipped, so a killed campaign is resumed by
+# running the same command again (calibrate resumes its own collection).
 #
 #   --out DIR       results directory (default results/gpu-<date>, or results/gpu-<date>-dry-run with --dry-run;
 #                   name it to resume on another day)
 #   --backend B     judge of the measurements: cuda (default) or cpu
-#   --dry-run       a tiny campaign (2 instances, 10-20 samples, 2 timing rounds, 3 epochs) on the cpu backend unless
-#                   --backend says otherwise: the whole pipeline end to end in well under a minute
+#   --dry-run       a tiny campaign (2 instances, 20 + 10 samples, one round, 2 timing rounds, 3 epochs) on the cpu
+#                   backend unless --backend says otherwise: the whole pipeline end to end in about a minute
 #
 # HOST_LINK=PROBE.json (benchmarks/host_link_probe.py's output; gpu_lease.sh passes its own): the calibrated profile
 # also gets the device-host link's measured constants (`calibrate --host-link`), what UVM placements are priced with.
 #
-# Time boxes (for a lease of fixed length, e.g. benchmarks/gpu_lease.sh): TRAIN_SECONDS, TEST_SECONDS and LB_SECONDS
-# stop collection / the leaderboard after that many seconds (the samples and instances finished so far are kept and
-# the campaign goes on with them; such a step is recorded as cut and not stamped), LB_TIME_CAP caps each instance's
-# timing in the leaderboard (its --time-cap, default 120 s). DEADLINE (seconds since the epoch) boxes the leaderboard
-# to end 20 s before it, so that the report and the record still get written (not a setting: a resumed run may differ).
+# Time boxes (for a lease of fixed length, e.g. benchmarks/gpu_lease.sh): CAL_MINUTES is calibrate's own budget
+# (--budget-minutes: its collection, training and rounds share it), LB_SECONDS stops the leaderboard after that many
+# seconds (the instances finished so far are kept; the step is recorded as cut and not stamped), LB_TIME_CAP caps
+# each instance's timing in the leaderboard (its --time-cap, default 120 s). DEADLINE (seconds since the epoch) boxes
+# the leaderboard to end 20 s before it, so that the report and the record still get written (not a setting: a resumed
+# run may differ).
 #
 # Environment: SHARDOPT (the command, e.g. "python3 -m shardopt"; default .venv/bin/shardopt, else
 # `python3 -m shardopt`), PYTHON (the interpreter that records the environment; default .venv/bin/python, else
@@ -80,21 +84,19 @@ shardopt() { "${SO[@]}" "$@"; }
 # every distinct plan of an instance at once (up to 5 model-free + 3 solvers x 3 cost models = 14 plans), ~35 GiB
 # with indices and pooled outputs: it fits one 80 GB GPU. Lower GPU_MAX_ROWS / GPU_BATCH for a smaller card.
 if [[ $DRY_RUN == 1 ]]; then
-    : "${COUNT:=2}" "${GPU_BATCH:=512}" "${GPU_MAX_ROWS:=2000}"
-    : "${TRAIN_SAMPLES:=20}" "${TEST_SAMPLES:=10}" "${COMM_SAMPLES:=20}" "${MAX_TABLES:=4}"
-    : "${BATCH_CHOICES:=256,512,1024}" "${COLLECT_REPEATS:=2}" "${COLLECT_WARMUP:=1}"
+    : "${COUNT:=2}" "${GPU_BATCH:=512}" "${GPU_MAX_ROWS:=2000}" "${CAL_MINUTES:=4}"
+    : "${TRAIN_SAMPLES:=20}" "${TEST_SAMPLES:=10}" "${MAX_TABLES:=16}" "${ROUNDS:=1}" "${PROPOSERS:=greedy}"
+    : "${PROPOSE_TIME:=1}" "${BATCH_CHOICES:=256,512,1024}" "${COLLECT_REPEATS:=2}"
     : "${EPOCHS:=3}" "${SOLVERS:=size,greedy}" "${TIME_LIMIT:=1}" "${LB_REPEATS:=2}"
 else
-    : "${COUNT:=8}" "${GPU_BATCH:=16384}" "${GPU_MAX_ROWS:=100000}"
-    : "${TRAIN_SAMPLES:=2500}" "${TEST_SAMPLES:=800}" "${COMM_SAMPLES:=3000}" "${MAX_TABLES:=20}"
-    : "${BATCH_CHOICES:=4096,8192,16384,32768}" "${COLLECT_REPEATS:=5}" "${COLLECT_WARMUP:=2}"
+    : "${COUNT:=8}" "${GPU_BATCH:=16384}" "${GPU_MAX_ROWS:=100000}" "${CAL_MINUTES:=30}"
+    : "${TRAIN_SAMPLES:=6000}" "${TEST_SAMPLES:=1000}" "${MAX_TABLES:=40}" "${ROUNDS:=2}"
+    : "${PROPOSERS:=greedy,neuroshard,cpsat}" "${PROPOSE_TIME:=2}"
+    : "${BATCH_CHOICES:=4096,8192,16384,32768}" "${COLLECT_REPEATS:=5}"
     : "${EPOCHS:=150}" "${SOLVERS:=random,size,dim,lookup,size_lookup,greedy,neuroshard,cpsat}" "${TIME_LIMIT:=5}"
     : "${LB_REPEATS:=}"  # empty: the leaderboard's own default (auto: until the CI is narrow, or its time cap)
 fi
-: "${FAMILY:=dreamshard}" "${SUITE_SEED:=1}" "${TRAIN_SEED:=0}" "${TEST_SEED:=1}" "${COMM_SEED:=5}"
-# the profile the family's instances name (dreamshard: v100): the judge models their all-to-all with it
-: "${SUITE_HARDWARE:=v100}"
-: "${THREADS:=$(nproc 2>/dev/null || echo 2)}"
+: "${FAMILY:=dreamshard}" "${SUITE_SEED:=1}"
 : "${GPU_PROFILE:=}"  # empty: detected from the GPU's name (step `environment`)
 : "${HOST_LINK:=}"  # benchmarks/host_link_probe.py's output: calibrate fits the device-host link too (--host-link)
 if [[ -n $HOST_LINK ]]; then
@@ -102,16 +104,16 @@ if [[ -n $HOST_LINK ]]; then
     HOST_LINK=$(cd "$(dirname "$HOST_LINK")" && pwd)/$(basename "$HOST_LINK")
 fi
 : "${KEEP_GOING:=0}"  # 1: a failed step is logged and skipped (a lease must not lose the steps after it)
-: "${TRAIN_SECONDS:=}" "${TEST_SECONDS:=}" "${LB_SECONDS:=}" "${LB_TIME_CAP:=}"  # empty: no time box / the default
+: "${LB_SECONDS:=}" "${LB_TIME_CAP:=}"  # empty: no time box / the default
 
+# (CAL_MINUTES is a time box like DEADLINE, not a setting: a campaign cut short resumes with another budget)
 # A results directory holds one campaign: refuse to resume one made with other settings (a dry run's tiny outputs
 # would otherwise be skipped over as done by a full run).
 SETTINGS="backend=$BACKEND dry_run=$DRY_RUN family=$FAMILY count=$COUNT suite_seed=$SUITE_SEED batch=$GPU_BATCH \
-max_rows=$GPU_MAX_ROWS train=$TRAIN_SAMPLES/$TRAIN_SEED test=$TEST_SAMPLES/$TEST_SEED comm=$COMM_SAMPLES/$COMM_SEED \
-max_tables=$MAX_TABLES batches=$BATCH_CHOICES repeats=$COLLECT_REPEATS warmup=$COLLECT_WARMUP epochs=$EPOCHS \
-solvers=$SOLVERS time_limit=$TIME_LIMIT lb_repeats=$LB_REPEATS suite_hardware=$SUITE_HARDWARE gpu_profile=$GPU_PROFILE \
-train_seconds=$TRAIN_SECONDS test_seconds=$TEST_SECONDS lb_seconds=$LB_SECONDS lb_time_cap=$LB_TIME_CAP \
-host_link=$HOST_LINK"
+max_rows=$GPU_MAX_ROWS train=$TRAIN_SAMPLES test=$TEST_SAMPLES max_tables=$MAX_TABLES batches=$BATCH_CHOICES \
+repeats=$COLLECT_REPEATS epochs=$EPOCHS rounds=$ROUNDS proposers=$PROPOSERS propose_time=$PROPOSE_TIME \
+solvers=$SOLVERS time_limit=$TIME_LIMIT lb_repeats=$LB_REPEATS gpu_profile=$GPU_PROFILE \
+lb_seconds=$LB_SECONDS lb_time_cap=$LB_TIME_CAP host_link=$HOST_LINK"
 if [[ -f $STEPS/settings ]]; then
     [[ $(cat "$STEPS/settings") == "$SETTINGS" ]] || die "$OUT holds a campaign made with other settings:
   there: $(cat "$STEPS/settings")
@@ -252,7 +254,9 @@ env_field() {  # env_field KEY: a field of environment.json
 # --- step 1: the suite ------------------------------------------------------------------------------------------------
 # Why: the leaderboard's instances. The judge times each instance's own workload (no hidden scaling), so the
 # generated full-size instances (tens of GiB, batch 65,536) are scaled explicitly to what one GPU holds when every
-# device kernel of every plan is built at once; the scaled instances are what the solvers are given too.
+# device kernel of every plan is built at once, and relabelled with the hardware they are judged on (the GPU's
+# profile; `cpu` on the cpu judge): the judge's all-to-all then uses that machine's links, and `--cost-model auto`
+# plans them with the model calibrated here. The scaled instances are what the solvers are given too.
 step_generate() {
     so generate --family "$FAMILY" --count "$COUNT" --seed "$SUITE_SEED" --pool test --out generated
 }
@@ -262,54 +266,30 @@ step_scale() {  # (a half-written $SUITE has no stamp: the step runs again)
     mkdir -p "$SUITE"
     for f in generated/*.json; do
         [[ $f == generated/suite.json ]] && continue
-        so scale "$f" --batch-size "$GPU_BATCH" --max-rows "$GPU_MAX_ROWS" --out "$SUITE/$(basename "$f")"
+        so scale "$f" --batch-size "$GPU_BATCH" --max-rows "$GPU_MAX_ROWS" --hardware "$HW" --out "$SUITE/$(basename "$f")"
     done
 }
 
-# --- step 2: cost data ------------------------------------------------------------------------------------------------
-# Why: the cost models learn (train pool) and are judged (the disjoint test pool, another seed) on timings of this
-# GPU, at the suite's scale: rows capped like the suite's, batches around its batch. The all-to-all is not measured
-# on one GPU: the judge models it with the suite's profile, so the neural model's comm head learns that model (sim).
-collect_compute() {  # POOL SAMPLES SEED FILE [SECONDS]
-    so_boxed "${5:-}" costmodel collect --backend "$BACKEND" --pool "$1" --samples "$2" --seed "$3" --out "$4" \
-        --hardware "$PROFILE" --vary-batch --batch-choices "$BATCH_CHOICES" --max-rows "$GPU_MAX_ROWS" \
-        --max-tables "$MAX_TABLES" --comm-fraction 0 --repeats "$COLLECT_REPEATS" --warmup "$COLLECT_WARMUP"
-}
-step_collect_train() { collect_compute train "$TRAIN_SAMPLES" "$TRAIN_SEED" "$TRAIN_DATA" "$TRAIN_SECONDS"; }
-step_collect_test() { collect_compute test "$TEST_SAMPLES" "$TEST_SEED" "$TEST_DATA" "$TEST_SECONDS"; }
-step_collect_comm() {
-    so costmodel collect --backend sim --pool train --samples "$COMM_SAMPLES" --seed "$COMM_SEED" --out "$COMM_DATA" \
-        --hardware "$SUITE_HARDWARE" --comm-fraction 1.0 --vary-batch --batch-choices "$BATCH_CHOICES"
-}
-
-# --- step 3: calibrate the analytic model -----------------------------------------------------------------------------
-# Why: the analytic profile's constants (gather bandwidth, L2, launch overhead, kernel floor, backward factor) are
-# data-sheet guesses; fitted to this GPU's timings they give `analytic:profile-<gpu>.json`, a cost model the solvers
-# can search with. calibrate's own report (fit and 20 % hold-out of the train data) is kept too.
+# --- step 2: calibrate this machine for the suite ---------------------------------------------------------------------
+# Why: the model the solvers should search with is the one learned from this GPU's timings, right where the searches
+# go (docs/measured.md). `shardopt calibrate` collects train- and test-pool samples at the suite's scale (rows capped
+# like the suite's, batches around its batch), trains the neural model, refits the analytic profile, closes the loop on
+# the plans the solvers propose for the suite (plan-level error on held-out instances), and registers the model with
+# its card in models/ (the campaign's own store: SHARDOPT_MODELS below).
 step_calibrate() {
     local link=()
     [[ -z $HOST_LINK ]] || link=(--host-link "$HOST_LINK")
-    so_json "calibration-$TAG.json" calibrate "$TRAIN_DATA" --profile "$PROFILE" --out "$CAL_PROFILE" \
-        --name "$PROFILE-calibrated-$TAG" --holdout 0.2 --seed 0 ${link[@]+"${link[@]}"}
+    so_json calibration.json calibrate --backend "$BACKEND" --for "$SUITE" --rounds "$ROUNDS" --budget-minutes "$CAL_MINUTES" \
+        --id "$MODEL_ID" --hardware "$HW" --samples "$TRAIN_SAMPLES" --test-samples "$TEST_SAMPLES" --epochs "$EPOCHS" \
+        --repeats "$COLLECT_REPEATS" --batches "$BATCH_CHOICES" --max-rows "$GPU_MAX_ROWS" --max-tables "$MAX_TABLES" \
+        --proposers "$PROPOSERS" --propose-time-limit "$PROPOSE_TIME" ${link[@]+"${link[@]}"}
 }
 
-# --- step 4: train the neural model; judge the cost models on held-out tables -----------------------------------------
-# Why: the neural model learned from this GPU's measurements (neural-<gpu>), and the one honest comparison of the cost
-# models: MAPE and Kendall tau on test-pool tables neither saw, against their measurements.
-step_train() {
-    so_json "train-$TAG.json" costmodel train "$TRAIN_DATA" "$COMM_DATA" --out "$NEURAL" --epochs "$EPOCHS" \
-        --learning-rate 1e-3 --batch-size 128 --seed 0 --threads "$THREADS"
-}
-step_eval() {
-    so_json "eval-analytic-$PROFILE.json" costmodel eval "analytic:$PROFILE" "$TEST_DATA"
-    so_json "eval-analytic-calibrated-$TAG.json" costmodel eval "analytic:$CAL_PROFILE" "$TEST_DATA"
-    so_json "eval-neural-$TAG.json" costmodel eval "$NEURAL" "$TEST_DATA"
-}
-
-# --- step 5: the measured leaderboard ---------------------------------------------------------------------------------
-# Why: the point of the campaign. Every solver searches with each cost model (shipped analytic, calibrated analytic,
-# neural-<gpu>); all plans of an instance are measured together on the GPU (paired, interleaved rounds), so the
-# ranking is by measured cost with 95 % CIs, and predicted vs measured agreement says which cost model to trust.
+# --- step 3: the measured leaderboard ---------------------------------------------------------------------------------
+# Why: the point of the campaign. Every solver searches with each cost model: `auto` (the model calibrated above: what
+# a user's default solve plans with), the shipped analytic model, and the calibration's refitted analytic profile; all
+# plans of an instance are measured together on the GPU (paired, interleaved rounds), so the ranking is by measured
+# cost with 95 % CIs, and predicted vs measured agreement says which cost model to trust.
 step_leaderboard() {
     local extra=() help
     # --repeats N only for the dry run, and only where this version of the CLI has it (default: auto)
@@ -318,8 +298,10 @@ step_leaderboard() {
         if [[ $help == *--repeats* ]]; then extra=(--repeats "$LB_REPEATS"); fi
     fi
     [[ -z $LB_TIME_CAP ]] || extra+=(--time-cap "$LB_TIME_CAP")
+    local models="auto,analytic"
+    [[ ! -f models/$MODEL_ID/card.json ]] || models+=",$MODEL_ID/analytic"  # (no card: calibrate failed; auto says why)
     local args=(leaderboard run "$SUITE" --backend "$BACKEND" --solvers "$SOLVERS" --time-limit "$TIME_LIMIT"
-        --cost-model "analytic,analytic:$CAL_PROFILE,$NEURAL" --db leaderboard.sqlite ${extra[@]+"${extra[@]}"})
+        --cost-model "$models" --db leaderboard.sqlite ${extra[@]+"${extra[@]}"})
     local box=$LB_SECONDS
     if [[ -n ${DEADLINE:-} ]]; then  # what is left before the deadline, less the report's and the record's 20 s
         local until=$((DEADLINE - $(date +%s) - 20))
@@ -347,7 +329,7 @@ step_report() {
     so_json report.json leaderboard report --db leaderboard.sqlite --out report
 }
 
-# --- step 5b: placements beyond table-wise on this judge (issue 17) ---------------------------------------------------
+# --- step 3b: placements beyond table-wise on this judge (issue 17) ---------------------------------------------------
 # Why: on the cpu judge a row split of a hot table measured 64.5 % faster and data-parallel replicas 67 % slower than
 # the simulator said (docs/benchmarks.md); only a GPU can say which of the two holds there. The committed check
 # instances and plans, re-timed paired on this judge.
@@ -364,14 +346,15 @@ step_placements() {
     rm -rf placements && mv placements.tmp placements
 }
 
-# --- step 6: the record -----------------------------------------------------------------------------------------------
+# --- step 4: the record -----------------------------------------------------------------------------------------------
 # Why: a results directory must say what made it: the command, date, machine, GPU, torch, the kernel the judge used
 # (from the judge labels in the store), each step's command and wall time. Rewritten on every run.
 write_record() {
     local args=""
     [[ $# -eq 0 ]] || printf -v args ' %q' "$@"
     CAMPAIGN_CMD="bash benchmarks/gpu_campaign.sh$args" RAN="${RAN[*]-}" FAILED="${FAILED[*]-}" OUT="$OUT" \
-        SETTINGS="$SETTINGS" REPO="$REPO" PROFILE="$PROFILE" TAG="$TAG" SHARDOPT_CMD="${SO[*]}" "$PYTHON" - <<'EOF'
+        SETTINGS="$SETTINGS" REPO="$REPO" PROFILE="$PROFILE" TAG="$TAG" HW="$HW" MODEL_ID="$MODEL_ID" SUITE="$SUITE" \
+        SHARDOPT_CMD="${SO[*]}" "$PYTHON" - <<'EOF'
 import json, os, sqlite3, subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -379,8 +362,7 @@ from pathlib import Path
 out = Path(os.environ["OUT"])
 env = json.loads((out / "environment.json").read_text())
 steps = {}
-for name in ["environment", "generate", "scale", "collect-train", "collect-test", "collect-comm", "calibrate",
-             "train", "eval", "placements", "leaderboard", "report"]:
+for name in ["environment", "generate", "scale", "calibrate", "placements", "leaderboard", "report"]:
     f, cut = out / "steps" / name, out / "steps" / f"{name}.cut"
     if f.exists() or cut.exists():
         lines = (f if f.exists() else cut).read_text().splitlines()
@@ -388,11 +370,11 @@ for name in ["environment", "generate", "scale", "collect-train", "collect-test"
         steps[name] = {"wall_s": float(lines[0]), "finished": lines[1], "commands": lines[2:],
                        "this_run": ("ran" if ran else "skipped (done before)") if f.exists()
                        else "cut at its time box (what it made so far is used)"}
-# samples in each data file (a time-boxed collection holds fewer than the settings ask for)
-samples = {}
-for data in sorted(out.glob("*.jsonl")):
-    with data.open() as fh:
-        samples[data.name] = sum(1 for line in fh if line.strip())
+# the calibration: its card (samples, accuracy) and its held-out table (a time-boxed collection holds fewer samples
+# than the settings ask for)
+calibration = json.loads((out / "calibration.json").read_text()) if (out / "calibration.json").is_file() else {}
+card = calibration.get("card", {})
+samples = card.get("samples", {})
 kernels, judges, rows = set(), set(), 0
 db = out / "leaderboard.sqlite"
 if db.exists():
@@ -413,7 +395,6 @@ try:
                                 capture_output=True, text=True, check=True).stdout.strip())
 except (OSError, subprocess.CalledProcessError):
     commit, dirty = None, None
-evals = {f.stem: json.loads(f.read_text()) for f in sorted(out.glob("eval-*.json"))}
 record = {
     "command": os.environ["CAMPAIGN_CMD"],
     "shardopt": os.environ["SHARDOPT_CMD"],
@@ -426,6 +407,8 @@ record = {
     "profile_from": env["profile_from"] if os.environ["PROFILE"] == env["profile"] else "GPU_PROFILE",
     "kernel": sorted(kernels) or None, "kernel_probe": env.get("kernel_probe"), "judges": sorted(judges),
     "leaderboard_rows": rows, "samples": samples, "failed_steps": os.environ["FAILED"].split(),
+    "model": {"id": card.get("id"), "card": f"models/{card['id']}/card.json" if card else None,
+              "accuracy": card.get("accuracy"), "domain": card.get("domain")},
     "steps": steps,
     "total_wall_s": round(sum(s["wall_s"] for s in steps.values()), 3),
     "files": sorted(str(p.relative_to(out)) for p in out.rglob("*")
@@ -433,9 +416,8 @@ record = {
 }
 (out / "campaign.json").write_text(json.dumps(record, indent=1) + "\n")
 
-def ev(stem):  # held-out MAPE and Kendall tau of a device's compute total
-    c = evals.get(stem, {}).get("columns", {}).get("compute_total")
-    return f"MAPE {100 * c['mape']:.1f} %, tau {c['kendall_tau']:.3f} (n = {c['n']})" if c else "-"
+def ev(m):  # held-out MAPE and Kendall tau of a device's compute total
+    return f"MAPE {100 * m['mape']:.1f} %, tau {m['kendall_tau']:.3f} (n = {m['n']})" if m and "mape" in m else "-"
 
 tag, prof, backend = os.environ["TAG"], os.environ["PROFILE"], record["settings"]["backend"]
 lines = [
@@ -447,23 +429,26 @@ lines = [
     f"Analytic profile: {prof} ({record['profile_from']}).",
     "", "| step | wall s | this run | output |", "| --- | --- | --- | --- |",
 ]
+model_id = os.environ["MODEL_ID"]
 outputs = {"environment": "environment.json", "generate": "generated/",
-           "scale": f"{record['settings']['family']}-{tag}/ (the scaled instances: the suite judged)",
-           "collect-train": f"{backend}-train.jsonl", "collect-test": f"{backend}-test.jsonl (held out)",
-           "collect-comm": "comm-sim.jsonl", "calibrate": f"profile-{tag}.json, calibration-{tag}.json",
-           "train": f"neural-{tag}.npz, train-{tag}.json", "eval": "eval-*.json", "leaderboard": "leaderboard.sqlite",
-           "report": "report/", "placements": "placements/ (row split and replicas, paired on this judge)"}
+           "scale": f"{os.environ['SUITE']}/ (the scaled instances, hardware {os.environ['HW']}: the suite judged)",
+           "calibrate": f"models/{model_id}/ (card.json, neural.npz, profile.json, data/), calibration.json",
+           "leaderboard": "leaderboard.sqlite", "report": "report/",
+           "placements": "placements/ (row split and replicas, paired on this judge)"}
 for name, s in steps.items():
     lines.append(f"| {name} | {s['wall_s']:.1f} | {s['this_run']} | {outputs.get(name, '')} |")
 if record["failed_steps"]:
     lines += ["", "Failed (see the campaign's log): " + ", ".join(record["failed_steps"]) + "."]
 lines += ["", "Samples: " + (", ".join(f"{k} {v}" for k, v in samples.items()) or "none") + ".",
-          "", "Held-out accuracy (test-pool tables, device compute total):", "",
-          f"- analytic ({prof} profile, as shipped): {ev(f'eval-analytic-{prof}')}",
-          f"- analytic:profile-{tag}.json (calibrated): {ev(f'eval-analytic-calibrated-{tag}')}",
-          f"- neural-{tag}.npz: {ev(f'eval-neural-{tag}')}",
-          "", f"Measured leaderboard: {rows} rows in leaderboard.sqlite; report/ holds the Markdown and HTML.",
-          "Every step's command is in campaign.json (`steps`)."]
+          "", f"Held-out accuracy (test-pool tables, device compute total; calibrate's own table, model {model_id}):", ""]
+lines += [f"- {label}: {ev(doc['bands'].get('all'))}" for label, doc in calibration.get("heldout", {}).items()]
+plan = (card.get("accuracy") or {}).get("plan_level")
+if plan:
+    lines += ["", "Plan-level error (predicted vs measured plan cost on held-out instances) per round: "
+              + ", ".join(f"{'first fit' if r['round'] == 0 else 'round ' + str(r['round'])} {100 * r['mape']:.1f} % "
+                          f"({r['n']} plans)" for r in plan["rounds"]) + "."]
+lines += ["", f"Measured leaderboard: {rows} rows in leaderboard.sqlite (cost models auto, analytic, {model_id}/analytic); "
+          "report/ holds the Markdown and HTML.", "Every step's command is in campaign.json (`steps`)."]
 (out / "README.md").write_text("\n".join(lines) + "\n")
 EOF
 }
@@ -477,21 +462,14 @@ run_step environment environment.json step_environment
 PROFILE=${GPU_PROFILE:-$(env_field profile)}
 TAG=$(env_field tag)
 if [[ -n $GPU_PROFILE && $TAG != cpu ]]; then TAG=$GPU_PROFILE; fi
+HW=$([[ $BACKEND == cpu ]] && echo cpu || echo "$PROFILE")  # the hardware the suite names: where it is judged
 SUITE=$FAMILY-$TAG  # the scaled instances: the leaderboard's suite (its name in the report)
-TRAIN_DATA=$BACKEND-train.jsonl
-TEST_DATA=$BACKEND-test.jsonl
-COMM_DATA=comm-sim.jsonl
-CAL_PROFILE=profile-$TAG.json
-NEURAL=neural-$TAG.npz
+MODEL_ID=${MODEL_ID:-campaign-$TAG}  # the calibrated model's id in the campaign's store
+export SHARDOPT_MODELS=$OUT/models  # the campaign's own model store: auto finds the model calibrated here, no other
 
 run_step generate generated/suite.json step_generate
 run_step scale "$SUITE" step_scale
-run_step collect-train "$TRAIN_DATA" step_collect_train
-run_step collect-test "$TEST_DATA" step_collect_test
-run_step collect-comm "$COMM_DATA" step_collect_comm
-run_step calibrate "$CAL_PROFILE" step_calibrate
-run_step train "$NEURAL" step_train
-run_step eval "eval-neural-$TAG.json" step_eval
+run_step calibrate "models/$MODEL_ID/card.json" step_calibrate
 run_step placements placements step_placements  # small and independent: before the leaderboard, which a time box may cut
 run_step leaderboard leaderboard.sqlite step_leaderboard
 run_step report report step_report

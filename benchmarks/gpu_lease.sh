@@ -7,9 +7,10 @@
 # in order of what only a GPU can show, each step boxed so that a slow one cannot starve the rest:
 #   1. the machine (nvidia-smi) and the GPU tests: tests/test_torch_tbe.py, tests/test_cuda_backend.py
 #   2. the device-host link (benchmarks/host_link_probe.py): what UVM misses cross
-#   3. benchmarks/gpu_campaign.sh, time-boxed from what is left: collection (train 28 %, test 9 % of it), the
-#      calibration, the neural model, the held-out evaluation, the placement checks, then a measured leaderboard until
-#      the campaign's DEADLINE (the end of what is left, less its report and record)
+#   3. benchmarks/gpu_campaign.sh, time-boxed from what is left: `shardopt calibrate --backend cuda --for <suite>
+#      --rounds 2` within 45 % of it (collection, the neural model, the refit, the loop on the plans the solvers
+#      propose, the held-out judgement, the card), the placement checks, then a measured leaderboard until the
+#      campaign's DEADLINE (the end of what is left, less its report and record)
 # Where the wheels of this project's pure dependencies were carried in .whl (docs/backends.md, "GPU campaign") and
 # pydantic does not import, they are installed to /tmp/site first. Settings of the campaign pass through the
 # environment (COUNT, SOLVERS, TIME_LIMIT, ...; this script's defaults below are sized for one lease).
@@ -55,12 +56,11 @@ rest=$(($(left) - 40))
 if ((rest < 120)); then
     log "only ${rest} s left: no campaign"
 else
-    export COUNT=${COUNT:-2} TRAIN_SAMPLES=${TRAIN_SAMPLES:-2500} TEST_SAMPLES=${TEST_SAMPLES:-800}
-    export SOLVERS=${SOLVERS:-random,size,greedy,neuroshard,cpsat} TIME_LIMIT=${TIME_LIMIT:-2}
+    export COUNT=${COUNT:-3} SOLVERS=${SOLVERS:-random,size,greedy,neuroshard,cpsat} TIME_LIMIT=${TIME_LIMIT:-2}
     export LB_TIME_CAP=${LB_TIME_CAP:-20} EPOCHS=${EPOCHS:-150} KEEP_GOING=${KEEP_GOING:-1}
-    export TRAIN_SECONDS=${TRAIN_SECONDS:-$((rest * 28 / 100))} TEST_SECONDS=${TEST_SECONDS:-$((rest * 9 / 100))}
+    export CAL_MINUTES=${CAL_MINUTES:-$(awk -v r="$rest" 'BEGIN { printf "%.2f", r * 0.45 / 60 }')}
     export DEADLINE=$(($(date +%s) + rest))
-    log "campaign: ${rest} s (collect ${TRAIN_SECONDS} + ${TEST_SECONDS} s, the leaderboard until 20 s before the end, COUNT=$COUNT)"
+    log "campaign: ${rest} s (calibrate ${CAL_MINUTES} min, the leaderboard until 20 s before the end, COUNT=$COUNT)"
     timeout -k 10 "$rest" bash benchmarks/gpu_campaign.sh --out "$RES/campaign" >"$RES/campaign.log" 2>&1
     log "campaign: rc $?"
 fi

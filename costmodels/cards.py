@@ -48,7 +48,10 @@ class Domain:
 
     def outside(self, instance: Instance) -> list[str]:
         """Why `instance` lies outside the domain (empty: inside). Tables per device is the instance's mean
-        (tables / devices, rounded up): a plan may load one device more, which the model then extrapolates."""
+        (tables / devices, rounded up): a plan may load one device more, which the model then extrapolates. Rows
+        count above the trained range only: collection floors augmented tables at 100 rows, and a smaller table is
+        priced as the smallest one seen (its features are clamped to the training range), a small error on a cheap
+        table; a larger one is the expensive kind the model never saw."""
         reasons: list[str] = []
         batch = instance.workload.batch_size
         if not self.batch_size[0] <= batch <= self.batch_size[1]:
@@ -57,8 +60,9 @@ class Domain:
                   ("pooling_factor", "pooling factors", lambda t: t.pooling_factor))
         for attr, label, get in checks:
             lo, hi = getattr(self, attr)
+            floor = 0 if attr == "rows" else lo
             values = [get(t) for t in instance.tables]
-            out = [v for v in values if not lo <= v <= hi]
+            out = [v for v in values if not floor <= v <= hi]
             if out:
                 reasons.append(f"{len(out)} of {len(values)} tables have {label} outside the trained {_span((lo, hi))} "
                                f"(e.g. {_num(max(out, key=lambda v: abs(math.log((v + 1e-9) / ((lo + hi) / 2 + 1e-9)))))})")

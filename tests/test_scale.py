@@ -75,3 +75,17 @@ def test_cli_scale(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "nothing to change" in r.output
     r = CliRunner().invoke(app, ["scale", str(SMALL), "--batch-size", "0", "--out", str(out)])
     assert r.exit_code == 2 and "batch_size" in r.output
+
+
+def test_cli_scale_relabels_the_hardware(tmp_path: Path) -> None:
+    """`--hardware` names the machine the instance will be judged on (the GPU campaign's suite names the GPU, so that
+    `auto` plans it with the model calibrated there); the tables and memory stay as they were."""
+    out = tmp_path / "h.json"
+    r = CliRunner().invoke(app, ["scale", str(SMALL), "--hardware", "h200", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    before, after = load_instance(SMALL), load_instance(out)
+    assert before.topology.hardware == "v100" and after.topology.hardware == "h200"
+    assert after.tables == before.tables and after.topology.capacities() == before.topology.capacities()
+    assert after.metadata["scaled_from"]["hardware"] == ["v100", "h200"]
+    r = CliRunner().invoke(app, ["scale", str(SMALL), "--hardware", "tpu9", "--out", str(out)])
+    assert r.exit_code == 2 and "hardware: 'tpu9' is not a known hardware profile" in r.output

@@ -34,6 +34,9 @@ def calibrate(
     test_samples: Annotated[Optional[int], typer.Option("--test-samples", min=3, help="With --backend: at most this many held-out samples [default: up to 1,000].", show_default=False)] = None,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="With --backend: at most this many training epochs [default: 150, fewer when the budget is short].", show_default=False)] = None,
     repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, help="With --backend: timed repeats per sample [default: 5, the judge's].", show_default=False)] = None,
+    batches: Annotated[Optional[str], typer.Option("--batches", metavar="B,B,...", help="With --backend: the batches to sample [default: the --for instances' and the backend's].", show_default=False)] = None,
+    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="With --backend: cap sampled tables' rows at this [default: the --for instances' largest, at least the backend's default].", show_default=False)] = None,
+    max_tables: Annotated[Optional[int], typer.Option("--max-tables", min=1, help="With --backend: at most this many tables per device sample [default: twice the --for instances' mean per device, at least the backend's default].", show_default=False)] = None,
     rounds: Annotated[Optional[int], typer.Option("--rounds", min=0, help="With --for: rounds of the loop (solve the instances with the model, measure the plans, add their devices, retrain), each reporting the plan-level error on held-out instances [default: 2 with --for].", show_default=False)] = None,
     proposers: Annotated[str, typer.Option("--proposers", metavar="S,S,...", help="With --rounds: the solvers whose plans the loop measures.")] = "greedy,neuroshard,cpsat",
     propose_time: Annotated[float, typer.Option("--propose-time-limit", min=0.1, help="With --rounds: seconds each proposing solve may take.")] = 2.0,
@@ -42,7 +45,7 @@ def calibrate(
     holdout: Annotated[float, typer.Option("--holdout", help="With DATA.jsonl: share of samples kept out of the fit and judged after it.")] = 0.2,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the samples (--backend) or of the train / hold-out split (DATA.jsonl).")] = 0,
     name: Annotated[Optional[str], typer.Option("--name", help="With DATA.jsonl: name of the calibrated profile.")] = None,
-    host_link: Annotated[Optional[Path], typer.Option("--host-link", metavar="PROBE.json", help="With DATA.jsonl: also fit the device-host link (UVM reads) to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
+    host_link: Annotated[Optional[Path], typer.Option("--host-link", metavar="PROBE.json", help="Also fit the device-host link (UVM reads) of the refitted profile to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Learn this machine's costs (--backend cpu|cuda), or fit the analytic profile to collected samples (DATA.jsonl)."""
@@ -57,7 +60,20 @@ def calibrate(
             _fit_profile(data, out, profile, holdout, seed, name, host_link, json_out)
             return
         _calibrate_machine(str(backend).strip().lower(), budget_minutes, target, models, model_id, hardware, train_samples,
-                           test_samples, epochs, repeats, seed, json_out, rounds, proposers, propose_time)
+                           test_samples, epochs, repeats, seed, json_out, rounds, proposers, propose_time, host_link,
+                           batches, max_rows, max_tables)
+
+
+def _batches(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    if text is None:
+        return None
+    try:
+        values = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise CLIError(f"--batches: {text!r} is not a comma-separated list of batch sizes") from None
+    if not values or min(values) < 1:
+        raise CLIError(f"--batches: {text!r} must list batch sizes >= 1")
+    return values
 
 
 def _targets(path: Path) -> list[Any]:
@@ -77,7 +93,9 @@ def _targets(path: Path) -> list[Any]:
 def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Path], models: Optional[Path], model_id: Optional[str],
                        hardware: Optional[str], train_samples: Optional[int], test_samples: Optional[int], epochs: Optional[int],
                        repeats: Optional[int], seed: int, json_out: bool, rounds: Optional[int] = None,
-                       proposers: str = "greedy,neuroshard,cpsat", propose_time: float = 2.0) -> None:
+                       proposers: str = "greedy,neuroshard,cpsat", propose_time: float = 2.0,
+                       host_link: Optional[Path] = None, batches: Optional[str] = None, max_rows: Optional[int] = None,
+                       max_tables: Optional[int] = None) -> None:
     from shardopt.cli.common import _command_line, _progress_stages
     from shardopt.core.fingerprint import cpu_fingerprint, gpu_profile_name
     from shardopt.core.hardware import PROFILES
@@ -111,9 +129,11 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
     from shardopt.cli.pick import check_portfolio
 
     propose = _proposer(check_portfolio(proposers), propose_time, seed) if rounds else None
+    link = _host_link_fit(host_link) if host_link is not None else None
     try:
         settings = domain_settings(backend, hw, targets, train_samples=train_samples, test_samples=test_samples, epochs=epochs,
-                                   repeats=repeats, seed=seed)
+                                   repeats=repeats, seed=seed, batch_choices=_batches(batches), max_rows=max_rows,
+                                   max_tables=max_tables)
     except CalibrationError as exc:
         raise CLIError(str(exc)) from None
     command = _command_line()
@@ -129,7 +149,7 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         try:
             result = calibrate_machine(settings, fingerprint, budget_s=budget_minutes * 60, models_dir=models, model_id=model_id,
                                        command=command, progress=tick, log=None if json_out else (lambda m: _print_lines(console, [m])),
-                                       targets=targets, rounds=rounds, propose=propose)
+                                       targets=targets, rounds=rounds, propose=propose, host_link=link)
         except CalibrationError as exc:
             raise CLIError(str(exc)) from None
     card = result.card

@@ -19,6 +19,7 @@ def scale(
     max_rows: Annotated[Optional[int], typer.Option("--max-rows", help="Cap every table's rows at this.")] = None,
     memory: Annotated[str, typer.Option("--memory", help="scale: capacities shrink with the model (as tight as before); keep: unchanged.")] = "scale",
     name: Annotated[Optional[str], typer.Option("--name", help="The new instance's name [default: the old one with -b<B>-r<R>].")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Name this hardware profile instead (the machine the instance will be judged on, e.g. h200 or cpu).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a scaled copy of an instance: solve it and judge it (both), so the judge times what the solver optimised."""
@@ -28,11 +29,12 @@ def scale(
         from shardopt.core.memory import table_bytes_array
         from shardopt.data.scale import ScaleError, scale_instance
 
-        if batch_size is None and max_rows is None:
-            raise CLIError("scale: give --batch-size and / or --max-rows (nothing to change)")
+        if batch_size is None and max_rows is None and hardware is None:
+            raise CLIError("scale: give --batch-size, --max-rows and / or --hardware (nothing to change)")
         instance = _load_instance(instance_path)
         try:
-            scaled = scale_instance(instance, batch_size=batch_size, max_rows=max_rows, memory=memory, name=name)  # type: ignore[arg-type]
+            scaled = scale_instance(instance, batch_size=batch_size, max_rows=max_rows, memory=memory, name=name,  # type: ignore[arg-type]
+                                    hardware=hardware)
         except ScaleError as exc:
             raise CLIError(str(exc)) from None
         try:

@@ -85,8 +85,14 @@ def scaled_capacities(instance: Instance, scaled: Instance) -> list[int]:
 
 
 def scale_instance(instance: Instance, *, batch_size: int | None = None, max_rows: int | None = None,
-                   memory: MemoryRule = "scale", name: str | None = None) -> Instance:
-    """A new instance at `batch_size` with every table's rows capped at `max_rows` (either may be None: unchanged)."""
+                   memory: MemoryRule = "scale", name: str | None = None, hardware: str | None = None) -> Instance:
+    """A new instance at `batch_size` with every table's rows capped at `max_rows` (either may be None: unchanged),
+    and with `hardware` the hardware profile it names (the machine it will be judged on: `auto` then plans it with
+    the model calibrated there; None: unchanged)."""
+    from shardopt.core.hardware import PROFILES
+
+    if hardware is not None and hardware not in PROFILES:
+        raise ScaleError(f"hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ScaleError(f"batch_size: {batch_size!r} must be an integer >= 1")
     if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
@@ -98,7 +104,7 @@ def scale_instance(instance: Instance, *, batch_size: int | None = None, max_row
     ratio = batch / old_batch
     tables = [scale_table(t, ratio, max_rows) for t in instance.tables]
     scaled = instance.model_copy(update={"tables": tables, "workload": instance.workload.model_copy(update={"batch_size": batch})})
-    topology = instance.topology
+    topology = instance.topology if hardware is None else instance.topology.model_copy(update={"hardware": hardware})
     if memory == "scale":
         caps = scaled_capacities(instance, scaled)
         mem = caps[0] if not isinstance(topology.memory_bytes, list) else caps
@@ -107,6 +113,7 @@ def scale_instance(instance: Instance, *, batch_size: int | None = None, max_row
     metadata["scaled_from"] = {
         "name": instance.name, "hash": instance.content_hash(), "batch_size": old_batch,
         "to_batch_size": batch, "max_rows": max_rows, "memory": memory,
+        **({"hardware": [instance.topology.hardware, hardware]} if hardware is not None else {}),
     }
     suffix = f"-b{batch}" + (f"-r{max_rows}" if max_rows is not None else "")
     out = scaled.model_copy(update={"topology": topology, "metadata": metadata,

@@ -260,6 +260,7 @@ def calibrate_machine(
     targets: Sequence[Instance] = (),
     rounds: int = 0,
     propose: Proposer | None = None,
+    host_link: dict[str, Any] | None = None,
 ) -> CalibrationResult:
     """Run (or resume) the calibration of this machine within `budget_s` seconds and register its model. With
     `targets` and `rounds`, close the loop on the plans `propose` makes for them (module docstring)."""
@@ -396,8 +397,14 @@ def calibrate_machine(
         fitted = fit_profile(train_samples, base, holdout=0.2, seed=settings.seed, name=f"{settings.hardware}-calibrated")
     except FitError as exc:
         raise CalibrationError(f"refitting the analytic profile: {exc}") from None
-    profile_file.write_text(json.dumps(profile_to_dict(fitted.profile, calibration={
-        "data": str(train_file), "command": command, "date": datetime.date.today().isoformat(), **fitted.to_dict()}), indent=1) + "\n")
+    record = {"data": str(train_file), "command": command, "date": datetime.date.today().isoformat(), **fitted.to_dict()}
+    profile = fitted.profile
+    if host_link is not None:  # the device-host link's measured constants (`--host-link`): what UVM reads cost
+        from dataclasses import replace
+
+        profile = replace(profile, **host_link["constants"])
+        record["host_link"] = host_link
+    profile_file.write_text(json.dumps(profile_to_dict(profile, calibration=record), indent=1) + "\n")
     stages.append(StageRecord("refit", time.monotonic() - start, f"analytic {settings.hardware} profile, {len(train_samples)} samples"))
 
     # the held-out judgement, beside the data-sheet model and the other models of this backend and hardware
