@@ -84,7 +84,7 @@ shardopt() { "${SO[@]}" "$@"; }
 # every distinct plan of an instance at once (up to 5 model-free + 3 solvers x 3 cost models = 14 plans), ~35 GiB
 # with indices and pooled outputs: it fits one 80 GB GPU. Lower GPU_MAX_ROWS / GPU_BATCH for a smaller card.
 if [[ $DRY_RUN == 1 ]]; then
-    : "${COUNT:=2}" "${GPU_BATCH:=512}" "${GPU_MAX_ROWS:=2000}" "${CAL_MINUTES:=4}"
+    : "${COUNT:=2}" "${GPU_BATCH:=512}" "${GPU_MAX_ROWS:=2000}" "${CAL_MINUTES:=10}"  # (a bound: the counts end it)
     : "${TRAIN_SAMPLES:=20}" "${TEST_SAMPLES:=10}" "${MAX_TABLES:=16}" "${ROUNDS:=1}" "${PROPOSERS:=greedy}"
     : "${PROPOSE_TIME:=1}" "${BATCH_CHOICES:=256,512,1024}" "${COLLECT_REPEATS:=2}"
     : "${EPOCHS:=3}" "${SOLVERS:=size,greedy}" "${TIME_LIMIT:=1}" "${LB_REPEATS:=2}"
