@@ -75,19 +75,19 @@ def _rank(card: ModelCard) -> tuple[int, int, str]:
 def choose_auto(instance: Instance, cards: list[ModelCard], machine: Fingerprint | None = None) -> tuple[ModelCard | None, str | None]:
     """The card `auto` uses for `instance`, or None and the reason (one line, naming `shardopt calibrate`)."""
     hw = instance.topology.hardware
-    for_hw = [c for c in cards if c.hardware == hw]
-    if not for_hw:
+    mismatch = {c.id: hardware_mismatch(c, instance, machine) for c in cards if c.hardware == hw}
+    mine = [c for c in cards if c.id in mismatch and mismatch[c.id] is None]
+    outside = {c.id: c.domain.outside(instance) for c in mine}
+    covering = [c for c in mine if not outside[c.id]]
+    if covering:
+        return max(covering, key=_rank), None
+    if not mismatch:
         reason = f"no calibrated model for hardware {hw!r}"
+    elif not mine:
+        reason = "; ".join(list(mismatch.values())[:3])  # (all str here: no card matched)
     else:
-        mine = [c for c in for_hw if hardware_mismatch(c, instance, machine) is None]
-        if not mine:
-            reason = "; ".join(hardware_mismatch(c, instance, machine) or "" for c in for_hw[:3])
-        else:
-            covering = [c for c in mine if not c.domain.outside(instance)]
-            if covering:
-                return max(covering, key=_rank), None
-            c = max(mine, key=_rank)
-            reason = f"{c.id} does not cover this instance: " + "; ".join(c.domain.outside(instance))
+        c = max(mine, key=_rank)
+        reason = f"{c.id} does not cover this instance: " + "; ".join(outside[c.id])
     backend = "cpu" if hw == "cpu" else "cuda"
     return None, (f"auto: {reason}; planning with the analytic model ({hw} profile). "
                   f"`shardopt calibrate --backend {backend} --for INSTANCE` learns this hardware")

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from costmodels.auto import choose_auto, choose_cost_model, use_warnings
-from costmodels.cards import CARD_KIND, CardError, Domain, ModelCard, card_from_dict, load_card
+from costmodels.cards import CardError, Domain, ModelCard, load_card
 from costmodels.store import SHIPPED_DIR, card_beside, shipped_cards, user_cards
 from shardopt.cli import app
 from shardopt.core.fingerprint import Fingerprint, cpu_fingerprint, fingerprint_from_dict, gpu_profile_name
@@ -208,6 +208,11 @@ def test_calibrate_refuses_bad_requests_naming_the_option(tmp_path: Path):
     assert r.exit_code == 2 and "--budget-minutes" in r.stderr
     r = run("calibrate", "--backend", "cpu", "--for", tmp_path / "nothing", "--models", tmp_path)
     assert r.exit_code == 2 and "nothing: no such file" in r.stderr
+    _store_model(tmp_path, "taken", cpu_fingerprint())  # an id in use is refused before anything is timed
+    r = run("calibrate", "--backend", "cpu", "--id", "taken", "--models", tmp_path)
+    assert r.exit_code == 2 and "--id: a model 'taken' exists already" in r.stderr
+    r = run("calibrate", "--backend", "cpu", "--id", "neural-cpu-zen5", "--models", tmp_path)
+    assert r.exit_code == 2 and "--id: a model 'neural-cpu-zen5' exists already" in r.stderr
     r = run("calibrate", "--backend", "cpu", "--rounds", "2", "--models", tmp_path)
     assert r.exit_code == 2 and "--rounds: the loop solves the instances you will solve" in r.stderr
     try:

@@ -106,6 +106,20 @@ def _warn(message: str) -> None:
     _err(message, style="yellow", prefix="warning")
 
 
+# Known user errors raised below the CLI: (module, exception class, kind), all bad input (exit 2). Looked up in
+# sys.modules: a module no command imported raised nothing, and the CLI stays free of heavy imports.
+USER_ERRORS = (
+    ("solvers.registry", "UnknownSolverError", "unknown_solver"),
+    ("costmodels.registry", "UnknownCostModelError", "unknown_cost_model"),
+    ("costmodels.cards", "CardError", "bad_model_card"),
+    ("shardopt.measure.calibration", "CalibrationError", "bad_calibration_request"),
+    ("costmodels.base", "UnsupportedPlacementError", "unsupported_placement"),
+    ("shardopt.data.suites", "SuiteError", "bad_suite_request"),
+    ("shardopt.measure.collect", "CollectError", "bad_collect_request"),
+    ("shardopt.measure.engine", "EngineError", "engine"),
+)
+
+
 def _classify(exc: BaseException) -> CLIError | None:
     """Known user errors raised below the CLI, as CLIErrors; None for anything unexpected."""
     from shardopt.core.ir import IRError
@@ -114,30 +128,10 @@ def _classify(exc: BaseException) -> CLIError | None:
         return exc
     if isinstance(exc, IRError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "invalid_input")
-    mod = sys.modules.get("solvers.registry")
-    if mod is not None and isinstance(exc, mod.UnknownSolverError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_solver")
-    mod = sys.modules.get("costmodels.registry")
-    if mod is not None and isinstance(exc, getattr(mod, "UnknownCostModelError", ())):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_cost_model")
-    mod = sys.modules.get("costmodels.cards")
-    if mod is not None and isinstance(exc, mod.CardError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_model_card")
-    mod = sys.modules.get("shardopt.measure.calibration")
-    if mod is not None and isinstance(exc, mod.CalibrationError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_calibration_request")
-    mod = sys.modules.get("costmodels.base")
-    if mod is not None and isinstance(exc, getattr(mod, "UnsupportedPlacementError", ())):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "unsupported_placement")
-    mod = sys.modules.get("shardopt.data.suites")
-    if mod is not None and isinstance(exc, mod.SuiteError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_suite_request")
-    mod = sys.modules.get("shardopt.measure.collect")
-    if mod is not None and isinstance(exc, mod.CollectError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "bad_collect_request")
-    mod = sys.modules.get("shardopt.measure.engine")
-    if mod is not None and isinstance(exc, mod.EngineError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "engine")
+    for module, cls, kind in USER_ERRORS:
+        mod = sys.modules.get(module)
+        if mod is not None and isinstance(exc, getattr(mod, cls, ())):
+            return CLIError(str(exc), EXIT_BAD_INPUT, kind)
     mod = sys.modules.get("shardopt.measure.evaluate")
     if mod is not None and isinstance(exc, mod.EvaluationError):
         return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_backend" if isinstance(exc, mod.UnknownBackendError) else "backend")
@@ -385,7 +379,7 @@ def _model_label(choice: Any, instance: Instance) -> str:
     label = cost_model_label(choice.model, instance)
     card = choice.card
     if card is not None:
-        named = choice.asked if choice.asked not in ("auto", card.id) and "/" in choice.asked else card.id
+        named = choice.asked if "/" in choice.asked else card.id  # (ID/analytic, ID/neural or a path as given)
         label = f"{named} (calibrated on {card.fingerprint.describe()}, {card.backend} judge)"
     return ("auto: " + label) if choice.asked == "auto" else label
 

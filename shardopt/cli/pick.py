@@ -33,6 +33,7 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
     """Every portfolio solver with the chosen model, then with the analytic model (when that is another model); at
     most `limit` of them, in that order. Solvers that find no plan are left out (and said so by the caller)."""
     from costmodels.registry import get_cost_model
+    from shardopt.core.ir import plan_key
     from solvers.registry import get_solver
 
     chosen = choice.card.id if choice.card is not None else choice.name
@@ -45,15 +46,11 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
         result = get_solver(solver).solve(instance, model, time_limit=time_limit, seed=seed)
         cand = Candidate(f"{solver} / {label}", solver, label, model, result)
         if result.status.has_plan and result.plan is not None:
-            key = _plan_key(result.plan)
-            cand.same_as = next((c.name for c in out if c.same_as is None and c.result.plan is not None and _plan_key(c.result.plan) == key), None)
+            key = plan_key(result.plan)
+            cand.same_as = next((c.name for c in out if c.same_as is None and c.result.plan is not None
+                                 and plan_key(c.result.plan) == key), None)
         out.append(cand)
     return out
-
-
-def _plan_key(plan: Any) -> tuple:
-    return tuple(sorted((s.table, s.device, s.col_offset, s.cols or 0, s.row_offset, s.rows or 0, s.replicated, s.kernel.value)
-                        for s in plan.shards))
 
 
 def check_portfolio(text: str) -> list[str]:
@@ -87,7 +84,7 @@ def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, pr
     return winner, report, notes
 
 
-def pick_lines(report: Any, candidates: list[Candidate], winner: Candidate, backend: str) -> list[str]:
+def pick_lines(report: Any, winner: Candidate, backend: str) -> list[str]:
     if report is None:
         return [f"picked {winner.name} (the portfolio's only distinct plan)"]
     best = report.plans[0]

@@ -92,7 +92,7 @@ def solve(
             winner, report, notes = pick(instance, cands, pick_backend, seed)
             result, model, solver = winner.result, winner.model, winner.solver
             picked = pick_doc(report, cands, winner, notes)
-            pick_text = pick_lines(report, cands, winner, pick_backend) + notes
+            pick_text = pick_lines(report, winner, pick_backend) + notes
         elif from_plan is not None:
             result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
         else:

@@ -504,6 +504,14 @@ def load_document(path: str | Path) -> Instance | Plan:
     return instance_from_dict(data, str(path))
 
 
+def plan_key(plan: Plan) -> str:
+    """What makes two plans the same placement (the shards, in any order; not the solver or its record): a plan
+    measured once stands for every identical one (the measured leaderboard, `solve --pick`)."""
+    shards = sorted((s.table, s.device, s.col_offset, s.cols, s.row_offset, s.rows, s.replicated)
+                    + ((s.kernel.value, s.cache_load_factor) if s.kernel.value != "fused" else ()) for s in plan.shards)
+    return json.dumps(shards, default=str)
+
+
 def to_dict(doc: Instance | Plan) -> dict[str, Any]:
     return doc.model_dump(mode="json", exclude_none=True)
 

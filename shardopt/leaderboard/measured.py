@@ -80,12 +80,6 @@ class MeasuredSummary:
     sessions: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _plan_key(plan: Any) -> str:
-    shards = sorted((s.table, s.device, s.col_offset, s.cols, s.row_offset, s.rows, s.replicated)
-                    + ((s.kernel.value, s.cache_load_factor) if s.kernel.value != "fused" else ()) for s in plan.shards)
-    return json.dumps(shards, default=str)
-
-
 def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed: int,
                     time_limit: float | None) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """Every (solver, cost model) pair's plan of one instance: the rows (without measurement) and the plans."""
@@ -136,6 +130,7 @@ class InstanceSession:
 
 def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The rows of one instance (each with its measurement, or its failure) and the timing session's summary."""
+    from shardopt.core.ir import plan_key
     from shardopt.measure.plan_timing import measure_plans
 
     path = Path(job.path)
@@ -144,7 +139,7 @@ def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[s
     distinct: dict[str, Any] = {}
     for r, p in keep:
         if p is not None:
-            r["plan_key"] = _plan_key(p)
+            r["plan_key"] = plan_key(p)
             distinct.setdefault(r["plan_key"], p)
     keys = list(distinct)
     started = time.perf_counter()

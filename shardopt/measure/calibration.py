@@ -158,7 +158,7 @@ def stage_plan(budget_s: float, loop: bool, rounds: int) -> str:
              f"training until {sh['train_end'] * m:.1f}"]
     if loop:
         parts.append(f"{rounds} rounds on proposed plans until {sh['loop_end'] * m:.1f}")
-    return ", ".join(parts) + f", then the refit, the judgement and the card (a rerun of the same command resumes)"
+    return ", ".join(parts) + ", then the refit, the judgement and the card (a rerun of the same command resumes)"
 
 
 def split_targets(targets: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
@@ -175,8 +175,8 @@ def plan_level(instances: Sequence[Instance], model: Any, propose: Proposer, set
     the plan-level error of the model's predictions (MAPE, mean signed error, Kendall tau over the plans, per plan)
     and, with `measure_devices`, the measured devices as compute samples (collect.plan_device_samples)."""
     import numpy as np
-    from scipy.stats import kendalltau
 
+    from costmodels.train import metrics
     from shardopt.measure.collect import plan_device_samples
     from shardopt.measure.evaluate import evaluate_plan
 
@@ -193,9 +193,7 @@ def plan_level(instances: Sequence[Instance], model: Any, propose: Proposer, set
         return {"n": 0, "mape": float("nan"), "bias": float("nan"), "kendall_tau": float("nan"), "plans": []}, samples
     p = np.array([r["predicted_ms"] for r in rows])
     m = np.array([r["measured_ms"] for r in rows])
-    err = (p - m) / m
-    tau = float(kendalltau(p, m)[0]) if len(rows) > 2 else float("nan")
-    return {"n": len(rows), "mape": float(np.abs(err).mean()), "bias": float(err.mean()), "kendall_tau": tau, "plans": rows}, samples
+    return {**metrics(p, m), "bias": float(((p - m) / m).mean()), "plans": rows}, samples
 
 
 def _stamp_path(work: Path, stage: str) -> Path:
@@ -276,6 +274,8 @@ def calibrate_machine(
 
     if budget_s <= 0:
         raise CalibrationError(f"--budget-minutes: {budget_s / 60:g} must be > 0")
+    if model_id is not None and (find_card(model_id, models_dir) is not None or (user_store_dir(models_dir) / model_id).exists()):
+        raise CalibrationError(f"--id: a model {model_id!r} exists already (shardopt costmodel list): choose another id")
     say = log or (lambda _msg: None)
     t0 = time.monotonic()
     store = user_store_dir(models_dir)
@@ -307,9 +307,9 @@ def calibrate_machine(
         stages.append(StageRecord(name, time.monotonic() - start, f"{have} samples{rate}", cut=cut))
         say(f"{name}: {have} samples" + (" (its time box ended it)" if cut else ""))
 
-    shares0 = LOOP_SHARES if rounds and targets else PLAIN_SHARES
-    collect_stage("collect-train", "train", train_file, settings.train_samples, settings.seed, shares0["train"], settings.backend, 0.0)
-    collect_stage("collect-test", "test", test_file, settings.test_samples, settings.seed + 1, shares0["test"], settings.backend, 0.0)
+    shares = LOOP_SHARES if rounds and targets else PLAIN_SHARES
+    collect_stage("collect-train", "train", train_file, settings.train_samples, settings.seed, shares["train"], settings.backend, 0.0)
+    collect_stage("collect-test", "test", test_file, settings.test_samples, settings.seed + 1, shares["test"], settings.backend, 0.0)
     collect_stage("collect-comm", "train", comm_file, settings.comm_samples, settings.seed + 5, 1.0, "sim", 1.0)
 
     train_samples = list(read_samples(train_file, "compute"))
@@ -323,7 +323,6 @@ def calibrate_machine(
             f"({budget_s / 60:g} min): give it more time (--budget-minutes); the samples are kept and a rerun resumes")
 
     # the neural model, its epochs fitted to the time left before the training's share of the budget
-    shares = LOOP_SHARES if rounds and targets else PLAIN_SHARES
     neural_file = work / "neural.npz"
 
     def fit_neural(extra: list[dict[str, Any]], end_share: float, out: Path, stage: str) -> None:
@@ -458,8 +457,6 @@ def calibrate_machine(
         command=command, libraries=library_versions(settings.backend),
         description=f"calibrated on {fingerprint.describe()} by the {settings.backend} judge ({kernel_of(judge)})",
     )
-    if mid in {c.id for c in all_cards(models_dir)}:
-        raise CalibrationError(f"--id: a model {mid!r} exists already (shardopt costmodel list)")
     stored = register(card, folder, models_dir)
     shutil.rmtree(work, ignore_errors=True)
     return CalibrationResult(card=stored, stages=stages, heldout=heldout, work_dir=work, seconds=time.monotonic() - t0, resumed=resumed,

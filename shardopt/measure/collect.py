@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from shardopt.core.ir import AccessProfile, Instance, Plan, Shard, Table, Topology, Workload
+from shardopt.core.ir import AccessProfile, Instance, Kernel, Plan, Shard, Table, Topology, Workload
 from shardopt.core.memory import table_bytes
 from shardopt.data.pools import TablePool
 from shardopt.data.scale import scale_table
@@ -220,7 +220,7 @@ def plan_device_samples(instance: Instance, plan: Plan, evaluation: Any, origin:
         per_device.setdefault(s.device, []).append(s)
     out = []
     for d, shards in sorted(per_device.items()):
-        if any(s.replicated or s.kernel.value != "fused" or s.height(tables[s.table]) != tables[s.table].rows for s in shards):
+        if any(s.replicated or s.kernel is not Kernel.fused or s.height(tables[s.table]) != tables[s.table].rows for s in shards):
             continue
         feats = []
         for s in shards:
