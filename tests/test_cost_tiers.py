@@ -426,7 +426,7 @@ def test_measurement_cache_key_includes_the_memory_tier() -> None:
 def test_no_measured_path_times_a_host_memory_shard_as_hbm(tmp_path: Path) -> None:
     """The shared timing path refuses too (the measured leaderboard calls it directly), and the measured
     leaderboard does not take two plans that differ only in a shard's tier for one."""
-    from shardopt.leaderboard.measured import _plan_key
+    from shardopt.core.ir import plan_key
     from shardopt.measure.confidence import StopRule
     from shardopt.measure.plan_timing import MeasureError, measure_plans
 
@@ -435,8 +435,8 @@ def test_no_measured_path_times_a_host_memory_shard_as_hbm(tmp_path: Path) -> No
     hbm = Plan(shards=[big(), Shard(table="small", device=1)])
     with pytest.raises(MeasureError, match="does not time host-memory shards"):
         measure_plans(inst, [hbm, uvm], "cpu", StopRule(fixed=1))
-    assert _plan_key(uvm) != _plan_key(hbm)
-    assert _plan_key(hbm) == _plan_key(Plan(shards=[Shard(table="small", device=1), big(Kernel.fused)]))
+    assert plan_key(uvm) != plan_key(hbm)
+    assert plan_key(hbm) == plan_key(Plan(shards=[Shard(table="small", device=1), big(Kernel.fused)]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
