@@ -359,6 +359,8 @@ import json, os, sqlite3, subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from shardopt.measure.backends.base import kernel_label
+
 out = Path(os.environ["OUT"])
 env = json.loads((out / "environment.json").read_text())
 steps = {}
@@ -387,7 +389,7 @@ if db.exists():
         pass
     con.close()
 for j in judges:  # "<kernel labels> on <hardware>, measured compute ..."
-    kernels.update(k.strip() for k in j.split(" on ", 1)[0].split(";"))
+    kernels.update(kernel_label(k.strip()) for k in j.split(" on ", 1)[0].split(";"))
 try:
     commit = subprocess.run(["git", "-C", os.environ["REPO"], "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()

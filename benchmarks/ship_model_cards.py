@@ -2,6 +2,11 @@
 
     python benchmarks/ship_model_cards.py
 
+Two kinds of shipped model. The older ones (SHIPPED) were trained by hand from committed samples: their cards are
+computed here. The calibrated ones (CALIBRATED) are `shardopt calibrate` runs whose store folder was committed with
+its results (a GPU campaign's `models/<id>/`): their neural weights and refitted profile are copied into the package
+and their card is calibrate's own, renamed and marked shipped (its held-out and plan-level figures are calibrate's).
+
 Each card's domain is computed from the model's committed training samples, its held-out accuracy from its committed
 test samples (the same figures `shardopt costmodel eval` prints), its machine and commands from the model's note
 (costmodels/weights/NAME.json). Fingerprints are what the notes record: the day-before EPYC of `neural-cpu` had no
@@ -46,6 +51,35 @@ SHIPPED = {
 }
 
 
+# name -> the committed calibration folder (card.json, neural.npz, profile.json) it ships from
+CALIBRATED = {
+    "calibrated-h200-torch": ROOT / "benchmarks/results/gpu-h200-2026-11-26/lease4/campaign/models/campaign-h200",
+}
+
+
+def ship_calibration(name: str, folder: Path) -> ModelCard:
+    """Copy a calibration's models into the package under `name` and write its card there, marked shipped."""
+    import shutil
+    from dataclasses import replace
+
+    from costmodels.cards import load_card
+
+    card = load_card(folder / "card.json")
+    models = {}
+    for kind, rel in card.models.items():
+        src = (folder / rel).resolve()
+        if kind == "analytic":
+            dst, models[kind] = ROOT / "costmodels" / "profiles" / f"{name}.json", f"../profiles/{name}.json"
+        else:
+            dst, models[kind] = WEIGHTS / f"{name}{src.suffix}", f"{name}{src.suffix}"
+        shutil.copyfile(src, dst)
+    note = f" Shipped from {folder.relative_to(ROOT)} as {name}."
+    shipped = replace(card, id=name, models=models, source="shipped", path=None,
+                      description=card.description + note)
+    shipped.save(WEIGHTS / f"{name}.card.json")
+    return shipped
+
+
 def _brief(m: dict) -> dict:
     return {k: m[k] for k in ("n", "mape", "median_ape", "kendall_tau") if k in m}
 
@@ -69,6 +103,11 @@ def main() -> None:
         path = WEIGHTS / f"{name}.card.json"
         card.save(path)
         print(f"{path.relative_to(ROOT)}: {card.domain.describe()}; neural MAPE {acc['neural']['mape']:.3f}, analytic {acc['analytic']['mape']:.3f}")
+    for name, folder in CALIBRATED.items():
+        card = ship_calibration(name, folder)
+        acc = card.accuracy
+        print(f"costmodels/weights/{name}.card.json: {card.domain.describe()}; preferred {card.preferred}; "
+              f"neural MAPE {acc['neural']['mape']:.3f}, analytic {acc['analytic']['mape']:.3f}")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,26 @@ def test_shipped_cards_load_with_their_models_and_domains():
     assert card_beside(zen5.model_path("analytic")).id == "neural-cpu-zen5"
 
 
+def test_the_shipped_h200_calibration_is_what_auto_plans_an_h200_instance_with():
+    """The GPU campaign's calibration (benchmarks/ship_model_cards.py) ships its refitted profile as the model auto
+    uses for an H200 instance within its domain, priced on any machine (a GPU card matches by hardware profile)."""
+    cal = next(c for c in shipped_cards() if c.id == "calibrated-h200-torch")
+    assert cal.hardware == "h200" and cal.backend == "cuda" and cal.is_kernel_fallback and cal.preferred == "analytic"
+    assert cal.model_path().is_file() and cal.model_path("neural").is_file()
+    assert card_beside(cal.model_path("analytic")).id == "calibrated-h200-torch"
+    inst = load_instance(ROOT / "benchmarks/results/gpu-h200-2026-11-26/lease4/campaign/dreamshard-h200/dreamshard-test-s1-0000.json")
+    assert inst.topology.hardware == "h200" and not cal.domain.outside(inst)
+    choice = choose_cost_model("auto", inst)
+    assert choice.card_id == "calibrated-h200-torch" and choice.notice is None
+    from costmodels.registry import get_cost_model
+    from solvers.registry import get_solver
+
+    plan = get_solver("greedy").solve(inst, choice.model, seed=0).plan
+    calibrated = float(choice.model.plan_costs(inst, plan).total.max())
+    data_sheet = float(get_cost_model("analytic").plan_costs(inst, plan).total.max())
+    assert calibrated > 5 * data_sheet  # the data sheet's H200 is far faster than the measured torch fallback
+
+
 @pytest.mark.parametrize("field, value, expect", [
     ("backend", "sim", "backend: 'sim' is not cpu or cuda"),
     ("hardware", "tpu9", "hardware: 'tpu9' is not a known hardware profile"),

@@ -450,11 +450,15 @@ def test_the_hopper_row_gather_constants_are_the_fit_of_the_committed_h200_probe
 
     assert PROBES
     h200 = get_profile("h200")
-    for probe in PROBES:
-        fit = fit_host_rows(json.loads(probe.read_text()))
+    fits = [fit_host_rows(json.loads(probe.read_text())) for probe in PROBES]
+    for fit in fits:
         assert fit.points == 5 and fit.max_rel_error < 0.05
         assert fit.host_row_rate == pytest.approx(h200.host_row_rate, rel=0.02)
-        assert fit.host_gather_bandwidth == pytest.approx(h200.host_gather_bandwidth, rel=0.05)
+        # the per-byte part varies with the host (133-148 GB/s over four machines): each probe near the constant
+        assert fit.host_gather_bandwidth == pytest.approx(h200.host_gather_bandwidth, rel=0.12)
+    # the constants are the probes' medians
+    assert float(np.median([f.host_row_rate for f in fits])) == pytest.approx(h200.host_row_rate, rel=0.01)
+    assert float(np.median([f.host_gather_bandwidth for f in fits])) == pytest.approx(h200.host_gather_bandwidth, rel=0.01)
     assert get_profile("h100").host_row_rate == h200.host_row_rate  # same die and host interface (not measured)
     for name in ("v100", "a100", "gh200"):  # not measured: bytes only
         assert get_profile(name).host_row_rate is None and get_profile(name).host_gather_bandwidth is None

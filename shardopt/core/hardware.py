@@ -51,9 +51,10 @@ class HardwareProfile:
 # fields added after profiles were first written to JSON: a file without them takes the default
 OPTIONAL_FIELDS = frozenset({"host_link_bandwidth", "host_link", "host_row_rate", "host_gather_bandwidth"})
 NULLABLE_FIELDS = frozenset({"host_row_rate", "host_gather_bandwidth"})  # null in JSON: not measured
-# The row-gather constants measured on an NVIDIA H200 (PCIe Gen5 x16; docs/benchmarks.md, "Measured on a GPU"; the fit
-# of benchmarks/results/gpu-h200-2026-11-26/lease1/host-link.json by costmodels.host_link.fit_host_rows, within 3 % at
-# 64 B - 1 KiB rows). The H100 SXM5 has the same GH100 die and PCIe Gen5 x16 host interface: it takes them too
+# The row-gather constants measured on NVIDIA H200 machines (PCIe Gen5 x16; docs/benchmarks.md, "Measured on a GPU"):
+# the median over the committed probes (benchmarks/results/gpu-h200-*/lease*/host-link.json, each fitted by
+# costmodels.host_link.fit_host_rows within 3 % at 64 B - 1 KiB rows). The row rate agrees within 1 % across the four
+# machines; the per-byte bandwidth ranged 133-148 GB/s (hosts differ). The H100 SXM5 has the same GH100 die and PCIe Gen5 x16 host interface: it takes them too
 # (not measured on an H100). a100 / v100 (PCIe Gen4 / Gen3) and gh200 (NVLink-C2C) are not measured: bytes only.
 HOPPER_PCIE5_ROW_RATE = 48.9e6
 HOPPER_PCIE5_GATHER_BANDWIDTH = 135 * GB

@@ -40,6 +40,7 @@ from typing import Any
 from costmodels.cards import ModelCard, domain_of_samples
 from shardopt.core.fingerprint import Fingerprint
 from shardopt.core.ir import Instance
+from shardopt.measure.backends.base import kernel_label
 
 # the recipes behind the shipped measured models (costmodels/weights/*.json): the domain a calibration samples
 # without --for
@@ -213,8 +214,7 @@ def _stamp(work: Path, stage: str, doc: dict[str, Any]) -> None:
 
 def kernel_of(judge: str) -> str:
     """A judge label's kernel part, without the per-device call count ('... (15 calls) ... on NVIDIA H200, ...')."""
-    kernel = judge.split(" on ", 1)[0]
-    return re.sub(r" \(\d+ calls?\)", "", kernel)
+    return kernel_label(judge.split(" on ", 1)[0])
 
 
 def library_versions(backend: str) -> dict[str, str]:

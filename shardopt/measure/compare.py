@@ -14,6 +14,7 @@ from typing import Any
 
 from shardopt.core.ir import Instance, Plan
 from shardopt.core.plan_check import PlanError, check_plan
+from shardopt.measure.backends.base import kernel_label
 from shardopt.measure.confidence import Comparison, Interval, StopRule, compare_paired
 from shardopt.measure.evaluate import (
     BACKENDS,
@@ -152,7 +153,7 @@ def _compare_measured(instance: Instance, plans: Sequence[Plan], names: Sequence
     order = [k] + [i for i in range(len(results)) if i != k]
     results = [results[i] for i in order]
     comparisons = [compare_paired(m.samples[k], m.samples[i], names=(names[k], names[i]), seed=seed) for i in order[1:]]
-    kernels = sorted({lab for plan_labels in m.labels for lab in plan_labels if lab})
+    kernels = sorted({kernel_label(lab) for plan_labels in m.labels for lab in plan_labels if lab})
     profile = instance.topology.hardware
     comm_what = "all-to-all measured (CPU gloo)" if comm == "measured" else f"all-to-all modelled (analytic, {profile} profile)"
     judge = f"{'; '.join(kernels)} on {m.hardware}, measured compute (interleaved across plans and devices); {comm_what}"

@@ -8,12 +8,20 @@ cache can key on exactly what was timed.
 
 from __future__ import annotations
 
+import re
 import statistics
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardopt.core.ir import Instance, Shard
+
+
+
+def kernel_label(label: str) -> str:
+    """A kernel label without its per-device call count: 'torch embedding_bag, one fused call per distinct dim
+    (4 calls), ...' and the same with (5 calls) are one kernel to a reader of a judge line or a model card."""
+    return re.sub(r" \(\d+ calls?\)", "", label)
 
 
 class BackendUnavailable(RuntimeError):
