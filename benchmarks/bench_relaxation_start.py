@@ -1,12 +1,13 @@
-"""cpsat searching with a measured (neural) model: with and without the relaxation warm start of its analytic
-surrogate (solvers.exact.solver.relaxation_model).
+"""cpsat with two sets of options on one suite and one cost model: which warm starts pay for their share of the time.
 
-    .venv/bin/python benchmarks/bench_relaxation_start.py SUITE_DIR --cost-model NAME [--time-limit 5] [--out F.json]
+    .venv/bin/python benchmarks/bench_relaxation_start.py SUITE_DIR --cost-model NAME [--time-limit 5]
+        [--with-options k=v,...] [--without-options k=v,...] [--out F.json]
 
-For every instance of the suite: cpsat at its defaults (the surrogate's relaxation is one of its warm starts) and
-cpsat with `relaxation_share=0` (no relaxation start: what a neural model got before the surrogate), same seed and
-time limit. Reports each run's plan cost under the search's own model (simulated: the model is the judge here), the
-warm starts' costs and which start won. Plan quality only: re-time the plans with `shardopt compare` to measure them.
+Default pair: cpsat at its defaults against `relaxation_share=0` (no relaxation warm start: the analytic model's
+relaxation, which only an analytic search gets). `--with-options neuroshard_share=0.3,relaxation_share=0` tries
+NeuroShard's plan as a start instead. For every instance, the same seed and time limit: each run's plan cost under the
+search's own model (simulated: the model is the judge here), the warm starts' costs and which start won. Plan quality
+only: re-time the plans with `shardopt compare` to measure them.
 """
 
 from __future__ import annotations

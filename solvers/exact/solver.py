@@ -18,7 +18,6 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,8 +57,8 @@ DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
 DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
-# with splits: the plan of shardopt bound's relaxation (HiGHS; of the analytic surrogate of a measured model:
-# relaxation_model) is a warm start, found within this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.analytic_bound)
+# with splits and the analytic model: the plan of shardopt bound's relaxation (HiGHS) is a warm start, found within
+# this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.analytic_bound)
 DEFAULT_RELAXATION_SHARE = 0.3
 RELAXATION_MAX_PAIRS = 2_000
 # large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
@@ -260,8 +259,7 @@ class ExactSolver(Solver):
                     cost_model: CostModel | None = None) -> list[dict[str, Any]]:
         """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
         (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
-        analytic bound's relaxation (`relaxation_start`, within `relaxation_share`; a measured model's analytic
-        surrogate's) and
+        analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
         NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
         from solvers.neuroshard import presplit_plan
         from solvers.registry import get_solver
@@ -815,34 +813,16 @@ class ExactSolver(Solver):
         return None
 
 
-def relaxation_model(cost_model: CostModel) -> CostModel:
-    """The analytic model whose relaxation warm-starts a search with `cost_model`: the model itself when it is
-    analytic; for a measured model with a card (costmodels.cards), the card's refitted analytic profile (the same
-    machine's constants, fitted to the same timings); otherwise the data-sheet model.
-
-    Why: the relaxation (a MILP over the analytic model's linear terms) is what finds plans whose column pieces fill
-    the devices; a neural model has no such terms, and without a surrogate its searches lost that start."""
-    from costmodels.analytic import AnalyticCostModel
-    from costmodels.registry import get_cost_model
-
-    if isinstance(cost_model, AnalyticCostModel):
-        return cost_model
-    path = getattr(cost_model, "path", None)
-    if path is not None:
-        from costmodels.store import card_beside
-
-        card = card_beside(Path(path))
-        if card is not None and "analytic" in card.models:
-            return get_cost_model(card.cost_model_name("analytic"))
-    return get_cost_model("analytic")
-
-
 def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostModel, time_limit: float) -> dict[str, Any] | None:
     """The plan of `shardopt bound`'s relaxation (solvers.analytic_bound: HiGHS's best solution of the MILP whose
     optimum bounds every table- and column-wise plan, itself a plan of any 4-aligned column widths) as a warm start,
-    judged by the full model; None for a model of more than RELAXATION_MAX_PAIRS (table, device) pairs (there the
-    bound takes its symmetric LP, which has no plan). The relaxation is the analytic model's: a search with a measured
-    model gets the plan of its surrogate's (`relaxation_model`), judged by the measured model like every warm start.
+    judged by the full model; None for a cost model other than the analytic one or a model of more than
+    RELAXATION_MAX_PAIRS (table, device) pairs (there the bound takes its symmetric LP, which has no plan).
+
+    Not for a measured model: the relaxation of its analytic surrogate (the card's refitted profile) gave plans
+    1.3-3x the greedy start under the neural model, and the searches' plans changed by -0.1 / +0.4 % (geometric mean,
+    simulated, cpu-test and the H200 campaign suite; benchmarks/bench_relaxation_start.py, docs/benchmarks.md) for
+    30 % of the time limit.
 
     Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
     neither the dyadic items nor NeuroShard's halvings reach (bench_tiered random-505, 16 GH200s at 83 % of HBM:
@@ -852,14 +832,11 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
 
     if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:
         return None
-    surrogate = relaxation_model(cost_model)
     try:
-        res = analytic_lower_bound(instance, surrogate, time_limit=time_limit)
-    except BoundError:  # (a model the bound cannot take: an exotic surrogate)
+        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit)
+    except BoundError:  # (not the analytic model)
         return None
     row: dict[str, Any] = {"solver": "relaxation", "status": res.status, "cost": None}
-    if surrogate is not cost_model:
-        row["relaxed_with"] = surrogate.name
     if res.plan is not None and check_plan(instance, res.plan).ok:
         row.update(cost=float(bm.plan_costs(res.plan).max_cost), shards=list(res.plan.shards))
     return row
