@@ -50,6 +50,10 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL, models_dir: Path | str | None
             return AnalyticCostModel(profile)
         except (KeyError, ValueError) as exc:
             raise UnknownCostModelError(name, f"cost model {name!r}: {exc.args[0]}") from None
+    if name != "neural" and not name.endswith(".npz"):  # a card's id (shipped or in the store): its preferred model
+        card, kind = _store_card(name, models_dir)
+        if card is not None:
+            return get_cost_model(card.cost_model_name(kind))
     if name == "neural" or name.endswith(".npz") or (WEIGHTS_DIR / f"{name}.npz").is_file():
         from costmodels.neural import NeuralCostModel
 
@@ -58,9 +62,6 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL, models_dir: Path | str | None
             return NeuralCostModel(path)
         except ValueError as exc:
             raise UnknownCostModelError(name, f"cost model {name!r}: {exc}") from None
-    card, kind = _store_card(name, models_dir)
-    if card is not None:
-        return get_cost_model(card.cost_model_name(kind))
     raise UnknownCostModelError(name)
 
 

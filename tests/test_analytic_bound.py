@@ -462,3 +462,20 @@ def test_cli_bound_errors(tmp_path) -> None:
     r = run_cli(["bound", str(ROOT / "instances" / "examples" / "infeasible.json"), "--json"])
     assert r.exit_code == 3
     assert "short by" in json.loads(r.stdout)["error"]["message"]
+
+
+def test_cli_bound_under_a_calibrated_model_takes_its_analytic_profile_and_says_so() -> None:
+    """`auto` and a card's name bound under the card's analytic model; a card's neural model lends its refitted
+    profile with a note that the bound is that profile's, not the neural model's."""
+    h200 = str(ROOT / "benchmarks/results/gpu-h200-2026-11-26/lease4/campaign/dreamshard-h200/dreamshard-test-s1-0001.json")
+    by_profile = json.loads(run_cli(["bound", h200, "-c", "analytic:calibrated-h200-torch", "--time-limit", "1", "--json"]).stdout)
+    data_sheet = json.loads(run_cli(["bound", h200, "--time-limit", "1", "--json"]).stdout)
+    for name in ("auto", "calibrated-h200-torch"):
+        r = run_cli(["bound", h200, "-c", name, "--time-limit", "1", "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["cost_model"] == by_profile["cost_model"] != data_sheet["cost_model"]
+        assert "neural" not in r.stderr
+    r = run_cli(["bound", h200, "-c", "calibrated-h200-torch/neural", "--time-limit", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["cost_model"] == by_profile["cost_model"]
+    assert "not of the neural model's" in r.stderr and "calibrated-h200-torch/analytic" in r.stderr

@@ -13,9 +13,12 @@ from shardopt.cli.common import (
     EXIT_INFEASIBLE,
     CLIError,
     JsonOpt,
+    ModelsOpt,
     _console,
+    _choose_cost_model,
     _cost_model,
     _emit_json,
+    _err,
     _guard,
     _load_instance,
     _print_lines,
@@ -24,16 +27,30 @@ from shardopt.cli.common import (
 )
 
 
-def _analytic_model(name: str | None) -> Any:
-    """The analytic cost model named by --cost-model; exit 2 naming the value for anything else (the bound's
-    inequalities are proven for the analytic formulas only)."""
-    if name is not None and name != "analytic" and not name.startswith("analytic:"):
-        raise CLIError(
-            f"--cost-model {name!r}: the certified bound is for the analytic cost model only (analytic or analytic:PROFILE)",
-            EXIT_BAD_INPUT,
-            "unsupported_cost_model",
-        )
-    return _cost_model(name)
+def _analytic_model(name: str | None, instance: Any, models: Path | None = None) -> Any:
+    """The analytic cost model the bound is computed under (its inequalities are proven for the analytic formulas
+    only): `analytic` / `analytic:PROFILE`; `auto` or a calibrated model's name resolve through its card, and a
+    measured (neural) model's card lends its refitted analytic profile, with a note that the bound is of that
+    profile's costs, not the neural model's. Exit 2 naming the value where no analytic model stands behind the name."""
+    from costmodels.analytic import AnalyticCostModel
+
+    if name is None or name == "analytic" or name.startswith("analytic:"):
+        return _cost_model(name)
+    choice = _choose_cost_model(name, instance, models)
+    if isinstance(choice.model, AnalyticCostModel):
+        return choice.model
+    card = choice.card
+    if card is not None and "analytic" in card.models:
+        _err(f"the certified bound is for analytic models only: {name!r} resolved to {card.id}'s neural model; bounding "
+             f"under its refitted profile ({card.id}/analytic): a bound of that profile's plan costs, not of the neural "
+             "model's", style="cyan", prefix="note")
+        return _cost_model(card.cost_model_name("analytic"))
+    raise CLIError(
+        f"--cost-model {name!r}: the certified bound is for the analytic cost model only (analytic, analytic:PROFILE, "
+        "or a calibrated model's ID/analytic)",
+        EXIT_BAD_INPUT,
+        "unsupported_cost_model",
+    )
 
 
 def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[dict[str, Any], list[str]]:
@@ -66,7 +83,7 @@ def bound(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
     cost_model: Annotated[
         Optional[str],
-        typer.Option("--cost-model", "-c", help="analytic or analytic:PROFILE [default: analytic, the topology's profile].", show_default=False),
+        typer.Option("--cost-model", "-c", help="analytic, analytic:PROFILE, auto or a calibrated model (its analytic profile) [default: analytic, the topology's profile].", show_default=False),
     ] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.0, help="Seconds HiGHS may work; its dual bound then is the bound.")] = 10.0,
     table_wise: Annotated[bool, typer.Option("--table-wise", help="Bound table-wise plans only (tighter, covers fewer plans).")] = False,
@@ -74,6 +91,7 @@ def bound(
     out: Annotated[
         Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan the relaxation's best solution describes (a real plan).")
     ] = None,
+    models: ModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """A certified lower bound of the analytic plan cost: no table- or column-wise plan costs less."""
@@ -81,8 +99,8 @@ def bound(
         from shardopt.measure.evaluate import cost_model_label
         from solvers.analytic_bound import BoundError, analytic_lower_bound
 
-        model = _analytic_model(cost_model)
         instance = _load_instance(instance_path)
+        model = _analytic_model(cost_model, instance, models)
         try:
             result = analytic_lower_bound(instance, model, time_limit=time_limit, table_wise=table_wise)
         except BoundError as exc:
