@@ -30,6 +30,7 @@ CARD_KIND = "shardopt_model_card"
 CARD_SUFFIX = ".card.json"
 DOMAIN_FIELDS = ("batch_size", "rows", "dim", "pooling_factor", "tables_per_device")
 MODEL_KINDS = ("neural", "analytic")
+POLICY_ALGOS = ("dreamshard", "autoshard")  # the RL solvers whose policies a card may carry
 
 
 class CardError(ValueError):
@@ -128,6 +129,9 @@ class ModelCard:
     description: str = ""
     source: str = "user"  # "shipped" (in the package) or "user" (the model store)
     path: Path | None = None
+    # algorithm (dreamshard / autoshard) -> policy file, relative to the card: trained on the preferred model
+    # (`calibrate --with-policies`); the RL solvers searching with this model use it
+    policies: dict[str, str] = field(default_factory=dict)
 
     def model_path(self, kind: str | None = None) -> Path:
         kind = kind or self.preferred
@@ -135,6 +139,14 @@ class ModelCard:
             raise CardError(f"{self.path}: models: the card has no {kind!r} model (it has {', '.join(self.models)})")
         base = self.path.parent if self.path is not None else Path(".")
         return (base / self.models[kind]).resolve()
+
+    def policy_path(self, algo: str) -> Path | None:
+        """The policy trained for `algo` on this card's preferred model, or None."""
+        rel = self.policies.get(algo)
+        if rel is None:
+            return None
+        base = self.path.parent if self.path is not None else Path(".")
+        return (base / rel).resolve()
 
     def cost_model_name(self, kind: str | None = None) -> str:
         """The registry name of one of its models (costmodels.registry.get_cost_model understands it)."""
@@ -160,7 +172,7 @@ class ModelCard:
             "backend": self.backend, "hardware": self.hardware, "fingerprint": self.fingerprint.to_dict(),
             "kernel": self.kernel, "libraries": self.libraries, "domain": self.domain.to_dict(), "models": self.models,
             "preferred": self.preferred, "date": self.date, "samples": self.samples, "accuracy": self.accuracy,
-            "command": self.command,
+            "command": self.command, **({"policies": self.policies} if self.policies else {}),
         }
 
     def save(self, path: Path) -> None:
@@ -223,16 +235,22 @@ def card_from_dict(data: Any, path: Path | None = None, source: str = "user") ->
     libraries = data.get("libraries", {})
     if not isinstance(libraries, dict):
         raise bad("libraries", f"{libraries!r} is not an object")
+    policies = data.get("policies", {})
+    if not isinstance(policies, dict) or any(k not in POLICY_ALGOS or not isinstance(v, str) for k, v in policies.items()):
+        raise bad("policies", f"{policies!r} is not an object of {' / '.join(POLICY_ALGOS)} -> file")
     card = ModelCard(
         id=text("id"), backend=backend, hardware=hardware, fingerprint=fp, kernel=text("kernel"), domain=Domain(**spans),
         models=dict(models), preferred=preferred, date=text("date"), samples=dict(samples), accuracy=dict(accuracy),
         command=str(data.get("command", "")), libraries={str(k): str(v) for k, v in libraries.items()},
-        description=str(data.get("description", "")), source=source, path=path,
+        description=str(data.get("description", "")), source=source, path=path, policies=dict(policies),
     )
     if path is not None:
         for kind in card.models:
             if not card.model_path(kind).is_file():
                 raise bad(f"models.{kind}", f"{card.models[kind]!r}: no such file beside the card")
+        for algo in card.policies:
+            if not card.policy_path(algo).is_file():
+                raise bad(f"policies.{algo}", f"{card.policies[algo]!r}: no such file beside the card")
     return card
 
 

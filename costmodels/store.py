@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from costmodels.cards import CARD_SUFFIX, CardError, ModelCard, load_card
 
@@ -89,3 +90,18 @@ def register(card: ModelCard, folder: Path, models_dir: Path | str | None = None
     card.save(folder / CARD_FILE)
     shutil.move(str(folder), str(dest))
     return load_card(dest / CARD_FILE)
+
+
+def card_of_model(model: Any) -> ModelCard | None:
+    """The card behind a cost-model object (a neural model's weights file, or an analytic model built from a profile
+    file a card lists), or None: what lets a solver use what the card carries (its policies) for that model."""
+    path = getattr(model, "path", None)
+    name = str(getattr(model, "name", ""))
+    if path is None and name.startswith("analytic:") and name.endswith(".json"):
+        path = name.split(":", 1)[1]
+    if path is None:
+        return None
+    try:
+        return card_beside(Path(path))
+    except CardError:
+        return None

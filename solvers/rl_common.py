@@ -439,6 +439,9 @@ class PolicySolver(Solver):
 
         if checkpoint is None:  # the CLI has no solver options: an environment variable names another checkpoint
             checkpoint = os.environ.get(f"SHARDOPT_{self.algo.upper()}_CHECKPOINT") or None
+        # without a checkpoint named, a cost model whose card carries a policy of this algorithm (trained on that
+        # model: `shardopt calibrate --with-policies`) brings its own; else the shipped one
+        self.named_checkpoint = checkpoint is not None
         self.checkpoint = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR / self.default_checkpoint
         if int(samples) < 0:
             raise ValueError(f"samples: {samples} must be >= 0")
@@ -452,6 +455,20 @@ class PolicySolver(Solver):
         if self._policy is None:
             self._policy = load_policy(self.checkpoint, self.policy_cls, self.algo)
         return self._policy
+
+    def use_policy_of(self, cost_model: CostModel) -> str | None:
+        """Switch to the policy the cost model's card carries for this algorithm, unless a checkpoint was named;
+        the card's id where it did."""
+        if self.named_checkpoint:
+            return None
+        from costmodels.store import card_of_model
+
+        card = card_of_model(cost_model)
+        path = card.policy_path(self.algo) if card is not None else None
+        target = path if path is not None else CHECKPOINT_DIR / self.default_checkpoint
+        if target != self.checkpoint:
+            self.checkpoint, self._policy = target, None
+        return card.id if path is not None else None
 
     def params(self) -> dict[str, Any]:
         meta = self.policy.meta
@@ -468,6 +485,7 @@ class PolicySolver(Solver):
         }
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        policy_card = self.use_policy_of(cost_model)
         policy = self.policy  # loaded (and cached) before the clock starts: loading is not solving
         clock = Stopwatch()
         reason = infeasibility_reason(instance)
@@ -479,7 +497,9 @@ class PolicySolver(Solver):
         best: tuple[float, np.ndarray] | None = None
         tried: list[str] = []
         last: Rollout | None = None
-        info: dict[str, Any] = {}
+        info: dict[str, Any] = {"policy": str(self.checkpoint)}
+        if policy_card is not None:
+            info["policy_from_card"] = policy_card
         stop = None if time_limit is None else (lambda: clock.elapsed >= time_limit)
         try:
             best, last = self._rollouts(ctx, policy, rng, clock, time_limit, stop, tried, info)

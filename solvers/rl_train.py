@@ -239,9 +239,12 @@ def train_policy(
     resume: bool = False,
     progress: ProgressFn | None = None,
     meta: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Train (or, with `resume`, continue training) a policy; writes the checkpoint `out` (.pt: weights, optimizer,
-    episode counter, RNG states) and its inference export (`out` with suffix .npz). Returns a summary."""
+    episode counter, RNG states) and its inference export (`out` with suffix .npz). Returns a summary. `deadline`
+    (time.monotonic()) ends the training early, after the update in progress (`calibrate --with-policies`: a time box);
+    the summary's `stopped_at_deadline` says so."""
     run = _Training(instances, cost_model, settings, Path(out), meta)
     if resume and run.out.exists():
         run.resume()
@@ -250,7 +253,11 @@ def train_policy(
     if progress is not None:
         progress(min(run.episodes, total), total)
     last_save = time.perf_counter()
+    stopped = False
     while run.episodes < total:
+        if deadline is not None and time.monotonic() >= deadline:
+            stopped = True
+            break
         run.step()
         if progress is not None:
             progress(min(run.episodes, total), total)
@@ -258,4 +265,4 @@ def train_policy(
             run.save()
             last_save = time.perf_counter()
     run.save()
-    return run.summary()
+    return {**run.summary(), "stopped_at_deadline": stopped}

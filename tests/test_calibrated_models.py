@@ -374,3 +374,50 @@ def test_auto_plans_host_memory_instances_with_the_cards_refitted_profile(tmp_pa
     assert choice.name == card.cost_model_name("analytic") and "host memory" in choice.notice
     plain = choose_cost_model("auto", inst, tmp_path)
     assert plain.card_id == "mine" and plain.name == card.cost_model_name("neural") and plain.notice is None
+
+
+def test_calibrate_with_policies_trains_them_on_the_model_and_keeps_only_a_winner(tmp_path: Path):
+    from shardopt.measure.calibration import calibrate_machine, domain_settings
+
+    targets = [load_instance(CPU_TEST / f"cpu-test-s1-00{i}.json") for i in ("08", "09")]
+    settings = domain_settings("cpu", "cpu", targets, train_samples=12, test_samples=4, epochs=2, repeats=1)
+    result = calibrate_machine(settings, cpu_fingerprint(), budget_s=600, models_dir=tmp_path, targets=targets,
+                               policies=("dreamshard",), policy_episodes=32)
+    stage = next(s for s in result.stages if s.name == "policy dreamshard")
+    assert "32 episodes" in stage.detail and "against the shipped policy" in stage.detail
+    card = result.card
+    kept = "kept" in stage.detail and "not kept" not in stage.detail
+    assert ("dreamshard" in card.policies) == kept
+    if kept:  # the card carries it, beside the card
+        assert card.policy_path("dreamshard").is_file() and load_card(card.path).policies == card.policies
+    with pytest.raises(Exception, match="--for"):
+        calibrate_machine(settings, cpu_fingerprint(), budget_s=60, models_dir=tmp_path, policies=("dreamshard",))
+
+
+def test_an_rl_solver_uses_the_policy_its_cost_models_card_carries(tmp_path: Path):
+    """Searching with a model whose card carries a dreamshard policy, dreamshard rolls that policy out (unless a
+    checkpoint is named); with another model, the shipped one."""
+    from solvers.registry import get_solver
+    from solvers.rl_common import CHECKPOINT_DIR
+
+    folder = tmp_path / "mine"
+    card = _store_model(tmp_path, "mine", cpu_fingerprint())
+    solver = get_solver("dreamshard")
+    (folder / "policies").mkdir()
+    shutil.copyfile(CHECKPOINT_DIR / solver.default_checkpoint, folder / "policies" / "dreamshard.npz")
+    replace(card, policies={"dreamshard": "policies/dreamshard.npz"}, path=None).save(folder / "card.json")
+    card = load_card(folder / "card.json")
+    inst = load_instance(CPU_TEST / "cpu-test-s1-0008.json")
+    from costmodels.registry import get_cost_model
+
+    mine = get_cost_model(card.cost_model_name(), tmp_path)
+    r = solver.solve(inst, mine, seed=0)
+    assert r.info["policy_from_card"] == "mine" and r.info["policy"] == str(folder.resolve() / "policies" / "dreamshard.npz")
+    r = solver.solve(inst, get_cost_model("analytic"), seed=0)
+    assert "policy_from_card" not in r.info and r.info["policy"] == str(CHECKPOINT_DIR / solver.default_checkpoint)
+    named = get_solver("dreamshard", checkpoint=str(CHECKPOINT_DIR / solver.default_checkpoint))
+    assert "policy_from_card" not in named.solve(inst, mine, seed=0).info
+    # a card naming a policy file that is not there is refused, naming the field
+    (folder / "policies" / "dreamshard.npz").unlink()
+    with pytest.raises(CardError, match="policies.dreamshard"):
+        load_card(folder / "card.json")

@@ -45,6 +45,8 @@ def calibrate(
     holdout: Annotated[float, typer.Option("--holdout", help="With DATA.jsonl: share of samples kept out of the fit and judged after it.")] = 0.2,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the samples (--backend) or of the train / hold-out split (DATA.jsonl).")] = 0,
     name: Annotated[Optional[str], typer.Option("--name", help="With DATA.jsonl: name of the calibrated profile.")] = None,
+    with_policies: Annotated[bool, typer.Option("--with-policies", help="With --for: also train DreamShard's and AutoShard's policies on the calibrated model for those instances (the last quarter of the budget); the card carries each one that beats the shipped policy there, and `solve --solver dreamshard|autoshard` with this model uses it.")] = False,
+    policy_episodes: Annotated[int, typer.Option("--policy-episodes", min=16, help="With --with-policies: at most this many rollouts per policy (its time box may end it sooner).")] = 8000,
     host_link: Annotated[Optional[Path], typer.Option("--host-link", metavar="PROBE.json", help="Also fit the device-host link (UVM reads) of the refitted profile to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -61,7 +63,7 @@ def calibrate(
             return
         _calibrate_machine(str(backend).strip().lower(), budget_minutes, target, models, model_id, hardware, train_samples,
                            test_samples, epochs, repeats, seed, json_out, rounds, proposers, propose_time, host_link,
-                           batches, max_rows, max_tables)
+                           batches, max_rows, max_tables, with_policies, policy_episodes)
 
 
 def _batches(text: Optional[str]) -> Optional[tuple[int, ...]]:
@@ -95,7 +97,8 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
                        repeats: Optional[int], seed: int, json_out: bool, rounds: Optional[int] = None,
                        proposers: str = "greedy,neuroshard,cpsat", propose_time: float = 2.0,
                        host_link: Optional[Path] = None, batches: Optional[str] = None, max_rows: Optional[int] = None,
-                       max_tables: Optional[int] = None) -> None:
+                       max_tables: Optional[int] = None, with_policies: bool = False,
+                       policy_episodes: int = 8000) -> None:
     from shardopt.cli.common import _command_line, _progress_stages
     from shardopt.core.fingerprint import cpu_fingerprint, gpu_profile_name
     from shardopt.core.hardware import PROFILES
@@ -126,6 +129,9 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         rounds = 2 if targets else 0
     if rounds and not targets:
         raise CLIError("--rounds: the loop solves the instances you will solve: name them with --for SUITE|INSTANCE")
+    if with_policies and not targets:
+        raise CLIError("--with-policies: the policies learn to place the instances you will solve: name them with --for SUITE|INSTANCE")
+    policies = ("dreamshard", "autoshard") if with_policies else ()
     from shardopt.cli.pick import check_portfolio
 
     propose = _proposer(check_portfolio(proposers), propose_time, seed) if rounds else None
@@ -144,12 +150,13 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         _print_lines(console, [f"calibrating {fingerprint.describe()} on the {backend} judge for hardware {hw!r}, budget {budget_minutes:g} min: "
                                f"batches {', '.join(f'{b:,}' for b in settings.batch_choices)}, rows up to {settings.max_rows:,}, "
                                f"up to {settings.max_tables} tables per device sample",
-                               "plan: " + stage_plan(budget_minutes * 60, bool(rounds and targets), rounds or 0)])
+                               "plan: " + stage_plan(budget_minutes * 60, bool(rounds and targets), rounds or 0, policies)])
     with _progress_stages(enabled=not json_out) as tick:
         try:
             result = calibrate_machine(settings, fingerprint, budget_s=budget_minutes * 60, models_dir=models, model_id=model_id,
                                        command=command, progress=tick, log=None if json_out else (lambda m: _print_lines(console, [m])),
-                                       targets=targets, rounds=rounds, propose=propose, host_link=link)
+                                       targets=targets, rounds=rounds, propose=propose, host_link=link, policies=policies,
+                                       policy_episodes=policy_episodes)
         except CalibrationError as exc:
             raise CLIError(str(exc)) from None
     card = result.card
@@ -175,6 +182,8 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         f"MAPE {acc['mape']:.1%}, Kendall tau {acc['kendall_tau']:.3f} on {acc['n']} samples",
         f"domain: {card.domain.describe()}",
         f"`--cost-model auto` now plans instances of hardware {card.hardware!r} inside that domain with it; name it with --cost-model {card.id}",
+        *([f"policies trained on it: {', '.join(card.policies)} (`solve --solver {'|'.join(card.policies)}` with this model uses them)"]
+          if card.policies else []),
     ])
 
 

@@ -140,6 +140,8 @@ def solve(
                     "out": str(out) if out is not None else None,
                     **({"replan": result.info["replan"]} if "replan" in result.info else {}),
                     **({"pick": picked} if picked is not None else {}),
+                    **({"policy": result.info["policy"], "policy_from_card": result.info.get("policy_from_card")}
+                       if "policy" in result.info else {}),
                     "plan": to_dict(plan),
                 }
             )
@@ -154,6 +156,8 @@ def solve(
             gap = (costs.max_cost - result.lower_bound) / costs.max_cost if costs.max_cost > 0 else 0.0
             what = result.info.get("bound_is_for") or "the solver's model"
             status += f" · lower bound {result.lower_bound:.3f} ms of {what} (gap {100 * gap:.1f}%)"
+        if result.info.get("policy_from_card"):
+            status += f" · policy trained on {result.info['policy_from_card']} (calibrate --with-policies)"
         lines.append(status)
         if "replan" in result.info:
             lines.append(_replan_line(result.info["replan"]))

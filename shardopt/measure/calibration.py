@@ -53,6 +53,9 @@ DEFAULT_DOMAIN = {
 # rounds (the rest: the refit, the judgement, the registration)
 PLAIN_SHARES = {"train": 0.6, "test": 0.75, "train_end": 0.95, "loop_end": 0.95}
 LOOP_SHARES = {"train": 0.35, "test": 0.45, "train_end": 0.55, "loop_end": 0.95}
+# `--with-policies`: the stages above end by this fraction of their shares, and the RL policies are trained on the
+# calibrated model in the rest (split between the algorithms)
+POLICY_SHARE = 0.25
 # the proposed devices' weight in retraining: repeated until they are about this share of the random samples (they
 # are few - a few hundred against thousands - and they are where the search goes), at most LOOP_MAX_WEIGHT times
 LOOP_SHARE_OF_TRAIN = 0.25
@@ -151,15 +154,24 @@ Progress = Callable[[str, int, int], None]  # (stage description, done, total)
 Proposer = Callable[[Instance, Any], list[tuple[str, Any]]]  # (instance, cost model) -> [(solver name, Plan), ...]
 
 
-def stage_plan(budget_s: float, loop: bool, rounds: int) -> str:
-    """When each stage ends at the latest, in minutes from the start (what the progress bars then fill in)."""
+def stage_shares(loop: bool, policies: bool = False) -> dict[str, float]:
+    """The share of the budget by which each stage ends (with policies, scaled to leave them POLICY_SHARE)."""
     sh = LOOP_SHARES if loop else PLAIN_SHARES
+    return {k: v * (1 - POLICY_SHARE) for k, v in sh.items()} if policies else dict(sh)
+
+
+def stage_plan(budget_s: float, loop: bool, rounds: int, policies: Sequence[str] = ()) -> str:
+    """When each stage ends at the latest, in minutes from the start (what the progress bars then fill in)."""
+    sh = stage_shares(loop, bool(policies))
     m = budget_s / 60
     parts = [f"train-pool samples until {sh['train'] * m:.1f} min", f"held-out samples until {sh['test'] * m:.1f}",
              f"training until {sh['train_end'] * m:.1f}"]
     if loop:
         parts.append(f"{rounds} rounds on proposed plans until {sh['loop_end'] * m:.1f}")
-    return ", ".join(parts) + ", then the refit, the judgement and the card (a rerun of the same command resumes)"
+    parts.append("the refit and the judgement")
+    if policies:
+        parts.append(f"{' and '.join(policies)} policies trained on the model until {m:.1f}")
+    return ", ".join(parts) + ", then the card (a rerun of the same command resumes)"
 
 
 def split_targets(targets: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
@@ -259,9 +271,13 @@ def calibrate_machine(
     rounds: int = 0,
     propose: Proposer | None = None,
     host_link: dict[str, Any] | None = None,
+    policies: Sequence[str] = (),
+    policy_episodes: int = 8000,
 ) -> CalibrationResult:
     """Run (or resume) the calibration of this machine within `budget_s` seconds and register its model. With
-    `targets` and `rounds`, close the loop on the plans `propose` makes for them (module docstring)."""
+    `targets` and `rounds`, close the loop on the plans `propose` makes for them (module docstring). With `policies`
+    (dreamshard, autoshard) and `targets`, train those RL policies on the calibrated model for the targets
+    (`train_policies`); the card carries each one that beats the shipped policy there."""
     from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
     from costmodels.evaluation import accuracy_by_band
     from costmodels.neural import NeuralCostModel
@@ -274,6 +290,8 @@ def calibrate_machine(
 
     if budget_s <= 0:
         raise CalibrationError(f"--budget-minutes: {budget_s / 60:g} must be > 0")
+    if policies and not targets:
+        raise CalibrationError("--with-policies: needs --for SUITE|INSTANCE (the instances the policies learn to place)")
     if model_id is not None and (find_card(model_id, models_dir) is not None or (user_store_dir(models_dir) / model_id).exists()):
         raise CalibrationError(f"--id: a model {model_id!r} exists already (shardopt costmodel list): choose another id")
     say = log or (lambda _msg: None)
@@ -307,7 +325,7 @@ def calibrate_machine(
         stages.append(StageRecord(name, time.monotonic() - start, f"{have} samples{rate}", cut=cut))
         say(f"{name}: {have} samples" + (" (its time box ended it)" if cut else ""))
 
-    shares = LOOP_SHARES if rounds and targets else PLAIN_SHARES
+    shares = stage_shares(bool(rounds and targets), bool(policies))
     collect_stage("collect-train", "train", train_file, settings.train_samples, settings.seed, shares["train"], settings.backend, 0.0)
     collect_stage("collect-test", "test", test_file, settings.test_samples, settings.seed + 1, shares["test"], settings.backend, 0.0)
     collect_stage("collect-comm", "train", comm_file, settings.comm_samples, settings.seed + 5, 1.0, "sim", 1.0)
@@ -433,6 +451,11 @@ def calibrate_machine(
     analytic_acc = heldout["analytic refitted (this calibration)"]["bands"]["all"]
     preferred = "neural" if neural_acc["mape"] <= analytic_acc["mape"] else "analytic"
     judge = next((s.get("judge") for s in train_samples if s.get("judge")), settings.backend)
+    trained_policies: dict[str, Path] = {}
+    if policies:
+        chosen = NeuralCostModel(neural_file) if preferred == "neural" else get_cost_model(f"analytic:{profile_file}")
+        trained_policies = train_policies(policies, targets, chosen, work / "policies", t0 + budget_s, settings.seed,
+                                          stages, say, progress, episodes=policy_episodes)
     folder = work / "model"
     if folder.exists():
         shutil.rmtree(folder)
@@ -444,6 +467,10 @@ def calibrate_machine(
     (folder / "heldout.json").write_text(json.dumps({"devices": heldout, "plan_rounds": plan_rounds}, indent=1) + "\n")
     if (work / "loop.jsonl").is_file():
         _gzip_copy(work / "loop.jsonl", folder / "data" / "loop.jsonl.gz")
+    if trained_policies:
+        (folder / "policies").mkdir()
+        for algo, export in trained_policies.items():
+            shutil.copy2(export, folder / "policies" / f"{algo}.npz")
     card = ModelCard(
         id=mid, backend=settings.backend, hardware=settings.hardware, fingerprint=fingerprint, kernel=kernel_of(judge),
         domain=domain_of_samples(train_samples), models={"neural": "neural.npz", "analytic": "profile.json"},
@@ -456,11 +483,76 @@ def calibrate_machine(
                      if plan_rounds else {})},
         command=command, libraries=library_versions(settings.backend),
         description=f"calibrated on {fingerprint.describe()} by the {settings.backend} judge ({kernel_of(judge)})",
+        policies={algo: f"policies/{algo}.npz" for algo in trained_policies},
     )
     stored = register(card, folder, models_dir)
     shutil.rmtree(work, ignore_errors=True)
     return CalibrationResult(card=stored, stages=stages, heldout=heldout, work_dir=work, seconds=time.monotonic() - t0, resumed=resumed,
                              plan_rounds=plan_rounds)
+
+
+def train_policies(algos: Sequence[str], targets: Sequence[Instance], model: Any, out_dir: Path, deadline: float,
+                   seed: int, stages: list[StageRecord], say: Callable[[str], None],
+                   progress: Progress | None = None, episodes: int = 8000) -> dict[str, Path]:
+    """Train each RL policy (`algos`) on `model` for `targets`, at most `episodes` rollouts each, in equal shares of
+    the time left before `deadline` (time.monotonic()), and keep it where its plans for the targets cost less under `model` than the shipped
+    policy's (geometric mean of the greedy rollouts' costs): {algo: its inference export}. Resumable: a policy
+    trained by an earlier run of the same calibration is kept (`<algo>.done`).
+
+    Why: DreamShard and AutoShard learn the estimated MDP of the cost model they train on; the shipped policies
+    learned the analytic model's, and place tables for costs this machine does not have."""
+    import numpy as np
+
+    from solvers.registry import get_solver
+    from solvers.rl_common import TrainSettings as PolicySettings, evaluate_policy, load_policy
+    from solvers.rl_train import train_policy
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    named = [(f"target-{i:03d}", inst) for i, inst in enumerate(targets)]
+    kept: dict[str, Path] = {}
+    for k, algo in enumerate(algos):
+        start = time.monotonic()
+        ckpt, stamp = out_dir / f"{algo}.pt", out_dir / f"{algo}.done"
+        done = json.loads(stamp.read_text()) if stamp.is_file() else None
+        if done is None:
+            left = deadline - time.monotonic()
+            end = time.monotonic() + left / (len(algos) - k)
+            if left <= 1.0:
+                stages.append(StageRecord(f"policy {algo}", 0.0, "no time left in the budget", cut=True))
+                continue
+            tick = (lambda d, t, _a=algo: progress(f"policy {_a}", d, t)) if progress else None
+            summary = train_policy(named, model, PolicySettings(algo=algo, episodes=episodes, seed=seed, cost_updates=False),
+                                   ckpt, resume=ckpt.exists(), progress=tick, deadline=end,
+                                   meta={"suite": "calibrate --with-policies targets"})
+            if not summary["updates"]:
+                stages.append(StageRecord(f"policy {algo}", time.monotonic() - start, "no update within its time box", cut=True))
+                continue
+            solver_cls = type(get_solver(algo))
+            trained = load_policy(ckpt.with_suffix(".npz"), solver_cls.policy_cls, algo)
+            shipped = get_solver(algo, checkpoint=str(solvers_checkpoint(solver_cls))).policy
+            mine = evaluate_policy(trained, list(targets), model, seed=seed)
+            theirs = evaluate_policy(shipped, list(targets), model, seed=seed)
+            ok = np.isfinite(mine) & np.isfinite(theirs)
+            ratio = float(np.exp(np.mean(np.log(mine[ok] / theirs[ok])))) if ok.any() else float("inf")
+            placed = bool(np.isfinite(mine).sum() >= np.isfinite(theirs).sum())
+            done = {"episodes": summary["episodes"], "ratio": ratio, "keep": bool(placed and ratio <= 1.0),
+                    "cut": bool(summary["stopped_at_deadline"])}
+            stamp.write_text(json.dumps(done))
+        verdict = "kept" if done["keep"] else "not kept (the shipped policy placed these targets as well or better)"
+        detail = (f"{done['episodes']} episodes; plan cost {100 * (done['ratio'] - 1):+.1f} % against the shipped policy "
+                  f"(geometric mean over {len(targets)} targets, under the calibrated model): {verdict}")
+        stages.append(StageRecord(f"policy {algo}", time.monotonic() - start, detail, cut=done["cut"]))
+        say(f"policy {algo}: {detail}")
+        if done["keep"]:
+            kept[algo] = ckpt.with_suffix(".npz")
+    return kept
+
+
+def solvers_checkpoint(solver_cls: Any) -> Path:
+    """The shipped policy file of an RL solver class."""
+    from solvers.rl_common import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / solver_cls.default_checkpoint
 
 
 def _brief(m: dict[str, Any]) -> dict[str, Any]:
