@@ -56,6 +56,8 @@ def test_generate_from_standard_test_pool(tmp_path):
         (["--family", "neuroshard", "--count", "1", "--pool-file", "CORRUPT"], "tables[0].rows"),
         (["--family", "neuroshard", "--count", "1", "--pool-file", "MISSING"], "no such file"),
         (["--family", "neuroshard", "--count", "1", "--pool", "validation"], "validation"),
+        (["--family", "cpu", "--count", "1", "--memory-slack", "0.9"], "--memory-slack: 0.9 must be >= 1"),
+        (["--family", "tiered", "--count", "1", "--memory-slack", "2"], "--memory-slack: family 'tiered' sizes its memory"),
     ],
 )
 def test_generate_bad_requests_exit_2(args, needle, tmp_path, small_pool):
@@ -65,6 +67,25 @@ def test_generate_bad_requests_exit_2(args, needle, tmp_path, small_pool):
     r = run("generate", *[subst.get(a, a) for a in args], "--out", str(tmp_path / "out"))
     assert r.exit_code == 2, r.output
     assert needle in r.output
+
+
+def test_memory_slack_gives_the_same_tables_more_room(tmp_path):
+    """--memory-slack X: the same tables and workload, device memory X x their bytes / devices (what TorchRec's
+    storage model, which adds each shard's input and output buffers, needs to place the cpu family)."""
+    from shardopt.core.ir import load_instance
+
+    for label, extra in (("tight", []), ("roomy", ["--memory-slack", "1.5"])):
+        r = run("generate", "--family", "cpu", "--count", "2", "--seed", "9", "--pool", "test", "--out", str(tmp_path / label), *extra)
+        assert r.exit_code == 0, r.output
+    tight = sorted(p for p in (tmp_path / "tight").glob("*.json") if p.name != "suite.json")
+    roomy = sorted(p for p in (tmp_path / "roomy").glob("*.json") if p.name != "suite.json")
+    assert [p.name.replace(".json", "-m1.5.json") for p in tight] == [p.name for p in roomy]
+    for a, b in zip(map(load_instance, tight), map(load_instance, roomy)):
+        assert a.tables == b.tables and a.workload == b.workload
+        used = b.metadata["memory_utilisation"]
+        assert b.topology.memory_bytes > 1.3 * a.topology.memory_bytes and used <= 1 / 1.5 + 1e-3
+        assert "1.5 x total" in b.metadata["memory_rule"]
+    assert json.loads((tmp_path / "roomy" / "suite.json").read_text())["memory_slack"] == 1.5
 
 
 def test_make_pool_writes_disjoint_halves(tmp_path):

@@ -21,6 +21,9 @@ def generate(
     pool_file: Annotated[
         Optional[Path], typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool file instead of the standard one.")
     ] = None,
+    memory_slack: Annotated[
+        Optional[float], typer.Option("--memory-slack", metavar="X", help="Tight-rule families: device memory = X x the tables' bytes / devices (grown 2 % until first-fit-decreasing packs them) instead of 1.10; room for a planner whose storage model adds buffers (TorchRec's: 2 or more).", show_default=False)
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Generate a benchmark suite of one task family from a table pool."""
@@ -32,10 +35,14 @@ def generate(
             raise CLIError(f"--family: unknown family {family!r} (known: {', '.join(FAMILIES)})")
         if count <= 0:
             raise CLIError(f"--count: {count} must be >= 1")
+        if memory_slack is not None and FAMILIES[family].make is not None:
+            raise CLIError(f"--memory-slack: family {family!r} sizes its memory by its own rule, not the tight rule")
+        if memory_slack is not None and not memory_slack >= 1.0:
+            raise CLIError(f"--memory-slack: {memory_slack:g} must be >= 1 (device memory = slack x the tables' bytes / devices)")
         path = pool_file or standard_pool_path(pool.value)
         table_pool = load_pool(path)
         label = pool.value if pool_file is None else f"{pool.value}:{path.name}"
-        paths = generate_suite(family, table_pool, count, seed, label, out, command=_command_line())
+        paths = generate_suite(family, table_pool, count, seed, label, out, command=_command_line(), memory_slack=memory_slack)
         doc = {"family": family, "count": count, "seed": seed, "pool": label, "out": str(out), "instances": [p.name for p in paths]}
         if json_out:
             _emit_json(doc)

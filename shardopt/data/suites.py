@@ -424,10 +424,10 @@ FAMILIES["tiered"] = Family(
 )
 
 
-def tight_memory(sizes: np.ndarray, devices: int) -> tuple[int, int]:
-    """(capacity per device, FFD steps taken) by the rule in this module's docstring."""
+def tight_memory(sizes: np.ndarray, devices: int, slack: float = TIGHT_SLACK) -> tuple[int, int]:
+    """(capacity per device, FFD steps taken) by the rule in this module's docstring (`slack`: its 1.10)."""
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))[::-1]
-    cap = max(int(np.ceil(TIGHT_SLACK * sizes.sum() / devices)), int(sizes[0]))
+    cap = max(int(np.ceil(slack * sizes.sum() / devices)), int(sizes[0]))
     steps = 0
     while not first_fit_decreasing_fits(sizes, devices, cap):
         cap = int(np.ceil(cap * SLACK_STEP))
@@ -445,7 +445,15 @@ def first_fit_decreasing_fits(sizes_desc: np.ndarray, devices: int, capacity: in
     return True
 
 
-def generate_instance(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> Instance:
+def generate_instance(family: Family, pool: TablePool, seed: int, index: int, pool_label: str,
+                      memory_slack: float | None = None) -> Instance:
+    """One instance of `family`. `memory_slack` (tight-rule families only) replaces the rule's TIGHT_SLACK: room a
+    planner with a larger storage model needs (TorchRec's adds each shard's input and output buffers)."""
+    if memory_slack is not None and family.make is not None:
+        raise SuiteError(f"memory_slack: family {family.name!r} sizes its memory by its own rule, not the tight rule")
+    if memory_slack is not None and not memory_slack >= 1.0:
+        raise SuiteError(f"memory_slack: {memory_slack} must be >= 1 (capacity = slack x total bytes / devices)")
+    slack = TIGHT_SLACK if memory_slack is None else float(memory_slack)
     if family.make is not None:
         return family.make(family, pool, seed, index, pool_label)
     rng = np.random.default_rng([seed, index])
@@ -476,15 +484,15 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
         workload=workload,
     )
     sizes = table_bytes_array(draft)
-    cap, steps = tight_memory(sizes, shape.devices)
-    name = f"{family.name}-{pool_label}-s{seed}-{index:04d}"
+    cap, steps = tight_memory(sizes, shape.devices, slack)
+    name = f"{family.name}-{pool_label}-s{seed}-{index:04d}" + (f"-m{slack:g}" if memory_slack is not None else "")
     return draft.model_copy(
         update={
             "name": name,
             "topology": draft.topology.model_copy(update={"memory_bytes": cap}),
             "metadata": {
                 **_common_metadata(family, pool, seed, index, pool_label),
-                "memory_rule": f"tight: {TIGHT_SLACK} x total / devices, +{round((SLACK_STEP - 1) * 100)}% steps until FFD fits ({steps} steps)",
+                "memory_rule": f"tight: {slack:g} x total / devices, +{round((SLACK_STEP - 1) * 100)}% steps until FFD fits ({steps} steps)",
                 "memory_utilisation": round(float(sizes.sum()) / (cap * shape.devices), 4),
                 "paper_memory": family.nominal_memory,
                 **({"rows_capped_at": family.max_rows} if family.max_rows is not None else {}),
@@ -495,17 +503,19 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
     )
 
 
-def generate_suite(family_name: str, pool: TablePool, count: int, seed: int, pool_label: str, out_dir: Path, command: str = "") -> list[Path]:
+def generate_suite(family_name: str, pool: TablePool, count: int, seed: int, pool_label: str, out_dir: Path, command: str = "",
+                   memory_slack: float | None = None) -> list[Path]:
     """Write `count` instances and a manifest into `out_dir`; return the instance paths."""
     family = FAMILIES.get(family_name)
     if family is None:
         raise SuiteError(f"family: unknown family {family_name!r} (known: {', '.join(FAMILIES)})")
     if count <= 0:
         raise SuiteError(f"count: {count} must be >= 1")
+    generate_instance(family, pool, seed, 0, pool_label, memory_slack)  # a bad request fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, hashes = [], {}
     for i in range(count):
-        inst = generate_instance(family, pool, seed, i, pool_label)
+        inst = generate_instance(family, pool, seed, i, pool_label, memory_slack)
         path = out_dir / f"{inst.name}.json"
         text = dumps(inst) + "\n"
         path.write_text(text)
@@ -520,6 +530,7 @@ def generate_suite(family_name: str, pool: TablePool, count: int, seed: int, poo
         "pool": pool_label,
         "pool_name": pool.name,
         "pool_synthetic": pool.synthetic,
+        **({"memory_slack": memory_slack} if memory_slack is not None else {}),
         "command": command,
         "instances": hashes,
     }
