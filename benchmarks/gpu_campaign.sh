@@ -257,7 +257,8 @@ env_field() {  # env_field KEY: a field of environment.json
 # device kernel of every plan is built at once, and relabelled with the hardware they are judged on (the GPU's
 # profile; `cpu` on the cpu judge): the judge's all-to-all then uses that machine's links, and `--cost-model auto`
 # plans them with the model calibrated here. The scaled instances are what the solvers are given too.
-step_generate() {
+step_generate() {  # (a half-written generated/ has no stamp: the step starts over)
+    rm -rf generated
     so generate --family "$FAMILY" --count "$COUNT" --seed "$SUITE_SEED" --pool test --out generated
 }
 step_scale() {  # (a half-written $SUITE has no stamp: the step runs again)

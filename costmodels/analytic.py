@@ -169,6 +169,11 @@ def cache_miss_share(histogram: np.ndarray, rows: float, lookups: float, cache_r
     h = np.asarray(histogram, dtype=np.float64)[None, :]
     if lookups <= 0:
         return 0.0
+    if not (h * BIN_COUNTS).sum() > 0:
+        # no access measured (a table read less than once a batch has an all-zero histogram): its rows are taken as
+        # equally likely, so the cache holds its share of them (0 / 0 made this NaN, and the cache sizing then took
+        # the largest cache for the coldest table)
+        return float(np.clip(1.0 - cache_rows / rows, 0.0, 1.0)) if rows > 0 else 0.0
     unique = min(rows, lookups / max(float(mean_count(h)[0]), 1.0), lookups)
     weight = h * BIN_COUNTS
     acc = (weight / weight.sum() * lookups)[:, ::-1]

@@ -102,6 +102,25 @@ class NeuroShardConfig:
     soft_dim_cap: bool = True  # a lane's dim cap is at least the state's widest piece (`_start_lanes`), and a piece
     # it admits on no device goes where memory allows (`grid_greedy`); False: a hard cap, as published
 
+    def __post_init__(self) -> None:
+        """A user's -O value names the option and the value: a beam of -3 searched nothing and said nothing."""
+        for name in ("beam_width", "max_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: {v!r} must be an integer >= 1")
+        for name in ("candidates_by_size", "candidates_by_cost", "refine_extra"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name}: {v!r} must be an integer >= 0")
+        if self.patience is not None and (isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1):
+            raise ValueError(f"patience: {self.patience!r} must be an integer >= 1 (or none)")
+        if not 0.0 <= float(self.polish_reserve) < 1.0:
+            raise ValueError(f"polish_reserve: {self.polish_reserve!r} must be in [0, 1)")
+        if self.default_time_limit is not None and not float(self.default_time_limit) > 0:
+            raise ValueError(f"default_time_limit: {self.default_time_limit!r} must be > 0")
+        if not self.scales or any(not float(x) > 0 for x in self.scales):
+            raise ValueError(f"scales: {self.scales!r} must be positive numbers")
+
 
 FAITHFUL = NeuroShardConfig(
     split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False,

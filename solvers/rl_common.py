@@ -437,8 +437,12 @@ class PolicySolver(Solver):
     def __init__(self, checkpoint: str | Path | None = None, samples: int = 16, temperature: float = 1.0, safe_mask: bool = True):
         import os
 
-        if checkpoint is None:  # the CLI has no solver options: an environment variable names another checkpoint
-            checkpoint = os.environ.get(f"SHARDOPT_{self.algo.upper()}_CHECKPOINT") or None
+        where = "checkpoint"
+        if checkpoint is None:  # an environment variable may name another checkpoint (or -O checkpoint=FILE)
+            env = f"SHARDOPT_{self.algo.upper()}_CHECKPOINT"
+            checkpoint, where = os.environ.get(env) or None, env
+        if checkpoint is not None and not Path(checkpoint).is_file():
+            raise ValueError(f"{where}: {checkpoint}: no such policy file")
         # without a checkpoint named, a cost model whose card carries a policy of this algorithm (trained on that
         # model: `shardopt calibrate --with-policies`) brings its own; else the shipped one
         self.named_checkpoint = checkpoint is not None

@@ -48,7 +48,7 @@ from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, tab
 from shardopt.core.stats import table_histogram
 from shardopt.data.torchrec_io import rw_layout
 
-HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables may plan for: the packer needs slack
+HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables plan for first (the packer needs slack); a preference: plan_tiers uses all of it where nothing fits within
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
 CACHE_LOAD_FACTORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the caches offered (TorchRec's default is 0.2)
 
@@ -181,8 +181,9 @@ def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = N
     return CACHE_LOAD_FACTORS[-1]
 
 
-def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hbm: np.ndarray) -> list[int] | None:
-    """The devices of the host whose HBM (HEADROOM of it, less what is fixed there already) holds `table` split by
+def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hbm: np.ndarray,
+                    headroom: float = HEADROOM) -> list[int] | None:
+    """The devices of the host whose HBM (`headroom` of it, less what is fixed there already) holds `table` split by
     rows over them, the roomiest host first; None when no host does. Within a host the split's partial sums take a
     reduce-scatter over NVLink and 1 / (devices per host) of the network bytes of a split over all devices
     (costmodels.hierarchical): TorchRec's table_row_wise, what its planner picks for such tables."""
@@ -190,7 +191,7 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     per_host = topo.devices_per_host
     block = slice_bytes(instance, table, -(-table.rows // per_host), table.dim)
     groups = [list(range(h * per_host, (h + 1) * per_host)) for h in range(topo.num_hosts)]
-    rooms = [HEADROOM * caps[devs].min() - fixed_hbm[devs].max() for devs in groups]
+    rooms = [headroom * caps[devs].min() - fixed_hbm[devs].max() for devs in groups]
     for h in sorted(range(len(groups)), key=lambda h: (-rooms[h], h)):
         if block <= rooms[h]:
             return groups[h]
@@ -209,17 +210,21 @@ def oversized_tables(instance: Instance) -> list[int]:
 def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True,
                oversized_to_host: bool | frozenset[int] = False) -> TieredLayout | str:
     """`_plan_tiers` with the oversized tables hottest per byte first, or, where that layout cannot be made (the hot
-    tables' blocks took the HBM and host memory that a later table's blocks needed), in table order."""
-    got = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=True)
-    if isinstance(got, str):
-        other = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=False)
-        if not isinstance(other, str):
-            return other
+    tables' blocks took the HBM and host memory that a later table's blocks needed), in table order. HEADROOM is a
+    preference, never a refusal: where no layout leaves the packer its slack, the same tries use every byte of HBM
+    (a table split into blocks of 200,000 bytes on devices of 210,000 is placed, as TorchRec places it), and the
+    reason given is that last try's, quoting the capacities it tested."""
+    got: TieredLayout | str = ""
+    for headroom in (HEADROOM, 1.0):
+        for hot_first in (True, False):
+            got = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=hot_first, headroom=headroom)
+            if not isinstance(got, str):
+                return got
     return got
 
 
 def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_host: bool, oversized_to_host: bool | frozenset[int],
-                hot_first: bool) -> TieredLayout | str:
+                hot_first: bool, headroom: float = HEADROOM) -> TieredLayout | str:
     """Each table's placement kind (see the module docstring), or why this layout cannot be made. `rowwise`: tables
     to split row-wise although a device could hold them whole (the packer found no room for them). `lean`: the
     layout for when the default one does not pack - every HBM cache as small as offered (CACHE_LOAD_FACTORS[0]) and
@@ -269,10 +274,10 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
             # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge)
             for f in sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True):
                 probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
-                if shard_bytes(instance, t, probe) <= HEADROOM * caps.max():
+                if shard_bytes(instance, t, probe) <= headroom * caps.max():
                     break
             need = shard_host_bytes(instance, t, probe)
-            if need <= (hosts - fixed_host).max() - host.sum() and shard_bytes(instance, t, probe) <= HEADROOM * caps.max():
+            if need <= (hosts - fixed_host).max() - host.sum() and shard_bytes(instance, t, probe) <= headroom * caps.max():
                 tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
                 hbm[i], host[i] = shard_bytes(instance, t, probe), need
                 continue
@@ -283,7 +288,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
         # places such a table (seed 1369 of bench_tiered's generator: two tables of 47 and 41 GB on 4 devices of
         # 22.9 GB HBM and 22.9 GB host memory; split by rows in HBM they left no room for the rest, and no plan was found)
         blocks_to_host = oversized_to_host is True and i not in rowwise and host_ok
-        host_devices = _host_with_room(instance, t, caps, fixed_hbm) if within_host and 1 < per_host < D and not blocks_to_host else None
+        host_devices = _host_with_room(instance, t, caps, fixed_hbm, headroom) if within_host and 1 < per_host < D and not blocks_to_host else None
         if host_devices is not None:
             tiers[i] = TableTier(Kernel.fused, None, True)
             hbm[i] = host[i] = 0
@@ -292,15 +297,17 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
                 fixed_hbm[s.device] += shard_bytes(instance, t, s)
             continue
         block_bytes = slice_bytes(instance, t, block, t.dim)
-        if block_bytes <= HEADROOM * caps.min() - fixed_hbm.max() and not blocks_to_host:
+        if block_bytes <= headroom * caps.min() - fixed_hbm.max() and not blocks_to_host:
             tier = TableTier(Kernel.fused, None, True)
         elif host_ok:
             tier = TableTier(Kernel.fused_uvm_caching, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t, block), True)
         else:
             room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - fixed_host).min()):,} bytes of host memory left on some device"
+            tested = f"{int(caps.min()):,} bytes on the smallest device" + (
+                f", {headroom:.0%} of it planned for" if headroom < 1 else "") + (
+                f", {int(fixed_hbm.max()):,} taken by other tables' blocks" if fixed_hbm.max() else "")
             return (f"table {t.name!r} ({int(full[i]):,} bytes) fits on no device, and its row-wise blocks over all "
-                    f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({int(caps.min()):,} bytes on the "
-                    f"smallest device) nor in host memory ({room})")
+                    f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({tested}) nor in host memory ({room})")
         tiers[i] = tier
         hbm[i] = host[i] = 0
         for s in row_wise_shards(t, range(D), tier.kernel, tier.cache_load_factor):
@@ -313,7 +320,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     cached_rw = [i for i, t in enumerate(tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching]
     cached_rw.sort(key=lambda i: tables[i].pooling_factor / max(int(full[i]), 1))
     for i in cached_rw:
-        if (fixed_hbm <= HEADROOM * caps).all():
+        if (fixed_hbm <= headroom * caps).all():
             break
         tiers[i] = TableTier(Kernel.fused_uvm, None, True)
         for k, sh in enumerate(fixed):
@@ -326,7 +333,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
                 f"{int(fixed_host[d]):,} of host memory on device {d}, which has {int(caps[d]):,} and {int(hosts[d]):,}")
 
     # 2. more than the HBM holds: the coldest tables per byte to host memory, first with a cache, then without
-    budget = HEADROOM * caps.sum() - fixed_hbm.sum()
+    budget = headroom * caps.sum() - fixed_hbm.sum()
     packed = [i for i, t in enumerate(tiers) if not t.rowwise]
     heat = np.array([tables[i].pooling_factor / max(int(full[i]), 1) for i in packed])
     coldest = [packed[k] for k in np.argsort(heat, kind="stable")]

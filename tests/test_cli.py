@@ -441,3 +441,65 @@ def test_numbers_the_model_cannot_hold_exit_2_naming_the_field(tmp_path: Path) -
         result = run(*args)
         assert result.exit_code == 2, (args, result.stderr)
         assert "tables[2].rows: 1000000000000000000000000000000" in result.stderr
+
+
+def test_native_writes_to_stdout_never_precede_a_json_document():
+    """Issue 'trust': HiGHS (inside scipy) printed a line on file descriptor 1 before cpsat's --json document. While a
+    --json command runs, native writes go to stderr and the document alone to stdout - on success and on error."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, typer\n"
+        "from shardopt.cli.common import CLIError, _emit_json, _guard\n"
+        "import sys\n"
+        "fail = sys.argv[1] == 'fail'\n"
+        "try:\n"
+        "    with _guard(True):\n"
+        "        os.write(1, b'HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\\n')\n"
+        "        if fail:\n"
+        "            raise CLIError('bad --thing', 2, 'bad')\n"
+        "        _emit_json({'ok': True})\n"
+        "except typer.Exit as e:\n"
+        "    sys.exit(e.exit_code)\n"
+        "os.write(1, b'after\\n')\n"
+    )
+    for mode, code in (("ok", 0), ("fail", 2)):
+        r = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert r.returncode == code, r.stderr
+        doc_text = r.stdout.removesuffix("after\n")
+        doc = json.loads(doc_text)  # nothing native before (or inside) the document
+        assert (doc == {"ok": True}) if mode == "ok" else doc["error"]["exit_status"] == 2
+        assert "HighsMipSolverData" in r.stderr and "HighsMipSolverData" not in r.stdout
+        assert r.stdout.endswith("after\n") if mode == "ok" else True  # fd 1 is stdout again after the command
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--solver", "neuroshard", "-O", "foo=bar"], "solver 'neuroshard' has no option 'foo' (its options: anytime, beam_width"),
+    (["--solver", "neuroshard", "-O", "beam_width=-3"], "beam_width: -3 must be an integer >= 1"),
+    (["--solver", "neuroshard", "-O", "max_steps=0"], "max_steps: 0 must be an integer >= 1"),
+    (["--solver", "torchrec_all", "-O", "nope=1"], "solver 'torchrec_all' has no option 'nope'"),
+    (["--solver", "dreamshard", "-O", "checkpoint=/nonexistent/policy.npz"], "checkpoint: /nonexistent/policy.npz: no such policy file"),
+    (["--solver", "random", "--seed", "-1"], "--seed"),
+    (["--solver", "cpsat", "--seed", "-1"], "--seed"),
+])
+def test_solver_option_mistakes_exit_2_naming_the_option(args: list[str], needle: str) -> None:
+    """Issue 'trust': each of these exited 1 with a raw TypeError / ValueError, or was accepted silently."""
+    r = CliRunner().invoke(app, ["solve", str(ROOT / "instances" / "examples" / "small.json"), *args])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+
+
+def test_collect_into_a_folder_and_a_cuda_leaderboard_without_a_gpu_exit_2(tmp_path: Path) -> None:
+    """Issue 'trust': both exited 1; the leaderboard also left an empty store behind."""
+    import torch
+
+    r = CliRunner().invoke(app, ["costmodel", "collect", "--backend", "sim", "--samples", "3", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "is a folder" in r.output
+    if torch.cuda.is_available():
+        return
+    db = tmp_path / "lb.sqlite"
+    r = CliRunner().invoke(app, ["leaderboard", "run", str(ROOT / "instances" / "suites" / "cpu-test"), "--backend", "cuda",
+                                 "--solvers", "greedy", "--db", str(db)])
+    assert r.exit_code == 2 and "backend 'cuda' is not available" in r.output
+    assert not db.exists()

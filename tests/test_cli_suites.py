@@ -117,3 +117,26 @@ def test_import_dlrm_cli(tmp_path):
 def test_inspect_empty_directory_exits_2(tmp_path):
     r = run("inspect", str(tmp_path))
     assert r.exit_code == 2 and "no instance files" in r.output
+
+
+def test_generate_refuses_a_file_or_an_old_suite_unless_overwrite(tmp_path, small_pool):
+    """Issue 'trust': --out naming a file exited 1; a folder holding an older suite kept its instances beside the new
+    suite.json."""
+    base = ["generate", "--family", "neuroshard", "--pool-file", str(small_pool), "--out"]
+    afile = tmp_path / "file.json"
+    afile.write_text("{}")
+    r = run(*base, str(afile), "--count", "1")
+    assert r.exit_code == 2 and "is a file, not a folder" in r.output
+    out = tmp_path / "suite"
+    assert run(*base, str(out), "--count", "3", "--seed", "1").exit_code == 0
+    r = run(*base, str(out), "--count", "1", "--seed", "2")
+    assert r.exit_code == 2 and "already holds a suite" in r.output and "--overwrite" in r.output
+    assert len(list(out.glob("*-s1-*.json"))) == 3  # nothing lost
+    r = run(*base, str(out), "--count", "1", "--seed", "2", "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(["suite.json", *json.loads((out / "suite.json").read_text())["instances"]])
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "x.json").write_text("{}")
+    r = run(*base, str(stray), "--count", "1")
+    assert r.exit_code == 2 and "instance files of no suite" in r.output

@@ -170,3 +170,14 @@ def test_block_bootstrap_widens_the_interval_of_drifting_rounds() -> None:
     drifting = synthetic([10.0], 64, 0.01, 0, regimes)
     iid = synthetic([10.0], 64, 0.01, 0, np.random.default_rng(1).permutation(regimes))
     assert plan_cost_interval(drifting).half_width > plan_cost_interval(iid).half_width
+
+
+def test_an_interval_contains_its_estimate_by_construction() -> None:
+    """Issue 'trust': the bounds are percentiles of resamples and the estimate the sample's own statistic; where all
+    resamples agree they differed in the last bit (ci_low 3.0165991688557328 > estimate 3.0165991688557323)."""
+    from shardopt.measure.confidence import Interval
+
+    iv = Interval(3.0165991688557323, 3.0165991688557328, 3.0165991688557328)
+    assert iv.low <= iv.estimate <= iv.high
+    iv = Interval(2.0, 1.0, 1.5)  # an estimate above the resampled range widens the interval to it
+    assert (iv.low, iv.high) == (1.0, 2.0)

@@ -5,6 +5,7 @@ before, and the predictors and judges that cannot price a kind refuse it by name
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -521,3 +522,12 @@ def test_profiles_round_trip_with_and_without_row_constants(tmp_path) -> None:
     f.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="host_row_rate"):
         load_profile(f)
+
+
+def test_a_table_without_a_measured_access_has_a_finite_miss_share() -> None:
+    """Issue 'trust': under one lookup per batch the histogram is all zero and the miss share was 0 / 0 = NaN; the
+    rows are then taken as equally likely, and the cache sizing picks from finite numbers."""
+    zero = np.zeros(17)
+    shares = [cache_miss_share(zero, 1000.0, 0.5, c) for c in (0.0, 100.0, 500.0, 1000.0)]
+    assert all(math.isfinite(x) for x in shares)
+    assert shares == pytest.approx([1.0, 0.9, 0.5, 0.0])

@@ -104,6 +104,28 @@ def test_measured_leaderboard_end_to_end_on_cpu(tmp_path: Path) -> None:
     assert (out / "measured-leaderboard.md").exists() and "<svg" in (out / "measured-leaderboard.html").read_text()
 
 
+def test_the_pick_entry_keeps_a_portfolio_plan_and_is_measured_with_the_rest(tmp_path: Path) -> None:
+    """`pick`: per cost model, the portfolio's plans (with that model and with analytic) timed in a session of their
+    own, the fastest kept; its row is then measured in the instance's session, with the very plan of a portfolio row."""
+    pytest.importorskip("fbgemm_gpu")
+    suite, db = tiny_suite(tmp_path), tmp_path / "lb.sqlite"
+    r = CliRunner().invoke(app, ["leaderboard", "run", str(suite), "--backend", "cpu", "--solvers", "greedy,size,pick",
+                                 "--cost-model", "neural-cpu-zen5", "--db", str(db), "--repeats", "3", "--time-limit", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = load_measured(db)
+    picks = [x for x in rows if x["solver"] == "pick"]
+    assert len(picks) == 2 and all(x["cost_model"] == "neural-cpu-zen5" and x["measured_ms"] > 0 for x in picks)
+    for x in picks:
+        assert x["reason"].startswith("picked ") and x["solve_time_s"] > 0
+        label = x["reason"][len("picked "):].split(":")[0]  # "<solver> / <cost model>"
+        solver, model = label.split(" / ")
+        assert solver in ("greedy", "neuroshard", "cpsat") and model in ("neural-cpu-zen5", "analytic")
+        same = [y for y in rows if y["instance_file"] == x["instance_file"] and y["plan_key"] == x["plan_key"] and y is not x]
+        assert all(y["measured_ms"] == x["measured_ms"] for y in same)  # one plan, one measurement
+    r = CliRunner().invoke(app, ["leaderboard", "run", str(suite), "--solvers", "pick", "--db", str(tmp_path / "sim.sqlite")])
+    assert r.exit_code == 2 and "measured leaderboard" in r.output
+
+
 def test_measured_leaderboard_refuses_bounds_and_sim(tmp_path: Path) -> None:
     suite = tiny_suite(tmp_path)
     r = CliRunner().invoke(app, ["leaderboard", "run", str(suite), "--backend", "cpu", "--solvers", "greedy",

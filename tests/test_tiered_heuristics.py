@@ -354,3 +354,22 @@ def test_an_oversized_table_too_big_for_one_hosts_memory_goes_there_by_rows() ->
     not_sent = plan_tiers(inst, within_host=False, lean=True)  # (not sent to host memory: their blocks in HBM, as before)
     assert isinstance(not_sent, str) or not_sent.tiers[14].kernel is Kernel.fused
     assert _every_solver_plans(inst)["oversized_to_host"] is True
+
+
+def test_a_row_split_that_fits_only_without_headroom_is_placed_not_refused() -> None:
+    """Issue 'trust': devices of 210,000 bytes and one table that fits as two row blocks of 200,000 bytes. The
+    layout's HBM headroom (90 %) is a preference: greedy, neuroshard and cpsat place it, as TorchRec does."""
+    from shardopt.core.memory import slice_bytes
+
+    inst = spec_instance("headroom", [(800, 124, 4.0, 1.0)],
+                         {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 210_000, "hardware": "v100"}, 512)
+    assert slice_bytes(inst, inst.tables[0], 400, 124) == 200_000 > 0.9 * 210_000
+    assert not isinstance(plan_tiers(inst), str)
+    for solver in ("greedy", "neuroshard", "cpsat"):
+        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+        assert r.status.has_plan, f"{solver}: {r.reason}"
+        assert check_plan(inst, r.plan).ok and len(r.plan.shards) == 2
+    # one byte less per device than the blocks: refused, quoting the bytes it tested (all of them, not 90 %)
+    tight = inst.model_copy(update={"topology": inst.topology.model_copy(update={"memory_bytes": 199_999})})
+    reason = plan_tiers(tight)
+    assert isinstance(reason, str) and "399,998 bytes of HBM" in reason and "short by 2 bytes" in reason

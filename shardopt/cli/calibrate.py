@@ -43,7 +43,7 @@ def calibrate(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PROFILE.json", help="With DATA.jsonl: where to write the calibrated profile.", show_default=False)] = None,
     profile: Annotated[str, typer.Option("--profile", help="With DATA.jsonl: base hardware profile (name or PROFILE.json).")] = "v100",
     holdout: Annotated[float, typer.Option("--holdout", help="With DATA.jsonl: share of samples kept out of the fit and judged after it.")] = 0.2,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the samples (--backend) or of the train / hold-out split (DATA.jsonl).")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the samples (--backend) or of the train / hold-out split (DATA.jsonl).")] = 0,
     name: Annotated[Optional[str], typer.Option("--name", help="With DATA.jsonl: name of the calibrated profile.")] = None,
     with_policies: Annotated[bool, typer.Option("--with-policies", help="With --for: also train DreamShard's and AutoShard's policies on the calibrated model for those instances (the last quarter of the budget); the card carries each one that beats the shipped policy there, and `solve --solver dreamshard|autoshard` with this model uses it.")] = False,
     policy_episodes: Annotated[int, typer.Option("--policy-episodes", min=16, help="With --with-policies: at most this many rollouts per policy (its time box may end it sooner).")] = 8000,

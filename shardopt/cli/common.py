@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
@@ -71,9 +71,49 @@ def _console(stderr: bool = False) -> Console:
     return console
 
 
+# while a --json command runs, file descriptor 1 points at stderr (`_native_output_to_stderr`) and the document goes
+# to this duplicate of the real stdout
+_JSON_FD: int | None = None
+
+
 def _emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    text = json.dumps(doc, indent=1, default=_json_default) + "\n"
+    if _JSON_FD is not None:
+        sys.stdout.flush()
+        data = text.encode()
+        while data:
+            data = data[os.write(_JSON_FD, data):]
+        return
+    sys.stdout.write(text)
     sys.stdout.flush()
+
+
+@contextmanager
+def _native_output_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr while a --json command runs: native solver code (HiGHS inside scipy, CBC)
+    writes to it directly, past Python's sys.stdout, and a line of theirs before the document makes stdout no JSON.
+    The document itself goes to the real stdout (`_emit_json`). Where stdout is no file (a test's captured stream),
+    nothing native can reach it and nothing changes."""
+    global _JSON_FD
+    try:
+        out_fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    if _JSON_FD is not None or out_fd != 1:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(out_fd)
+    os.dup2(err_fd, out_fd)
+    _JSON_FD = saved
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, out_fd)
+        os.close(saved)
+        _JSON_FD = None
 
 
 def _json_default(obj: Any) -> Any:
@@ -140,25 +180,27 @@ def _classify(exc: BaseException) -> CLIError | None:
 
 @contextmanager
 def _guard(json_out: bool = False) -> Iterator[None]:
-    """Map every exception of a command body to its exit status and a message on stderr (JSON error on stdout)."""
-    try:
-        yield
-    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the one place that turns exceptions into exit statuses
-        known = _classify(exc)
-        if known is None:
-            if os.environ.get(DEBUG_ENV):
-                traceback.print_exc(file=sys.stderr)
-                hint = ""
-            else:
-                hint = f" (set {DEBUG_ENV}=1 for the traceback)"
-            known = CLIError(f"unexpected {type(exc).__name__}: {exc}{hint}", EXIT_UNEXPECTED, "unexpected")
-        label = {EXIT_INFEASIBLE: "infeasible" if known.kind == "infeasible" else "no plan"}.get(known.exit_code, "error")
-        _err(known.message, prefix=label)
-        if json_out:
-            _emit_json({**known.extra, "error": {"kind": known.kind, "exit_status": known.exit_code, "message": known.message}})
-        raise typer.Exit(known.exit_code) from None
+    """Map every exception of a command body to its exit status and a message on stderr (JSON error on stdout).
+    With `json_out`, native code's writes to stdout go to stderr (`_native_output_to_stderr`)."""
+    with _native_output_to_stderr() if json_out else nullcontext():
+        try:
+            yield
+        except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one place that turns exceptions into exit statuses
+            known = _classify(exc)
+            if known is None:
+                if os.environ.get(DEBUG_ENV):
+                    traceback.print_exc(file=sys.stderr)
+                    hint = ""
+                else:
+                    hint = f" (set {DEBUG_ENV}=1 for the traceback)"
+                known = CLIError(f"unexpected {type(exc).__name__}: {exc}{hint}", EXIT_UNEXPECTED, "unexpected")
+            label = {EXIT_INFEASIBLE: "infeasible" if known.kind == "infeasible" else "no plan"}.get(known.exit_code, "error")
+            _err(known.message, prefix=label)
+            if json_out:
+                _emit_json({**known.extra, "error": {"kind": known.kind, "exit_status": known.exit_code, "message": known.message}})
+            raise typer.Exit(known.exit_code) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -313,6 +355,26 @@ def _progress_stages(enabled: bool) -> Iterator[Any]:
         yield tick
 
 
+def _option_names(solver_cls: Any) -> set[str] | None:
+    """The -O keys a solver class takes: its config dataclass's fields (`config_type`), else the keyword parameters of
+    the first __init__ up its classes that does not pass **options on; None where nothing says."""
+    import dataclasses
+    import inspect
+
+    cfg = getattr(solver_cls, "config_type", None)
+    if cfg is not None and dataclasses.is_dataclass(cfg):
+        return {f.name for f in dataclasses.fields(cfg)}
+    for klass in solver_cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            continue
+        return {k for k in params if k not in ("self", "config")}
+    return None
+
+
 def _solver_with_options(name: str, options: list[str]) -> Any:
     """get_solver(name, **options) from KEY=VALUE strings; a bad option is bad input naming the option."""
     import inspect
@@ -331,11 +393,10 @@ def _solver_with_options(name: str, options: list[str]) -> Any:
         except json.JSONDecodeError:
             parsed[key.strip()] = raw
     solver_cls = solver_class(name)  # (unknown solver names fail here)
-    accepted = inspect.signature(solver_cls.__init__).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    accepted = _option_names(solver_cls)
     for key in parsed:
-        if key not in accepted and not takes_any:
-            known = ", ".join(k for k in accepted if k not in ("self", "config", "options")) or "none"
+        if accepted is not None and key not in accepted:
+            known = ", ".join(sorted(accepted)) or "none"
             raise CLIError(f"--option: solver {name!r} has no option {key!r} (its options: {known})")
     try:
         check_option_types(solver_cls, parsed)

@@ -20,7 +20,7 @@ def compare(
     target: Annotated[float, typer.Option("--target", help="With --repeats auto: every plan's CI half-width to reach, as a fraction of its cost.")] = 0.02,
     time_cap: Annotated[float, typer.Option("--time-cap", help="With --repeats auto: stop after this many seconds of timing.")] = 120.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up passes per device.")] = 3,
-    seed: Annotated[int, typer.Option("--seed", help="Index-trace, shuffle and bootstrap seed.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Index-trace, shuffle and bootstrap seed.")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend (pinned to as many cores).")] = 1,
     comm: Annotated[str, typer.Option("--comm", help="All-to-all: modelled (analytic) | measured (cpu: gloo, one process per device).")] = "modelled",
     engine: EngineOpt = "local",

@@ -23,7 +23,7 @@ def collect_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE.jsonl", help="Appended to; a rerun resumes.")] = Path("costdata.jsonl"),
     max_tables: Annotated[int, typer.Option("--max-tables", help="At most this many tables per device sample.")] = 20,
     min_tables: Annotated[int, typer.Option("--min-tables", help="At least this many tables per device sample.")] = 1,
-    seed: Annotated[int, typer.Option("--seed", help="Sample k is drawn from (seed, k).")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Sample k is drawn from (seed, k).")] = 0,
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample [default: the pool's].")] = None,
     vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072 (or --batch-choices).")] = False,
@@ -43,6 +43,8 @@ def collect_cmd(
 ) -> None:
     """Collect (device table set -> cost columns) samples for training cost models; resumable."""
     with _guard(json_out):
+        if out.is_dir():
+            raise CLIError(f"--out: {out} is a folder: name the JSONL file the samples go to (e.g. {out / 'costdata.jsonl'})")
         from shardopt.measure.collect import CollectSettings, collect
         from shardopt.core.hardware import PROFILES
         from shardopt.core.ir import Optimizer
@@ -101,7 +103,7 @@ def train_cmd(
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs (each network).")] = 60,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Samples per step.")] = 256,
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="Adam's initial learning rate (cosine decay).")] = 2e-3,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation, validation split and batches.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of initialisation, validation split and batches.")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")] = 2,
     json_out: JsonOpt = False,
 ) -> None:

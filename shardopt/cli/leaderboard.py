@@ -49,7 +49,7 @@ def _lb_guard(json_out: bool) -> Iterator[None]:
 @leaderboard_app.command("run")
 def run(
     suite_dir: Annotated[Path, typer.Argument(metavar="SUITE_DIR", help="A directory of instance files (suite.json is skipped).")],
-    solvers: Annotated[str, typer.Option("--solvers", "-s", help="Comma-separated solver names (see `shardopt solvers`).")],
+    solvers: Annotated[str, typer.Option("--solvers", "-s", help="Comma-separated solver names (see `shardopt solvers`); with a measured backend also `pick` (solve --pick's portfolio, per cost model, its plans measured in a session of their own and the fastest kept).")],
     db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The SQLite store; finished rows are skipped on re-runs.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
     cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: auto (per instance: the model calibrated on its hardware, else analytic), a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "auto",

@@ -48,7 +48,7 @@ def train_cmd(
     suite: Annotated[Path, typer.Option("--suite", metavar="DIR", help="Directory of training instances (e.g. instances/suites/dreamshard-train).")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="CKPT.pt", help="Checkpoint to write (its inference export goes beside it as .npz).")],
     episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Total rollouts to train for (with --resume: including those already done).")] = 8000,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation, instance draws and sampling (a resumed run restores its RNG state).")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of initialisation, instance draws and sampling (a resumed run restores its RNG state).")] = 0,
     cost_model: Annotated[str, typer.Option("--cost-model", "-c", help="The estimated MDP's cost model: auto (the model calibrated on the suite's hardware, else analytic), analytic[:PROFILE], neural, a calibrated model's id or MODEL.npz.")] = "auto",
     models: ModelsOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue training CKPT (weights, optimizer, episode counter, RNG state).")] = False,

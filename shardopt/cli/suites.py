@@ -16,7 +16,7 @@ def generate(
     family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production, cpu, huge (tables 2-20x a device's HBM), tiered (tables 1.5-4x the cluster's HBM, with host memory).")],
     count: Annotated[int, typer.Option("--count", "-n", help="How many instances.")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Directory for the instances and suite.json.")],
-    seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same suite, byte for byte.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed: same seed, same suite, byte for byte.")] = 0,
     pool: Annotated[PoolChoice, typer.Option("--pool", help="Which half of the standard pool the tables come from.")] = PoolChoice.train,
     pool_file: Annotated[
         Optional[Path], typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool file instead of the standard one.")
@@ -24,6 +24,7 @@ def generate(
     memory_slack: Annotated[
         Optional[float], typer.Option("--memory-slack", metavar="X", help="Tight-rule families: device memory = X x the tables' bytes / devices (grown 2 % until first-fit-decreasing packs them) instead of 1.10; room for a planner whose storage model adds buffers (TorchRec's: 2 or more).", show_default=False)
     ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the suite already in --out (its suite.json and the instances it lists).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Generate a benchmark suite of one task family from a table pool."""
@@ -39,6 +40,7 @@ def generate(
             raise CLIError(f"--memory-slack: family {family!r} sizes its memory by its own rule, not the tight rule")
         if memory_slack is not None and not memory_slack >= 1.0:
             raise CLIError(f"--memory-slack: {memory_slack:g} must be >= 1 (device memory = slack x the tables' bytes / devices)")
+        _check_suite_out(out, overwrite)
         path = pool_file or standard_pool_path(pool.value)
         table_pool = load_pool(path)
         label = pool.value if pool_file is None else f"{pool.value}:{path.name}"
@@ -50,11 +52,35 @@ def generate(
             _print_lines(_console(), [f"wrote {len(paths)} {family} instances ({label} pool, seed {seed}) and suite.json to {_esc(str(out))}"])
 
 
+def _check_suite_out(out: Path, overwrite: bool) -> None:
+    """--out must be a folder that holds no suite (or, with --overwrite, the old suite goes first): instances of an
+    older suite left beside a new suite.json would be read as part of it."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out: {out} is a file, not a folder for the suite")
+    if not out.is_dir():
+        return
+    manifest = out / "suite.json"
+    if manifest.is_file():
+        if not overwrite:
+            raise CLIError(f"--out: {out} already holds a suite (suite.json): choose another folder or pass --overwrite")
+        try:
+            listed = list(json.loads(manifest.read_text()).get("instances", {}))
+        except (ValueError, AttributeError, OSError) as exc:
+            raise CLIError(f"--out: {manifest}: cannot read the old suite's manifest ({exc}); remove it by hand") from None
+        for name in listed:
+            (out / Path(name).name).unlink(missing_ok=True)
+        manifest.unlink()
+    others = sorted(p.name for p in out.glob("*.json"))
+    if others:
+        raise CLIError(f"--out: {out} holds instance files of no suite ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "
+                       "choose an empty folder")
+
+
 @app.command("make-pool")
 def make_pool(
     out: Annotated[Path, typer.Option("--out", "-o", metavar="POOL.json", help="The pool file; the halves go beside it as -train / -test.")],
     tables: Annotated[int, typer.Option("--tables", help="Number of tables.")] = 856,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of the pool.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed of the pool.")] = 0,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Random seed of the train / test split.")] = 0,
     json_out: JsonOpt = False,
 ) -> None:

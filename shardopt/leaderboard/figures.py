@@ -36,11 +36,18 @@ def svg(fig: Any) -> str:
 
 
 def readable_log_axis(axis: Any) -> None:
-    """Major ticks at 1-2-5 steps with plain labels and no minor labels: minor log labels overlap on a narrow range."""
+    """Major ticks at 1-2-5 steps with plain labels and no minor labels: minor log labels overlap on a narrow range.
+    Call it after plotting: an axis spanning less than a decade gets at most 4 evenly spaced ticks instead (a 1-2-5
+    locator leaves it one tick or none, and matplotlib's fallback labels collide)."""
     import matplotlib.ticker as ticker
 
     axis.set_minor_formatter(ticker.NullFormatter())
-    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0), numticks=8))
+    axis.set_minor_locator(ticker.NullLocator())
+    low, high = sorted(axis.get_view_interval())
+    if low > 0 and high / low < 10:
+        axis.set_major_locator(ticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
+    else:
+        axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0), numticks=8))
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 

@@ -62,6 +62,10 @@ MEASURED_COLUMNS = ("suite", "instance_file", "instance_hash", "solver", "cost_m
                     "plan_key", "rounds", "session_s", "judge", "machine", "rule", "code_version", "created_at")
 # solvers that never read the cost model: solved once (under the first cost model) and reported beside every model
 MODEL_FREE = ("random", "round_robin", "size", "dim", "lookup", "size_lookup", "torchrec", "torchrec_all")
+# `solve --pick` as a leaderboard entry (measured backends): per cost model, the portfolio's plans (each solver with
+# that model and with the analytic model) measured in a session of their own, the fastest kept - and then measured
+# again with every other plan of the instance, so that its row carries no winner's luck from the session that chose it
+PICK = "pick"
 
 
 def open_measured(db: Path) -> Any:
@@ -80,35 +84,88 @@ class MeasuredSummary:
     sessions: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _solve_pair(inst: Any, solver: str, cm: str, seed: int, time_limit: float | None) -> tuple[dict[str, Any], Any]:
+    """One (solver, cost model) pair's row (without measurement) and plan (None without one)."""
+    from costmodels.auto import model_for
+    from solvers.registry import get_solver
+
+    row: dict[str, Any] = {"solver": solver, "cost_model": cm, "seed": seed}
+    start = time.perf_counter()
+    try:
+        res = get_solver(solver).solve(inst, model_for(cm, inst), time_limit=time_limit, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost run
+        row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
+        return row, None
+    row.update(status=res.status.value, reason=res.reason, solve_time_s=res.wall_time_s)
+    if res.status.has_plan and res.plan is not None:
+        row["predicted_ms"] = res.predicted_cost if res.predicted is not None else res.plan.predicted_cost
+        return row, res.plan
+    return row, None
+
+
 def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed: int,
                     time_limit: float | None) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """Every (solver, cost model) pair's plan of one instance: the rows (without measurement) and the plans."""
-    from costmodels.auto import model_for
     from shardopt.core.ir import load_instance
-    from solvers.registry import get_solver
 
     inst = load_instance(path)
     rows, plans = [], []
     for solver in solvers:
-        models = cost_models[:1] if solver in MODEL_FREE else cost_models
-        for cm in models:
-            row: dict[str, Any] = {"solver": solver, "cost_model": cm, "seed": seed}
-            start = time.perf_counter()
-            try:
-                res = get_solver(solver).solve(inst, model_for(cm, inst), time_limit=time_limit, seed=seed)
-            except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost run
-                row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
-                rows.append(row)
-                plans.append(None)
-                continue
-            row.update(status=res.status.value, reason=res.reason, solve_time_s=res.wall_time_s)
-            if res.status.has_plan and res.plan is not None:
-                row["predicted_ms"] = res.predicted_cost if res.predicted is not None else res.plan.predicted_cost
-                plans.append(res.plan)
-            else:
-                plans.append(None)
+        if solver == PICK:
+            continue
+        for cm in (cost_models[:1] if solver in MODEL_FREE else cost_models):
+            row, plan = _solve_pair(inst, solver, cm, seed, time_limit)
             rows.append(row)
+            plans.append(plan)
     return inst, rows, plans
+
+
+def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: InstanceSession) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The `pick` entry's row and plan per cost model (PICK): the portfolio's plans (reusing the instance's rows of
+    the same pairs) measured in a session of their own, the measured-fastest kept."""
+    from costmodels.auto import model_for
+    from shardopt.core.ir import plan_key
+    from shardopt.measure.compare import PICK_PORTFOLIO
+    from shardopt.measure.plan_timing import measure_plans
+
+    solved = {(r["solver"], r["cost_model"]): (r, p) for r, p in zip(rows, plans)}
+    out_rows, out_plans = [], []
+    for cm in job.cost_models:
+        if (PICK, cm) in job.have:
+            continue
+        candidates: dict[str, tuple[str, dict[str, Any], Any]] = {}  # plan key -> (label, row, plan): distinct plans
+        spent = 0.0
+        for model in [cm] + (["analytic"] if cm != "analytic" else []):
+            for solver in PICK_PORTFOLIO:
+                if (solver, model) not in solved:
+                    solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit)
+                r, p = solved[(solver, model)]
+                spent += r.get("solve_time_s") or 0.0
+                if p is not None:
+                    candidates.setdefault(plan_key(p), (f"{solver} / {model}", r, p))
+        row: dict[str, Any] = {"solver": PICK, "cost_model": cm, "seed": job.seed}
+        if not candidates:
+            row.update(status="no_solution", reason="no solver of the portfolio found a plan", solve_time_s=spent)
+            out_rows.append(row)
+            out_plans.append(None)
+            continue
+        keys = list(candidates)
+        session_s = 0.0
+        if len(keys) == 1:
+            best, how = keys[0], "one distinct plan"
+        else:  # their own session (seed + 1: not the leaderboard session's order)
+            started = time.perf_counter()
+            m, _ = measure_plans(inst, [candidates[k][2] for k in keys], job.backend, job.rule, seed=job.seed + 1)
+            session_s = time.perf_counter() - started
+            costs = [ps.plan_cost() for ps in m.samples]
+            best = keys[min(range(len(keys)), key=costs.__getitem__)]
+            how = f"the measured-fastest of {len(keys)} distinct plans, timed in a session of their own"
+        label, _, plan = candidates[best]
+        row.update(status="feasible", reason=f"picked {label}: {how}", solve_time_s=spent + session_s,
+                   predicted_ms=float(model_for(cm, inst).plan_costs(inst, plan).max_cost))
+        out_rows.append(row)
+        out_plans.append(plan)
+    return out_rows, out_plans
 
 
 @dataclass(frozen=True)
@@ -131,10 +188,14 @@ class InstanceSession:
 def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The rows of one instance (each with its measurement, or its failure) and the timing session's summary."""
     from shardopt.core.ir import plan_key
+    from shardopt.measure.backends.base import kernel_label
     from shardopt.measure.plan_timing import measure_plans
 
     path = Path(job.path)
     inst, rows, plans = _solve_instance(path, list(job.solvers), list(job.cost_models), job.seed, job.time_limit)
+    if PICK in job.solvers:
+        picked_rows, picked_plans = _pick_rows(inst, rows, plans, job)
+        rows, plans = rows + picked_rows, plans + picked_plans
     keep = [(r, p) for r, p in zip(rows, plans) if (r["solver"], r["cost_model"]) not in job.have]
     distinct: dict[str, Any] = {}
     for r, p in keep:
@@ -150,7 +211,7 @@ def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[s
         session = {"instance": path.name, "plans": len(keys), "rounds": m.stop.rounds,
                    "stop": m.stop.reason, "seconds": round(time.perf_counter() - started, 2)}
         profile = inst.topology.hardware
-        kernels = sorted({lab for labels in m.labels for lab in labels if lab})
+        kernels = sorted({kernel_label(lab) for labels in m.labels for lab in labels if lab})
         judge = (f"{'; '.join(kernels)} on {m.hardware}, measured compute (all plans of the instance "
                  f"interleaved); all-to-all modelled (analytic, {profile} profile)")
         for k, ps, iv in zip(keys, m.samples, m.intervals):
@@ -201,13 +262,20 @@ def run_measured_leaderboard(
     if not solvers or not cost_models:
         raise LeaderboardError("--solvers / --cost-model: name at least one of each")
     for s in solvers:
-        if s not in solver_names():
+        if s not in solver_names() and s != PICK:
             raise UnknownSolverError(s)
     for cm in cost_models:
         check_cost_model_name(cm)
     rule = stop_rule(repeats, target, time_cap_s)
     if engine is None or isinstance(engine, LocalEngine):
         engine = LocalEngine(1)  # never time a plan beside other work on this machine
+        if backend == "cuda":  # judged here: refuse before solving anything or creating the store
+            from shardopt.measure.backends.cuda import cuda_unavailable
+            from shardopt.measure.evaluate import BackendUnavailableError
+
+            why = cuda_unavailable()
+            if why is not None:
+                raise BackendUnavailableError(backend, why)
     files = suite_files(suite_dir)
     suite = Path(suite_dir).resolve().name
     con = open_measured(db)
@@ -308,6 +376,10 @@ class MeasuredReport:
     common: int = 0  # instances every (solver, cost model) entry measured: the mean columns' instances
     ranking_predicted: dict[str, list[str]] = field(default_factory=dict)  # per cost model: solvers, best first
     ranking_measured: dict[str, list[str]] = field(default_factory=dict)
+    # per cost model: the plan-level error of its predictions, {"n", "mape", "bias"} (mean of (predicted -
+    # measured) / measured): meaningful where the model predicts the judge's own milliseconds (a calibrated model)
+    plan_error: dict[str, dict[str, float]] = field(default_factory=dict)
+    dates: tuple[str, str] = ("", "")  # the first and last row's created_at (UTC)
 
 
 def build_measured_reports(rows: list[dict[str, Any]]) -> list[MeasuredReport]:
@@ -360,10 +432,14 @@ def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredRep
         ))
     tau_rows, rho_rows, tau_within, ranking_tau = {}, {}, {}, {}
     ranking_predicted, ranking_measured = {}, {}
+    plan_error: dict[str, dict[str, float]] = {}
     for cm in models:
         # the model-free solvers' predictions were made with the first model; count them under that one only
         mine = [r for r in ok if r["cost_model"] == cm and r["predicted_ms"] is not None]
         tau_rows[cm] = _kendall([r["predicted_ms"] for r in mine], [r["measured_ms"] for r in mine])
+        rel = [(r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"] for r in mine if r["measured_ms"] > 0]
+        if rel:
+            plan_error[cm] = {"n": len(rel), "mape": statistics.fmean(abs(x) for x in rel), "bias": statistics.fmean(rel)}
         rho_rows[cm] = _spearman([r["predicted_ms"] for r in mine], [r["measured_ms"] for r in mine])
         within = []
         for i in instances:
@@ -382,8 +458,17 @@ def _report(suite: str, backend: str, rows: list[dict[str, Any]]) -> MeasuredRep
     if m:
         md = json.loads(m)
         machine = f"{md['host']} ({md['processor']}, {md['cores']} cores; {md['threads']} timing thread, pinned to CPU {md['pinned_cpus']})"
+    stamps = sorted(str(r["created_at"]) for r in rows if r.get("created_at"))
     return MeasuredReport(suite, backend, len(instances), entries, tau_rows, rho_rows, tau_within, ranking_tau, rows, judge,
-                          machine, len(common), ranking_predicted, ranking_measured)
+                          machine, len(common), ranking_predicted, ranking_measured, plan_error,
+                          (stamps[0], stamps[-1]) if stamps else ("", ""))
+
+
+def _dates(dates: tuple[str, str]) -> str:
+    first, last = (d.replace("T", " ").split("+")[0] for d in dates)
+    if not first:
+        return "at an unrecorded date"
+    return f"{first} UTC" if first[:10] == last[:10] and first == last else f"{first} to {last} UTC"
 
 
 def _f(x: float | None, d: int = 3) -> str:
@@ -397,7 +482,7 @@ def measured_markdown(reports: list[MeasuredReport], command: str = "") -> str:
     for rep in reports:
         sessions = {r["instance_file"]: (r["rounds"], r["session_s"]) for r in rep.rows if r["rounds"]}
         out += [f"## {rep.suite}, judged on {rep.backend}", "",
-                f"Judge: {rep.judge}. Machine: {rep.machine}. {rep.instances} instances; each instance's plans were "
+                f"Judge: {rep.judge}. Machine: {rep.machine}. Measured {_dates(rep.dates)}. {rep.instances} instances; each instance's plans were "
                 f"measured together in one interleaved session ({min(s[0] for s in sessions.values()) if sessions else 0}-"
                 f"{max(s[0] for s in sessions.values()) if sessions else 0} rounds, "
                 f"{sum(s[1] for s in sessions.values()):.0f} s of timing in all). Measured costs are **{rep.backend}** "
@@ -411,12 +496,16 @@ def measured_markdown(reports: list[MeasuredReport], command: str = "") -> str:
             out.append(f"| {e.solver} | {e.cost_model} | {_f(e.measured_ratio)} [{_f(e.ratio_low)}, {_f(e.ratio_high)}] | "
                        f"{_f(e.mean_measured_ms, 2)} | {_f(e.mean_ci_pct, 1)} % | {e.wins} | {e.failed} | "
                        f"{_f(e.predicted_ratio)} | {_f(e.mean_predicted_ms, 4)} |")
-        out += ["", "Does the prediction survive measurement? (rank correlations; 1 = the same order)", "",
-                "| cost model | Kendall tau, predicted vs measured plan cost, all rows | Spearman rho, all rows | Kendall tau within an instance (mean) | Kendall tau, solver ranking predicted vs measured |",
-                "| --- | --- | --- | --- | --- |"]
+        out += ["", "Does the prediction survive measurement? (rank correlations, 1 = the same order; plan-level error "
+                "of the predicted plan cost against the measured one, meaningful for a model of this judge's milliseconds)", "",
+                "| cost model | Kendall tau, predicted vs measured plan cost, all rows | Spearman rho, all rows | Kendall tau within an instance (mean) | Kendall tau, solver ranking predicted vs measured | plan-level MAPE | mean signed error |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         for cm in sorted(rep.tau_rows):
+            err = rep.plan_error.get(cm)
+            mape = f"{100 * err['mape']:.1f} %" if err else "-"
+            bias = f"{100 * err['bias']:+.1f} %" if err else "-"
             out.append(f"| {cm} | {_f(rep.tau_rows[cm])} | {_f(rep.rho_rows.get(cm))} | {_f(rep.tau_within[cm])} | "
-                       f"{_f(rep.ranking_tau[cm])} |")
+                       f"{_f(rep.ranking_tau[cm])} | {mape} | {bias} |")
         out += ["", "Which ranking survives: solvers by predicted ratio to best (the cost model's own view) and by "
                 "measured ratio to best, best first", "",
                 "| cost model | ranked by prediction | ranked by measurement |", "| --- | --- | --- |"]
@@ -470,7 +559,13 @@ def measured_plots(rep: MeasuredReport) -> list[str]:
         ax.set_xlabel(f"predicted by {cm} (ms)")
         ax.set_ylabel(f"measured on {rep.backend} (ms)")
         ax.set_title(f"{cm}: tau {_f(rep.tau_rows.get(cm), 2)}, rho {_f(rep.rho_rows.get(cm), 2)}", fontsize=9)
-    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    handles: dict[str, Any] = {}  # one legend for every panel: a solver plotted in one panel only is named too
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    ordered = [s for s in solvers if s in handles]
+    fig.legend([handles[s] for s in ordered], ordered, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
     scatter = svg(fig)
     return [bars, scatter]
 

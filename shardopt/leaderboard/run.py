@@ -115,6 +115,9 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
     if not solvers:
         raise LeaderboardError("--solvers: no solver named")
     for s in solvers:
+        if s == "pick":
+            raise LeaderboardError("--solvers: 'pick' measures its candidates: it is an entry of the measured leaderboard "
+                                   "(--backend cpu|cuda), not of the simulated one")
         if s not in solver_names():
             raise UnknownSolverError(s)
     if backend not in BACKENDS:

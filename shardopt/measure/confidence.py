@@ -61,6 +61,14 @@ class Interval:
     high: float
     level: float = CONFIDENCE
 
+    def __post_init__(self) -> None:
+        # the bounds are percentiles of resampled statistics and the estimate the statistic of the sample, computed by
+        # different arithmetic: where the resamples all agree with the sample (a constant difference, one round) they
+        # differ in the last bits. An interval contains its estimate by construction.
+        if not math.isnan(self.estimate):
+            object.__setattr__(self, "low", min(self.low, self.estimate))
+            object.__setattr__(self, "high", max(self.high, self.estimate))
+
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
