@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -197,7 +198,7 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
          "topology.devices_per_host: 3 does not divide num_devices 4: hosts must have equal device counts (use 4 devices on one host, or a divisor of 4)"),
         (lambda d: d["workload"].update(batch_size=10**20), "workload.batch_size: 100000000000000000000: input should be less than or equal to 1099511627776"),
         (lambda d: d["tables"][0].update(pooling_factor=-1), "tables[0].pooling_factor: -1: input should be greater than or equal to 0"),
-        (lambda d: d["tables"][0].update(dim="abc"), 'tables[0].dim: "abc": input should be a valid integer'),
+        (lambda d: d["tables"][0].update(dim="abc"), "tables[0].dim: 'abc' is not a number"),
         (lambda d: d["tables"][0].update(dtype="bf16"), "tables[0].dtype: \"bf16\": input should be 'fp32' or 'fp16'"),
         (lambda d: d["tables"][0].update(colour=1), "tables[0].colour: unknown field"),
         (lambda d: d["workload"].pop("batch_size"), "workload.batch_size: required field is missing"),
@@ -420,3 +421,29 @@ def test_assert_valid_plan_lists_violations(inst: Instance) -> None:
     msg = str(info.value)
     assert msg.startswith("invalid plan: 2 violation(s):")  # the bad device and the unknown table
     assert "'ghost'" in msg and "device 7" in msg
+
+
+@pytest.mark.parametrize("where, key, value, needle", [
+    ("table", "rows", "100", "tables[0].rows: '100' is not a number"),
+    ("table", "rows", True, "tables[0].rows: True is not a number"),
+    ("table", "pooling_factor", float("nan"), "tables[0].pooling_factor: nan is not finite"),
+    ("topology", "devices_per_host", "4", "topology.devices_per_host: '4' is not a number"),
+])
+def test_hand_written_mistakes_are_refused_naming_the_field(where: str, key: str, value: object, needle: str) -> None:
+    """Issue 'trust': lax parsing read "rows": "100" as 100 and true as 1; NaN pooling was called too large; a host
+    given as text was read as a number.""" 
+    from shardopt.core.ir import instance_from_dict, load_instance, to_dict
+
+    doc = to_dict(load_instance(Path(__file__).resolve().parents[1] / "instances" / "examples" / "small.json"))
+    assert doc["topology"]["num_devices"] == 4
+    (doc["tables"][0] if where == "table" else doc["topology"])[key] = value
+    with pytest.raises(Exception, match=re.escape(needle)):
+        instance_from_dict(doc)
+
+
+@pytest.mark.parametrize("device", ["0", True])
+def test_a_plan_device_given_as_text_or_truth_value_is_refused(device: object) -> None:
+    from shardopt.core.ir import Shard
+
+    with pytest.raises(Exception, match="is not a number"):
+        Shard(table="t0", device=device)

@@ -83,6 +83,17 @@ class IRModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
+def _a_number(v: Any) -> Any:
+    """A count or size given as a number, not as text or a truth value: pydantic's lax mode read "rows": "100" as
+    100 and "device": true as 1, so a typo in a hand-written document became a silent wrong instance or plan."""
+    if isinstance(v, (bool, str, bytes)) or type(v).__name__ == "bool_":
+        raise ValueError(f"{v!r} is not a number")
+    if isinstance(v, list):
+        for x in v:
+            _a_number(x)
+    return v
+
+
 class AccessProfile(IRModel):
     """How a table's rows are hit: the papers' 17-bin histogram, or a Zipf exponent it can be derived from.
 
@@ -131,6 +142,15 @@ class Table(IRModel):
     access: AccessProfile
     dtype: Dtype | None = Field(default=None, description="weight dtype; the workload's weight_dtype when absent")
 
+    _numbers = field_validator("rows", "dim", "pooling_factor", mode="before")(_a_number)
+
+    @field_validator("pooling_factor", mode="before")
+    @classmethod
+    def _check_pooling_finite(cls, v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):  # (before the range check, which would call NaN too large)
+            raise ValueError(f"{v} is not finite")
+        return v
+
     @field_validator("dim")
     @classmethod
     def _check_dim(cls, v: int) -> int:
@@ -171,6 +191,9 @@ class Topology(IRModel):
         "per device; 0 (the default) = no host memory, every shard in HBM",
     )
     host_link_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of the device-host link (UVM)")
+
+    _numbers = field_validator("num_devices", "devices_per_host", "memory_bytes", "host_memory_bytes", "intra_host_bandwidth",
+                               "inter_host_bandwidth", "host_link_bandwidth", mode="before")(_a_number)
 
     @field_validator("hardware")
     @classmethod
@@ -244,6 +267,7 @@ class Topology(IRModel):
 
 class Workload(IRModel):
     batch_size: int = Field(ge=1, le=MAX_BATCH, description="global batch size per iteration")
+    _numbers = field_validator("batch_size", mode="before")(_a_number)
     optimizer: Optimizer = Optimizer.rowwise_adagrad
     weight_dtype: Dtype = Dtype.fp32
 
@@ -303,6 +327,7 @@ class Shard(IRModel):
     replicated: bool = False
     kernel: Kernel = Kernel.fused
     cache_load_factor: float | None = Field(default=None, gt=0, le=1, description="fused_uvm_caching: HBM cache rows / shard rows")
+    _numbers = field_validator("device", "col_offset", "cols", "row_offset", "rows", "cache_load_factor", mode="before")(_a_number)
 
     @model_validator(mode="after")
     def _check_kernel(self) -> Shard:
