@@ -503,3 +503,16 @@ def test_collect_into_a_folder_and_a_cuda_leaderboard_without_a_gpu_exit_2(tmp_p
                                  "--solvers", "greedy", "--db", str(db)])
     assert r.exit_code == 2 and "backend 'cuda' is not available" in r.output
     assert not db.exists()
+
+
+def test_a_bad_jsonl_line_is_reported_with_its_own_line_number(tmp_path: Path) -> None:
+    """Issue 'trust': json.loads of one line reports "line 1" whatever line of the file it was."""
+    from shardopt.measure.collect import CollectError, existing_ids, read_samples
+
+    good = json.dumps({"id": 0, "kind": "compute"})
+    path = tmp_path / "s.jsonl"
+    path.write_text(f"{good}\n\n{json.dumps({'id': 1, 'kind': 'compute'})}\n{{oops\n")
+    with pytest.raises(CollectError, match=r"s\.jsonl: line 4: not a JSON sample"):
+        list(read_samples(path))
+    with pytest.raises(CollectError, match=r"s\.jsonl: line 4 is not a sample"):
+        existing_ids(path)

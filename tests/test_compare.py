@@ -88,3 +88,18 @@ def test_measured_all_to_all_on_two_gloo_processes() -> None:
     assert (ev.costs.columns[:, 2:4] > 0).all()
     with pytest.raises(EvaluationError, match="comm"):
         evaluate_plan(inst, balanced(), "cpu", repeats=2, cache=False, comm="guessed")
+
+
+def test_sim_judge_says_exact_and_evaluate_names_the_options_it_ignores(tmp_path: Path) -> None:
+    """Issue 'trust': compare --backend sim printed a "95 % CI" of a deterministic judge; evaluate --backend sim
+    silently ignored the timing options."""
+    inst, a, b = tmp_path / "i.json", tmp_path / "a.json", tmp_path / "b.json"
+    save(tiny(), inst)
+    save(balanced(), a)
+    save(overloaded(), b)
+    r = CliRunner().invoke(app, ["compare", str(inst), str(a), str(b), "--backend", "sim"])
+    assert r.exit_code == 0 and "exact: a deterministic judge" in r.stdout and "95 % CI" not in r.stdout
+    r = CliRunner().invoke(app, ["evaluate", str(inst), str(a), "--threads", "2", "--comm", "measured"])
+    assert r.exit_code == 0 and "--threads, --comm: the sim judge" in r.stderr
+    r = CliRunner().invoke(app, ["evaluate", str(inst), str(a)])
+    assert r.exit_code == 0 and "ignored" not in r.stderr

@@ -31,6 +31,7 @@ from shardopt.cli.common import (
 
 @app.command()
 def evaluate(
+    ctx: typer.Context,
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan for it.", show_default=False)],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge: sim (analytic, simulated) | cpu | cuda.")] = "sim",
@@ -61,6 +62,10 @@ def evaluate(
             raise CLIError(
                 "--batch-size / --max-rows: the judge times the instance's own workload; make a smaller instance with "
                 f"`shardopt scale {instance_path} --batch-size B --max-rows R --out SMALL.json`, solve it and judge that one")
+        if backend == "sim":
+            ignored = _given(ctx, "repeats", "target", "time_cap", "warmup", "seed", "threads", "comm", "cache", "no_cache")
+            if ignored:
+                _warn(f"{', '.join(ignored)}: the sim judge computes the analytic model's costs and times nothing: ignored")
         instance = _load_instance(instance_path)
         plan = load_plan(plan_path)
         warning = hash_warning(instance, plan)
@@ -149,3 +154,15 @@ def _measured_lines(ev: Any, warmup: int) -> list[str]:
         lines.append(f"machine {m['host']}: {m['threads']} thread(s), {pin}; load average {load[0]:.2f} -> {after[0]:.2f} "
                      f"on {m['cores']} cores")
     return lines
+
+
+def _given(ctx: typer.Context, *names: str) -> list[str]:
+    """The options among `names` the user gave on the command line (not left at their defaults), as --flags."""
+    by_name = {p.name: p for p in ctx.command.params}
+    out = []
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if getattr(source, "name", None) == "COMMANDLINE":  # (by name: typer may bring its own click)
+            opts = getattr(by_name.get(name), "opts", None) or [f"--{name.replace('_', '-')}"]
+            out.append(max(opts, key=len))
+    return out

@@ -77,13 +77,16 @@ def existing_ids(path: Path) -> set[int]:
     ids: set[int] = set()
     good_bytes = 0
     with path.open("rb") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
+            if not line.strip() and line.endswith(b"\n"):  # (a blank line, as read_samples skips it)
+                good_bytes += len(line)
+                continue
             try:
                 doc = json.loads(line)
                 ids.add(int(doc["id"]))
             except (ValueError, KeyError, TypeError):
                 if line.endswith(b"\n"):
-                    raise CollectError(f"{path}: line {len(ids) + 1} is not a sample; refusing to append to a file that is not a collection") from None
+                    raise CollectError(f"{path}: line {number} is not a sample; refusing to append to a file that is not a collection") from None
                 break  # torn final line
             good_bytes += len(line)
     if good_bytes != path.stat().st_size:
@@ -349,8 +352,13 @@ def read_samples(path: str | Path, kind: str | None = None) -> Iterator[dict[str
     path = Path(path)
     opener = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
     with opener as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if line.strip():
-                doc = json.loads(line)
+                try:
+                    doc = json.loads(line)
+                except json.JSONDecodeError as exc:  # (its own position says "line 1": the line is parsed alone)
+                    raise CollectError(f"{path}: line {number}: not a JSON sample ({exc.msg}, column {exc.colno})") from None
+                if not isinstance(doc, dict):
+                    raise CollectError(f"{path}: line {number}: not a JSON sample (a {type(doc).__name__}, not an object)")
                 if kind is None or doc.get("kind") == kind:
                     yield doc

@@ -154,7 +154,8 @@ class Comparison:
 
     def sentence(self) -> str:
         iv = self.faster_pct
-        ci = f"(95 % CI [{iv.low:+.1f}, {iv.high:+.1f}] %)"
+        # a deterministic judge (sim) has no spread to give an interval of: its difference is exact
+        ci = "(exact: a deterministic judge)" if iv.low == iv.high else f"(95 % CI [{iv.low:+.1f}, {iv.high:+.1f}] %)"
         if self.verdict == "indistinguishable":
             return f"{self.other} vs {self.reference}: indistinguishable, {iv.estimate:+.1f} % {ci}"
         word = "faster" if iv.estimate > 0 else "slower"
