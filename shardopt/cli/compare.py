@@ -84,7 +84,7 @@ def _print_report(report, title: str) -> None:
     table = Table(title=_esc(f"{title}: plans judged by {report.judge}"), title_justify="left")
     table.add_column("plan")
     table.add_column("cost ms", justify="right")
-    table.add_column("95 % CI ms", justify="right")
+    table.add_column("95 % CI ms" if report.backend != "sim" else "interval", justify="right")
     table.add_column("bottleneck", justify="right")
     table.add_column(f"vs {report.plans[0].name}")
     verdicts = {c.other: c for c in report.comparisons}
