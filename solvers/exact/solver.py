@@ -400,6 +400,8 @@ class ExactSolver(Solver):
                 best, best_cost = counts, plan_cost(bm, items, counts)
                 info["warm_start"] = {"solver": cand["solver"], "cost": best_cost}
                 break
+            if best is None and good:  # a start that fits but its items cannot express: the plan to return if nothing else is found
+                info["_start_plan"] = good[0]
         return items, best, best_cost
 
     def _solve_large(self, run: _Run, st: _Loop) -> float | None:
@@ -586,15 +588,30 @@ class ExactSolver(Solver):
     def _outcome(self, run: _Run, st: _Loop, certified: float | None) -> SolveResult:
         """The best plan with its status and bound, or why there is none."""
         instance, items, clock, info = run.instance, run.items, run.clock, run.info
+        start_plan = info.pop("_start_plan", None)
         if st.proven_infeasible:
             # the solver proved its own placements (HBM table-wise and column pieces) impossible; row-wise or
             # host-memory plans may still exist, so this is `infeasible` only with the tiered proof (unplaceable)
             why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
             return unplaceable(self, instance, why, clock, self._placements(), {**info, "placements_disproved_by": self.backend})
         best = st.best
+        if best is None and start_plan is not None:
+            # a search seeded by a plan that fits never returns less than that plan
+            info["returned_warm_start"] = (f"{start_plan['solver']}'s plan: it fits, but the items offered (whole tables and "
+                                           f"dyadic column pieces) cannot express it and {BACKEND_LABEL[self.backend]} "
+                                           "found no assignment of its own in time")
+            status = SolveStatus.timeout if clock.elapsed > run.budget or st.timed_out else SolveStatus.feasible
+            shards = list(start_plan["shards"])
+            if run.tiered is not None:
+                assert run.whole is not None
+                return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, info=info)
+            return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, info=info, bound=run.bm)
         if best is None:
+            packed = [name for name, cost in (info.get("warm_starts") or {}).items() if cost is not None]
+            starts = (f"the plans of {', '.join(packed)} fit but none is expressible in its items (whole tables and "
+                      "dyadic column pieces)" if packed else "no heuristic packed the tables")
             why = (
-                f"{self.name}: no plan found within the time limit of {run.budget:g} s (no heuristic packed the tables and "
+                f"{self.name}: no plan found within the time limit of {run.budget:g} s ({starts}, and "
                 f"{BACKEND_LABEL[self.backend]} found no assignment in time); the instance is not proven infeasible"
             )
             return fail(self, SolveStatus.no_solution, why, clock, info)
