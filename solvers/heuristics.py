@@ -51,7 +51,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.completion import completion_mask
-from solvers.tiering import TieredLayout, needs_tiers, oversized_tables, plan_tiers
+from solvers.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
 SAFE_FALLBACK_MAX_PAIRS = 20_000
@@ -387,7 +387,7 @@ class HeuristicSolver(Solver):
 
     def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, clock: Stopwatch, time_limit: float | None,
                      within_host: bool, lean: bool = False, to_host: bool | frozenset[int] = False,
-                     retry_to_host: bool = False, start: TieredLayout | str | None = None,
+                     retry_to_host: bool = False, start: TieredLayout | str | None = None, headroom: float = HEADROOM,
                      ) -> str | tuple[TieredLayout, bool, set[int], tuple, bool | frozenset[int]]:
         """The tiered layout (solvers.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
         `_pack` returned, the tables sent to host memory whole), or why no layout could be made. A table no device had
@@ -400,12 +400,12 @@ class HeuristicSolver(Solver):
         rowwise: set[int] = set()
         if retry_to_host and not isinstance(to_host, frozenset):
             to_host = frozenset(oversized_tables(instance)) if to_host else frozenset()
-        layout = start if start is not None else plan_tiers(instance, lean=lean, within_host=within_host, oversized_to_host=to_host)
+        layout = start if start is not None else plan_tiers(instance, lean=lean, within_host=within_host, oversized_to_host=to_host, headroom=headroom)
         if isinstance(layout, str) and lean:
             return layout
         if isinstance(layout, str):  # the default layout does not fit: the lean one (smallest caches, largest tables out)
             lean, first = True, layout
-            layout = plan_tiers(instance, lean=True, within_host=within_host, oversized_to_host=to_host)
+            layout = plan_tiers(instance, lean=True, within_host=within_host, oversized_to_host=to_host, headroom=headroom)
             if isinstance(layout, str):
                 return f"{first}; and with the smallest caches: {layout}"
         while True:
@@ -422,12 +422,12 @@ class HeuristicSolver(Solver):
                 lean, rowwise = True, set()
             else:
                 rowwise.add(stuck)
-            retry = plan_tiers(instance, frozenset(rowwise), lean=lean, within_host=within_host, oversized_to_host=to_host)
+            retry = plan_tiers(instance, frozenset(rowwise), lean=lean, within_host=within_host, oversized_to_host=to_host, headroom=headroom)
             if isinstance(retry, str):
                 if lean:
                     break
                 lean, rowwise = True, set()
-                retry = plan_tiers(instance, frozenset(), lean=True, within_host=within_host, oversized_to_host=to_host)
+                retry = plan_tiers(instance, frozenset(), lean=True, within_host=within_host, oversized_to_host=to_host, headroom=headroom)
                 if isinstance(retry, str):
                     break
             layout = retry
@@ -476,32 +476,40 @@ class HeuristicSolver(Solver):
                     variants += [(a, False, frozenset(big), False) for a in attempts]
             started: set[tuple] = set()
             packed_layouts: list[dict[str, Any]] = []  # every distinct layout that packed, with its plan's cost
-            for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
-                if n >= base_variants and time_limit is not None and clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
-                    break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
-                first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host)
-                if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
-                    start = (first.key(), attempt, lean_first, retry_to_host)
-                    if start in started:
+            # the layouts within HEADROOM of each device's HBM; only where none of them packs, the same with all of it
+            stop = False
+            for headroom in (HEADROOM, 1.0):
+                for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
+                    if n >= base_variants and time_limit is not None and clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
+                        break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
+                    first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host, headroom=headroom)
+                    if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
+                        start = (first.key(), attempt, lean_first, retry_to_host)
+                        if start in started:
+                            continue
+                        started.add(start)
+                    got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host, retry_to_host,
+                                            first, headroom)
+                    if isinstance(got, str):
+                        failed = got if headroom == 1.0 else (failed or got)  # (the last try's reason: what it tested)
                         continue
-                    started.add(start)
-                got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host, retry_to_host, first)
-                if isinstance(got, str):
-                    failed = failed or got
-                    continue
-                key = got[0].key()
-                if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
-                    continue
-                seen.add(key)
-                _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a), to_host_a = got
-                cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
-                if placed_a:
-                    packed_layouts.append({"within_host": attempt, "lean": got[1], "rowwise": sorted(instance.tables[i].name for i in got[2]),
-                                           "oversized_to_host": _to_host_names(instance, to_host_a), "cost": cost})
-                if best is None or (placed_a and (not best[0] or cost < best[1])):
-                    best = (bool(placed_a), cost, attempt, got)
-                    to_host_used = to_host_a
-                if timed_out_a or (placed_a and bound_a is None):
+                    key = got[0].key()
+                    if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
+                        continue
+                    seen.add(key)
+                    _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a), to_host_a = got
+                    cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
+                    if placed_a:
+                        packed_layouts.append({"within_host": attempt, "lean": got[1], "rowwise": sorted(instance.tables[i].name for i in got[2]),
+                                               "oversized_to_host": _to_host_names(instance, to_host_a), "cost": cost,
+                                               **({"headroom": headroom} if headroom != HEADROOM else {})})
+                    if best is None or (placed_a and (not best[0] or cost < best[1])):
+                        best = (bool(placed_a), cost, attempt, got)
+                        to_host_used = to_host_a
+                    if timed_out_a or (placed_a and bound_a is None):
+                        stop = True
+                        break
+                if stop or (best is not None and best[0]):
                     break
             if best is not None:
                 _, _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out), _) = best

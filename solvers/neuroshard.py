@@ -66,7 +66,7 @@ from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, fini
 from solvers.completion import completion_mask
 from solvers.heuristics import GreedySolver
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
-from solvers.tiering import TieredLayout, plan_tiers, replica_layout, replica_order
+from solvers.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
@@ -940,14 +940,16 @@ def tiered_layouts(instance: Instance, greedy: SolveResult) -> list[tuple[dict[s
     greedy's plan in it), in greedy's order, cheapest packed plan first, distinct; where greedy packed none, the
     default layout (split within a host, else over all devices). A string: why no layout could be made."""
     index = instance.table_index()
-    ranked = greedy.info.get("layouts_ranked") or [{"within_host": True, "lean": False, "rowwise": [], "oversized_to_host": False, "cost": None},
-                                                    {"within_host": False, "lean": False, "rowwise": [], "oversized_to_host": False, "cost": None}]
+    ranked = greedy.info.get("layouts_ranked") or [
+        {"within_host": w, "lean": False, "rowwise": [], "oversized_to_host": False, "cost": None, "headroom": h}
+        for h in (HEADROOM, 1.0) for w in (True, False)]  # (HEADROOM a preference: all of the HBM where nothing fits within it)
     out: list[tuple[dict[str, Any], TieredLayout]] = []
     seen: set[tuple] = set()
     why = ""
     for about in ranked:
         layout = plan_tiers(instance, frozenset(index[n] for n in about["rowwise"]), lean=bool(about["lean"]),
-                            within_host=bool(about["within_host"]), oversized_to_host=_to_host_of(instance, about["oversized_to_host"]))
+                            within_host=bool(about["within_host"]), oversized_to_host=_to_host_of(instance, about["oversized_to_host"]),
+                            headroom=float(about.get("headroom", HEADROOM)))
         if isinstance(layout, str):
             why = why or layout
             continue

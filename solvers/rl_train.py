@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +268,68 @@ def train_policy(
             last_save = time.perf_counter()
     run.save()
     return {**run.summary(), "stopped_at_deadline": stopped}
+
+
+@dataclass
+class PolicyOutcome:
+    """One policy of `train_policies_for`: the file kept (None: not kept), what happened, how long it took."""
+
+    algo: str
+    export: Path | None
+    detail: str
+    seconds: float
+    cut: bool = False  # its time box ended the training
+
+
+def train_policies_for(algos: Sequence[str], targets: Sequence[Instance], model: CostModel, out_dir: Path,
+                       deadline: float, seed: int, episodes: int = 8000,
+                       progress: Callable[[str, int, int], None] | None = None) -> list[PolicyOutcome]:
+    """Train each RL policy (`algos`) on `model` for `targets` (`shardopt calibrate --with-policies`), at most
+    `episodes` rollouts each, in equal shares of the time left before `deadline` (time.monotonic()), and keep it where
+    its plans for the targets cost less under `model` than the shipped policy's (geometric mean of the greedy
+    rollouts' costs). Resumable: a policy trained by an earlier run of the same calibration is kept (`<algo>.done`).
+
+    Why: DreamShard and AutoShard learn the estimated MDP of the cost model they train on; the shipped policies
+    learned the analytic model's, and place tables for costs this machine does not have."""
+    import json
+
+    from solvers.registry import get_solver
+    from solvers.rl_common import CHECKPOINT_DIR, TrainSettings as PolicySettings, evaluate_policy, load_policy
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    named = [(f"target-{i:03d}", inst) for i, inst in enumerate(targets)]
+    out: list[PolicyOutcome] = []
+    for k, algo in enumerate(algos):
+        start = time.monotonic()
+        ckpt, stamp = out_dir / f"{algo}.pt", out_dir / f"{algo}.done"
+        done = json.loads(stamp.read_text()) if stamp.is_file() else None
+        if done is None:
+            left = deadline - time.monotonic()
+            if left <= 1.0:
+                out.append(PolicyOutcome(algo, None, "no time left in the budget", 0.0, cut=True))
+                continue
+            end = time.monotonic() + left / (len(algos) - k)
+            tick = (lambda d, t, _a=algo: progress(f"policy {_a}", d, t)) if progress else None
+            summary = train_policy(named, model, PolicySettings(algo=algo, episodes=episodes, seed=seed, cost_updates=False),
+                                   ckpt, resume=ckpt.exists(), progress=tick, deadline=end,
+                                   meta={"suite": "calibrate --with-policies targets"})
+            if not summary["updates"]:
+                out.append(PolicyOutcome(algo, None, "no update within its time box", time.monotonic() - start, cut=True))
+                continue
+            solver_cls = type(get_solver(algo))
+            trained = load_policy(ckpt.with_suffix(".npz"), solver_cls.policy_cls, algo)
+            shipped = load_policy(CHECKPOINT_DIR / solver_cls.default_checkpoint, solver_cls.policy_cls, algo)
+            mine = evaluate_policy(trained, list(targets), model, seed=seed)
+            theirs = evaluate_policy(shipped, list(targets), model, seed=seed)
+            ok = np.isfinite(mine) & np.isfinite(theirs)
+            ratio = float(np.exp(np.mean(np.log(mine[ok] / theirs[ok])))) if ok.any() else float("inf")
+            placed = bool(np.isfinite(mine).sum() >= np.isfinite(theirs).sum())
+            done = {"episodes": summary["episodes"], "ratio": ratio, "keep": bool(placed and ratio <= 1.0),
+                    "cut": bool(summary["stopped_at_deadline"])}
+            stamp.write_text(json.dumps(done))
+        verdict = "kept" if done["keep"] else "not kept (the shipped policy placed these targets as well or better)"
+        detail = (f"{done['episodes']} episodes; plan cost {100 * (done['ratio'] - 1):+.1f} % against the shipped policy "
+                  f"(geometric mean over {len(targets)} targets, under the calibrated model): {verdict}")
+        out.append(PolicyOutcome(algo, ckpt.with_suffix(".npz") if done["keep"] else None, detail,
+                                 time.monotonic() - start, cut=done["cut"]))
+    return out

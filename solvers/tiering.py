@@ -48,7 +48,7 @@ from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, tab
 from shardopt.core.stats import table_histogram
 from shardopt.data.torchrec_io import rw_layout
 
-HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables plan for first (the packer needs slack); a preference: plan_tiers uses all of it where nothing fits within
+HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables plan for first (the packer needs slack); a preference: the solvers retry their layouts with all of it where none packs within it
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
 CACHE_LOAD_FACTORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the caches offered (TorchRec's default is 0.2)
 
@@ -208,18 +208,18 @@ def oversized_tables(instance: Instance) -> list[int]:
 
 
 def plan_tiers(instance: Instance, rowwise: frozenset[int] = frozenset(), lean: bool = False, within_host: bool = True,
-               oversized_to_host: bool | frozenset[int] = False) -> TieredLayout | str:
+               oversized_to_host: bool | frozenset[int] = False, headroom: float = HEADROOM) -> TieredLayout | str:
     """`_plan_tiers` with the oversized tables hottest per byte first, or, where that layout cannot be made (the hot
-    tables' blocks took the HBM and host memory that a later table's blocks needed), in table order. HEADROOM is a
-    preference, never a refusal: where no layout leaves the packer its slack, the same tries use every byte of HBM
-    (a table split into blocks of 200,000 bytes on devices of 210,000 is placed, as TorchRec places it), and the
-    reason given is that last try's, quoting the capacities it tested."""
-    got: TieredLayout | str = ""
-    for headroom in (HEADROOM, 1.0):
-        for hot_first in (True, False):
-            got = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=hot_first, headroom=headroom)
-            if not isinstance(got, str):
-                return got
+    tables' blocks took the HBM and host memory that a later table's blocks needed), in table order. `headroom`: the
+    share of each device's HBM the layout plans for; HEADROOM is a preference, never a refusal: a solver whose
+    layouts all fail (or do not pack) within it tries them again with 1.0, every byte of HBM (a table split into
+    blocks of 200,000 bytes on devices of 210,000 is placed, as TorchRec places it); the reason then quotes the
+    capacities that try tested."""
+    got = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=True, headroom=headroom)
+    if isinstance(got, str):
+        other = _plan_tiers(instance, rowwise, lean, within_host, oversized_to_host, hot_first=False, headroom=headroom)
+        if not isinstance(other, str):
+            return other
     return got
 
 

@@ -235,6 +235,8 @@ def test_calibrate_refuses_bad_requests_naming_the_option(tmp_path: Path):
     assert r.exit_code == 2 and "--id: a model 'neural-cpu-zen5' exists already" in r.stderr
     r = run("calibrate", "--backend", "cpu", "--rounds", "2", "--models", tmp_path)
     assert r.exit_code == 2 and "--rounds: the loop solves the instances you will solve" in r.stderr
+    r = run("calibrate", "--backend", "cpu", "--with-policies", "--models", tmp_path)
+    assert r.exit_code == 2 and "--with-policies: the policies learn to place the instances you will solve" in r.stderr
     try:
         import torch
 
@@ -381,8 +383,10 @@ def test_calibrate_with_policies_trains_them_on_the_model_and_keeps_only_a_winne
 
     targets = [load_instance(CPU_TEST / f"cpu-test-s1-00{i}.json") for i in ("08", "09")]
     settings = domain_settings("cpu", "cpu", targets, train_samples=12, test_samples=4, epochs=2, repeats=1)
+    from solvers.rl_train import train_policies_for
+
     result = calibrate_machine(settings, cpu_fingerprint(), budget_s=600, models_dir=tmp_path, targets=targets,
-                               policies=("dreamshard",), policy_episodes=32)
+                               policies=("dreamshard",), policy_episodes=32, train_policies=train_policies_for)
     stage = next(s for s in result.stages if s.name == "policy dreamshard")
     assert "32 episodes" in stage.detail and "against the shipped policy" in stage.detail
     card = result.card

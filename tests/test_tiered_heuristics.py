@@ -364,12 +364,14 @@ def test_a_row_split_that_fits_only_without_headroom_is_placed_not_refused() -> 
     inst = spec_instance("headroom", [(800, 124, 4.0, 1.0)],
                          {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 210_000, "hardware": "v100"}, 512)
     assert slice_bytes(inst, inst.tables[0], 400, 124) == 200_000 > 0.9 * 210_000
-    assert not isinstance(plan_tiers(inst), str)
+    assert isinstance(plan_tiers(inst), str) and not isinstance(plan_tiers(inst, headroom=1.0), str)
     for solver in ("greedy", "neuroshard", "cpsat"):
         r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
         assert r.status.has_plan, f"{solver}: {r.reason}"
         assert check_plan(inst, r.plan).ok and len(r.plan.shards) == 2
     # one byte less per device than the blocks: refused, quoting the bytes it tested (all of them, not 90 %)
     tight = inst.model_copy(update={"topology": inst.topology.model_copy(update={"memory_bytes": 199_999})})
-    reason = plan_tiers(tight)
+    reason = plan_tiers(tight, headroom=1.0)
     assert isinstance(reason, str) and "399,998 bytes of HBM" in reason and "short by 2 bytes" in reason
+    r = get_solver("greedy").solve(tight, get_cost_model("analytic"), seed=0)
+    assert not r.status.has_plan and "short by 2 bytes" in r.reason

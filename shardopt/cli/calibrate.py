@@ -156,7 +156,7 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
             result = calibrate_machine(settings, fingerprint, budget_s=budget_minutes * 60, models_dir=models, model_id=model_id,
                                        command=command, progress=tick, log=None if json_out else (lambda m: _print_lines(console, [m])),
                                        targets=targets, rounds=rounds, propose=propose, host_link=link, policies=policies,
-                                       policy_episodes=policy_episodes)
+                                       policy_episodes=policy_episodes, train_policies=_policy_trainer() if policies else None)
         except CalibrationError as exc:
             raise CLIError(str(exc)) from None
     card = result.card
@@ -185,6 +185,13 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         *([f"policies trained on it: {', '.join(card.policies)} (`solve --solver {'|'.join(card.policies)}` with this model uses them)"]
           if card.policies else []),
     ])
+
+
+def _policy_trainer() -> Any:
+    """`calibrate --with-policies`' trainer: the RL solvers' (the measure layer does not import the solvers)."""
+    from solvers.rl_train import train_policies_for
+
+    return train_policies_for
 
 
 def _proposer(solvers: list[str], time_limit: float, seed: int) -> Any:

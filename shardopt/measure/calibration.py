@@ -152,6 +152,9 @@ class CalibrationResult:
 
 Progress = Callable[[str, int, int], None]  # (stage description, done, total)
 Proposer = Callable[[Instance, Any], list[tuple[str, Any]]]  # (instance, cost model) -> [(solver name, Plan), ...]
+# (algos, targets, model, out dir, deadline (time.monotonic()), seed, episodes, progress) -> outcomes with .algo,
+# .export (the kept policy file, or None), .detail, .seconds, .cut: solvers.rl_train.train_policies_for
+PolicyTrainer = Callable[..., list[Any]]
 
 
 def stage_shares(loop: bool, policies: bool = False) -> dict[str, float]:
@@ -273,11 +276,13 @@ def calibrate_machine(
     host_link: dict[str, Any] | None = None,
     policies: Sequence[str] = (),
     policy_episodes: int = 8000,
+    train_policies: PolicyTrainer | None = None,
 ) -> CalibrationResult:
     """Run (or resume) the calibration of this machine within `budget_s` seconds and register its model. With
     `targets` and `rounds`, close the loop on the plans `propose` makes for them (module docstring). With `policies`
-    (dreamshard, autoshard) and `targets`, train those RL policies on the calibrated model for the targets
-    (`train_policies`); the card carries each one that beats the shipped policy there."""
+    (dreamshard, autoshard) and `targets`, `train_policies` (solvers.rl_train.train_policies_for: the solvers are
+    not this layer's to import) trains those RL policies on the calibrated model for the targets; the card carries
+    each one that beats the shipped policy there."""
     from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
     from costmodels.evaluation import accuracy_by_band
     from costmodels.neural import NeuralCostModel
@@ -454,8 +459,14 @@ def calibrate_machine(
     trained_policies: dict[str, Path] = {}
     if policies:
         chosen = NeuralCostModel(neural_file) if preferred == "neural" else get_cost_model(f"analytic:{profile_file}")
-        trained_policies = train_policies(policies, targets, chosen, work / "policies", t0 + budget_s, settings.seed,
-                                          stages, say, progress, episodes=policy_episodes)
+        if train_policies is None:
+            raise CalibrationError("--with-policies: no policy trainer was given (the CLI passes solvers.rl_train.train_policies_for)")
+        for outcome in train_policies(policies, targets, chosen, work / "policies", t0 + budget_s, settings.seed,
+                                      policy_episodes, progress):
+            stages.append(StageRecord(f"policy {outcome.algo}", outcome.seconds, outcome.detail, cut=outcome.cut))
+            say(f"policy {outcome.algo}: {outcome.detail}")
+            if outcome.export is not None:
+                trained_policies[outcome.algo] = outcome.export
     folder = work / "model"
     if folder.exists():
         shutil.rmtree(folder)
@@ -489,70 +500,6 @@ def calibrate_machine(
     shutil.rmtree(work, ignore_errors=True)
     return CalibrationResult(card=stored, stages=stages, heldout=heldout, work_dir=work, seconds=time.monotonic() - t0, resumed=resumed,
                              plan_rounds=plan_rounds)
-
-
-def train_policies(algos: Sequence[str], targets: Sequence[Instance], model: Any, out_dir: Path, deadline: float,
-                   seed: int, stages: list[StageRecord], say: Callable[[str], None],
-                   progress: Progress | None = None, episodes: int = 8000) -> dict[str, Path]:
-    """Train each RL policy (`algos`) on `model` for `targets`, at most `episodes` rollouts each, in equal shares of
-    the time left before `deadline` (time.monotonic()), and keep it where its plans for the targets cost less under `model` than the shipped
-    policy's (geometric mean of the greedy rollouts' costs): {algo: its inference export}. Resumable: a policy
-    trained by an earlier run of the same calibration is kept (`<algo>.done`).
-
-    Why: DreamShard and AutoShard learn the estimated MDP of the cost model they train on; the shipped policies
-    learned the analytic model's, and place tables for costs this machine does not have."""
-    import numpy as np
-
-    from solvers.registry import get_solver
-    from solvers.rl_common import TrainSettings as PolicySettings, evaluate_policy, load_policy
-    from solvers.rl_train import train_policy
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    named = [(f"target-{i:03d}", inst) for i, inst in enumerate(targets)]
-    kept: dict[str, Path] = {}
-    for k, algo in enumerate(algos):
-        start = time.monotonic()
-        ckpt, stamp = out_dir / f"{algo}.pt", out_dir / f"{algo}.done"
-        done = json.loads(stamp.read_text()) if stamp.is_file() else None
-        if done is None:
-            left = deadline - time.monotonic()
-            end = time.monotonic() + left / (len(algos) - k)
-            if left <= 1.0:
-                stages.append(StageRecord(f"policy {algo}", 0.0, "no time left in the budget", cut=True))
-                continue
-            tick = (lambda d, t, _a=algo: progress(f"policy {_a}", d, t)) if progress else None
-            summary = train_policy(named, model, PolicySettings(algo=algo, episodes=episodes, seed=seed, cost_updates=False),
-                                   ckpt, resume=ckpt.exists(), progress=tick, deadline=end,
-                                   meta={"suite": "calibrate --with-policies targets"})
-            if not summary["updates"]:
-                stages.append(StageRecord(f"policy {algo}", time.monotonic() - start, "no update within its time box", cut=True))
-                continue
-            solver_cls = type(get_solver(algo))
-            trained = load_policy(ckpt.with_suffix(".npz"), solver_cls.policy_cls, algo)
-            shipped = get_solver(algo, checkpoint=str(solvers_checkpoint(solver_cls))).policy
-            mine = evaluate_policy(trained, list(targets), model, seed=seed)
-            theirs = evaluate_policy(shipped, list(targets), model, seed=seed)
-            ok = np.isfinite(mine) & np.isfinite(theirs)
-            ratio = float(np.exp(np.mean(np.log(mine[ok] / theirs[ok])))) if ok.any() else float("inf")
-            placed = bool(np.isfinite(mine).sum() >= np.isfinite(theirs).sum())
-            done = {"episodes": summary["episodes"], "ratio": ratio, "keep": bool(placed and ratio <= 1.0),
-                    "cut": bool(summary["stopped_at_deadline"])}
-            stamp.write_text(json.dumps(done))
-        verdict = "kept" if done["keep"] else "not kept (the shipped policy placed these targets as well or better)"
-        detail = (f"{done['episodes']} episodes; plan cost {100 * (done['ratio'] - 1):+.1f} % against the shipped policy "
-                  f"(geometric mean over {len(targets)} targets, under the calibrated model): {verdict}")
-        stages.append(StageRecord(f"policy {algo}", time.monotonic() - start, detail, cut=done["cut"]))
-        say(f"policy {algo}: {detail}")
-        if done["keep"]:
-            kept[algo] = ckpt.with_suffix(".npz")
-    return kept
-
-
-def solvers_checkpoint(solver_cls: Any) -> Path:
-    """The shipped policy file of an RL solver class."""
-    from solvers.rl_common import CHECKPOINT_DIR
-
-    return CHECKPOINT_DIR / solver_cls.default_checkpoint
 
 
 def _brief(m: dict[str, Any]) -> dict[str, Any]:
