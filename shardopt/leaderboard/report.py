@@ -28,7 +28,7 @@ class SolverStats:
     std_ratio: float | None
     wins: int
     mean_solve_s: float
-    mean_gap_to_bound: float | None  # cost / the instance's certified bound (shardopt bound), where computed
+    mean_gap_to_bound: float | None  # (cost - bound) / cost against the instance's certified bound (shardopt bound), where computed
 
 
 @dataclass
@@ -91,8 +91,8 @@ def build_reports(rows: list[dict[str, Any]], bounds: dict[tuple[str, str], floa
                 if best[k] is not None and c <= best[k] * (1 + 1e-9):
                     wins += 1
                 if bound[k]:
-                    gaps.append(c / bound[k])
-                    gap_points.append({"solver": s, "pair": pair_index[k], "gap": c / bound[k]})
+                    gaps.append((c - bound[k]) / c)  # (shardopt bound's and solve's definition: solvers.analytic_bound.plan_gap)
+                    gap_points.append({"solver": s, "pair": pair_index[k], "gap": (c - bound[k]) / c})
             stats.append(SolverStats(
                 solver=s, runs=len(mine), failed=sum(r["max_cost_ms"] is None for r in mine),
                 mean_cost_ms=_mean([by_pair[k][s]["max_cost_ms"] for k in common]),
@@ -112,10 +112,14 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _pct(x: float | None) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f} %"
+
+
 def table_cells(rep: SuiteReport) -> list[list[str]]:
     return [
         [s.solver, _f(s.mean_cost_ms), _f(s.mean_ratio) + (f" ± {s.std_ratio:.3f}" if s.std_ratio else ""),
-         str(s.wins), f"{s.failed}/{s.runs}", _f(s.mean_solve_s, 4), _f(s.mean_gap_to_bound)]
+         str(s.wins), f"{s.failed}/{s.runs}", _f(s.mean_solve_s, 4), _pct(s.mean_gap_to_bound)]
         for s in rep.solvers
     ]
 
@@ -125,7 +129,7 @@ def caption(rep: SuiteReport) -> str:
         f"{rep.suite}: {len(rep.instances)} instances, {rep.pairs} instance×seed pairs; judge: {rep.judge} "
         f"(backend {rep.backend}, cost model {rep.cost_model}). Mean max cost is over the {rep.common} pairs every "
         f"solver solved; ratio to best and wins over each solver's solved pairs; failed = infeasible / no plan / "
-        f"error, never dropped silently; gap to bound = cost / the instance's certified lower bound of the analytic model "
+        f"error, never dropped silently; gap to bound = (cost - bound) / cost, the bound being the instance's certified lower bound of the analytic model "
         f"(shardopt bound: every table- and column-wise plan costs at least that; row-wise or replicated shards are "
         f"not covered), where `leaderboard run --bounds` computed one."
     )
@@ -172,12 +176,12 @@ def svg_scatter(rep: SuiteReport) -> str:
 
 
 def svg_gaps(rep: SuiteReport) -> str:
-    """Per instance (those with a certified bound): each solver's cost / the bound, one column each."""
+    """Per instance (those with a certified bound): each solver's gap to the bound, (cost - bound) / cost, in %."""
     if not rep.gap_points:
         return figures.no_data("no certified bound in the store (leaderboard run --bounds)")
     series = {s.solver: ([p["pair"] + 1 for p in rep.gap_points if p["solver"] == s.solver],
-                         [p["gap"] for p in rep.gap_points if p["solver"] == s.solver]) for s in rep.solvers}
-    return figures.points(series, "instance (those with a certified bound)", "cost / certified bound", reference=1.0)
+                         [100 * p["gap"] for p in rep.gap_points if p["solver"] == s.solver]) for s in rep.solvers}
+    return figures.points(series, "instance (those with a certified bound)", "gap to the certified bound (%)", reference=0.0)
 
 
 STYLE = (
