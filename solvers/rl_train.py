@@ -293,7 +293,7 @@ def train_policies_for(algos: Sequence[str], targets: Sequence[Instance], model:
     learned the analytic model's, and place tables for costs this machine does not have."""
     import json
 
-    from solvers.registry import get_solver
+    from solvers.registry import solver_class
     from solvers.rl_common import CHECKPOINT_DIR, TrainSettings as PolicySettings, evaluate_policy, load_policy
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -316,7 +316,7 @@ def train_policies_for(algos: Sequence[str], targets: Sequence[Instance], model:
             if not summary["updates"]:
                 out.append(PolicyOutcome(algo, None, "no update within its time box", time.monotonic() - start, cut=True))
                 continue
-            solver_cls = type(get_solver(algo))
+            solver_cls = solver_class(algo)
             trained = load_policy(ckpt.with_suffix(".npz"), solver_cls.policy_cls, algo)
             shipped = load_policy(CHECKPOINT_DIR / solver_cls.default_checkpoint, solver_cls.policy_cls, algo)
             mine = evaluate_policy(trained, list(targets), model, seed=seed)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardopt.cli.common import CLIError
-from shardopt.measure.compare import PICK_PORTFOLIO as DEFAULT_PORTFOLIO  # noqa: F401 - re-exported for the CLI
 
 
 @dataclass

@@ -27,7 +27,8 @@ from shardopt.cli.common import (
     _solver_with_options,
     app,
 )
-from shardopt.cli.pick import DEFAULT_PORTFOLIO, check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
+from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
+from shardopt.measure.compare import PICK_PORTFOLIO
 
 
 @app.command()
@@ -60,7 +61,7 @@ def solve(
         typer.Option("--pick", metavar="cpu|cuda", help="Solve with a portfolio (--portfolio, each with the chosen cost model and with analytic), measure the plans together on this judge, and return the measured-fastest.", show_default=False),
     ] = None,
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="With --pick: at most this many candidates (the chosen model's first).", show_default=False)] = None,
-    portfolio: Annotated[str, typer.Option("--portfolio", metavar="S,S,...", help="With --pick: the solvers of the portfolio.")] = ",".join(DEFAULT_PORTFOLIO),
+    portfolio: Annotated[str, typer.Option("--portfolio", metavar="S,S,...", help="With --pick: the solvers of the portfolio.")] = ",".join(PICK_PORTFOLIO),
     json_out: JsonOpt = False,
 ) -> None:
     """Place an instance's tables on its devices and print the plan with its predicted cost (or, with --pick, the

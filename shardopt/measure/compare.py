@@ -26,10 +26,10 @@ from shardopt.measure.evaluate import (
     stop_rule,
 )
 
-
 # the solvers `solve --pick` and the measured leaderboard's `pick` run, each with the chosen cost model and with the
 # analytic model, before measuring their plans together
 PICK_PORTFOLIO = ("greedy", "neuroshard", "cpsat")
+
 
 @dataclass
 class PlanResult:

@@ -92,6 +92,7 @@ class _Run:
     info: dict[str, Any]
     tiered: Any = None  # solvers.exact.tiered.TieredSplit: the instance above is its sub-instance of HBM tables
     whole: Instance | None = None  # ... and this the whole instance the plan is for
+    start_plan: dict[str, Any] | None = None  # a warm start that fits but the items cannot express: returned if nothing else is found
 
 
 @dataclass
@@ -300,12 +301,13 @@ class ExactSolver(Solver):
             return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
-        items, best, best_cost = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info, cost_model)
+        items, best, best_cost, start_plan = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info, cost_model)
         info["warm_start_s"] = clock.elapsed
         if best is None:
             info["warm_start"] = None
         fits = items.size[:, None] <= caps[None, :]
-        run = _Run(instance, cost_model, bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info)
+        run = _Run(instance, cost_model, bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info,
+                   start_plan=start_plan)
         st = _Loop(best, best_cost, best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64))
         certified: float | None = None
         if self.neighbourhood > 0 and best is not None and int(fits.sum()) > constants.LARGE_MODEL:
@@ -382,9 +384,10 @@ class ExactSolver(Solver):
     def _start(
         self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float, caps: np.ndarray, info: dict[str, Any],
         cost_model: CostModel | None = None,
-    ) -> tuple[Items, np.ndarray | None, float]:
-        """The warm starts, the items offered (with pieces for what the best start cuts) and the best start's plan
-        as item counts with its full cost (None, inf: none)."""
+    ) -> tuple[Items, np.ndarray | None, float, dict[str, Any] | None]:
+        """The warm starts, the items offered (with pieces for what the best start cuts), the best start's plan
+        as item counts with its full cost (None, inf: none), and, where no start that fits is expressible in the
+        items, the cheapest such start (the plan to return if the search finds none; else None)."""
         starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.warm_start else []
         good = sorted((s for s in starts if s["cost"] is not None), key=lambda s: s["cost"])  # (stable: ties keep list order)
         items = self.items(instance, bm, good[0]["shards"] if good else None)  # (pieces for what the best start cuts)
@@ -400,9 +403,7 @@ class ExactSolver(Solver):
                 best, best_cost = counts, plan_cost(bm, items, counts)
                 info["warm_start"] = {"solver": cand["solver"], "cost": best_cost}
                 break
-            if best is None and good:  # a start that fits but its items cannot express: the plan to return if nothing else is found
-                info["_start_plan"] = good[0]
-        return items, best, best_cost
+        return items, best, best_cost, (good[0] if best is None and good else None)
 
     def _solve_large(self, run: _Run, st: _Loop) -> float | None:
         """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed (and first, when asked
@@ -588,7 +589,7 @@ class ExactSolver(Solver):
     def _outcome(self, run: _Run, st: _Loop, certified: float | None) -> SolveResult:
         """The best plan with its status and bound, or why there is none."""
         instance, items, clock, info = run.instance, run.items, run.clock, run.info
-        start_plan = info.pop("_start_plan", None)
+        start_plan = run.start_plan
         if st.proven_infeasible:
             # the solver proved its own placements (HBM table-wise and column pieces) impossible; row-wise or
             # host-memory plans may still exist, so this is `infeasible` only with the tiered proof (unplaceable)
