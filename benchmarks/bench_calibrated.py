@@ -55,7 +55,7 @@ def one(path: Path, time_limit: float, models: Path | None) -> dict:
                      "sentence": c.sentence()} for c in report.comparisons}
     pick_name = names[3]
     pick_ms = measured[pick_name]["ms"]
-    pick_cands = {p.name: p.cost_ms for p in pick_report.plans} if pick_report is not None else {}
+    pick_cands = {p.name: p.cost_ms for p in pick_report.first.plans} if pick_report is not None else {}
     return {
         "instance": path.name, "batch": inst.workload.batch_size, "tables": len(inst.tables), "devices": inst.topology.num_devices,
         "auto": {"card": choice.card_id, "notice": choice.notice},

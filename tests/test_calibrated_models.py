@@ -351,7 +351,12 @@ def test_solve_pick_measures_the_portfolio_and_returns_its_fastest(tmp_path: Pat
     doc = json.loads(r.stdout)
     pick = doc["pick"]
     measured = {c["name"]: c["measured_ms"] for c in pick["candidates"] if c["measured_ms"] is not None}
-    assert pick["winner"] in measured and measured[pick["winner"]] == min(measured.values())
+    assert pick["winner"] in measured
+    if pick["sessions"] == 1:  # clear in one session: the fastest of it
+        assert measured[pick["winner"]] == min(measured.values())
+    else:  # the close ones re-timed: the lowest over both sessions
+        relative = pick["relative_to_fastest"]
+        assert relative[pick["winner"]] == min(relative.values())
     assert doc["plan"]["solver"] == pick["winner"].split(" / ")[0]
     assert json.loads(out.read_text())["shards"] == doc["plan"]["shards"]
     # the analytic model chosen: no second model in the portfolio

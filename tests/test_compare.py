@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import two_device_instance
 from typer.testing import CliRunner
 
 from shardopt.cli.main import app
@@ -16,12 +17,7 @@ from shardopt.measure.evaluate import EvaluationError
 
 
 def tiny() -> Instance:
-    tables = [{"name": f"t{i}", "rows": 4000, "dim": 32, "pooling_factor": 8.0, "access": {"zipf": 1.0}} for i in range(8)]
-    return Instance.model_validate({
-        "schema_version": 1, "kind": "instance", "name": "tiny-compare", "tables": tables,
-        "topology": {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**9, "hardware": "v100"},
-        "workload": {"batch_size": 512, "optimizer": "sgd"},
-    })
+    return two_device_instance("tiny-compare")
 
 
 def balanced() -> Plan:

@@ -32,15 +32,16 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
     most `limit` of them, in that order. Solvers that find no plan are left out (and said so by the caller)."""
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import plan_key
+    from shardopt.measure.pick import portfolio_models
     from solvers.registry import get_solver
 
     chosen = choice.card.id if choice.card is not None else choice.name
-    models = [(chosen, choice.model)]
-    if choice.name != "analytic":
-        models.append(("analytic", get_cost_model("analytic")))
-    pairs = [(s, m) for m in models for s in portfolio][:limit]
+    models = {chosen: choice.model}
+    labels = portfolio_models(chosen if choice.name != "analytic" else "analytic")
+    pairs = [(s, m) for m in labels for s in portfolio][:limit]
     out: list[Candidate] = []
-    for solver, (label, model) in pairs:
+    for solver, label in pairs:
+        model = models[label] if label in models else models.setdefault(label, get_cost_model(label))
         result = get_solver(solver).solve(instance, model, time_limit=time_limit, seed=seed)
         cand = Candidate(f"{solver} / {label}", solver, label, model, result)
         if result.status.has_plan and result.plan is not None:
@@ -65,9 +66,9 @@ def check_portfolio(text: str) -> list[str]:
 
 
 def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, progress: Any = None) -> tuple[Candidate, Any, list[str]]:
-    """The measured-fastest candidate, the comparison report (the winner first, compared with every other distinct
-    plan) and notes (candidates without a plan, duplicates)."""
-    from shardopt.measure.compare import compare_plans
+    """The measured-fastest candidate (shardopt.measure.pick: close ones re-timed in a second session), the outcome
+    (None with one distinct plan) and notes (candidates without a plan, duplicates)."""
+    from shardopt.measure.pick import pick_fastest
 
     notes = [f"{c.name}: no plan ({c.result.reason or c.result.status.value})" for c in candidates if c.result.plan is None]
     notes += [f"{c.name}: the same plan as {c.same_as} (measured once)" for c in candidates if c.same_as]
@@ -76,31 +77,45 @@ def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, pr
         raise CLIError("--pick: no candidate of the portfolio found a plan", 3, "no_solution")
     if len(distinct) == 1:
         return distinct[0], None, notes + ["one distinct plan: nothing to measure against"]
-    report = compare_plans(instance, [c.result.plan for c in distinct], [c.name for c in distinct], backend, seed=seed,
-                           reference="fastest", progress=progress)
-    winner = next(c for c in distinct if c.name == report.plans[0].name)
-    return winner, report, notes
+    names = [c.name for c in distinct]
+    outcome = pick_fastest(instance, [c.result.plan for c in distinct], names, backend, seed=seed, progress=progress)
+    return distinct[outcome.winner], outcome, notes
 
 
-def pick_lines(report: Any, winner: Candidate, backend: str) -> list[str]:
-    if report is None:
+def pick_lines(outcome: Any, winner: Candidate, backend: str) -> list[str]:
+    if outcome is None:
         return [f"picked {winner.name} (the portfolio's only distinct plan)"]
-    best = report.plans[0]
+    report = outcome.deciding
+    best = next(p for p in report.plans if p.name == winner.name)
     iv = best.interval
     lines = [f"picked {winner.name}: measured {best.cost_ms:.3f} ms on {backend} (95 % CI [{iv.low:.3f}, {iv.high:.3f}]; "
              f"{report.rounds} interleaved rounds; judge: {report.judge})"]
-    for c in report.comparisons:
-        lines.append("  " + c.sentence())
+    lines += ["  " + c.sentence() for c in outcome.first.comparisons]
+    if outcome.confirm is not None:
+        lines.append(f"  second session ({outcome.confirm.rounds} rounds, the close ones):")
+        lines += ["    " + c.sentence() for c in outcome.confirm.comparisons]
+        lines.append(outcome.how())
     return lines
 
 
-def pick_doc(report: Any, candidates: list[Candidate], winner: Candidate, notes: list[str]) -> dict[str, Any]:
-    by_name = {p.name: p for p in report.plans} if report is not None else {}
+def pick_doc(outcome: Any, candidates: list[Candidate], winner: Candidate, notes: list[str]) -> dict[str, Any]:
+    """--json's `pick`: every candidate with its prediction and its measurement in the deciding session (the second,
+    where there was one, for the plans it re-timed), the outcome's sessions and notes."""
+    measured: dict[str, Any] = {}
+    if outcome is not None:
+        for report in (outcome.first, outcome.confirm):
+            if report is not None:
+                measured.update({p.name: p for p in report.plans})
     rows = []
     for c in candidates:
-        p = by_name.get(c.name)
+        p = measured.get(c.name)
         rows.append({"name": c.name, "solver": c.solver, "cost_model": c.cost_model, "status": c.result.status.value,
                      "predicted_ms": float(c.result.predicted.max_cost) if c.result.predicted is not None else None,
                      "measured_ms": p.cost_ms if p else None,
                      "ci_ms": [p.interval.low, p.interval.high] if p else None, "same_as": c.same_as})
-    return {"winner": winner.name, "candidates": rows, "notes": notes, "compare": report.to_dict() if report is not None else None}
+    return {"winner": winner.name, "candidates": rows, "notes": notes,
+            "sessions": outcome.sessions if outcome is not None else 0,
+            "how": outcome.how() if outcome is not None else "one distinct plan",
+            "relative_to_fastest": ({outcome.names[i]: r for i, r in outcome.relative.items()} if outcome is not None else {}),
+            "compare": outcome.first.to_dict() if outcome is not None else None,
+            "confirm": outcome.confirm.to_dict() if outcome is not None and outcome.confirm is not None else None}

@@ -28,7 +28,7 @@ from shardopt.cli.common import (
     app,
 )
 from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
-from shardopt.measure.compare import PICK_PORTFOLIO
+from shardopt.measure.pick import PICK_PORTFOLIO
 
 
 @app.command()

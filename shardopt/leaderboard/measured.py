@@ -122,11 +122,11 @@ def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed
 
 def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: InstanceSession) -> tuple[list[dict[str, Any]], list[Any]]:
     """The `pick` entry's row and plan per cost model (PICK): the portfolio's plans (reusing the instance's rows of
-    the same pairs) measured in a session of their own, the measured-fastest kept."""
+    the same pairs) measured in sessions of their own (shardopt.measure.pick: the close ones twice), the
+    measured-fastest kept."""
     from costmodels.auto import model_for
     from shardopt.core.ir import plan_key
-    from shardopt.measure.compare import PICK_PORTFOLIO
-    from shardopt.measure.plan_timing import measure_plans
+    from shardopt.measure.pick import PICK_PORTFOLIO, pick_fastest, portfolio_models
 
     solved = {(r["solver"], r["cost_model"]): (r, p) for r, p in zip(rows, plans)}
     out_rows, out_plans = [], []
@@ -135,7 +135,7 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
             continue
         candidates: dict[str, tuple[str, dict[str, Any], Any]] = {}  # plan key -> (label, row, plan): distinct plans
         spent = 0.0
-        for model in [cm] + (["analytic"] if cm != "analytic" else []):
+        for model in portfolio_models(cm):
             for solver in PICK_PORTFOLIO:
                 if (solver, model) not in solved:
                     solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit)
@@ -153,13 +153,12 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
         session_s = 0.0
         if len(keys) == 1:
             best, how = keys[0], "one distinct plan"
-        else:  # their own session (seed + 1: not the leaderboard session's order)
+        else:  # sessions of their own (seed + 1: not the leaderboard session's order)
             started = time.perf_counter()
-            m, _ = measure_plans(inst, [candidates[k][2] for k in keys], job.backend, job.rule, seed=job.seed + 1)
+            outcome = pick_fastest(inst, [candidates[k][2] for k in keys], [candidates[k][0] for k in keys],
+                                   job.backend, seed=job.seed + 1, rule=job.rule)
             session_s = time.perf_counter() - started
-            costs = [ps.plan_cost() for ps in m.samples]
-            best = keys[min(range(len(keys)), key=costs.__getitem__)]
-            how = f"the measured-fastest of {len(keys)} distinct plans, timed in a session of their own"
+            best, how = keys[outcome.winner], outcome.how()
         label, _, plan = candidates[best]
         row.update(status="feasible", reason=f"picked {label}: {how}", solve_time_s=spent + session_s,
                    predicted_ms=float(model_for(cm, inst).plan_costs(inst, plan).max_cost))

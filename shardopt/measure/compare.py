@@ -26,11 +26,6 @@ from shardopt.measure.evaluate import (
     stop_rule,
 )
 
-# the solvers `solve --pick` and the measured leaderboard's `pick` run, each with the chosen cost model and with the
-# analytic model, before measuring their plans together
-PICK_PORTFOLIO = ("greedy", "neuroshard", "cpsat")
-
-
 @dataclass
 class PlanResult:
     name: str
@@ -77,10 +72,12 @@ def compare_plans(
     comm: str = "modelled",
     progress: Callable[[int, int], None] | None = None,
     reference: str = "first",
+    rule: StopRule | None = None,
 ) -> CompareReport:
     """Judge `plans` together and compare each with the first (`reference="first"`) or with the one judged cheapest
-    (`reference="fastest"`: `solve --pick`; the report then lists that plan first). Raises PlanError for an invalid
-    plan (its name in the message), EvaluationError for bad settings or an unavailable backend."""
+    (`reference="fastest"`: `solve --pick`; the report then lists that plan first). A given stop `rule` replaces the
+    one `repeats`, `target` and `time_cap_s` make. Raises PlanError for an invalid plan (its name in the message),
+    EvaluationError for bad settings or an unavailable backend."""
     if reference not in ("first", "fastest"):
         raise ValueError(f"reference: {reference!r} is not 'first' or 'fastest'")
     if backend not in BACKENDS:
@@ -91,7 +88,8 @@ def compare_plans(
         raise ValueError("one name per plan")
     from shardopt.measure.plan_timing import host_memory_refusal
 
-    rule = stop_rule(repeats, target, time_cap_s)
+    if rule is None:
+        rule = stop_rule(repeats, target, time_cap_s)
     warnings = []
     for name, plan in zip(names, plans):
         check = check_plan(instance, plan)

@@ -1,0 +1,70 @@
+"""Picking the measured-fastest plan (shardopt.measure.pick): which plans are still in contention after one session,
+and that those - and only those - are timed again and decided on both sessions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import two_device_instance
+
+from shardopt.core.ir import Instance, Plan, Shard
+from shardopt.measure.compare import CompareReport, PlanResult
+from shardopt.measure.confidence import Comparison, Interval
+from shardopt.measure.pick import contenders_of, pick_fastest
+
+
+def _report(costs: dict[str, float], faster: dict[str, tuple[float, float, float]]) -> CompareReport:
+    """A session's report: plans fastest first; `faster` gives each other plan's % faster than the fastest
+    (estimate, low, high)."""
+    names = sorted(costs, key=costs.__getitem__)
+    plans = [PlanResult(n, costs[n], Interval(costs[n], costs[n] * 0.99, costs[n] * 1.01), [costs[n]], 0) for n in names]
+    comparisons = [Comparison(names[0], n, Interval(*faster[n])) for n in names[1:]]
+    return CompareReport("cpu", "test", plans, comparisons, rounds=10)
+
+
+def test_contenders_are_the_fastest_and_the_plans_close_to_it() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    report = _report({"a": 10.0, "b": 10.1, "c": 10.2, "d": 11.0, "e": 20.0},
+                     {"b": (-1.0, -2.5, 0.5),       # interval holds 0: indistinguishable
+                      "c": (-2.0, -2.5, -1.5),      # apart, but within the session-to-session spread
+                      "d": (-10.0, -12.0, -8.0),    # clearly slower
+                      "e": (-100.0, -110.0, -90.0)})
+    assert contenders_of(report, names) == [0, 1, 2]
+    assert contenders_of(report, names, spread_pct=0.5) == [0, 1]  # c is apart and outside a narrower spread
+    assert contenders_of(report, names, spread_pct=15.0) == [0, 1, 2, 3]
+    # one round gives no interval: such a plan stays in contention
+    report = _report({"a": 10.0, "b": 30.0}, {"b": (-200.0, -math.inf, math.inf)})
+    assert contenders_of(report, ["b", "a"]) == [1, 0]
+
+
+def tiny() -> Instance:
+    return two_device_instance("tiny-pick")
+
+
+def test_close_plans_are_re_timed_in_a_second_session_and_a_clear_loser_is_not() -> None:
+    """Two mirror images of one balanced plan (the same work per device) are close; every table on one device is
+    about twice as slow. The mirrors go to a second session; the pick is the lower over both."""
+    pytest.importorskip("fbgemm_gpu")
+    overloaded = Plan(shards=[Shard(table=f"t{i}", device=0) for i in range(8)])
+    balanced = Plan(shards=[Shard(table=f"t{i}", device=i % 2) for i in range(8)])
+    mirror = Plan(shards=[Shard(table=f"t{i}", device=1 - i % 2) for i in range(8)])
+    names = ["overloaded", "balanced", "mirror"]
+    # a wide spread: the mirrors are contenders however a busy machine splits them; the overloaded plan is not
+    outcome = pick_fastest(tiny(), [overloaded, balanced, mirror], names, "cpu", seed=3, spread_pct=40.0,
+                           repeats=10, warmup=1)
+    assert outcome.confirm is not None and outcome.sessions == 2
+    assert sorted(outcome.contenders) == [1, 2] and outcome.winner in (1, 2)
+    assert {p.name for p in outcome.confirm.plans} == {"balanced", "mirror"}
+    assert outcome.relative[outcome.winner] == min(outcome.relative.values())
+    loser = names[3 - outcome.winner]
+    assert "second session" in outcome.how() and f"others cost {loser} +" in outcome.how()
+    assert ("confirmed" in outcome.how()) == (outcome.first.plans[0].name == outcome.winner_name)
+    assert outcome.to_dict()["winner"] == outcome.winner_name
+
+    # without confirmation: one session, its fastest
+    single = pick_fastest(tiny(), [overloaded, balanced], names[:2], "cpu", seed=3, confirm=False, repeats=10, warmup=1)
+    assert single.confirm is None and single.winner == 1 and single.first.plans[0].name == "balanced"
+    assert "one session" in single.how()
+    with pytest.raises(ValueError, match="unique"):
+        pick_fastest(tiny(), [balanced, mirror], ["a", "a"], "cpu")
