@@ -141,6 +141,32 @@ def test_bad_input_exits_2(tmp_path, suite):
     assert r.exit_code == 2 and json.loads(r.stdout)["error"]["exit_status"] == 2
 
 
+def test_a_rerun_with_another_time_limit_solves_again_into_rows_of_its_own(tmp_path, suite):
+    """The store keys every setting that changes a result: a re-run with another --time-limit is not "already
+    finished", its rows stand beside the first run's, and the report gives each settings a section of its own."""
+    db = tmp_path / "limits.sqlite"
+    base = ["leaderboard", "run", str(suite), "--solvers", "greedy,size", "--db", str(db), "--json"]
+    first = run(*base, "--time-limit", "5")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["done"] == 8
+    again = run(*base, "--time-limit", "5")
+    assert json.loads(again.stdout)["done"] == 0 and json.loads(again.stdout)["skipped"] == 8
+    other = run(*base, "--time-limit", "2")
+    assert json.loads(other.stdout)["done"] == 8  # solved again under the new limit
+    con = sqlite3.connect(db)
+    limits = sorted(r[0] for r in con.execute("SELECT DISTINCT time_limit FROM results"))
+    con.close()
+    assert limits == [2.0, 5.0]
+    rep = run("leaderboard", "report", "--db", str(db), "--json")
+    sections = {s["settings"] for s in json.loads(rep.stdout)["suites"]}
+    assert sections == {"time limit 2 s", "time limit 5 s"}
+    # a setting no solve can keep is refused before anything is stored
+    bad = tmp_path / "bad.sqlite"
+    for limit in ("-1", "0"):
+        r = run("leaderboard", "run", str(suite), "--solvers", "greedy", "--db", str(bad), "--time-limit", limit)
+        assert r.exit_code == 2 and f"--time-limit: {limit} must be > 0" in r.output and not bad.exists()
+
+
 def _run_into(args):
     suite, db = args
     return run_leaderboard(Path(suite), SOLVERS, Path(db)).done

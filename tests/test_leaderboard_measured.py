@@ -16,16 +16,20 @@ from shardopt.core.ir import load_instance, save
 from shardopt.data.scale import scale_instance
 from shardopt.leaderboard.measured import (
     MEASURED_COLUMNS,
+    MEASURED_SCHEMA,
     build_measured_reports,
     load_measured,
     measured_html,
     measured_markdown,
     open_measured,
 )
+from shardopt.leaderboard.store import settings_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_TEST = ROOT / "instances" / "suites" / "cpu-test"
 
+
+SYN_SETTINGS = settings_key(5.0, "12")  # the synthetic rows' run settings: a 5 s limit, 12 rounds
 
 def synthetic_store(db: Path) -> list[dict]:
     """2 cost models x 3 solvers x 4 instances with known numbers."""
@@ -39,7 +43,7 @@ def synthetic_store(db: Path) -> list[dict]:
                 r = {"suite": "syn", "instance_file": f"i{i}.json", "instance_hash": f"h{i}", "solver": solver,
                      "cost_model": cm, "seed": 0, "backend": "cpu", "status": "feasible", "predicted_ms": predicted,
                      "measured_ms": measured, "ci_low_ms": measured * 0.99, "ci_high_ms": measured * 1.01,
-                     "rounds": 12, "session_s": 3.0, "judge": "synthetic", "code_version": "t", "created_at": "now"}
+                     "rounds": 12, "session_s": 3.0, "judge": "synthetic", "code_version": "t", "created_at": "now", "settings": SYN_SETTINGS}
                 con.execute(f"INSERT INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES ({', '.join('?' for _ in MEASURED_COLUMNS)})",
                             [r.get(c) for c in MEASURED_COLUMNS])
                 rows.append(r)
@@ -151,7 +155,7 @@ def test_report_spearman_common_means_and_rankings(tmp_path: Path) -> None:
                  "seed": 0, "backend": "cpu", "status": "no_solution" if failed else "feasible",
                  "predicted_ms": None if failed else 100.0 + k, "measured_ms": None if failed else 100.0 + k,
                  "ci_low_ms": None if failed else 99.0 + k, "ci_high_ms": None if failed else 101.0 + k,
-                 "judge": "synthetic", "code_version": "t", "created_at": "now"}
+                 "judge": "synthetic", "code_version": "t", "created_at": "now", "settings": SYN_SETTINGS}
             con.execute(f"INSERT INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES ({', '.join('?' for _ in MEASURED_COLUMNS)})",
                         [r.get(c) for c in MEASURED_COLUMNS])
             rows.append(r)
@@ -191,7 +195,7 @@ def test_a_solver_that_failed_everywhere_leaves_the_other_means(tmp_path: Path) 
     for i in range(4):
         r = {"suite": "syn", "instance_file": f"i{i}.json", "instance_hash": f"h{i}", "solver": "torchrec",
              "cost_model": "analytic", "seed": 0, "backend": "cpu", "status": "no_solution", "reason": "storage",
-             "judge": "synthetic", "code_version": "t", "created_at": "now"}
+             "judge": "synthetic", "code_version": "t", "created_at": "now", "settings": SYN_SETTINGS}
         con.execute(f"INSERT INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES ({', '.join('?' for _ in MEASURED_COLUMNS)})",
                     [r.get(c) for c in MEASURED_COLUMNS])
     con.commit()
@@ -232,17 +236,54 @@ def test_old_store_is_migrated(tmp_path: Path) -> None:
     con.close()
     con = connect(db)  # adds the missing columns
     new = dict(old, solver="size", backend="cpu", predicted_ms=0.5, ci_low_ms=0.9, ci_high_ms=1.1, judge_rounds=12,
-               machine=json.dumps({"host": "x"}))
+               machine=json.dumps({"host": "x"}), settings=settings_key(None))
     assert insert_row(con, new)
-    assert not insert_row(con, new)  # the unique key is as it was
+    assert not insert_row(con, new)  # the same key, settings included
+    assert insert_row(con, dict(new, settings=settings_key(2.0)))  # another time limit: a row of its own
     con.close()
     connect(db).close()  # a second connect finds nothing to add
-    rows = {r["solver"]: r for r in load_rows(db)}
+    rows = {(r["solver"], r["settings"]): r for r in load_rows(db)}
+    assert set(rows) == {("greedy", settings_key(None)), ("size", settings_key(None)), ("size", settings_key(2.0))}
+    rows = {s: r for (s, key), r in rows.items() if key == settings_key(None)}  # (the old row's: its time limit, none)
     assert rows["greedy"]["predicted_ms"] is None and rows["greedy"]["max_cost_ms"] == 1.0
     assert rows["size"]["predicted_ms"] == 0.5 and rows["size"]["judge_rounds"] == 12
     assert json.loads(rows["size"]["machine"]) == {"host": "x"}
     con = open_measured(db)  # the measured table joins an old store too
     con.execute("SELECT COUNT(*) FROM measured").fetchone()
+    con.close()
+
+
+OLD_MEASURED_SCHEMA = MEASURED_SCHEMA.replace("    settings TEXT NOT NULL,\n", "").replace(", settings)", ")")
+
+
+def test_an_old_measured_table_is_rekeyed_and_its_rows_say_their_settings_were_not_recorded(tmp_path: Path) -> None:
+    """A measured table written before the settings were keyed did not record its time limit: its rows keep their
+    figures, are reported in a section of their own that says so, and a new run does not take them as its own."""
+    import sqlite3
+
+    from shardopt.leaderboard.store import UNRECORDED_SETTINGS
+
+    assert "settings" not in OLD_MEASURED_SCHEMA
+    db = tmp_path / "old.sqlite"
+    con = sqlite3.connect(db)
+    con.execute(OLD_MEASURED_SCHEMA)
+    columns = [c for c in MEASURED_COLUMNS if c != "settings"]
+    for i in range(3):
+        r = {"suite": "syn", "instance_file": f"i{i}.json", "instance_hash": f"h{i}", "solver": "greedy",
+             "cost_model": "analytic", "seed": 0, "backend": "cpu", "status": "feasible", "predicted_ms": 1.0 + i,
+             "measured_ms": 2.0 + i, "ci_low_ms": 1.9 + i, "ci_high_ms": 2.1 + i, "rounds": 10, "session_s": 3.0,
+             "judge": "synthetic", "code_version": "old", "created_at": "then"}
+        con.execute(f"INSERT INTO measured ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                    [r.get(c) for c in columns])
+    con.commit()
+    con.close()
+    rows = load_measured(db)
+    assert len(rows) == 3 and all(r["settings"] == UNRECORDED_SETTINGS for r in rows)
+    assert [r["measured_ms"] for r in rows] == [2.0, 3.0, 4.0]
+    (rep,) = build_measured_reports(rows)
+    assert rep.settings.startswith("settings not recorded") and "settings not recorded" in measured_markdown([rep])
+    con = open_measured(db)  # rebuilt once: a second open finds the new key
+    assert "settings" in con.execute("SELECT sql FROM sqlite_master WHERE name = 'measured'").fetchone()[0]
     con.close()
 
 

@@ -54,7 +54,7 @@ def run(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
     cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: auto (per instance: the model calibrated on its hardware, else analytic), a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "auto",
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (simulated judge only: a measured backend solves and times one instance at a time).")] = 1,
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds (part of a row's key: a re-run with another limit solves again, into rows of its own).", show_default=False)] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
     bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
     bound_time_limit: Annotated[float, typer.Option("--bound-time-limit", help="Seconds per instance for the bound (its dual bound at the limit is still a bound).")] = 10.0,
@@ -86,7 +86,7 @@ def run(
                                           time_limit=time_limit, jobs=jobs, engine=eng, progress=tick)
         doc = {"db": str(db), "suite": str(suite_dir), "total": summary.total, "skipped": summary.skipped,
                "done": summary.done, "failed": summary.failed, "engine": engine}
-        lines = [f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished, "
+        lines = [f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished under these settings, "
                  f"{summary.total} in all -> {_esc(str(db))}"]
         if bounds:
             with _progress("certified bounds", enabled=not json_out) as tick:
@@ -130,7 +130,7 @@ def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cos
     secs = sum(s["seconds"] for s in summary.sessions)
     _print_lines(_console(), ([note] if note else []) + [
         f"{summary.rows} new rows ({summary.failed} without a plan) from {len(summary.sessions)} paired sessions "
-        f"({secs:.0f} s of timing), {summary.skipped} instances already finished -> {_esc(str(db))}"])
+        f"({secs:.0f} s of timing), {summary.skipped} instances already finished under these settings -> {_esc(str(db))}"])
 
 
 @leaderboard_app.command("report")
@@ -157,7 +157,7 @@ def report(
             written += write_measured_report(measured, out, _command_line())
         if json_out:
             _emit_json({"db": str(db), "suites": [r.to_dict() for r in reports], "written": [str(p) for p in written],
-                        "measured": [{"suite": m.suite, "backend": m.backend, "instances": m.instances,
+                        "measured": [{"suite": m.suite, "backend": m.backend, "settings": m.settings, "instances": m.instances,
                                       "common_instances": m.common, "entries": [_no_nan(vars(e)) for e in m.entries],
                                       "tau_rows": m.tau_rows, "spearman_rows": m.rho_rows, "tau_within": m.tau_within,
                                       "ranking_tau": m.ranking_tau, "ranking_predicted": m.ranking_predicted,

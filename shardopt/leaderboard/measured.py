@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from shardopt.leaderboard.store import LeaderboardError, check_db_path, code_version, connect
+from shardopt.leaderboard.store import (UNRECORDED_SETTINGS, LeaderboardError, check_db_path, check_time_limit, code_version,
+                                        connect, rekey_with_settings, settings_key, settings_label)
 
 MEASURED_SCHEMA = """
 CREATE TABLE IF NOT EXISTS measured (
@@ -54,12 +55,13 @@ CREATE TABLE IF NOT EXISTS measured (
     rule TEXT,
     code_version TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    UNIQUE (instance_hash, solver, seed, backend, cost_model)
+    settings TEXT NOT NULL,
+    UNIQUE (instance_hash, solver, seed, backend, cost_model, settings)
 )
 """
 MEASURED_COLUMNS = ("suite", "instance_file", "instance_hash", "solver", "cost_model", "seed", "backend", "status",
                     "reason", "solve_time_s", "predicted_ms", "measured_ms", "ci_low_ms", "ci_high_ms", "device_ms",
-                    "plan_key", "rounds", "session_s", "judge", "machine", "rule", "code_version", "created_at")
+                    "plan_key", "rounds", "session_s", "judge", "machine", "rule", "code_version", "created_at", "settings")
 # solvers that never read the cost model: solved once (under the first cost model) and reported beside every model
 MODEL_FREE = ("random", "round_robin", "size", "dim", "lookup", "size_lookup", "torchrec", "torchrec_all")
 # `solve --pick` as a leaderboard entry (measured backends): per cost model, the portfolio's plans (each solver with
@@ -72,6 +74,8 @@ def open_measured(db: Path) -> Any:
     con = connect(db)
     con.execute(MEASURED_SCHEMA)
     con.commit()
+    # rows measured before the settings were keyed did not record their time limit
+    rekey_with_settings(con, "measured", MEASURED_SCHEMA, MEASURED_COLUMNS, lambda row: UNRECORDED_SETTINGS)
     return con
 
 
@@ -183,6 +187,10 @@ class InstanceSession:
     time_limit: float | None
     rule: Any  # shardopt.measure.confidence.StopRule
 
+    @property
+    def settings(self) -> str:
+        return settings_key(self.time_limit, self.rule.key())
+
 
 def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The rows of one instance (each with its measurement, or its failure) and the timing session's summary."""
@@ -224,7 +232,7 @@ def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[s
         if p is not None:
             r.update(by_key[r["plan_key"]])
         r.update(suite=job.suite, instance_file=path.name, instance_hash=job.instance_hash, backend=job.backend,
-                 code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                 settings=job.settings, code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         out.append(r)
     return out, session
 
@@ -265,7 +273,9 @@ def run_measured_leaderboard(
             raise UnknownSolverError(s)
     for cm in cost_models:
         check_cost_model_name(cm)
+    check_time_limit(time_limit)
     rule = stop_rule(repeats, target, time_cap_s)
+    settings = settings_key(time_limit, rule.key())
     if engine is None or isinstance(engine, LocalEngine):
         engine = LocalEngine(1)  # never time a plan beside other work on this machine
         if backend == "cuda":  # judged here: refuse before solving anything or creating the store
@@ -284,7 +294,8 @@ def run_measured_leaderboard(
         for path in files:
             h = load_instance(path).content_hash()
             have = {(r[0], r[1]) for r in con.execute(
-                "SELECT solver, cost_model FROM measured WHERE instance_hash = ? AND seed = ? AND backend = ?", (h, seed, backend))}
+                "SELECT solver, cost_model FROM measured WHERE instance_hash = ? AND seed = ? AND backend = ? AND settings = ?",
+                (h, seed, backend, settings))}
             wanted = {(s, cm) for s in solvers for cm in (cost_models[:1] if s in MODEL_FREE else cost_models)}
             if wanted <= have:
                 summary.skipped += 1
@@ -379,13 +390,21 @@ class MeasuredReport:
     # measured) / measured): meaningful where the model predicts the judge's own milliseconds (a calibrated model)
     plan_error: dict[str, dict[str, float]] = field(default_factory=dict)
     dates: tuple[str, str] = ("", "")  # the first and last row's created_at (UTC)
+    settings: str = ""  # the run settings of its rows, in words (store.settings_label)
 
 
 def build_measured_reports(rows: list[dict[str, Any]]) -> list[MeasuredReport]:
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """One report per suite, backend and settings: plans are ranked against the other plans of their instance
+    measured under the same settings (a re-run with another time limit is a section of its own)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["suite"], r["backend"]), []).append(r)
-    return [_report(suite, backend, rs) for (suite, backend), rs in sorted(groups.items())]
+        groups.setdefault((r["suite"], r["backend"], r.get("settings") or UNRECORDED_SETTINGS), []).append(r)
+    reports = []
+    for (suite, backend, settings), rs in sorted(groups.items()):
+        rep = _report(suite, backend, rs)
+        rep.settings = settings_label(settings)
+        reports.append(rep)
+    return reports
 
 
 def _geo(xs: list[float]) -> float:
@@ -481,7 +500,7 @@ def measured_markdown(reports: list[MeasuredReport], command: str = "") -> str:
     for rep in reports:
         sessions = {r["instance_file"]: (r["rounds"], r["session_s"]) for r in rep.rows if r["rounds"]}
         out += [f"## {rep.suite}, judged on {rep.backend}", "",
-                f"Judge: {rep.judge}. Machine: {rep.machine}. Measured {_dates(rep.dates)}. {rep.instances} instances; each instance's plans were "
+                f"Settings: {rep.settings or 'not given'}. Judge: {rep.judge}. Machine: {rep.machine}. Measured {_dates(rep.dates)}. {rep.instances} instances; each instance's plans were "
                 f"measured together in one interleaved session ({min(s[0] for s in sessions.values()) if sessions else 0}-"
                 f"{max(s[0] for s in sessions.values()) if sessions else 0} rounds, "
                 f"{sum(s[1] for s in sessions.values()):.0f} s of timing in all). Measured costs are **{rep.backend}** "

@@ -43,10 +43,12 @@ class SuiteReport:
     pairs: int
     points: list[dict[str, Any]]  # per row with a plan: solver, ratio, solve time
     gap_points: list[dict[str, Any]] = field(default_factory=list)  # per row with a plan and a bound: solver, pair, gap
+    settings: str = ""  # the run settings of its rows, in words (store.settings_label)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "suite": self.suite, "backend": self.backend, "cost_model": self.cost_model, "judge": self.judge,
+            "settings": self.settings,
             "instances": self.instances, "pairs": self.pairs, "common_pairs": self.common,
             "solvers": [s.__dict__ for s in self.solvers],
         }
@@ -60,12 +62,14 @@ def build_reports(rows: list[dict[str, Any]], bounds: dict[tuple[str, str], floa
     """Per suite: the solvers' statistics. Gaps divide by the certified bound of the analytic model (`bounds`,
     from `leaderboard run --bounds`), for the simulated judge only; the solvers' own `lower_bound`s are not used:
     the exact solvers' are bounds of a linearised model around their own plan and bound nobody else's plans."""
+    from shardopt.leaderboard.store import UNRECORDED_SETTINGS, settings_label
+
     bounds = bounds or {}
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["suite"], r["backend"], r["cost_model"]), []).append(r)
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:  # (rows of other run settings - another time limit - are a report of their own)
+        groups.setdefault((r["suite"], r["backend"], r["cost_model"], r.get("settings") or UNRECORDED_SETTINGS), []).append(r)
     reports = []
-    for (suite, backend, cm), rs in sorted(groups.items()):
+    for (suite, backend, cm, settings), rs in sorted(groups.items()):
         solvers = sorted({r["solver"] for r in rs})
         by_pair: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
         for r in rs:
@@ -101,7 +105,8 @@ def build_reports(rows: list[dict[str, Any]], bounds: dict[tuple[str, str], floa
             ))
         judge = next((r["judge"] for r in rs if r["judge"]), f"{cm}, {backend}")
         instances = sorted({r["instance_file"] for r in rs})
-        reports.append(SuiteReport(suite, backend, cm, judge, instances, stats, len(common), len(by_pair), points, gap_points))
+        reports.append(SuiteReport(suite, backend, cm, judge, instances, stats, len(common), len(by_pair), points, gap_points,
+                                   settings_label(settings)))
     return reports
 
 
@@ -126,8 +131,8 @@ def table_cells(rep: SuiteReport) -> list[list[str]]:
 
 def caption(rep: SuiteReport) -> str:
     return (
-        f"{rep.suite}: {len(rep.instances)} instances, {rep.pairs} instance×seed pairs; judge: {rep.judge} "
-        f"(backend {rep.backend}, cost model {rep.cost_model}). Mean max cost is over the {rep.common} pairs every "
+        f"{rep.suite}: {len(rep.instances)} instances, {rep.pairs} instance×seed pairs; {rep.settings or 'settings not given'}; "
+        f"judge: {rep.judge} (backend {rep.backend}, cost model {rep.cost_model}). Mean max cost is over the {rep.common} pairs every "
         f"solver solved; ratio to best and wins over each solver's solved pairs; failed = infeasible / no plan / "
         f"error, never dropped silently; gap to bound = (cost - bound) / cost, the bound being the instance's certified lower bound of the analytic model "
         f"(shardopt bound: every table- and column-wise plan costs at least that; row-wise or replicated shards are "

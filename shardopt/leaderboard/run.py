@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shardopt.measure.engine import Engine
 
-from shardopt.leaderboard.store import BOUND_COLUMNS, BOUND_KIND, FAILED_STATUSES, LeaderboardError, SUITE_MANIFEST, check_db_path, code_version, connect, finished_keys, insert_row
+from shardopt.leaderboard.store import (BOUND_COLUMNS, BOUND_KIND, FAILED_STATUSES, SUITE_MANIFEST, LeaderboardError, check_db_path,
+                                        check_time_limit, code_version, connect, finished_keys, insert_row, settings_key)
 
 # ---------------------------------------------------------------------------------------------------------------
 # running
@@ -49,6 +50,17 @@ class Task:
     target: float = 0.02
     time_cap_s: float = 120.0
 
+    @property
+    def settings(self) -> str:
+        """What the store keys besides instance, solver, seed, backend and cost model (store.settings_key)."""
+        from shardopt.measure.evaluate import MEASURED_BACKENDS, stop_rule
+
+        judge = stop_rule(self.repeats, self.target, self.time_cap_s).key() if self.backend in MEASURED_BACKENDS else None
+        return settings_key(self.time_limit, judge)
+
+    def key(self) -> tuple[str, str, int, str, str, str]:
+        return (self.instance_hash, self.solver, self.seed, self.backend, self.cost_model, self.settings)
+
 
 def solve_task(task: Task) -> dict[str, Any]:
     """Solve and judge one (instance, solver, seed): the row to store. Runs in a worker process."""
@@ -62,6 +74,7 @@ def solve_task(task: Task) -> dict[str, Any]:
         "suite": task.suite, "instance_file": Path(task.path).name, "instance_name": instance.name,
         "instance_hash": task.instance_hash, "solver": task.solver, "seed": task.seed, "backend": task.backend,
         "cost_model": task.cost_model, "time_limit": task.time_limit, "code_version": code_version(),
+        "settings": task.settings,
     }
     model = model_for(task.cost_model, instance)  # (auto: the calibrated model of the instance's hardware, if any)
     solver = get_solver(task.solver)
@@ -124,6 +137,7 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
         raise LeaderboardError(f"--backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
     if seeds < 1:
         raise LeaderboardError(f"--seeds: {seeds} must be >= 1")
+    check_time_limit(time_limit)
     check_cost_model_name(cost_model)  # raises UnknownCostModelError early
     if backend in MEASURED_BACKENDS:
         stop_rule(repeats, target, time_cap_s)  # raises EvaluationError early
@@ -175,7 +189,7 @@ def run_leaderboard(
     con = connect(db)
     try:
         done_keys = finished_keys(con)
-        todo = [t for t in tasks if (t.instance_hash, t.solver, t.seed, t.backend, t.cost_model) not in done_keys]
+        todo = [t for t in tasks if t.key() not in done_keys]
         summary = RunSummary(total=len(tasks), skipped=len(tasks) - len(todo), sequential=sequential)
         if progress:
             progress(summary.skipped, summary.total)

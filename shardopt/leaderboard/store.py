@@ -1,9 +1,12 @@
-"""The leaderboard's SQLite store: one row per (instance_hash, solver, seed, backend, cost_model), committed as
-soon as it is done, so a run killed at any moment loses at most the rows in flight and a re-run skips every finished
-row. Only the parent process writes (WAL mode, with a busy timeout for concurrent runs)."""
+"""The leaderboard's SQLite store: one row per (instance_hash, solver, seed, backend, cost_model, settings), committed
+as soon as it is done, so a run killed at any moment loses at most the rows in flight and a re-run skips every finished
+row - but only a row made under the same settings (time limit; for a measured judge its stopping rule): a re-run with
+another `--time-limit` solves again, into rows of its own. Only the parent process writes (WAL mode, with a busy
+timeout for concurrent runs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -44,7 +47,8 @@ CREATE TABLE IF NOT EXISTS results (
     ci_high_ms REAL,
     judge_rounds INTEGER,
     machine TEXT,
-    UNIQUE (instance_hash, solver, seed, backend, cost_model)
+    settings TEXT NOT NULL,
+    UNIQUE (instance_hash, solver, seed, backend, cost_model, settings)
 )
 """
 # columns added after the first release, with their types: a store written before them gets them on connect()
@@ -81,11 +85,50 @@ COLUMNS = (
     "suite", "instance_file", "instance_name", "instance_hash", "solver", "params", "seed", "backend", "cost_model",
     "judge", "time_limit", "columns", "max_cost_ms", "critical_path_ms", "solve_time_s", "status", "reason",
     "lower_bound", "code_version", "created_at", "predicted_ms", "ci_low_ms", "ci_high_ms", "judge_rounds", "machine",
+    "settings",
 )
+# what a store written before the settings were part of the key holds for them where they cannot be recovered
+UNRECORDED_SETTINGS = json.dumps({"unrecorded": True})
 
 
 class LeaderboardError(ValueError):
     """Bad input to a leaderboard run or report (bad db path, empty suite, unknown solver, empty store)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the settings a row was made under
+
+
+def settings_key(time_limit: float | None, judge: str | None = None) -> str:
+    """The run settings that change a row's result, as the store keys them: the per-solve time limit and, for a
+    measured judge, its stopping rule (StopRule.key()). The seed, backend and cost model are key columns of their own."""
+    doc: dict[str, Any] = {"time_limit": None if time_limit is None else float(time_limit)}
+    if judge is not None:
+        doc["judge"] = judge
+    return json.dumps(doc, sort_keys=True)
+
+
+def settings_label(key: str | None) -> str:
+    """The settings in words, for a report's caption: "time limit 5 s", "no time limit; judge 20 rounds"."""
+    try:
+        doc = json.loads(key or "")
+    except ValueError:
+        doc = {"unrecorded": True}
+    if not isinstance(doc, dict) or doc.get("unrecorded"):
+        return "settings not recorded (a store written before they were)"
+    tl = doc.get("time_limit")
+    words = [f"time limit {tl:g} s" if tl is not None else "no time limit"]
+    if doc.get("judge"):
+        rule = str(doc["judge"])
+        words.append(f"judge {rule} rounds" if rule.isdigit() else f"judge auto (target {rule.split(':')[1]})"
+                     if rule.startswith("auto:") and rule.count(":") >= 2 else f"judge {rule}")
+    return "; ".join(words)
+
+
+def check_time_limit(time_limit: float | None) -> None:
+    """Refuse a time limit no solve can keep, before anything is solved or stored."""
+    if time_limit is not None and not (time_limit > 0):
+        raise LeaderboardError(f"--time-limit: {time_limit:g} must be > 0 seconds (or leave it out: no limit)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -121,6 +164,7 @@ def connect(db: Path) -> sqlite3.Connection:
             con.execute(BOUNDS_SCHEMA)
             con.commit()
             migrate(con)
+            rekey_with_settings(con, "results", SCHEMA, COLUMNS, lambda row: settings_key(row.get("time_limit")))
             return con
         except sqlite3.OperationalError as exc:
             if con is not None:
@@ -154,8 +198,41 @@ def migrate(con: sqlite3.Connection) -> list[str]:
     return added
 
 
-def finished_keys(con: sqlite3.Connection) -> set[tuple[str, str, int, str, str]]:
-    rows = con.execute("SELECT instance_hash, solver, seed, backend, cost_model FROM results").fetchall()
+def rekey_with_settings(con: sqlite3.Connection, table: str, schema: str, columns: tuple[str, ...],
+                        settings_of: Any) -> bool:
+    """Rebuild `table` of a store written before the settings were part of its key (SQLite cannot change a UNIQUE
+    constraint in place): the rows are copied into the new schema with `settings_of(row)` as their settings. True
+    when it rebuilt. One transaction: a second run racing for it finds the work done."""
+    def current() -> str:
+        row = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+        return row[0] if row else ""
+
+    if "settings" in current():
+        return False
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if "settings" in current():
+            con.rollback()
+            return False
+        con.row_factory = sqlite3.Row
+        rows = [dict(r) for r in con.execute(f"SELECT * FROM {table}")]
+        con.row_factory = None
+        con.execute(f"DROP TABLE {table}")
+        con.execute(schema)
+        for row in rows:
+            row["settings"] = settings_of(row)
+            con.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                        [row.get(c) for c in columns])
+        con.commit()
+    except BaseException:
+        con.row_factory = None
+        con.rollback()
+        raise
+    return True
+
+
+def finished_keys(con: sqlite3.Connection) -> set[tuple[str, str, int, str, str, str]]:
+    rows = con.execute("SELECT instance_hash, solver, seed, backend, cost_model, settings FROM results").fetchall()
     return {tuple(r) for r in rows}  # type: ignore[misc]
 
 
