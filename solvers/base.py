@@ -16,18 +16,37 @@ from typing import Any
 from costmodels.base import BoundCostModel, CostModel, DeviceCosts
 from shardopt.core.ir import Instance, Plan, PlanStatus, Shard
 from shardopt.core.plan_check import assert_valid_plan
+from solvers.progress import report, stop_requested
 
 
 class SolveStatus(str, Enum):
+    """What the result is. Why the search stopped is a separate field (StopReason): a plan found when the time limit
+    ended the search is `feasible`, stopped by `time_limit`."""
+
     optimal = "optimal"
     feasible = "feasible"
-    timeout = "timeout"  # the time limit ended the search; the plan is the best found so far
+    # a solver's shorthand for "feasible, stopped by the time limit": a SolveResult records it as exactly that
+    timeout = "timeout"
     infeasible = "infeasible"  # proven: no plan exists (the reason says why)
     no_solution = "no_solution"  # this solver found no plan; the instance is not proven infeasible
 
     @property
     def has_plan(self) -> bool:
         return self in (SolveStatus.optimal, SolveStatus.feasible, SolveStatus.timeout)
+
+
+class StopReason(str, Enum):
+    """Why a search stopped, whatever it found."""
+
+    time_limit = "time_limit"  # the limit ended it: the result is the best found by then
+    finished = "finished"  # it ran its whole course (a constructive heuristic, a search that converged)
+    proven = "proven"  # optimality or infeasibility was proven
+    interrupted = "interrupted"  # the user stopped it (Ctrl-C): the result is the best found by then
+
+
+# a stop reason in a status line: "feasible in 2.0 s, stopped by the time limit"
+STOP_WORDS = {StopReason.time_limit: "stopped by the time limit", StopReason.finished: "search finished",
+              StopReason.proven: "proven", StopReason.interrupted: "interrupted by the user"}
 
 
 @dataclass
@@ -40,6 +59,16 @@ class SolveResult:
     lower_bound: float | None = None
     predicted: DeviceCosts | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    stop: StopReason | None = None  # None: inferred from the status (proven for optimal / infeasible, else finished)
+
+    def __post_init__(self) -> None:
+        if self.status is SolveStatus.timeout:  # (an interrupted search also reads its clock as past the deadline)
+            self.status = SolveStatus.feasible
+            self.stop = self.stop or StopReason.time_limit
+        if self.stop is None:
+            self.stop = StopReason.proven if self.status in (SolveStatus.optimal, SolveStatus.infeasible) else StopReason.finished
+        if self.plan is not None and (self.plan.status.value != self.status.value or self.plan.stop != self.stop.value):
+            self.plan = self.plan.model_copy(update={"status": PlanStatus(self.status.value), "stop": self.stop.value})
 
     @property
     def predicted_cost(self) -> float | None:
@@ -59,13 +88,26 @@ class Solver(ABC):
         return {}
 
 
+# how far past every deadline a Stopwatch reads once a stop was requested (solvers.progress): far enough that any
+# budget a solver computes from it is spent, finite so that arithmetic on it stays ordinary
+STOP_JUMP_S = 1e7
+
+
 class Stopwatch:
+    """A solve's clock. `elapsed` is what the solver checks its deadlines against: once the user asks it to stop
+    (solvers.progress.request_stop) it reads as past any deadline, so every anytime search returns its best plan as at
+    its time limit. `wall` is the real time, for the record."""
+
     def __init__(self) -> None:
         self.start = time.perf_counter()
 
     @property
-    def elapsed(self) -> float:
+    def wall(self) -> float:
         return time.perf_counter() - self.start
+
+    @property
+    def elapsed(self) -> float:
+        return self.wall + (STOP_JUMP_S if stop_requested() else 0.0)
 
 
 def finish(
@@ -94,17 +136,25 @@ def finish(
         params={**solver.params(), **(extra_params or {})},
         cost_model=cost_model.describe(),
         seed=seed,
-        wall_time_s=clock.elapsed,
+        wall_time_s=clock.wall,
         status=PlanStatus(status.value),
         lower_bound=lower_bound,
         predicted_cost=predicted.max_cost,
         shards=shards,
     )
-    return SolveResult(solver.name, status, plan, None, clock.elapsed, lower_bound, predicted, info or {})
+    report(best_cost=predicted.max_cost, bound=lower_bound, solver=solver.name)
+    return SolveResult(solver.name, status, plan, None, clock.wall, lower_bound, predicted, info or {}, _stop_reason(status))
+
+
+def _stop_reason(status: SolveStatus) -> StopReason | None:
+    """Interrupted where the user asked the search to stop and it was not finished by proof; else from the status."""
+    if stop_requested() and status not in (SolveStatus.optimal, SolveStatus.infeasible):
+        return StopReason.interrupted
+    return None
 
 
 def fail(solver: Solver, status: SolveStatus, reason: str, clock: Stopwatch, info: dict[str, Any] | None = None) -> SolveResult:
-    return SolveResult(solver.name, status, None, reason, clock.elapsed, None, None, info or {})
+    return SolveResult(solver.name, status, None, reason, clock.wall, None, None, info or {}, _stop_reason(status))
 
 
 def unplaceable(solver: Solver, instance: Instance, reason: str, clock: Stopwatch, kinds: str, info: dict[str, Any] | None = None) -> SolveResult:

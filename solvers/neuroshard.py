@@ -66,6 +66,7 @@ from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, fini
 from solvers.completion import completion_mask
 from solvers.heuristics import GreedySolver
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
+from solvers.progress import report
 from solvers.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
@@ -827,6 +828,7 @@ def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, clock: S
             if c < search.best.cost:
                 search.best, search.best_state = r, st
                 stale = 0
+                report(best_cost=c)
         if len(children) < len(proposals) or (deadline is not None and clock.elapsed >= deadline):
             search.timed_out = True
             break
@@ -876,6 +878,7 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, c
         (r,) = refined
         if r.cost < search.best.cost:
             search.best, search.best_state, search.comm_refined = r, st, True
+            report(best_cost=r.cost)
         if deadline is not None and clock.elapsed >= deadline:
             search.timed_out = True
             break
@@ -1107,6 +1110,8 @@ class NeuroShardSolver(Solver):
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit of {budget:g} s ended the search before the first grid plan was scored", clock)
         search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
+        if search.best.device_of is not None:
+            report(best_cost=search.best.cost, solver=self.name)
         _beam_search(search, pm, scorer, clock, search_deadline)
         if cfg.comm_aware and search.best.device_of is not None and not search.timed_out:
             _refine_comm_aware(search, pm, cfg, clock, search_deadline, scorer.seen)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility
 from shardopt.core.ir import Instance, load_instance
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
-from solvers.base import SolveStatus
+from solvers.base import SolveStatus, StopReason
 from solvers.heuristics import SAFE_FALLBACK_MAX_PAIRS
 from solvers.registry import get_solver
 
@@ -403,11 +404,27 @@ def test_greedy_predicted_cost_matches_the_judge(cm: CostModel) -> None:
     assert r.predicted_cost == pytest.approx(fresh.max_cost, rel=1e-12)
 
 
-def test_time_limit_marks_timeout_but_keeps_a_valid_plan(cm: CostModel) -> None:
+def test_time_limit_stops_the_search_but_keeps_a_valid_plan(cm: CostModel) -> None:
+    """The status says what the plan is (feasible), the stop reason why the search ended (the time limit)."""
     inst = make_instance(10, 3, seed=1)
     r = get_solver("greedy").solve(inst, cm, time_limit=0.0)
-    assert r.status is SolveStatus.timeout and r.plan is not None
-    assert check_plan(inst, r.plan).ok
+    assert r.status is SolveStatus.feasible and r.stop is StopReason.time_limit and r.plan is not None
+    assert check_plan(inst, r.plan).ok and r.plan.stop == "time_limit"
+    r = get_solver("greedy").solve(inst, cm)
+    assert r.status is SolveStatus.feasible and r.stop is StopReason.finished and r.plan.stop == "finished"
+
+
+def test_a_plan_written_with_the_old_timeout_status_still_loads(tmp_path) -> None:
+    from shardopt.core.ir import load_plan, save, to_dict
+
+    inst = make_instance(6, 2, seed=1)
+    doc = to_dict(get_solver("greedy").solve(inst, get_cost_model("analytic")).plan)
+    doc["status"] = "timeout"
+    del doc["stop"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    plan = load_plan(tmp_path / "old.json")
+    assert plan.status.value == "timeout" and plan.stop is None
+    save(plan, tmp_path / "again.json")
 
 
 def test_registry_metadata() -> None:

@@ -27,8 +27,10 @@ from shardopt.cli.common import (
     _solver_with_options,
     app,
 )
+from shardopt.cli.live import EXIT_INTERRUPTED, live_solve
 from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
 from shardopt.measure.pick import PICK_PORTFOLIO
+from solvers.base import STOP_WORDS, StopReason
 
 
 @app.command()
@@ -94,11 +96,18 @@ def solve(
             result, model, solver = winner.result, winner.model, winner.solver
             picked = pick_doc(report, cands, winner, notes)
             pick_text = pick_lines(report, winner, pick_backend) + notes
-        elif from_plan is not None:
-            result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
         else:
-            result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
+            with live_solve(f"{solver} solving {instance.name or instance_path.name}", quiet=json_out):
+                if from_plan is not None:
+                    result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
+                else:
+                    result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
+        interrupted = result.stop is StopReason.interrupted
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}}
+        if interrupted and (not result.status.has_plan or result.plan is None):
+            raise CLIError("interrupted (Ctrl-C) before the search found a plan", EXIT_INTERRUPTED, "interrupted",
+                           extra={**head, "solver": solver, "status": result.status.value, "stop": "interrupted",
+                                  "wall_time_s": result.wall_time_s})
         if not result.status.has_plan or result.plan is None:
             reason = result.reason or "the solver gave no reason"
             status = result.status.value
@@ -130,6 +139,7 @@ def solve(
                     **head,
                     "solver": plan.solver,
                     "status": result.status.value,
+                    "stop": result.stop.value if result.stop is not None else None,
                     "wall_time_s": result.wall_time_s,
                     "seed": seed,
                     "cost_model": cost_model_label(model, instance),
@@ -146,12 +156,14 @@ def solve(
                     "plan": to_dict(plan),
                 }
             )
+            if interrupted:
+                raise typer.Exit(EXIT_INTERRUPTED)
             return
         console = _console()
         title = f"plan for {instance.name or instance_path.name} by {plan.solver} ({label})"
         console.print(_device_table(title, instance, plan.shards, memory, costs))
         lines = _cost_summary(costs, label)
-        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s (seed {seed}"
+        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stop, 'stopped')} (seed {seed}"
         status += f", time limit {time_limit:g} s)" if time_limit is not None else ")"
         if result.lower_bound is not None:
             gap = (costs.max_cost - result.lower_bound) / costs.max_cost if costs.max_cost > 0 else 0.0
@@ -171,7 +183,11 @@ def solve(
             lines.append(f"(solved a neighbourhood at a time: that bound is only the linear model's table cuts; a certified bound of "
                          f"the analytic model: shardopt bound {instance_path} --plan PLAN.json, or -O certified_bound=true)")
         lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
+        if interrupted:
+            lines.append("interrupted (Ctrl-C): this is the best plan the search had found; the plan file says so (stop: interrupted)")
         _print_lines(console, lines)
+        if interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _parse_moved_budget(text: str, model_bytes: int) -> int:

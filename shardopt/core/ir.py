@@ -76,7 +76,7 @@ class Kernel(str, Enum):
 class PlanStatus(str, Enum):
     optimal = "optimal"
     feasible = "feasible"
-    timeout = "timeout"
+    timeout = "timeout"  # written by versions before `stop`: read as a feasible plan the time limit stopped
 
 
 class IRModel(BaseModel):
@@ -396,6 +396,8 @@ class Plan(IRModel):
     seed: int | None = None
     wall_time_s: float = Field(default=0.0, ge=0)
     status: PlanStatus = PlanStatus.feasible
+    stop: Literal["time_limit", "finished", "proven", "interrupted"] | None = Field(
+        default=None, description="why the search that made it stopped (solvers.base.StopReason)")
     lower_bound: float | None = None
     predicted_cost: float | None = None
     shards: list[Shard] = Field(min_length=1)

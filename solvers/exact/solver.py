@@ -47,6 +47,7 @@ from solvers.exact.neural_head import neural_head_extra
 from solvers.linear_search import linear_local_search
 from solvers.linearize import COMM_FORMS, Linearization, linearize
 from solvers.placement_polish import polish_placements
+from solvers.progress import report
 from solvers.split_items import Items, build_items, split_candidates, split_counts
 
 DEFAULT_TIME_LIMIT = 60.0
@@ -492,6 +493,7 @@ class ExactSolver(Solver):
             return False
         st.best, st.best_cost = found
         st.point, st.tried, st.final = st.best, {}, False
+        report(best_cost=st.best_cost)
         return True
 
     def _problem(self, run: _Run, st: _Loop) -> tuple[Problem, list[list[int]]]:
@@ -561,6 +563,7 @@ class ExactSolver(Solver):
         """A better plan: in hand, the new expansion point; a trust region around the old one doubles."""
         st.best, st.best_cost = counts.copy(), full
         st.point, st.tried, st.final = st.best, {}, False
+        report(best_cost=full)
         if st.radius is not None:
             st.radius = None if 2 * st.radius >= int(st.best.sum()) else 2 * st.radius
 
