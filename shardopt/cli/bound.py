@@ -83,7 +83,7 @@ def bound(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
     cost_model: Annotated[
         Optional[str],
-        typer.Option("--cost-model", "-c", help="analytic, analytic:PROFILE, auto or a calibrated model (its analytic profile) [default: analytic, the topology's profile].", show_default=False),
+        typer.Option("--cost-model", "-c", help="analytic, analytic:PROFILE, auto or a calibrated model (its analytic profile) \\[default: analytic, the topology's profile].", show_default=False),
     ] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.0, help="Seconds HiGHS may work; its dual bound then is the bound.")] = 10.0,
     table_wise: Annotated[bool, typer.Option("--table-wise", help="Bound table-wise plans only (tighter, covers fewer plans).")] = False,

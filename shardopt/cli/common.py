@@ -178,6 +178,27 @@ def _classify(exc: BaseException) -> CLIError | None:
     return None
 
 
+def _flags_show_no_type() -> None:
+    """Typer (0.2x) prints a type column of `<bool>` beside every on/off flag (--json, --help), which reads as if the
+    flag took a value. A flag has no value to describe: its type column is left empty. Done once, at import."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_shardopt_flags", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> Any:
+        if getattr(self, "is_bool_flag", False) and self.metavar is None:
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._shardopt_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_type()
+
+
 @contextmanager
 def _guard(json_out: bool = False) -> Iterator[None]:
     """Map every exception of a command body to its exit status and a message on stderr (JSON error on stdout).
@@ -450,11 +471,11 @@ def _model_label(choice: Any, instance: Instance) -> str:
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
 ModelsOpt = Annotated[
     Optional[Path],
-    typer.Option("--models", metavar="DIR", help="The calibrated-model store [default: $SHARDOPT_MODELS, else ~/.cache/shardopt/models].", show_default=False),
+    typer.Option("--models", metavar="DIR", help="The calibrated-model store \\[default: $SHARDOPT_MODELS, else ~/.cache/shardopt/models].", show_default=False),
 ]
 CostModelOpt = Annotated[
     Optional[str],
-    typer.Option("--cost-model", "-c", help="Cost model: auto (the model calibrated on the instance's hardware, else analytic), analytic[:PROFILE], neural, a shipped or store model's id, MODEL.npz [default: auto].", show_default=False),
+    typer.Option("--cost-model", "-c", help="Cost model: auto (the model calibrated on the instance's hardware, else analytic), analytic[:PROFILE], neural, a shipped or store model's id, MODEL.npz \\[default: auto].", show_default=False),
 ]
 
 
@@ -487,7 +508,7 @@ EngineOpt = Annotated[
 ]
 AddressOpt = Annotated[
     Optional[str],
-    typer.Option("--address", metavar="ADDR", help="With --engine ray: the cluster to join ('auto': the one this machine is part of) [default: start a local Ray].", show_default=False),
+    typer.Option("--address", metavar="ADDR", help="With --engine ray: the cluster to join ('auto': the one this machine is part of) \\[default: start a local Ray].", show_default=False),
 ]
 
 

@@ -45,7 +45,7 @@ def evaluate(
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", hidden=True)] = None,
     max_rows: Annotated[Optional[int], typer.Option("--max-rows", hidden=True)] = None,
     cache: Annotated[
-        Optional[Path], typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache [default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
+        Optional[Path], typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache \\[default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Time everything again; store nothing.")] = False,
     engine: EngineOpt = "local",

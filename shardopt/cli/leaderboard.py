@@ -54,7 +54,7 @@ def run(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
     cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: auto (per instance: the model calibrated on its hardware, else analytic), a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "auto",
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (simulated judge only: a measured backend solves and times one instance at a time).")] = 1,
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds (part of a row's key: a re-run with another limit solves again, into rows of its own).", show_default=False)] = None,
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds (part of a row's key: a re-run with another limit solves again, into rows of its own) \\[default: each solver's own budget].", show_default=False)] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
     bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
     bound_time_limit: Annotated[float, typer.Option("--bound-time-limit", help="Seconds per instance for the bound (its dual bound at the limit is still a bound).")] = 10.0,

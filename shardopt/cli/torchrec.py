@@ -45,7 +45,7 @@ def _shard_key(s: Any) -> tuple:
 @app.command("export")
 def export_cmd(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="The plan to export.", show_default=False)],
-    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="torchrec: JSON of a TorchRec ShardingPlan (read back with shardopt.data.torchrec_io.load_torchrec_plan); torchrec-text: TorchRec's own printout of it.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="torchrec: JSON of a TorchRec ShardingPlan (read back with shardopt.data.torchrec_io.load_torchrec_plan); torchrec-text: TorchRec's own printout of it.")],
     instance_path: Annotated[
         Optional[Path], typer.Option("--instance", "-i", metavar="INSTANCE.json", help="The plan's instance (needed: table sizes and devices per host are not in the plan).")
     ] = None,
@@ -171,17 +171,17 @@ class OptimizerChoice(str, Enum):
 def import_torchrec_cmd(
     configs: Annotated[str, typer.Argument(metavar="CONFIGS", help="EmbeddingBagConfigs: a JSON file (a list of {name, num_embeddings, embedding_dim, feature_names?, data_type?}) or a Python path module:attribute.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="INSTANCE.json", help="Where to write the instance.")],
-    devices: Annotated[int, typer.Option("--devices", "-n", min=1, help="Number of devices (world size).")],
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Global batch size per iteration.")],
-    devices_per_host: Annotated[Optional[int], typer.Option("--devices-per-host", min=1, help="Devices per host (local world size) [default: all on one host].", show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option("--memory", "-m", metavar="BYTES", help="Memory per device for embeddings: 17179869184, 16GiB, 80GB, or one per device comma-separated [default: the hardware profile's].", show_default=False)] = None,
+    devices: Annotated[int, typer.Option("--devices", min=1, help="Number of devices (world size).")],
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Global batch size per iteration.")],
+    devices_per_host: Annotated[Optional[int], typer.Option("--devices-per-host", min=1, help="Devices per host (local world size) \\[default: all on one host].", show_default=False)] = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", "-m", metavar="BYTES", help="Memory per device for embeddings: 17179869184, 16GiB, 80GB, or one per device comma-separated \\[default: the hardware profile's].", show_default=False)] = None,
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile (v100, a100, h100, h200).")] = "v100",
     pooling_factors: Annotated[
         Optional[str],
-        typer.Option("--pooling-factors", metavar="JSON", help="File or inline JSON: {name: pooling_factor} or {name: {pooling_factor, zipf, histogram}}, name = table or feature [default: 1.0 per feature, zipf 0.9; flagged as assumed].", show_default=False),
+        typer.Option("--pooling-factors", metavar="JSON", help="File or inline JSON: {name: pooling_factor} or {name: {pooling_factor, zipf, histogram}}, name = table or feature \\[default: 1.0 per feature, zipf 0.9; flagged as assumed].", show_default=False),
     ] = None,
     optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help="Optimizer (decides optimizer-state memory).")] = OptimizerChoice.rowwise_adagrad,
-    name: Annotated[str, typer.Option("--name", help="Instance name [default: the output file's stem].", show_default=False)] = "",
+    name: Annotated[str, typer.Option("--name", help="Instance name \\[default: the output file's stem].", show_default=False)] = "",
     json_out: JsonOpt = False,
 ) -> None:
     """Make an instance from TorchRec EmbeddingBagConfigs and pooling statistics."""
