@@ -50,12 +50,13 @@ from solvers.registry import get_solver  # noqa: E402
 SUITES = ["huge-test", "tiered-test"]
 
 
-def random_instance(seed: int) -> Instance:
-    """One seeded random instance: any shape a user might bring, memory from roomy to too small."""
+def random_instance(seed: int, tables: tuple[int, int] = (2, 30), devices: tuple[int, ...] = (1, 2, 4, 8, 16)) -> Instance:
+    """One seeded random instance: any shape a user might bring, memory from roomy to too small. `tables` (inclusive
+    range) and `devices` (choices) set its size; the defaults are the ones the committed rows were drawn with."""
     rng = np.random.default_rng(seed)
-    n_dev = int(rng.choice([1, 2, 4, 8, 16]))
+    n_dev = int(rng.choice(list(devices)))
     per_host = int(rng.choice([d for d in (1, 2, 4, 8) if n_dev % d == 0]))
-    n_tab = int(rng.integers(2, 31))
+    n_tab = int(rng.integers(tables[0], tables[1] + 1))
     tables = []
     for i in range(n_tab):
         tables.append({

@@ -7,14 +7,19 @@ with a short time limit, and reports, per solver, its statuses and every finding
 - `error`: an exception (a stack trace where a user should get a plan or a reason);
 - `invalid`: a plan that fails the independent two-tier checker (shardopt.core.plan_check);
 - `wrong_infeasible`: status `infeasible` (a proof) where another solver returned a valid plan;
+- `give_up`: no plan from a search seeded by greedy's plan (neuroshard, neuroshard_faithful, cpsat, milp, milp_highs)
+  where greedy, run in the sweep too, placed the instance: a seeded search must never return less than its seed;
+- `overrun`: a solve that took longer than its time limit + 10 % + 1 s (the rule every solver keeps), wall clock
+  around the solve call in this process;
 - `no_plan`: no plan where TorchRec's planner (`torchrec_all`) found one (only for the solvers whose placements cover
   the instance's: `--covering`, default greedy, neuroshard, cpsat, milp, milp_highs).
 
-Costs are **simulated** (analytic model); nothing here is timed. Exit status 1 when any finding of the first three
-kinds is made (a `no_plan` under a short time limit is reported, not failed: an anytime solver may run out).
+Costs are **simulated** (analytic model); nothing here is timed but the solves' wall clock. Exit status 1 when any
+finding but `no_plan` is made (a `no_plan` under a short time limit is reported, not failed: an anytime solver may run
+out). `--size large` draws 100-160 tables on 8 or 16 devices instead of 2-30 on 1-16.
 
-Run: `.venv/bin/python benchmarks/sweep_random.py [--seeds 1000-1299] [--time-limit 2] [--solvers a,b,...]
-[--out benchmarks/results/sweep-random.json]`.
+Run: `.venv/bin/python benchmarks/sweep_random.py [--seeds 1000-1299] [--size small|large] [--time-limit 2]
+[--solvers a,b,...] [--out benchmarks/results/sweep-random.json]`.
 """
 
 from __future__ import annotations
@@ -40,7 +45,14 @@ from shardopt.core.plan_check import check_plan  # noqa: E402
 from solvers.registry import solver_names  # noqa: E402
 
 COVERING = ("greedy", "neuroshard", "cpsat", "milp", "milp_highs")
-FAILING = ("error", "invalid", "wrong_infeasible")
+SEEDED_BY_GREEDY = ("neuroshard", "neuroshard_faithful", "cpsat", "milp", "milp_highs")
+FAILING = ("error", "invalid", "wrong_infeasible", "give_up", "overrun")
+SIZES = {"small": {}, "large": {"tables": (100, 160), "devices": (8, 16)}}
+
+
+def overran(wall_s: float, time_limit: float) -> bool:
+    """The time-limit rule: within 10 % + 1 s of the limit."""
+    return wall_s > 1.1 * time_limit + 1.0
 
 
 def seed_range(text: str) -> list[int]:
@@ -51,9 +63,9 @@ def seed_range(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def run_one(label: str, seed: int, time_limit: float, judge: AnalyticCostModel) -> dict:
-    inst = random_instance(seed)
-    row: dict = {"seed": seed, "solver": label}
+def run_one(label: str, seed: int, time_limit: float, judge: AnalyticCostModel, size: str = "small") -> dict:
+    inst = random_instance(seed, **SIZES[size])
+    row: dict = {"seed": seed, "solver": label, "tables": len(inst.tables), "devices": inst.topology.num_devices}
     t0 = time.perf_counter()
     try:
         r = make_solver(label).solve(inst, judge, time_limit=time_limit, seed=0)
@@ -71,7 +83,7 @@ def run_one(label: str, seed: int, time_limit: float, judge: AnalyticCostModel) 
     return row
 
 
-def findings(rows: list[dict], covering: tuple[str, ...]) -> list[dict]:
+def findings(rows: list[dict], covering: tuple[str, ...], time_limit: float | None = None) -> list[dict]:
     by: dict[int, dict[str, dict]] = {}
     for r in rows:
         by.setdefault(r["seed"], {})[r["solver"]] = r
@@ -79,7 +91,12 @@ def findings(rows: list[dict], covering: tuple[str, ...]) -> list[dict]:
     for seed, got in sorted(by.items()):
         planned = any(r.get("valid") for r in got.values())
         torchrec = got.get("torchrec_all", {}).get("valid", False)
+        greedy = got.get("greedy", {}).get("valid", False)
         for name, r in got.items():
+            if greedy and name.split(":")[0] in SEEDED_BY_GREEDY and not r.get("valid"):
+                out.append({"seed": seed, "solver": name, "kind": "give_up", "detail": f"{r['status']}: {r['reason']}"})
+            if time_limit is not None and overran(r["wall_s"], time_limit):
+                out.append({"seed": seed, "solver": name, "kind": "overrun", "detail": f"{r['wall_s']} s at a {time_limit:g} s limit"})
             if r["status"] == "error":
                 out.append({"seed": seed, "solver": name, "kind": "error", "detail": r["reason"]})
             if r.get("valid") is False:
@@ -95,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1000-1299")
     ap.add_argument("--time-limit", type=float, default=2.0)
+    ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--solvers", default=None, help="comma-separated (default: every registered solver)")
     ap.add_argument("--covering", default=",".join(COVERING), help="solvers that must place what TorchRec places")
     ap.add_argument("--out", type=Path, default=None)
@@ -115,15 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--solvers: unknown {', '.join(unknown)} (known: {', '.join(sorted(solver_names()))})")
     judge = AnalyticCostModel()
     t0 = time.perf_counter()
-    rows = [run_one(name, seed, args.time_limit, judge) for seed in seeds for name in names]
-    found = findings(rows, tuple(args.covering.split(",")))
+    rows = [run_one(name, seed, args.time_limit, judge, args.size) for seed in seeds for name in names]
+    found = findings(rows, tuple(args.covering.split(",")), args.time_limit)
     statuses = {name: dict(Counter(r["status"] for r in rows if r["solver"] == name)) for name in names}
     doc = {"command": "python benchmarks/sweep_random.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": f"{platform.node()} ({platform.machine()})", "date": date.today().isoformat(),
            "judge": "sim (analytic model): plans checked, nothing timed", "wall_s": round(time.perf_counter() - t0, 1),
-           "statuses": statuses, "findings": found, "rows": rows}
+           "statuses": statuses, "max_wall_s": {n: max(r["wall_s"] for r in rows if r["solver"] == n) for n in names},
+           "findings": found, "rows": rows}
     for name in names:
-        print(f"{name:22s} {statuses[name]}")
+        print(f"{name:22s} {statuses[name]}  slowest {doc['max_wall_s'][name]:.2f} s")
     kinds = Counter(f["kind"] for f in found)
     print(f"findings: {dict(kinds) or 'none'}")
     for f in found:
