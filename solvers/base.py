@@ -39,13 +39,13 @@ class StopReason(str, Enum):
     """Why a search stopped, whatever it found."""
 
     time_limit = "time_limit"  # the limit ended it: the result is the best found by then
-    finished = "finished"  # it ran its whole course (a constructive heuristic, a search that converged)
+    converged = "converged"  # it ran its whole course (a constructive heuristic, a search that converged)
     proven = "proven"  # optimality or infeasibility was proven
     interrupted = "interrupted"  # the user stopped it (Ctrl-C): the result is the best found by then
 
 
 # a stop reason in a status line: "feasible in 2.0 s, stopped by the time limit"
-STOP_WORDS = {StopReason.time_limit: "stopped by the time limit", StopReason.finished: "search finished",
+STOP_WORDS = {StopReason.time_limit: "stopped by the time limit", StopReason.converged: "search converged",
               StopReason.proven: "proven", StopReason.interrupted: "interrupted by the user"}
 
 
@@ -59,16 +59,16 @@ class SolveResult:
     lower_bound: float | None = None
     predicted: DeviceCosts | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    stop: StopReason | None = None  # None: inferred from the status (proven for optimal / infeasible, else finished)
+    stopped: StopReason | None = None  # None: inferred from the status (proven for optimal / infeasible, else converged)
 
     def __post_init__(self) -> None:
         if self.status is SolveStatus.timeout:  # (an interrupted search also reads its clock as past the deadline)
             self.status = SolveStatus.feasible
-            self.stop = self.stop or StopReason.time_limit
-        if self.stop is None:
-            self.stop = StopReason.proven if self.status in (SolveStatus.optimal, SolveStatus.infeasible) else StopReason.finished
-        if self.plan is not None and (self.plan.status.value != self.status.value or self.plan.stop != self.stop.value):
-            self.plan = self.plan.model_copy(update={"status": PlanStatus(self.status.value), "stop": self.stop.value})
+            self.stopped = self.stopped or StopReason.time_limit
+        if self.stopped is None:
+            self.stopped = StopReason.proven if self.status in (SolveStatus.optimal, SolveStatus.infeasible) else StopReason.converged
+        if self.plan is not None and (self.plan.status.value != self.status.value or self.plan.stopped != self.stopped.value):
+            self.plan = self.plan.model_copy(update={"status": PlanStatus(self.status.value), "stopped": self.stopped.value})
 
     @property
     def predicted_cost(self) -> float | None:

@@ -75,7 +75,7 @@ def test_time_budget_is_honoured_with_the_best_plan_so_far():
     inst = load_instance(EXAMPLES / "large.json")
     limit = 3.0
     result = get_solver("neuroshard").solve(inst, AnalyticCostModel(), time_limit=limit)
-    assert result.status.value == "feasible" and result.stop.value == "time_limit" and check_plan(inst, result.plan).ok
+    assert result.status.value == "feasible" and result.stopped.value == "time_limit" and check_plan(inst, result.plan).ok
     assert result.wall_time_s < limit + max(5.0, limit)  # the search stops at the budget; checking the plan follows
 
 

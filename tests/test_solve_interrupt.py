@@ -67,7 +67,7 @@ def test_ctrl_c_keeps_the_best_plan_and_the_terminal_shows_a_live_line(tmp_path:
     assert rc == 130, text[-3000:]
     assert "interrupted by the user" in text and f"plan written to" in text
     plan = load_plan(out)
-    assert plan.stop == "interrupted" and plan.status.value == "feasible"
+    assert plan.stopped == "interrupted" and plan.status.value == "feasible"
     assert check_plan(load_instance(PRODUCTION), plan).ok
     assert plan.wall_time_s < 300  # it stopped when asked, not at the limit
 
@@ -78,5 +78,5 @@ def test_piped_or_json_solve_draws_no_live_line() -> None:
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["status"] == "feasible" and doc["stop"] in ("finished", "time_limit")
+    assert doc["status"] == "feasible" and doc["stopped"] in ("converged", "time_limit")
     assert "solving" not in r.stderr and "\x1b[" not in r.stderr

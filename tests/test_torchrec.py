@@ -212,9 +212,9 @@ def test_when_the_planner_timeout_fires_the_plan_so_far_is_kept_as_timeout(monke
     inst = load_instance(SMALL)
     r = TorchRecSolver().solve(inst, AnalyticCostModel(), time_limit=1)
     # a plan the limit stopped: feasible, and why it stopped in a field of its own
-    assert r.status.value == "feasible" and r.stop.value == "time_limit" and r.info["timed_out"] is True
+    assert r.status.value == "feasible" and r.stopped.value == "time_limit" and r.info["timed_out"] is True
     assert r.plan is not None and check_plan(inst, r.plan).ok
-    assert r.plan.status.value == "feasible" and r.plan.stop == "time_limit"
+    assert r.plan.status.value == "feasible" and r.plan.stopped == "time_limit"
 
 
 @needs_torchrec

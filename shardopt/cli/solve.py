@@ -102,11 +102,11 @@ def solve(
                     result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
                 else:
                     result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
-        interrupted = result.stop is StopReason.interrupted
+        interrupted = result.stopped is StopReason.interrupted
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}}
         if interrupted and (not result.status.has_plan or result.plan is None):
             raise CLIError("interrupted (Ctrl-C) before the search found a plan", EXIT_INTERRUPTED, "interrupted",
-                           extra={**head, "solver": solver, "status": result.status.value, "stop": "interrupted",
+                           extra={**head, "solver": solver, "status": result.status.value, "stopped": "interrupted",
                                   "wall_time_s": result.wall_time_s})
         if not result.status.has_plan or result.plan is None:
             reason = result.reason or "the solver gave no reason"
@@ -139,7 +139,7 @@ def solve(
                     **head,
                     "solver": plan.solver,
                     "status": result.status.value,
-                    "stop": result.stop.value if result.stop is not None else None,
+                    "stopped": result.stopped.value if result.stopped is not None else None,
                     "wall_time_s": result.wall_time_s,
                     "seed": seed,
                     "cost_model": cost_model_label(model, instance),
@@ -163,7 +163,7 @@ def solve(
         title = f"plan for {instance.name or instance_path.name} by {plan.solver} ({label})"
         console.print(_device_table(title, instance, plan.shards, memory, costs))
         lines = _cost_summary(costs, label)
-        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stop, 'stopped')} (seed {seed}"
+        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stopped, 'stopped')} (seed {seed}"
         status += f", time limit {time_limit:g} s)" if time_limit is not None else ")"
         if result.lower_bound is not None:
             gap = (costs.max_cost - result.lower_bound) / costs.max_cost if costs.max_cost > 0 else 0.0
@@ -184,7 +184,7 @@ def solve(
                          f"the analytic model: shardopt bound {instance_path} --plan PLAN.json, or -O certified_bound=true)")
         lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
         if interrupted:
-            lines.append("interrupted (Ctrl-C): this is the best plan the search had found; the plan file says so (stop: interrupted)")
+            lines.append("interrupted (Ctrl-C): this is the best plan the search had found; the plan file says so (stopped: interrupted)")
         _print_lines(console, lines)
         if interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)

@@ -86,7 +86,7 @@ def solve_task(task: Task) -> dict[str, Any]:
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
     else:
         row.update(status=result.status.value, reason=result.reason, solve_time_s=result.wall_time_s,
-                   lower_bound=result.lower_bound, stop=result.stop.value if result.stop is not None else None)
+                   lower_bound=result.lower_bound, stopped=result.stopped.value if result.stopped is not None else None)
         if result.status.has_plan and result.plan is not None:
             # the solver's own prediction of its plan's cost, by the cost model it searched with
             row["predicted_ms"] = result.predicted.max_cost if result.predicted is not None else result.plan.predicted_cost

@@ -55,9 +55,9 @@ CREATE TABLE IF NOT EXISTS results (
 # (ALTER TABLE ... ADD COLUMN; old rows hold NULL). predicted_ms: the solver's own prediction of its plan's cost
 # (its cost model); ci_low_ms / ci_high_ms: a measured judge's bootstrap 95 % CI of the plan cost; judge_rounds:
 # the rounds it timed; machine: JSON of the machine it timed on. NULL for the simulated judge, except predicted_ms.
-# stop: why the solver's search stopped (solvers.base.StopReason: time_limit, finished, proven); status says what it found.
+# stopped: why the solver's search stopped (solvers.base.StopReason: time_limit, converged, proven); status says what it found.
 ADDED_COLUMNS = (("predicted_ms", "REAL"), ("ci_low_ms", "REAL"), ("ci_high_ms", "REAL"), ("judge_rounds", "INTEGER"),
-                 ("machine", "TEXT"), ("stop", "TEXT"))
+                 ("machine", "TEXT"), ("stopped", "TEXT"))
 
 BOUNDS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS bounds (
@@ -86,7 +86,7 @@ COLUMNS = (
     "suite", "instance_file", "instance_name", "instance_hash", "solver", "params", "seed", "backend", "cost_model",
     "judge", "time_limit", "columns", "max_cost_ms", "critical_path_ms", "solve_time_s", "status", "reason",
     "lower_bound", "code_version", "created_at", "predicted_ms", "ci_low_ms", "ci_high_ms", "judge_rounds", "machine",
-    "settings", "stop",
+    "settings", "stopped",
 )
 # what a store written before the settings were part of the key holds for them where they cannot be recovered
 UNRECORDED_SETTINGS = json.dumps({"unrecorded": True})
