@@ -981,10 +981,24 @@ class NeuroShardSolver(Solver):
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         """The search over table-wise and column-wise placements in HBM; where those cannot hold the instance (or
         the search finds no plan that fits), the same search within a tiered layout (solvers.tiering: row-wise
-        tables fixed over all devices, cold tables in host memory behind HBM caches)."""
+        tables fixed over all devices, cold tables in host memory behind HBM caches). Never less than its seed: where
+        the search ends without a plan (its budget spent before the first state was scored on a large tight instance)
+        and greedy places the instance, greedy's plan is the answer."""
         clock = Stopwatch()
         cfg = self.config
         budget = time_limit if time_limit is not None else (cfg.default_time_limit or default_budget(instance))
+        result = self._solve(instance, cost_model, clock, budget, seed)
+        if result.plan is not None or result.status is SolveStatus.infeasible:
+            return result
+        seed_result = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=max(0.0, budget - clock.elapsed))
+        if seed_result.plan is None:
+            return result
+        info = {"fallback": "the search ended without a plan: greedy's plan, its seed, is the answer", "search_reason": result.reason,
+                "greedy": seed_result.info}
+        return finish(self, instance, cost_model, list(seed_result.plan.shards), clock, seed=seed, info=info,
+                      status=SolveStatus.timeout if clock.elapsed >= budget else SolveStatus.feasible)
+
+    def _solve(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float, seed: int) -> SolveResult:
         reason = split_infeasibility(instance)
         hbm: SolveResult | None = None
         if reason is None:

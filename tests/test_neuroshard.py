@@ -140,3 +140,18 @@ def test_uneven_halves_and_a_soft_dim_cap_hold_odd_unit_tables_in_hbm():
     assert new.predicted_cost < 0.5 * old.predicted_cost
     again = NeuroShardSolver().solve(inst, cm, seed=0, time_limit=5)
     assert sorted(map(repr, again.plan.shards)) == sorted(map(repr, new.plan.shards))  # same seed, same plan
+
+
+def test_a_search_out_of_time_before_its_first_state_returns_its_greedy_seed():
+    """Never less than its seed: with no time to score even the unsplit state, neuroshard answers with greedy's plan
+    (the plan its search starts from), not with no plan."""
+    from conftest import make_instance
+    from solvers.base import StopReason
+
+    inst = make_instance(40, 8, seed=2, mem_factor=1.1)
+    greedy = get_solver("greedy").solve(inst, AnalyticCostModel(), seed=0)
+    assert greedy.plan is not None
+    r = get_solver("neuroshard").solve(inst, AnalyticCostModel(), time_limit=0.0)
+    assert r.plan is not None and check_plan(inst, r.plan).ok
+    assert r.stopped is StopReason.time_limit and "greedy's plan" in r.info["fallback"]
+    assert r.predicted_cost <= greedy.predicted_cost * (1 + 1e-9)
