@@ -11,8 +11,8 @@ with a short time limit, and reports, per solver, its statuses and every finding
   where greedy, run in the sweep too, placed the instance: a seeded search must never return less than its seed;
 - `overrun`: a solve that took longer than its time limit + 10 % + 1 s (the rule every solver keeps), wall clock
   around the solve call in this process;
-- `no_plan`: no plan where TorchRec's planner (`torchrec_all`) found one (only for the solvers whose placements cover
-  the instance's: `--covering`, default greedy, neuroshard, cpsat, milp, milp_highs).
+- `no_plan`: no plan where another solver of the sweep (TorchRec's planner, an RL policy, ...) found one (only for the
+  solvers whose placements cover every other's: `--covering`, default greedy, neuroshard, cpsat, milp, milp_highs).
 
 Costs are **simulated** (analytic model); nothing here is timed but the solves' wall clock. Exit status 1 when any
 finding but `no_plan` is made (a `no_plan` under a short time limit is reported, not failed: an anytime solver may run
@@ -90,8 +90,8 @@ def findings(rows: list[dict], covering: tuple[str, ...], time_limit: float | No
     out = []
     for seed, got in sorted(by.items()):
         planned = any(r.get("valid") for r in got.values())
-        torchrec = got.get("torchrec_all", {}).get("valid", False)
         greedy = got.get("greedy", {}).get("valid", False)
+        placed_by = sorted(n for n, r in got.items() if r.get("valid"))
         for name, r in got.items():
             if greedy and name.split(":")[0] in SEEDED_BY_GREEDY and not r.get("valid"):
                 out.append({"seed": seed, "solver": name, "kind": "give_up", "detail": f"{r['status']}: {r['reason']}"})
@@ -103,8 +103,9 @@ def findings(rows: list[dict], covering: tuple[str, ...], time_limit: float | No
                 out.append({"seed": seed, "solver": name, "kind": "invalid", "detail": r.get("problems", "")})
             if r["status"] == "infeasible" and planned:
                 out.append({"seed": seed, "solver": name, "kind": "wrong_infeasible", "detail": r["reason"]})
-            if torchrec and name in covering and not r.get("valid"):
-                out.append({"seed": seed, "solver": name, "kind": "no_plan", "detail": f"{r['status']}: {r['reason']}"})
+            if placed_by and name.split(":")[0] in covering and not r.get("valid"):
+                out.append({"seed": seed, "solver": name, "kind": "no_plan",
+                            "detail": f"placed by {', '.join(placed_by)}; {r['status']}: {r['reason']}"})
     return out
 
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=2.0)
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--solvers", default=None, help="comma-separated (default: every registered solver)")
-    ap.add_argument("--covering", default=",".join(COVERING), help="solvers that must place what TorchRec places")
+    ap.add_argument("--covering", default=",".join(COVERING), help="solvers that must place what any other solver places")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     try:

@@ -987,22 +987,23 @@ class NeuroShardSolver(Solver):
         clock = Stopwatch()
         cfg = self.config
         budget = time_limit if time_limit is not None else (cfg.default_time_limit or default_budget(instance))
-        result = self._solve(instance, cost_model, clock, budget, seed)
-        if result.plan is not None or result.status is SolveStatus.infeasible:
-            return result
-        seed_result = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=max(0.0, budget - clock.elapsed))
-        if seed_result.plan is None:
+        # its seed, computed once: the HBM search starts from it, the tiered layouts are read off it, and it is the
+        # answer where the search ends without a plan (a search that is not seeded with it computes it on demand)
+        greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget) if cfg.seed_with_greedy else None
+        result = self._solve(instance, cost_model, clock, budget, seed, greedy)
+        if result.plan is not None or result.status is SolveStatus.infeasible or greedy is None or greedy.plan is None:
             return result
         info = {"fallback": "the search ended without a plan: greedy's plan, its seed, is the answer", "search_reason": result.reason,
-                "greedy": seed_result.info}
-        return finish(self, instance, cost_model, list(seed_result.plan.shards), clock, seed=seed, info=info,
+                "greedy": greedy.info}
+        return finish(self, instance, cost_model, list(greedy.plan.shards), clock, seed=seed, info=info,
                       status=SolveStatus.timeout if clock.elapsed >= budget else SolveStatus.feasible)
 
-    def _solve(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float, seed: int) -> SolveResult:
+    def _solve(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float, seed: int,
+               greedy: SolveResult | None) -> SolveResult:
         reason = split_infeasibility(instance)
         hbm: SolveResult | None = None
         if reason is None:
-            result = self._search(instance, cost_model, None, clock, budget, seed)
+            result = self._search(instance, cost_model, None, clock, budget, seed, greedy)
             if result.plan is not None:
                 # a tight instance (some state packed only with the completion check) may still be cheaper in a tiered
                 # layout: a cold table in host memory frees the HBM the column slices crowd (random-395 of
@@ -1016,7 +1017,7 @@ class NeuroShardSolver(Solver):
                 reason = result.reason or "no plan in HBM"
         if tiered_infeasibility_reason(instance) is not None:
             return hbm if hbm is not None else unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
-        tiered = self._solve_tiered(instance, cost_model, clock, budget, seed, reason)
+        tiered = self._solve_tiered(instance, cost_model, clock, budget, seed, reason, greedy)
         if hbm is None:
             return tiered
         costs = {"hbm": float(hbm.predicted.max_cost) if hbm.predicted is not None else np.inf,
@@ -1066,9 +1067,11 @@ class NeuroShardSolver(Solver):
         return best
 
     def _solve_tiered(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float | None, seed: int,
-                      reason: str) -> SolveResult:
-        """The search within greedy's tiered layouts (`reason`: why the HBM search gave no plan, for the messages)."""
-        greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget)
+                      reason: str, greedy: SolveResult | None = None) -> SolveResult:
+        """The search within greedy's tiered layouts (`reason`: why the HBM search gave no plan, for the messages;
+        `greedy`: greedy's result when the caller has it)."""
+        if greedy is None:
+            greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget)
         layouts = tiered_layouts(instance, greedy)
         if isinstance(layouts, str):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layouts}. The instance is not proven infeasible", clock, {"tiers": "failed"})

@@ -23,6 +23,8 @@ This is a leaf module: numpy and the standard library only.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import numbers
 from collections.abc import Sequence
@@ -373,6 +375,7 @@ def _expected_bin_probabilities(lookups: int, p: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure and costly (~5 ms): every bind of a cost model and every cache sizing asks again
 def histogram_from_zipf(rows: int, pooling_factor: float, zipf_exponent: float, batch_size: int) -> tuple[float, ...]:
     """Expected 17-bin access histogram of a trace of i.i.d. Zipf(s) lookups -- computed, not sampled.
 

@@ -68,6 +68,9 @@ RELAXATION_MAX_PAIRS = 2_000
 CERTIFIED_BOUND_SHARE = 0.15
 CERTIFIED_BOUND_MAX_S = 15.0
 DEFAULT_TIERED_SHARE = 0.3  # beyond table-wise HBM: NeuroShard's tiered plan as a start within this share of the limit (solvers.exact.tiered)
+# each heuristic warm start may use this share of the limit: they finish in milliseconds on most instances, but packing a
+# tight tiered instance of 100-160 tables on 16 devices took greedy 3.5 s, twice, where the limit was 2 s
+HEURISTIC_START_SHARE = 0.2
 DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.linear_search) within this share of the time left
 SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
 
@@ -279,7 +282,7 @@ class ExactSolver(Solver):
             if name == "neuroshard":
                 r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, self.neuroshard_share * budget))
             else:
-                r = get_solver(name).solve(instance, model, seed=seed)
+                r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, HEURISTIC_START_SHARE * budget))
             if r.plan is None:
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
@@ -334,9 +337,12 @@ class ExactSolver(Solver):
         bm = cost_model.bind(instance)
         model = _Bound(bm, cost_model.describe())
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
-        starts = {"greedy": GreedySolver().solve(instance, model, seed=seed)}
-        if self.tiered_share > 0:
-            starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed, time_limit=max(0.1, self.tiered_share * budget))
+        # greedy may take the whole limit (packing a tight tiered instance can: then its plan is the answer), NeuroShard
+        # its share of what is left
+        starts = {"greedy": GreedySolver().solve(instance, model, seed=seed, time_limit=max(0.05, budget - clock.elapsed))}
+        if self.tiered_share > 0 and budget - clock.elapsed > 0.1:
+            starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed,
+                                                            time_limit=min(self.tiered_share * budget, budget - clock.elapsed))
         costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None}
         shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
         names = list(starts)
