@@ -71,5 +71,5 @@ def live_solve(what: str, *, quiet: bool) -> Iterator[Progress]:
             else:
                 yield state
         finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
+            if main:  # (a handler not set from Python reads as None: Python's own is then put back)
+                signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
