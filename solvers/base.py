@@ -87,6 +87,10 @@ class Solver(ABC):
         """The solver's settings, recorded in every plan it makes."""
         return {}
 
+    def prepare(self) -> None:
+        """One-time set-up of this process (an expensive import), outside any solve's time limit: a batch of solves
+        (the leaderboard, a sweep) calls it before the first; a single solve need not, and then pays it inside."""
+
 
 # how far past every deadline a Stopwatch reads once a stop was requested (solvers.progress): far enough that any
 # budget a solver computes from it is spent, finite so that arithmetic on it stays ordinary

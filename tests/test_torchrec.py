@@ -493,3 +493,14 @@ def test_makefile_installs_the_same_pins_with_no_deps() -> None:
     assert re.search(r"^TORCHREC\s*:=\s*torchrec==" + re.escape(tio.TORCHREC_VERSION) + r"\s*$", text, re.M)
     assert "install -q --no-deps $(TORCHREC) $(TORCHREC_DEPS)" in text
     assert 'torchrec = ["torchrec==1.8.0"]' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_solver_is_made_without_importing_torchrec_and_prepare_imports_it() -> None:
+    """Importing TorchRec takes seconds: making the solver only checks that it is installed (an unknown-solver style
+    error otherwise); the import happens where the planning does, or in prepare() for a batch."""
+    code = ("import sys; from solvers.registry import get_solver; s = get_solver('torchrec'); "
+            "a = 'torchrec.distributed.types' in sys.modules; s.prepare(); "
+            "print(a, 'torchrec.distributed.types' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["False", "True"]

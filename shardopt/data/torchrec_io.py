@@ -131,6 +131,21 @@ def require_torchrec() -> Any:
     return torchrec
 
 
+def torchrec_installed() -> TorchRecUnavailableError | None:
+    """Whether TorchRec is there to import, without importing it (an import costs seconds: the solver's time limit
+    counts it, so it happens where the planning does): None, or the error a failed import would raise. A broken
+    native library only shows when the import runs."""
+    import importlib.util
+
+    if "torchrec" in sys.modules:
+        return TorchRecUnavailableError(ImportError("import of torchrec halted")) if sys.modules["torchrec"] is None else None
+    try:
+        found = importlib.util.find_spec("torchrec")
+    except (ImportError, ValueError) as exc:
+        return TorchRecUnavailableError(exc)
+    return None if found is not None else TorchRecUnavailableError(ImportError("No module named 'torchrec'"))
+
+
 def torchrec_available() -> bool:
     try:
         require_torchrec()

@@ -96,7 +96,9 @@ def _solve_pair(inst: Any, solver: str, cm: str, seed: int, time_limit: float | 
     row: dict[str, Any] = {"solver": solver, "cost_model": cm, "seed": seed}
     start = time.perf_counter()
     try:
-        res = get_solver(solver).solve(inst, model_for(cm, inst), time_limit=time_limit, seed=seed)
+        obj = get_solver(solver)
+        obj.prepare()  # (one-time imports: not part of the row's solve time)
+        res = obj.solve(inst, model_for(cm, inst), time_limit=time_limit, seed=seed)
     except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost run
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
         return row, None

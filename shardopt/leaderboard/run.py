@@ -78,6 +78,7 @@ def solve_task(task: Task) -> dict[str, Any]:
     }
     model = model_for(task.cost_model, instance)  # (auto: the calibrated model of the instance's hardware, if any)
     solver = get_solver(task.solver)
+    solver.prepare()  # (one-time imports: not part of any row's solve time)
     row["params"] = json.dumps(solver.params(), sort_keys=True, default=str)
     start = time.perf_counter()
     try:
