@@ -188,9 +188,14 @@ def test_overflow_of_our_memory_model_is_reported_not_hidden() -> None:
 def test_time_limit_maps_to_the_planner_timeout() -> None:
     from solvers.torchrec_solver import TorchRecSolver
 
-    r = TorchRecSolver().solve(load_instance(SMALL), AnalyticCostModel(), time_limit=0.2)
-    assert r.plan is not None and r.plan.params["timeout_seconds"] == 1
+    r = TorchRecSolver().solve(load_instance(SMALL), AnalyticCostModel(), time_limit=2)
+    assert r.plan is not None and r.plan.params["timeout_seconds"] == 1  # 75 % of the limit, rounded down
     assert "timeout_seconds=1" in r.info["time_limit"]
+    assert TorchRecSolver().params()["default_time_limit"] == 300.0  # without a limit: its own
+    # a limit the planner cannot keep: stopped there, no plan, saying so (never a late plan)
+    r = TorchRecSolver().solve(load_instance(SMALL), AnalyticCostModel(), time_limit=0.01)
+    if r.plan is None:
+        assert r.info["hard_stopped"] and "ended TorchRec's planner" in r.reason
 
 
 @needs_torchrec
