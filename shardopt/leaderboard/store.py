@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS results (
     ci_high_ms REAL,
     judge_rounds INTEGER,
     machine TEXT,
+    stopped TEXT,
     settings TEXT NOT NULL,
     UNIQUE (instance_hash, solver, seed, backend, cost_model, settings)
 )
@@ -165,7 +166,7 @@ def connect(db: Path) -> sqlite3.Connection:
             con.execute(BOUNDS_SCHEMA)
             con.commit()
             migrate(con)
-            rekey_with_settings(con, "results", SCHEMA, COLUMNS, lambda row: settings_key(row.get("time_limit")))
+            rekey_with_settings(con, "results", SCHEMA, COLUMNS, lambda row: settings_key(row.get("time_limit")), ADDED_COLUMNS)
             return con
         except sqlite3.OperationalError as exc:
             if con is not None:
@@ -200,10 +201,10 @@ def migrate(con: sqlite3.Connection) -> list[str]:
 
 
 def rekey_with_settings(con: sqlite3.Connection, table: str, schema: str, columns: tuple[str, ...],
-                        settings_of: Any) -> bool:
+                        settings_of: Any, added: tuple[tuple[str, str], ...] = ()) -> bool:
     """Rebuild `table` of a store written before the settings were part of its key (SQLite cannot change a UNIQUE
-    constraint in place): the rows are copied into the new schema with `settings_of(row)` as their settings. True
-    when it rebuilt. One transaction: a second run racing for it finds the work done."""
+    constraint in place): the rows are copied into the new schema (and its `added` columns) with `settings_of(row)`
+    as their settings. True when it rebuilt. One transaction: a second run racing for it finds the work done."""
     def current() -> str:
         row = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
         return row[0] if row else ""
@@ -220,6 +221,10 @@ def rekey_with_settings(con: sqlite3.Connection, table: str, schema: str, column
         con.row_factory = None
         con.execute(f"DROP TABLE {table}")
         con.execute(schema)
+        have = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+        for name, kind in added:  # (columns later releases added: `migrate`'s, where the schema lacks them)
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
         for row in rows:
             row["settings"] = settings_of(row)
             con.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
