@@ -146,7 +146,7 @@ def finish(
         predicted_cost=predicted.max_cost,
         shards=shards,
     )
-    report(best_cost=predicted.max_cost, bound=lower_bound, solver=solver.name)
+    report(best_cost=predicted.max_cost, bound=lower_bound)
     return SolveResult(solver.name, status, plan, None, clock.wall, lower_bound, predicted, info or {}, _stop_reason(status))
 
 

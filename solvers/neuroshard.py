@@ -1128,7 +1128,7 @@ class NeuroShardSolver(Solver):
             return fail(self, SolveStatus.no_solution, f"the time limit of {budget:g} s ended the search before the first grid plan was scored", clock)
         search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
         if search.best.device_of is not None:
-            report(best_cost=search.best.cost, solver=self.name)
+            report(best_cost=search.best.cost)
         _beam_search(search, pm, scorer, clock, search_deadline)
         if cfg.comm_aware and search.best.device_of is not None and not search.timed_out:
             _refine_comm_aware(search, pm, cfg, clock, search_deadline, scorer.seen)

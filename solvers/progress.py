@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -39,43 +39,37 @@ class Progress:
     started: float = field(default_factory=time.perf_counter)
     best_cost: float | None = None
     bound: float | None = None
-    solver: str = ""
 
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
 
-_LISTENER: tuple[Progress, Callable[[Progress], None] | None] | None = None
+_LISTENER: Progress | None = None
 _LOCK = threading.Lock()
 
 
-def report(*, best_cost: float | None = None, bound: float | None = None, solver: str | None = None) -> None:
-    """A solver's improvement: a lower plan cost, a higher bound. Cheap, and nothing when nobody listens."""
-    listener = _LISTENER
-    if listener is None:
+def report(*, best_cost: float | None = None, bound: float | None = None) -> None:
+    """A solver's improvement: a lower plan cost, a higher bound. Cheap, and nothing when nobody listens (the
+    listener reads the state when it redraws)."""
+    state = _LISTENER
+    if state is None:
         return
-    state, on_change = listener
     with _LOCK:
-        changed = False
         if best_cost is not None and (state.best_cost is None or best_cost < state.best_cost):
-            state.best_cost, changed = float(best_cost), True
+            state.best_cost = float(best_cost)
         if bound is not None and (state.bound is None or bound > state.bound):
-            state.bound, changed = float(bound), True
-        if solver and not state.solver:
-            state.solver = solver
-    if changed and on_change is not None:
-        on_change(state)
+            state.bound = float(bound)
 
 
 @contextmanager
-def listening(on_change: Callable[[Progress], None] | None = None) -> Iterator[Progress]:
-    """Collect the reports of the solves run inside; `on_change` is called on every improvement. The stop request
-    is cleared on entry and on exit: it belongs to one solve."""
+def listening() -> Iterator[Progress]:
+    """Collect the reports of the solves run inside. The stop request is cleared on entry and on exit: it belongs
+    to one solve."""
     global _LISTENER
     state = Progress()
     previous = _LISTENER
-    _LISTENER = (state, on_change)
+    _LISTENER = state
     clear_stop()
     try:
         yield state

@@ -36,7 +36,7 @@ class _Line:
         s = self.state
         parts = [f"{self.what}: {s.elapsed:.1f} s"]
         if s.best_cost is not None:
-            parts.append(f"best {s.best_cost:.3f} ms{f' ({s.solver})' if s.solver else ''}")
+            parts.append(f"best {s.best_cost:.3f} ms")
         if s.bound is not None:
             parts.append(f"bound {s.bound:.3f} ms")
         parts.append("stopping with the best plan so far (Ctrl-C again to abort)" if self.stopping else "Ctrl-C stops with the best plan so far")

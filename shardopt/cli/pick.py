@@ -37,11 +37,12 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
 
     chosen = choice.card.id if choice.card is not None else choice.name
     models = {chosen: choice.model}
-    labels = portfolio_models(chosen if choice.name != "analytic" else "analytic")
-    pairs = [(s, m) for m in labels for s in portfolio][:limit]
+    pairs = [(s, m) for m in portfolio_models(chosen) for s in portfolio][:limit]
     out: list[Candidate] = []
     for solver, label in pairs:
-        model = models[label] if label in models else models.setdefault(label, get_cost_model(label))
+        if label not in models:
+            models[label] = get_cost_model(label)
+        model = models[label]
         result = get_solver(solver).solve(instance, model, time_limit=time_limit, seed=seed)
         cand = Candidate(f"{solver} / {label}", solver, label, model, result)
         if result.status.has_plan and result.plan is not None:

@@ -24,7 +24,6 @@ This is a leaf module: numpy and the standard library only.
 from __future__ import annotations
 
 import functools
-
 import math
 import numbers
 from collections.abc import Sequence

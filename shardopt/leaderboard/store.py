@@ -120,10 +120,13 @@ def settings_label(key: str | None) -> str:
         return "settings not recorded (a store written before they were)"
     tl = doc.get("time_limit")
     words = [f"time limit {tl:g} s" if tl is not None else "no time limit"]
-    if doc.get("judge"):
-        rule = str(doc["judge"])
-        words.append(f"judge {rule} rounds" if rule.isdigit() else f"judge auto (target {rule.split(':')[1]})"
-                     if rule.startswith("auto:") and rule.count(":") >= 2 else f"judge {rule}")
+    rule = str(doc.get("judge") or "")  # (StopRule.key(): a round count, or auto:target:...)
+    if rule.isdigit():
+        words.append(f"judge {rule} rounds")
+    elif rule.startswith("auto:"):
+        words.append(f"judge auto (target {rule.split(':')[1]})")
+    elif rule:
+        words.append(f"judge {rule}")
     return "; ".join(words)
 
 
