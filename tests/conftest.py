@@ -2,7 +2,7 @@
 
 `instances(...)` draws any valid `shardopt.core.ir.Instance`: tables of 1..1e6 rows, dims in multiples of 4 up to 256,
 float pooling factors in [0, 50], Zipf or 17-bin-histogram access, optional per-table dtype; 1..16 devices with
-devices_per_host dividing the device count or at least it (one partly used host); any hardware profile; one memory size or one per device, drawn
+devices_per_host dividing the device count; any hardware profile; one memory size or one per device, drawn
 relative to the tables' bytes so that instances range from roomy to tight to infeasible.
 
 `make_instance(n_tables, n_devices, seed, mem_factor)` builds a deterministic instance from a numpy seed;
@@ -86,10 +86,8 @@ def instances(
     n_tables = draw(st.integers(min_tables, max_tables))
     n_dev = draw(st.integers(min_devices, max_devices))
     tables = [draw(table_dicts(f"t{i}")) for i in range(n_tables)]
-    if draw(st.booleans()):
-        per_host = draw(st.sampled_from([d for d in range(1, n_dev + 1) if n_dev % d == 0]))
-    else:  # one host, partly used (uneven hosts are refused by the IR)
-        per_host = draw(st.integers(n_dev, n_dev + 2))
+    # hosts of equal size (uneven hosts, and more devices per host than devices, are refused by the IR)
+    per_host = draw(st.sampled_from([d for d in range(1, n_dev + 1) if n_dev % d == 0]))
     topology: dict[str, Any] = {
         "num_devices": n_dev,
         "devices_per_host": per_host,
@@ -198,7 +196,7 @@ def instance_doc(
     n_devices: int | None = None,
     optimizer: str = "sgd",
     hardware: str = "v100",
-    per_host: int = 8,
+    per_host: int | None = None,
 ) -> Instance:
     """A hand-made instance from (rows, dim, pooling_factor) triples, tables named t0, t1, ...; fp32, Zipf 1.0.
     With sgd (the default here) a table's bytes are rows x dim x 4."""
@@ -207,7 +205,7 @@ def instance_doc(
         "tables": [
             {"name": f"t{i}", "rows": r, "dim": d, "pooling_factor": p, "access": {"zipf": 1.0}} for i, (r, d, p) in enumerate(tables)
         ],
-        "topology": {"num_devices": n, "devices_per_host": per_host, "memory_bytes": memory, "hardware": hardware},
+        "topology": {"num_devices": n, "devices_per_host": per_host or min(n, 8), "memory_bytes": memory, "hardware": hardware},
         "workload": {"batch_size": 1024, "optimizer": optimizer, "weight_dtype": "fp32"},
     }
     return instance_from_dict(doc)

@@ -27,7 +27,7 @@ def tiny(optimizer="rowwise_adagrad", n_devices=2, batch=64, dtype="fp32"):
             {"name": "b", "rows": 300, "dim": 16, "pooling_factor": 2.0, "access": {"zipf": 0.5}},
             {"name": "c", "rows": 200, "dim": 8, "pooling_factor": 4.0, "access": {"zipf": 1.2}},
         ],
-        "topology": {"num_devices": n_devices, "devices_per_host": 8, "memory_bytes": 10**9, "hardware": "h200"},
+        "topology": {"num_devices": n_devices, "devices_per_host": n_devices, "memory_bytes": 10**9, "hardware": "h200"},
         "workload": {"batch_size": batch, "optimizer": optimizer, "weight_dtype": dtype},
     }
     return instance_from_dict(doc)

@@ -196,6 +196,8 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         (lambda d: d["topology"].update(memory_bytes=2**70), f"topology.memory_bytes: {2**70} is more than {2**62} bytes (2^62), the most the memory model holds"),
         (lambda d: d["topology"].update(num_devices=4, devices_per_host=3, memory_bytes=10**9),
          "topology.devices_per_host: 3 does not divide num_devices 4: hosts must have equal device counts (use 4 devices on one host, or a divisor of 4)"),
+        (lambda d: d["topology"].update(num_devices=4, devices_per_host=8, memory_bytes=10**9),
+         "topology.devices_per_host: 8 is more than num_devices 4: give the devices the job uses on each host (a job on 4 devices of one host has devices_per_host 4)"),
         (lambda d: d["workload"].update(batch_size=10**20), "workload.batch_size: 100000000000000000000: input should be less than or equal to 1099511627776"),
         (lambda d: d["tables"][0].update(pooling_factor=-1), "tables[0].pooling_factor: -1: input should be greater than or equal to 0"),
         (lambda d: d["tables"][0].update(dim="abc"), "tables[0].dim: 'abc' is not a number"),

@@ -218,9 +218,17 @@ class Topology(IRModel):
             v = getattr(self, name)
             if isinstance(v, list) and len(v) != self.num_devices:
                 raise ValueError(f"{name}: {len(v)} values for {self.num_devices} devices")
-        if self.num_devices > self.devices_per_host and self.num_devices % self.devices_per_host:
+        if self.devices_per_host > self.num_devices:
+            # a topology describes the devices the job uses: a job on 4 GPUs of an 8-GPU host is one host of 4, and
+            # TorchRec's local world size cannot exceed its world size either
+            raise ValueError(
+                f"devices_per_host: {self.devices_per_host} is more than num_devices {self.num_devices}: give the "
+                f"devices the job uses on each host (a job on {self.num_devices} devices of one host has "
+                f"devices_per_host {self.num_devices})"
+            )
+        if self.num_devices % self.devices_per_host:
             # uneven hosts: TorchRec's topology (local world size) and its table_row_wise layout assume every host
-            # has the same number of devices; a job on part of one host (devices_per_host >= num_devices) is fine
+            # has the same number of devices
             raise ValueError(
                 f"devices_per_host: {self.devices_per_host} does not divide num_devices {self.num_devices}: hosts must "
                 f"have equal device counts (use {self.num_devices} devices on one host, or a divisor of {self.num_devices})"
