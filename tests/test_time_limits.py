@@ -37,3 +37,16 @@ def test_every_solver_stops_within_its_time_limit(name: str, production) -> None
         assert check_plan(production, r.plan).ok
     else:
         assert r.reason
+
+
+def test_solve_commands_limit_counts_from_the_commands_start(monkeypatch) -> None:
+    """`shardopt solve --time-limit L` bounds the command: what start-up and loading took comes out of the solver's
+    share, which is never below half the limit (a slow start on a loaded machine still leaves a search)."""
+    from shardopt.cli import common
+
+    now = time.perf_counter()
+    monkeypatch.setattr(common, "COMMAND_STARTED", now - 0.3)
+    assert 1.6 <= common.solver_time_limit(2.0) <= 1.7
+    monkeypatch.setattr(common, "COMMAND_STARTED", now - 5.0)
+    assert common.solver_time_limit(2.0) == pytest.approx(common.SOLVER_SHARE_MIN * 2.0)
+    assert common.solver_time_limit(None) is None

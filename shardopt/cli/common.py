@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager, nullcontext
 from enum import Enum
@@ -30,6 +31,13 @@ if TYPE_CHECKING:
 
 DEFAULT_SOLVER = "neuroshard"  # the one place the default lives
 DEBUG_ENV = "SHARDOPT_DEBUG"
+
+# when this command started (the first import of the CLI): `solve --time-limit` bounds the command, so start-up and
+# reading the instance come out of the solver's share (solver_time_limit)
+COMMAND_STARTED = time.perf_counter()
+# ... but the solver always gets at least this share of the limit: a start-up slower than the limit (a loaded machine)
+# still leaves the solver time to search, and the command then ends at most that start-up past half the limit
+SOLVER_SHARE_MIN = 0.5
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -525,3 +533,11 @@ def _check_engine_name(engine: str) -> None:
 
     if engine not in ENGINES:
         raise EngineError(f"--engine: unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+
+
+def solver_time_limit(limit: float | None) -> float | None:
+    """The time a solve started now may take so that the command ends within `limit` seconds of its start (at least
+    SOLVER_SHARE_MIN of it); None (the solver's own budget) stays None."""
+    if limit is None:
+        return None
+    return max(limit - (time.perf_counter() - COMMAND_STARTED), SOLVER_SHARE_MIN * limit)

@@ -25,6 +25,7 @@ from shardopt.cli.common import (
     _model_label,
     _print_lines,
     _solver_with_options,
+    solver_time_limit,
     app,
 )
 from shardopt.cli.live import EXIT_INTERRUPTED, live_solve
@@ -39,7 +40,7 @@ def solve(
     solver: Annotated[str, typer.Option("--solver", "-s", help="Solver name (see `shardopt solvers`).")] = DEFAULT_SOLVER,
     cost_model: CostModelOpt = None,
     models: ModelsOpt = None,
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the solver may search \\[default: the solver's own budget: neuroshard 2-10 s by instance size, cpsat / milp 60 s, torchrec 300 s; the heuristics run to the end].", show_default=False)] = None,
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the command may take, start-up and loading included (the solver gets at least half) \\[default: the solver's own budget: neuroshard 2-10 s by instance size, cpsat / milp 60 s, torchrec 300 s; the heuristics run to the end].", show_default=False)] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed: same seed, same plan.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
     option: Annotated[
@@ -98,10 +99,11 @@ def solve(
             pick_text = pick_lines(report, winner, pick_backend) + notes
         else:
             with live_solve(f"{solver} solving {instance.name or instance_path.name}", quiet=json_out):
+                limit = solver_time_limit(time_limit)  # (the command's limit: start-up and loading come out of it)
                 if from_plan is not None:
-                    result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, time_limit, seed)
+                    result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, limit, seed)
                 else:
-                    result = solver_obj.solve(instance, model, time_limit=time_limit, seed=seed)
+                    result = solver_obj.solve(instance, model, time_limit=limit, seed=seed)
         interrupted = result.stopped is StopReason.interrupted
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}}
         if interrupted and (not result.status.has_plan or result.plan is None):
