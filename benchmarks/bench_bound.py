@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.analytic_bound import AnalyticRelaxation, analytic_lower_bound, plan_gap  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 SUITES = ("dreamshard-test", "neuroshard-test", "autoshard-test")
 

@@ -31,7 +31,7 @@ from shardopt.cli.pick import pick, portfolio_candidates  # noqa: E402
 from shardopt.core.fingerprint import cpu_fingerprint  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from shardopt.measure.compare import compare_plans  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 
 def one(path: Path, time_limit: float, models: Path | None) -> dict:

@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 CASES = {
     "medium": ("instances/suites/dreamshard-test/dreamshard-test-s1-0003.json", 10.0),

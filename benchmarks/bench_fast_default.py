@@ -34,7 +34,7 @@ CASES = {
 
 
 def solve(path: Path, time_limit: float | None, name: str = "neuroshard") -> dict:
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     inst = load_instance(path)
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.hardware import get_profile  # noqa: E402
 from shardopt.core.ir import Instance, instance_from_dict, load_instance  # noqa: E402
 from shardopt.core.memory import table_bytes_array  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 HEURISTICS = ["greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup"]
 LARGE = ROOT / "instances" / "examples" / "large.json"

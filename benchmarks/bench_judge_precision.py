@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from shardopt.measure.evaluate import evaluate_plan  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 
 def main() -> None:

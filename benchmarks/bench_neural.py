@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from costmodels.neural import NeuralCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 
 def median_s(fn, repeats: int) -> float:

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from shardopt.leaderboard.run import suite_files  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 
 def parse_options(text: str) -> dict[str, float]:

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 from solvers.rl_common import NumpyPolicy, PolicySolver
 
 

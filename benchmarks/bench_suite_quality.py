@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
 
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.registry import get_solver, solver_names  # noqa: E402
+from solvers.catalog import get_solver, solver_names  # noqa: E402
 
 DEFAULT_SUITES = ["dreamshard-test", "neuroshard-test", "autoshard-test", "production"]
 

@@ -45,7 +45,7 @@ from shardopt.core.ir import Instance, instance_from_dict, load_instance  # noqa
 from shardopt.core.memory import table_bytes_array  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
 from solvers.placement_polish import describe_placements  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 SUITES = ["huge-test", "tiered-test"]
 

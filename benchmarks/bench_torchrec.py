@@ -31,18 +31,21 @@ if str(ROOT) not in sys.path:
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 DEFAULT_SUITES = ["dreamshard-test", "neuroshard-test", "autoshard-test", "production"]
 
 
 def make_solver(name: str):
+    """A catalog solver, or one of this benchmark's TorchRec variants (a subclass under its own name, so that its plans
+    say which variant made them)."""
     if name in ("torchrec_cw32", "torchrec_twcw"):
         from solvers.torchrec_solver import TorchRecSolver
 
+        variant = type(f"TorchRecVariant_{name}", (TorchRecSolver,), {"name": name})
         if name == "torchrec_twcw":
-            return TorchRecSolver(sharding_types=("table_wise", "column_wise"), name="torchrec_twcw")
-        return TorchRecSolver(sharding_types=("table_wise", "column_wise"), min_partition=32, name="torchrec_cw32")
+            return variant(sharding_types=("table_wise", "column_wise"))
+        return variant(sharding_types=("table_wise", "column_wise"), min_partition=32)
     return get_solver(name)
 
 

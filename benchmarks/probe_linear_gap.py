@@ -44,7 +44,7 @@ from solvers.exact.formulation import Problem, table_lower_bounds  # noqa: E402
 from solvers.exact.milp import _milp_rows  # noqa: E402
 from solvers.linear_search import linear_local_search  # noqa: E402
 from solvers.linearize import linearize  # noqa: E402
-from solvers.registry import get_solver  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 
 DEFAULT = "instances/suites/dreamshard-test/dreamshard-test-s1-0003.json"
 

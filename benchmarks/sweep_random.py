@@ -42,7 +42,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 from bench_tiered import make_solver, random_instance  # noqa: E402
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
-from solvers.registry import solver_names  # noqa: E402
+from solvers.catalog import solver_names  # noqa: E402
 
 COVERING = ("greedy", "neuroshard", "cpsat", "milp", "milp_highs")
 SEEDED_BY_GREEDY = ("neuroshard", "neuroshard_faithful", "cpsat", "milp", "milp_highs")

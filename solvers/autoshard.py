@@ -163,6 +163,5 @@ def update(net: Any, opt: Any, ctx: Context, policy: NumpyPolicy, rng: np.random
 class AutoShardSolver(PolicySolver):
     name = "autoshard"
     algo = "autoshard"
-    description = "AutoShard LSTM actor-critic (A2C, reward = -plan cost) placing tables in sequence: greedy + best-of-k sampled rollouts"
     default_checkpoint = "autoshard.npz"
     policy_cls = AutoShardPolicy

@@ -11,13 +11,13 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 from costmodels.base import BoundCostModel, CostModel, DeviceCosts
 from shardopt.core.ir import Instance, Plan, PlanStatus, Shard
 from shardopt.core.plan_check import assert_valid_plan
+from solvers.options import NoOptions, build_options, options_as_dict
 from solvers.progress import report, stop_requested
-
 
 class SolveStatus(str, Enum):
     """What the result is. Why the search stopped is a separate field (StopReason): a plan found when the time limit
@@ -76,16 +76,23 @@ class SolveResult:
 
 
 class Solver(ABC):
-    name: str = "solver"
-    family: str = "heuristic"
-    description: str = ""
+    """A solver: its name (the catalog's key, `solvers.catalog`), its options (one frozen dataclass, `Options`, checked
+    by `solvers.options.build_options`) and `solve`. Its family, description and placements live in its catalog spec."""
+
+    name: ClassVar[str] = "solver"
+    Options: ClassVar[type] = NoOptions
+    default_options: ClassVar[Any] = None  # an Options value whose defaults differ from the dataclass's (None: those)
+
+    def __init__(self, options: Any = None, **overrides: Any) -> None:
+        base = options if options is not None else type(self).default_options
+        self.options = build_options(type(self).Options, overrides, solver=self.name, base=base)
 
     @abstractmethod
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult: ...
 
     def params(self) -> dict[str, Any]:
-        """The solver's settings, recorded in every plan it makes."""
-        return {}
+        """The solver's settings, recorded in every plan it makes: its options, unless it says more."""
+        return options_as_dict(self.options)
 
     def prepare(self) -> None:
         """One-time set-up of this process (an expensive import), outside any solve's time limit: a batch of solves

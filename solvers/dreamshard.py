@@ -259,6 +259,5 @@ def costnet_from_checkpoint(ckpt: dict[str, Any]) -> Any:
 class DreamShardSolver(PolicySolver):
     name = "dreamshard"
     algo = "dreamshard"
-    description = "DreamShard policy (shared per-device scorer, REINFORCE on the estimated MDP): greedy + best-of-k sampled rollouts"
     default_checkpoint = "dreamshard.npz"
     policy_cls = DreamShardPolicy

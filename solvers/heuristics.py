@@ -51,6 +51,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.completion import completion_mask
+from solvers.options import option
 from solvers.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
@@ -299,26 +300,27 @@ def descending(values: np.ndarray) -> np.ndarray:
 ROW_SPLITS = ("auto", "within_host", "all_devices")
 
 
+@dataclass(frozen=True)
+class HeuristicOptions:
+    fallback: bool = option(True, "when the primary order and rule leave a table unplaced: retry memory-first (bytes order, worst / best fit)")
+    safe_fallback: bool | None = option(None, "retry the primary order with the completion check first (null: by default where affordable)")
+    row_splits: str = option("auto", "where a table larger than every device is split by rows (tiered layouts)", choices=ROW_SPLITS)
+
+
 class HeuristicSolver(Solver):
     """Shared driver: feasibility proof, primary pass, memory-first fallback, plan wrapping."""
 
-    family = "heuristic"
     deterministic = True
 
     # the completion-checked retry of the primary order and rule (`primary_safe`) before the bytes order; a solver
     # with a cost rule (greedy) runs both when the retry places every table and keeps the cheaper plan by its model
     safe_fallback_default = False
 
-    def __init__(self, fallback: bool = True, safe_fallback: bool | None = None, row_splits: str = "auto"):
-        self.fallback = bool(fallback)
-        self.safe_fallback = safe_fallback if safe_fallback is None else bool(safe_fallback)  # None: by default
-        if row_splits not in ROW_SPLITS:
-            raise ValueError(f"row_splits: {row_splits!r} is not one of {', '.join(ROW_SPLITS)}")
-        self.row_splits = row_splits  # where the tables too big for any device are split (tiered layouts only)
+    Options = HeuristicOptions
 
     def _safe_fallback_for(self, instance: Instance) -> bool:
-        if self.safe_fallback is not None:
-            return self.safe_fallback
+        if self.options.safe_fallback is not None:
+            return self.options.safe_fallback
         if not self.safe_fallback_default:
             return False
         # two more complete passes where one did before: kept off where a pass is expensive, so that each heuristic
@@ -327,13 +329,13 @@ class HeuristicSolver(Solver):
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"layout": "table-wise", "order": self.order_description, "device_rule": self.rule_description}
-        if self.safe_fallback is None:
+        if self.options.safe_fallback is None:
             safe = f"primary_safe up to {SAFE_FALLBACK_MAX_PAIRS} table-device pairs, " if self.safe_fallback_default else ""
         else:
-            safe = "primary_safe, " if self.safe_fallback else ""
-        p["fallback"] = safe + "memory_order, worst_fit, best_fit" if self.fallback else "none"
-        if self.row_splits != "auto":
-            p["row_splits"] = self.row_splits
+            safe = "primary_safe, " if self.options.safe_fallback else ""
+        p["fallback"] = safe + "memory_order, worst_fit, best_fit" if self.options.fallback else "none"
+        if self.options.row_splits != "auto":
+            p["row_splits"] = self.options.row_splits
         if self.deterministic:
             p["uses_seed"] = False
         return p
@@ -353,7 +355,7 @@ class HeuristicSolver(Solver):
         order = packer.placed_only(np.asarray(order))
         bound = rule.bm if isinstance(rule, GreedyCostRule) else None  # cost the plan with the binding it searched with
         stages: list[tuple[str, np.ndarray, DeviceRule, bool]] = [("primary", order, rule, False)]
-        if self.fallback:
+        if self.options.fallback:
             by_bytes = packer.bytes_order()
             if self._safe_fallback_for(instance):
                 stages.append(("primary_safe", order, rule, True))
@@ -455,7 +457,7 @@ class HeuristicSolver(Solver):
             # kept (by the cost model; the first that packs where there is none)
             best: tuple[bool, float, bool, Any] | None = None  # (placed, cost, within_host, what _tiered_pack returned)
             nested = 1 < topo.devices_per_host < topo.num_devices
-            attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.row_splits] if nested else (False,)
+            attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.options.row_splits] if nested else (False,)
             seen: set[tuple] = set()
             variants: list[tuple[bool, bool, bool | frozenset[int], bool]] = (
                 [(a, False, False, False) for a in attempts] + [(a, True, False, False) for a in attempts] + [(a, False, True, False) for a in attempts])
@@ -614,7 +616,6 @@ def _rows(instance: Instance) -> np.ndarray:
 
 class SizeSolver(ProxySolver):
     name = "size"
-    description = "proxy = table bytes; largest first onto the lowest accumulated proxy"
     proxy_name = "bytes"
 
     def proxy(self, instance: Instance) -> np.ndarray:
@@ -623,7 +624,6 @@ class SizeSolver(ProxySolver):
 
 class DimSolver(ProxySolver):
     name = "dim"
-    description = "proxy = dim"
     proxy_name = "dim"
 
     def proxy(self, instance: Instance) -> np.ndarray:
@@ -632,7 +632,6 @@ class DimSolver(ProxySolver):
 
 class LookupSolver(ProxySolver):
     name = "lookup"
-    description = "proxy = dim x pooling factor"
     proxy_name = "dim x pooling_factor"
 
     def proxy(self, instance: Instance) -> np.ndarray:
@@ -641,7 +640,6 @@ class LookupSolver(ProxySolver):
 
 class SizeLookupSolver(ProxySolver):
     name = "size_lookup"
-    description = "proxy = dim x pooling factor x log10(rows)"
     proxy_name = "dim x pooling_factor x log10(rows)"
 
     def proxy(self, instance: Instance) -> np.ndarray:
@@ -650,7 +648,6 @@ class SizeLookupSolver(ProxySolver):
 
 class RandomSolver(HeuristicSolver):
     name = "random"
-    description = "uniformly random device among those with memory left"
     deterministic = False
     order_description = "instance order"
     rule_description = "uniformly random device among those with room (numpy default_rng(seed))"
@@ -661,7 +658,6 @@ class RandomSolver(HeuristicSolver):
 
 class RoundRobinSolver(HeuristicSolver):
     name = "round_robin"
-    description = "tables in order onto devices in turn, skipping full devices"
     order_description = "instance order"
     rule_description = "device cursor advancing by one, skipping devices without room"
 
@@ -672,7 +668,6 @@ class RoundRobinSolver(HeuristicSolver):
 class GreedySolver(HeuristicSolver):
     name = "greedy"
     safe_fallback_default = True
-    description = "largest predicted cost first onto the device of lowest predicted cost (cost-model aware)"
     order_description = "single-table predicted compute cost descending (ties: table index)"
     rule_description = "device minimising the predicted plan cost (max over devices of compute + comm) after the move; ties: that device's own cost, then index"
 

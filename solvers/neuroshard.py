@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from itertools import groupby
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,7 @@ from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, fini
 from solvers.completion import completion_mask
 from solvers.heuristics import GreedySolver
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
+from solvers.options import option, options_as_dict
 from solvers.progress import report
 from solvers.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 
@@ -79,48 +80,34 @@ REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the r
 
 @dataclass(frozen=True)
 class NeuroShardConfig:
-    beam_width: int = 3
-    candidates_by_size: int = 10
-    candidates_by_cost: int = 10
-    max_steps: int = 10
-    scales: tuple[float, ...] = tuple(round(1.0 + 0.05 * i, 2) for i in range(11))
-    split_apart: bool = True
-    comm_aware: bool = True
-    dedup: bool = True
-    polish: bool = True
-    anytime: bool = True
-    seed_with_greedy: bool = True  # the cost-model greedy's table-wise plan competes with the grid plans
-    seed_with_presplit: bool = True  # the pre-split state (presplit_pieces) joins the first beam
-    default_time_limit: float | None = None  # the budget when the caller gives none (anytime only); None: default_budget
-    refine_extra: int = 4  # the comm-aware refinement also re-runs this many more of the cheapest states scored
-    patience: int | None = 3  # beam steps without a cheaper plan before the search stops (None: max_steps)
-    polish_reserve: float = 0.15  # share of the budget the search leaves for the polish (anytime only)
-    placement_polish: bool = True  # in a tiered layout: cost-driven caches / HBM moves (solvers.placement_polish)
-    data_parallel: bool | None = None  # offer data-parallel replicas: None = in tiered layouts only (see docstring)
-    row_wise: bool = True  # offer row-wise / table-row-wise splits of HBM tables on the bottleneck (placement polish)
-    safe_fallback: bool = True  # a state none of whose grid lanes packs is scored again with the completion check
-    uneven_halves: bool = True  # a piece of an odd number of 4-column units is cut too (`split`); False: exact halves
-    soft_dim_cap: bool = True  # a lane's dim cap is at least the state's widest piece (`_start_lanes`), and a piece
-    # it admits on no device goes where memory allows (`grid_greedy`); False: a hard cap, as published
+    """NeuroShard's options (`-O KEY=VALUE`); FAITHFUL is the published search."""
 
-    def __post_init__(self) -> None:
-        """A user's -O value names the option and the value: a beam of -3 searched nothing and said nothing."""
-        for name in ("beam_width", "max_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: {v!r} must be an integer >= 1")
-        for name in ("candidates_by_size", "candidates_by_cost", "refine_extra"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name}: {v!r} must be an integer >= 0")
-        if self.patience is not None and (isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1):
-            raise ValueError(f"patience: {self.patience!r} must be an integer >= 1 (or none)")
-        if not 0.0 <= float(self.polish_reserve) < 1.0:
-            raise ValueError(f"polish_reserve: {self.polish_reserve!r} must be in [0, 1)")
-        if self.default_time_limit is not None and not float(self.default_time_limit) > 0:
-            raise ValueError(f"default_time_limit: {self.default_time_limit!r} must be > 0")
-        if not self.scales or any(not float(x) > 0 for x in self.scales):
-            raise ValueError(f"scales: {self.scales!r} must be positive numbers")
+    beam_width: int = option(3, "states kept per beam step", low=1)
+    candidates_by_size: int = option(10, "split candidates per step among the largest pieces on the bottleneck device", low=0)
+    candidates_by_cost: int = option(10, "split candidates per step among the costliest pieces", low=0)
+    max_steps: int = option(10, "beam steps (column halvings) at most", low=1)
+    scales: tuple[float, ...] = option(tuple(round(1.0 + 0.05 * i, 2) for i in range(11)),
+                                       "the grid of dim-cap scales the inner greedy tries", low=0.0, low_open=True,
+                                       check=bool, check_text="at least one")
+    split_apart: bool = option(True, "keep the two halves of a split on different devices")
+    comm_aware: bool = option(True, "refine the cheapest states with the all-to-all in the greedy's rule")
+    dedup: bool = option(True, "score each distinct beam state once")
+    polish: bool = option(True, "local-search polish of the best plan")
+    anytime: bool = option(True, "honour a time budget (the published search has none)")
+    seed_with_greedy: bool = option(True, "the cost-model greedy's table-wise plan competes with the grid plans")
+    seed_with_presplit: bool = option(True, "the pre-split state (tables heavier than a device's share halved) joins the first beam")
+    default_time_limit: float | None = option(None, "the budget when no --time-limit is given (null: 2-10 s by instance size)",
+                                              low=0.0, low_open=True)
+    refine_extra: int = option(4, "more of the cheapest scored states the comm-aware refinement re-runs", low=0)
+    patience: int | None = option(3, "beam steps without a cheaper plan before the search stops (null: max_steps)", low=1)
+    polish_reserve: float = option(0.15, "share of the budget the search leaves for the polish", low=0.0, high=1.0, high_open=True)
+    placement_polish: bool = option(True, "in a tiered layout: cost-driven caches and moves back to HBM")
+    data_parallel: bool | None = option(None, "offer data-parallel replicas (null: in tiered layouts only)")
+    row_wise: bool = option(True, "offer row-wise / table-row-wise splits of HBM tables on the bottleneck device")
+    safe_fallback: bool = option(True, "score a state none of whose grid lanes packs again with the completion check")
+    uneven_halves: bool = option(True, "cut a piece of an odd number of 4-column units unevenly too (false: exact halves)")
+    soft_dim_cap: bool = option(True, "a lane's dim cap admits the state's widest piece, and a piece no device admits goes "
+                                      "where memory allows (false: a hard cap, as published)")
 
 
 FAITHFUL = NeuroShardConfig(
@@ -967,16 +954,14 @@ def tiered_layouts(instance: Instance, greedy: SolveResult) -> list[tuple[dict[s
 
 class NeuroShardSolver(Solver):
     name = "neuroshard"
-    family = "search"
-    description = "NeuroShard beam search over column splits + grid-searched greedy, with improvements (split halves apart, comm-aware greedy, de-duplicated beam, local-search polish, anytime budget)"
-    config_type = NeuroShardConfig  # -O KEY=VALUE overrides its fields (type-checked by solvers.options)
+    Options = NeuroShardConfig
 
-    def __init__(self, config: NeuroShardConfig | None = None, **overrides: Any):
-        base = config or NeuroShardConfig()
-        self.config = replace(base, **overrides) if overrides else base
+    @property
+    def config(self) -> NeuroShardConfig:
+        return self.options
 
     def params(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
+        return options_as_dict(self.options)
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         """The search over table-wise and column-wise placements in HBM; where those cannot hold the instance (or
@@ -1198,10 +1183,7 @@ class NeuroShardSolver(Solver):
 
 class NeuroShardFaithfulSolver(NeuroShardSolver):
     name = "neuroshard_faithful"
-    description = "NeuroShard as published: beam width 3, top-10 size / cost split candidates, 10 halvings, dim-cap grid 1.0..1.5"
-
-    def __init__(self, config: NeuroShardConfig | None = None, **overrides: Any):
-        super().__init__(config or FAITHFUL, **overrides)
+    default_options = FAITHFUL
 
 
 def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, data_parallel: bool,

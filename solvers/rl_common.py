@@ -41,6 +41,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.completion import completion_mask
+from solvers.options import existing_file, option
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 FEATURE_VERSION = 1
@@ -418,40 +419,38 @@ def _linear_index(state_dict: dict[str, Any], prefix: str, seq_index: int) -> in
 # the solve driver both RL solvers use
 
 
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    checkpoint: str | None = option(None, "the policy: a .npz export or a .pt training checkpoint (null: the cost model's "
+                                          "card's policy, else the shipped one)", check=existing_file, check_text="an existing file")
+    samples: int = option(16, "sampled rollouts besides the greedy one (the best plan wins)", low=0)
+    temperature: float = option(1.0, "the sampled rollouts' softmax temperature", low=0.0, low_open=True)
+    safe_mask: bool = option(True, "mask devices where the tables left could no longer be placed")
+
+
 class PolicySolver(Solver):
     """Greedy (argmax) rollout of a trained policy, plus `samples` sampled rollouts (seeded); the best plan wins.
 
-    Options: `checkpoint` (a `.npz` export or a `.pt` training checkpoint; default: the shipped one, or the file
-    named by the environment variable SHARDOPT_<ALGO>_CHECKPOINT), `samples`, `temperature` (of the sampled
-    rollouts), `safe_mask`.
+    Options: PolicyOptions.
 
     Tables in the policy's order (predicted cost descending); if no rollout can place every table, the rollouts are
     repeated with tables by bytes descending (the heuristics' memory-first order). Infeasibility is proven by
     shardopt.core.feasibility first; a policy that places no plan returns `no_solution` naming the table."""
 
-    family = "rl"
     algo = ""
     default_checkpoint = ""
     policy_cls: type[NumpyPolicy] = NumpyPolicy
 
-    def __init__(self, checkpoint: str | Path | None = None, samples: int = 16, temperature: float = 1.0, safe_mask: bool = True):
-        import os
+    Options = PolicyOptions
 
-        where = "checkpoint"
-        if checkpoint is None:  # an environment variable may name another checkpoint (or -O checkpoint=FILE)
-            env = f"SHARDOPT_{self.algo.upper()}_CHECKPOINT"
-            checkpoint, where = os.environ.get(env) or None, env
-        if checkpoint is not None and not Path(checkpoint).is_file():
-            raise ValueError(f"{where}: {checkpoint}: no such policy file")
+    def __init__(self, options: PolicyOptions | None = None, **overrides: Any):
+        super().__init__(options, **overrides)
         # without a checkpoint named, a cost model whose card carries a policy of this algorithm (trained on that
         # model: `shardopt calibrate --with-policies`) brings its own; else the shipped one
-        self.named_checkpoint = checkpoint is not None
-        self.checkpoint = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR / self.default_checkpoint
-        if int(samples) < 0:
-            raise ValueError(f"samples: {samples} must be >= 0")
-        self.samples = int(samples)
-        self.temperature = float(temperature)
-        self.safe_mask = bool(safe_mask)
+        named = self.options.checkpoint
+        self.named_checkpoint = named is not None
+        self.checkpoint = Path(named) if named is not None else CHECKPOINT_DIR / self.default_checkpoint
         self._policy: NumpyPolicy | None = None
 
     @property
@@ -479,13 +478,13 @@ class PolicySolver(Solver):
         return {
             "layout": "table-wise",
             "checkpoint": self.checkpoint.name,
-            "samples": self.samples,
-            "temperature": self.temperature,
-            "safe_mask": self.safe_mask,
+            "samples": self.options.samples,
+            "temperature": self.options.temperature,
+            "safe_mask": self.options.safe_mask,
             "order": "predicted single-table cost descending; fallback: bytes descending",
             "trained_on": meta.get("suite"),
             "trained_episodes": meta.get("episodes"),
-            "uses_seed": self.samples > 0,
+            "uses_seed": self.options.samples > 0,
         }
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
@@ -544,14 +543,14 @@ class PolicySolver(Solver):
         last: Rollout | None = None
         for stage in ("cost", "bytes"):
             tried.append("primary" if stage == "cost" else "memory_order")
-            ro = rollout(ctx, policy, 1, rng, greedy_lanes=1, order=stage, safe=self.safe_mask, temperature=self.temperature, stop=stop)
+            ro = rollout(ctx, policy, 1, rng, greedy_lanes=1, order=stage, safe=self.options.safe_mask, temperature=self.options.temperature, stop=stop)
             last = ro
             cands = [(float(ro.costs[0]), ro.device_of[0])] if not ro.failed[0] else []
             info["greedy_cost"] = float(ro.costs[0]) if not ro.failed[0] else None
             sampled_best = None
-            if self.samples > 0 and (time_limit is None or clock.elapsed < 0.5 * time_limit):
+            if self.options.samples > 0 and (time_limit is None or clock.elapsed < 0.5 * time_limit):
                 try:
-                    rs = rollout(ctx, policy, self.samples, rng, greedy_lanes=0, order=stage, safe=self.safe_mask, temperature=self.temperature, stop=stop)
+                    rs = rollout(ctx, policy, self.options.samples, rng, greedy_lanes=0, order=stage, safe=self.options.safe_mask, temperature=self.options.temperature, stop=stop)
                 except RolloutTimeout:  # (the greedy rollout's plan stands)
                     info["samples_cut_by_time_limit"] = True
                     if cands:

@@ -293,7 +293,7 @@ def train_policies_for(algos: Sequence[str], targets: Sequence[Instance], model:
     learned the analytic model's, and place tables for costs this machine does not have."""
     import json
 
-    from solvers.registry import solver_class
+    from solvers.catalog import solver_class
     from solvers.rl_common import CHECKPOINT_DIR, TrainSettings as PolicySettings, evaluate_policy, load_policy
 
     out_dir.mkdir(parents=True, exist_ok=True)

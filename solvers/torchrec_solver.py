@@ -53,6 +53,7 @@ import sys
 import time
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from costmodels.base import CostModel
@@ -78,7 +79,8 @@ from shardopt.data.torchrec_io import (
     topology_bandwidths,
 )
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
-from solvers.registry import UnknownSolverError
+from solvers.errors import UnknownSolverError
+from solvers.options import option
 
 # TorchRec at full strength: every kind of placement its planner proposes by default for an EmbeddingBagCollection
 # (table_column_wise and grid_shard are kept for `torchrec_all`: they add enumeration time, and the IR holds them)
@@ -167,8 +169,7 @@ class TorchRecNotInstalledError(UnknownSolverError):
     """The solver exists but its extra is not installed: bad input (exit 2) with the install commands."""
 
     def __init__(self, name: str, cause: TorchRecUnavailableError):
-        KeyError.__init__(self, f"solver {name!r} needs TorchRec. {cause}")
-        self.name = name
+        super().__init__(f"solver {name!r} needs TorchRec. {cause}", name)
         self.cause = cause
 
 
@@ -230,6 +231,30 @@ def _quiet() -> Iterator[None]:
             root.removeHandler(placeholder)
 
 
+
+def _multiple_of_4(v: int | None) -> bool:
+    return v is None or (v >= 4 and v % 4 == 0)
+
+
+@dataclass(frozen=True)
+class TorchRecOptions:
+    sharding_types: tuple[str, ...] = option(DEFAULT_SHARDING_TYPES, "the sharding types TorchRec's planner may propose (a,b,...)",
+                                             choices=SUPPORTED_SHARDING_TYPES, check=bool, check_text="at least one")
+    min_partition: int | None = option(None, "TorchRec's min_partition for column-wise splits (null: its default, 128)",
+                                       check=_multiple_of_4, check_text="a multiple of 4 (fbgemm's alignment)")
+    compute_device: str = option("cuda", "the device kind TorchRec's perf estimates assume", choices=("cuda", "cpu"))
+    storage_reservation: float = option(0.0, "the share of each device's memory TorchRec keeps free", low=0.0, high=1.0, high_open=True)
+    uvm: bool = option(True, "allow TorchRec's UVM kernels (fused_uvm_caching, fused_uvm) when the instance has host memory")
+    default_time_limit: float | None = option(DEFAULT_TIME_LIMIT_S, "seconds TorchRec's planner may run when no --time-limit is given (null: no limit)",
+                                              low=0.0, low_open=True)
+
+
+@dataclass(frozen=True)
+class TorchRecAllTypesOptions(TorchRecOptions):
+    sharding_types: tuple[str, ...] = option(ALL_SHARDING_TYPES, "the sharding types TorchRec's planner may propose (a,b,...)",
+                                             choices=SUPPORTED_SHARDING_TYPES, check=bool, check_text="at least one")
+
+
 class TorchRecSolver(Solver):
     """TorchRec's `EmbeddingShardingPlanner` (default proposers, greedy perf partitioner) on the instance.
 
@@ -238,43 +263,11 @@ class TorchRecSolver(Solver):
     when the instance has host memory)."""
 
     name = "torchrec"
-    family = "baseline"
-    description = (
-        "TorchRec's EmbeddingShardingPlanner (analytic perf/storage estimators, proposers, greedy partitioner): table-, column-, "
-        "row-, table-row-wise and data-parallel, UVM kernels when the instance has host memory; needs the [torchrec] extra"
-    )
 
-    def __init__(
-        self,
-        sharding_types: tuple[str, ...] | list[str] | str = DEFAULT_SHARDING_TYPES,
-        min_partition: int | None = None,
-        compute_device: str = "cuda",
-        storage_reservation: float = 0.0,
-        uvm: bool = True,
-        name: str | None = None,
-        default_time_limit: float | None = DEFAULT_TIME_LIMIT_S,
-    ):
-        if isinstance(sharding_types, str):
-            sharding_types = [x.strip() for x in sharding_types.split(",") if x.strip()]
-        bad = [t for t in sharding_types if t not in SUPPORTED_SHARDING_TYPES]
-        if bad or not sharding_types:
-            raise ValueError(f"sharding_types: {bad[0] if bad else '(none)'!r} is not one of {', '.join(SUPPORTED_SHARDING_TYPES)}")
-        if min_partition is not None and (min_partition < 4 or min_partition % 4):
-            raise ValueError(f"min_partition: {min_partition} is not a multiple of 4 (fbgemm's alignment)")
-        if compute_device not in ("cuda", "cpu"):
-            raise ValueError(f"compute_device: {compute_device!r} is not 'cuda' or 'cpu'")
-        if not 0.0 <= storage_reservation < 1.0:
-            raise ValueError(f"storage_reservation: {storage_reservation} is not a share in [0, 1)")
-        if default_time_limit is not None and not default_time_limit > 0:
-            raise ValueError(f"default_time_limit: {default_time_limit} must be > 0 seconds, or null for none")
-        self.default_time_limit = None if default_time_limit is None else float(default_time_limit)
-        if name is not None:
-            self.name = name
-        self.sharding_types = tuple(sharding_types)
-        self.min_partition = min_partition
-        self.compute_device = compute_device
-        self.storage_reservation = float(storage_reservation)
-        self.uvm = bool(uvm)
+    Options = TorchRecOptions
+
+    def __init__(self, options: TorchRecOptions | None = None, **overrides: Any):
+        super().__init__(options, **overrides)
         missing = torchrec_installed()  # fail at construction (before any file is read), like an unknown solver name;
         if missing is not None:         # the import itself (seconds) happens where the planning does, inside the limit
             raise TorchRecNotInstalledError(self.name, missing)
@@ -289,12 +282,12 @@ class TorchRecSolver(Solver):
 
     def params(self) -> dict[str, Any]:
         return {
-            "sharding_types": list(self.sharding_types),
-            "min_partition": self.min_partition if self.min_partition is not None else "torchrec default (128)",
-            "compute_device": self.compute_device,
-            "storage_reservation": self.storage_reservation,
-            "uvm": self.uvm,
-            "default_time_limit": self.default_time_limit,
+            "sharding_types": list(self.options.sharding_types),
+            "min_partition": self.options.min_partition if self.options.min_partition is not None else "torchrec default (128)",
+            "compute_device": self.options.compute_device,
+            "storage_reservation": self.options.storage_reservation,
+            "uvm": self.options.uvm,
+            "default_time_limit": self.options.default_time_limit,
             "uses_seed": False,
         }
 
@@ -321,9 +314,9 @@ class TorchRecSolver(Solver):
             extra["custom_topology_data"] = CustomTopologyData(data=custom, world_size=topo.num_devices)
         hardware = HardwareConfig(hbm_cap_bytes=min(caps), ddr_cap_bytes=min(ddr) if min(ddr) > 0 else None, **bw)
         trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, additional_params=extra)
-        kernel = KernelConfig(compute_device=self.compute_device, use_hardware_based_bandwidth=True)
+        kernel = KernelConfig(compute_device=self.options.compute_device, use_hardware_based_bandwidth=True)
         topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
-        note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": self.compute_device,
+        note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": self.options.compute_device,
                      **{f"{k}_bytes_per_ms": v for k, v in bw.items()}})
         return topology, note
 
@@ -331,9 +324,9 @@ class TorchRecSolver(Solver):
         """The compute kernels TorchRec may choose from: fused (HBM), the UVM kernels when the instance has host
         memory (and `uvm` is on), dense when data_parallel is allowed."""
         kernels = [FUSED]
-        if self.uvm and instance.topology.has_host_memory:
+        if self.options.uvm and instance.topology.has_host_memory:
             kernels += list(UVM_KERNELS)
-        if DATA_PARALLEL in self.sharding_types:
+        if DATA_PARALLEL in self.options.sharding_types:
             kernels.append(DENSE)
         return kernels
 
@@ -344,9 +337,9 @@ class TorchRecSolver(Solver):
         kernels = self.compute_kernels(instance)
         for t in instance.tables:
             out[t.name] = ParameterConstraints(
-                sharding_types=list(self.sharding_types),
+                sharding_types=list(self.options.sharding_types),
                 compute_kernels=list(kernels),
-                min_partition=self.min_partition,
+                min_partition=self.options.min_partition,
                 pooling_factors=[float(t.pooling_factor)],
             )
         return out
@@ -356,7 +349,7 @@ class TorchRecSolver(Solver):
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
         if time_limit is None:  # (the default budget: without one the planner runs every proposer, 30 min on production)
-            time_limit = self.default_time_limit
+            time_limit = self.options.default_time_limit
         timeout = None if time_limit is None else max(1, math.floor(TIMEOUT_SHARE * time_limit))
         bound: list[Any] = []
         batch = per_rank_batch(instance)
@@ -465,7 +458,7 @@ class TorchRecSolver(Solver):
                 topology=topology,
                 batch_size=batch,
                 constraints=self._constraints(planned),
-                storage_reservation=FixedPercentageStorageReservation(self.storage_reservation),
+                storage_reservation=FixedPercentageStorageReservation(self.options.storage_reservation),
                 stats=[],
                 debug=False,
                 timeout_seconds=timeout,
@@ -523,8 +516,5 @@ class TorchRecAllTypesSolver(TorchRecSolver):
     """TorchRec's planner allowed every sharding type the IR expresses."""
 
     name = "torchrec_all"
-    description = "TorchRec's planner with every sharding type the IR expresses (table/column/row-wise, table-row/column-wise, grid, data-parallel); needs [torchrec]"
 
-    def __init__(self, **options: Any):
-        options.setdefault("sharding_types", ALL_SHARDING_TYPES)
-        super().__init__(**options)
+    Options = TorchRecAllTypesOptions

@@ -37,7 +37,7 @@ from solvers.analytic_bound import (
     symmetric_lp_bound,
     table_cut_bound,
 )
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 
 CM = AnalyticCostModel()
 RTOL = 1e-12  # float slack of "<=": the bound and the model add the same terms in different orders

@@ -87,7 +87,7 @@ def test_the_shipped_h200_calibration_is_what_auto_plans_an_h200_instance_with()
     choice = choose_cost_model("auto", inst)
     assert choice.card_id == "calibrated-h200-torch" and choice.notice is None
     from costmodels.registry import get_cost_model
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     plan = get_solver("greedy").solve(inst, choice.model, seed=0).plan
     calibrated = float(choice.model.plan_costs(inst, plan).total.max())
@@ -331,7 +331,7 @@ def test_pick_returns_the_plan_the_judge_measured_fastest():
     """A deliberately overloaded candidate (every table on one device) loses to a balanced one."""
     from shardopt.core.ir import Plan, Shard
     from shardopt.measure.compare import compare_plans
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
     from costmodels.registry import get_cost_model
 
     inst = load_instance(CPU_TEST / "cpu-test-s1-0008.json")  # 12 tables on 2 devices
@@ -406,7 +406,7 @@ def test_calibrate_with_policies_trains_them_on_the_model_and_keeps_only_a_winne
 def test_an_rl_solver_uses_the_policy_its_cost_models_card_carries(tmp_path: Path):
     """Searching with a model whose card carries a dreamshard policy, dreamshard rolls that policy out (unless a
     checkpoint is named); with another model, the shipped one."""
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
     from solvers.rl_common import CHECKPOINT_DIR
 
     folder = tmp_path / "mine"

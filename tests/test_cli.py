@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from shardopt.cli import DEFAULT_SOLVER, app
 from shardopt.core.ir import instance_from_dict, load_instance, load_plan, save
-from solvers.registry import solver_names
+from solvers.catalog import solver_names
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "instances" / "examples"
@@ -476,10 +476,14 @@ def test_native_writes_to_stdout_never_precede_a_json_document():
 
 @pytest.mark.parametrize("args, needle", [
     (["--solver", "neuroshard", "-O", "foo=bar"], "solver 'neuroshard' has no option 'foo' (its options: anytime, beam_width"),
-    (["--solver", "neuroshard", "-O", "beam_width=-3"], "beam_width: -3 must be an integer >= 1"),
-    (["--solver", "neuroshard", "-O", "max_steps=0"], "max_steps: 0 must be an integer >= 1"),
+    (["--solver", "neuroshard", "-O", "beam_width=-3"], "option beam_width=-3 for solver 'neuroshard': must be >= 1"),
+    (["--solver", "neuroshard", "-O", "max_steps=0"], "option max_steps=0 for solver 'neuroshard': must be >= 1"),
+        (["--solver", "neuroshard", "-O", "beam_width=2.5"], "option beam_width=2.5 for solver 'neuroshard': expected an integer"),
+        (["--solver", "cpsat", "-O", "max_split=3"], "option max_split=3 for solver 'cpsat': must be a power of two >= 1"),
+        (["--solver", "cpsat", "-O", "presplit_share=1"], "option presplit_share=1 for solver 'cpsat': must be in [0, 1)"),
+        (["--solver", "greedy", "-O", "row_splits=diagonal"], "option row_splits='diagonal' for solver 'greedy': must be one of auto, within_host, all_devices"),
     (["--solver", "torchrec_all", "-O", "nope=1"], "solver 'torchrec_all' has no option 'nope'"),
-    (["--solver", "dreamshard", "-O", "checkpoint=/nonexistent/policy.npz"], "checkpoint: /nonexistent/policy.npz: no such policy file"),
+    (["--solver", "dreamshard", "-O", "checkpoint=/nonexistent/policy.npz"], "option checkpoint='/nonexistent/policy.npz' for solver 'dreamshard': must be an existing file"),
     (["--solver", "random", "--seed", "-1"], "--seed"),
     (["--solver", "cpsat", "--seed", "-1"], "--seed"),
 ])

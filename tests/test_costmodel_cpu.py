@@ -53,7 +53,7 @@ def test_neural_cpu_predicts_measured_scale_costs() -> None:
 
 def test_cpu_models_price_a_cpu_family_plan() -> None:
     inst = load_instance(sorted(CPU_SUITE.glob("cpu-*.json"))[0])
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     for name in ("neural-cpu", "analytic:cpu-2core"):
         model = get_cost_model(name)

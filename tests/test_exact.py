@@ -28,7 +28,7 @@ from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.exact import comm_floor, table_lower_bounds, width_caps
 from solvers.linearize import linearize
-from solvers.registry import get_solver
+from solvers.catalog import get_solver, spec_of
 
 EXACT = ["cpsat", "milp", "milp_highs"]
 HEURISTICS = ["greedy", "size", "dim", "lookup", "size_lookup", "round_robin"]
@@ -317,7 +317,7 @@ def test_same_seed_same_plan() -> None:
 def test_registry_and_params() -> None:
     for name in EXACT:
         s = get_solver(name)
-        assert s.name == name and s.family == "exact" and s.description
+        assert s.name == name and spec_of(name).family == "exact" and spec_of(name).description
         p = s.params()
         assert p["layout"] == "table-wise + column splits" and p["max_split"] == 8 and p["comm"] == "planes" and p["workers"] >= 1
         assert get_solver(name, max_split=1).params()["layout"] == "table-wise"
@@ -590,7 +590,7 @@ def test_cli_solver_options(tmp_path) -> None:
     r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_splits=2"])
     assert r.exit_code == 2 and "max_splits" in r.output and "max_split" in r.output
     r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_split=3"])
-    assert r.exit_code == 2 and "max_split: 3" in r.output
+    assert r.exit_code == 2 and "option max_split=3 for solver 'cpsat'" in r.output
     r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "max_split"])
     assert r.exit_code == 2 and "KEY=VALUE" in r.output
 

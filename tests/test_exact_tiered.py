@@ -18,7 +18,7 @@ from solvers.base import SolveStatus
 from solvers.exact.formulation import plan_cost
 from solvers.exact.tiered import split_tiered
 from solvers.linearize import linearize
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 from solvers.split_items import build_items
 
 ROOT = Path(__file__).resolve().parents[1]

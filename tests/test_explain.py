@@ -18,7 +18,7 @@ from shardopt.core.plan_check import check_plan
 from solvers.analytic_bound import uncovered_reason
 from solvers.explain import explain_plan
 from solvers.plan_moves import PlanShards
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "instances" / "examples" / "small.json"

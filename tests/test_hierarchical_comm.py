@@ -180,7 +180,7 @@ def test_a_table_too_big_for_any_device_is_split_within_the_roomiest_host() -> N
     of rows / 4), the next such table on the other host (it has the most room left); on one host of 8 devices the
     same tables are split over all devices (row_wise). Both plans export to TorchRec."""
     from shardopt.data.torchrec_io import classify_table, export_problems
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
     from solvers.tiering import plan_tiers
 
     def inst(per_host: int) -> Instance:
@@ -216,7 +216,7 @@ def test_neuroshard_searches_both_layouts_of_the_oversized_tables_and_keeps_the_
     from pathlib import Path
 
     from shardopt.core.ir import load_instance
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     inst = load_instance(Path(__file__).resolve().parents[1] / "instances" / "suites" / "huge-test" / "huge-test-s1-0001.json")
     cm = get_cost_model("analytic")
@@ -248,5 +248,5 @@ def test_the_heuristics_row_splits_option_picks_the_layout_of_the_oversized_tabl
         kinds[choice] = classify_table(inst, inst.tables[0], [s for s in r.plan.shards if s.table == "big"])
         assert r.info["row_splits_within_host"] is (kinds[choice] == "table_row_wise")
     assert kinds["within_host"] == "table_row_wise" and kinds["all_devices"] == "row_wise"
-    with pytest.raises(ValueError, match="row_splits: 'both'"):
+    with pytest.raises(ValueError, match="option row_splits='both' for solver 'greedy': must be one of auto, within_host, all_devices"):
         GreedySolver(row_splits="both")

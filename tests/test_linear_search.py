@@ -17,7 +17,7 @@ from costmodels.analytic import AnalyticCostModel
 from shardopt.core.plan_check import check_plan
 from solvers.linear_search import _State, linear_local_search, step_deltas
 from solvers.linearize import linearize
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 from solvers.split_items import build_items
 
 CM = AnalyticCostModel()

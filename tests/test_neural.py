@@ -119,7 +119,7 @@ def test_incremental_api_agrees_with_full_reevaluation(bound):
 
 
 def test_neural_cost_model_drives_a_solver(bound):
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     inst, _ = bound
     result = get_solver("greedy").solve(inst, get_cost_model("neural"))

@@ -18,7 +18,7 @@ from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, tab
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import rw_layout
 from solvers.neuroshard import split_infeasibility
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from shardopt.core.plan_check import check_plan
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.placement_polish import polish_placements
 from solvers.plan_moves import PlanShards
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 from solvers.tiering import row_wise_shards
 from tests.conftest import make_instance
 

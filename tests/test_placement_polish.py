@@ -13,7 +13,7 @@ from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, t
 from shardopt.core.plan_check import check_plan
 from solvers.neuroshard import PieceModel
 from solvers.placement_polish import describe_placements, layout_of, polish_placements
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
 

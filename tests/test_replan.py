@@ -14,7 +14,7 @@ from shardopt.cli.main import app
 from shardopt.core.ir import Instance, Plan, Shard, instance_from_dict, load_instance, save, to_dict
 from shardopt.core.memory import table_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 from solvers.replan import carry_over, moved_bytes, replan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility
 from shardopt.core.ir import instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
-from solvers.registry import get_solver, solver_names
+from solvers.catalog import get_solver, solver_names
 from solvers.rl_common import (
     CHECKPOINT_DIR,
     FD,

@@ -18,7 +18,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus, StopReason
 from solvers.heuristics import SAFE_FALLBACK_MAX_PAIRS
-from solvers.registry import get_solver, solver_names
+from solvers.catalog import get_solver, solver_names, spec_of
 
 SUITES = Path(__file__).resolve().parents[1] / "instances" / "suites"
 
@@ -430,7 +430,7 @@ def test_a_plan_written_with_the_old_timeout_status_still_loads(tmp_path) -> Non
 def test_registry_metadata() -> None:
     for name in HEURISTICS:
         s = get_solver(name)
-        assert s.name == name and s.family == "heuristic" and s.description
+        assert s.name == name and spec_of(name).family == "heuristic" and spec_of(name).description
 
 
 SLOW_OR_SPECIAL = ("torchrec_all", "milp_exact_neural")  # many minutes / at most 12 tables with the neural model

@@ -15,7 +15,7 @@ from shardopt.core.ir import Instance, Kernel, Plan, instance_from_dict, load_in
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import export_problems, rw_layout
-from solvers.registry import get_solver
+from solvers.catalog import get_solver
 from solvers.tiering import CACHE_LOAD_FACTORS, HIT_TARGET, cached_lookup_share, plan_tiers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,10 +111,10 @@ def test_every_registered_solver_says_which_placements_it_produces() -> None:
     from typer.testing import CliRunner
 
     from shardopt.cli.main import app
-    from solvers.registry import placements, solver_names
+    from solvers.catalog import spec_of, solver_names
 
     for name in solver_names():
-        assert placements(name), name
+        assert spec_of(name).placements, name
     result = CliRunner().invoke(app, ["solvers", "--json"])
     import json
 

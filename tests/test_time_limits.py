@@ -14,7 +14,7 @@ import pytest
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
 from shardopt.core.plan_check import check_plan
-from solvers.registry import get_solver, solver_names
+from solvers.catalog import get_solver, solver_names
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 2.0

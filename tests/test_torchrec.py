@@ -73,7 +73,7 @@ def _mixed_plan(inst) -> Plan:
 
 @pytest.fixture(scope="module")
 def small_result():
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     inst = load_instance(SMALL)
     return inst, get_solver("torchrec").solve(inst, AnalyticCostModel())
@@ -240,7 +240,7 @@ def test_planner_failure_is_no_solution_with_torchrecs_reason() -> None:
 
 @needs_torchrec
 def test_round_trip_ours_to_torchrec_to_ours_is_identical(small_result) -> None:
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     inst, r = small_result
     plans = [r.plan, get_solver("greedy").solve(inst, AnalyticCostModel()).plan, get_solver("neuroshard").solve(inst, AnalyticCostModel(), time_limit=5).plan]
@@ -481,7 +481,7 @@ def test_without_the_extra_solver_and_commands_exit_2_with_the_install_hint(no_t
 
 
 def test_without_the_extra_the_python_api_raises_an_import_error_with_the_hint(no_torchrec) -> None:
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     with pytest.raises(ImportError) as exc:
         tio.require_torchrec()
@@ -503,7 +503,7 @@ def test_makefile_installs_the_same_pins_with_no_deps() -> None:
 def test_the_solver_is_made_without_importing_torchrec_and_prepare_imports_it() -> None:
     """Importing TorchRec takes seconds: making the solver only checks that it is installed (an unknown-solver style
     error otherwise); the import happens where the planning does, or in prepare() for a batch."""
-    code = ("import sys; from solvers.registry import get_solver; s = get_solver('torchrec'); "
+    code = ("import sys; from solvers.catalog import get_solver; s = get_solver('torchrec'); "
             "a = 'torchrec.distributed.types' in sys.modules; s.prepare(); "
             "print(a, 'torchrec.distributed.types' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

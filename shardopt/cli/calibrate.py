@@ -197,7 +197,7 @@ def _policy_trainer() -> Any:
 def _proposer(solvers: list[str], time_limit: float, seed: int) -> Any:
     """The loop's proposer: each solver's plan of an instance with the model being calibrated (the plans a user's
     solves would make with it)."""
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     def propose(instance: Any, model: Any) -> list[tuple[str, Any]]:
         out = []

@@ -157,7 +157,7 @@ def _warn(message: str) -> None:
 # Known user errors raised below the CLI: (module, exception class, kind), all bad input (exit 2). Looked up in
 # sys.modules: a module no command imported raised nothing, and the CLI stays free of heavy imports.
 USER_ERRORS = (
-    ("solvers.registry", "UnknownSolverError", "unknown_solver"),
+    ("solvers.catalog", "UnknownSolverError", "unknown_solver"),
     ("costmodels.registry", "UnknownCostModelError", "unknown_cost_model"),
     ("costmodels.cards", "CardError", "bad_model_card"),
     ("shardopt.measure.calibration", "CalibrationError", "bad_calibration_request"),
@@ -384,53 +384,15 @@ def _progress_stages(enabled: bool) -> Iterator[Any]:
         yield tick
 
 
-def _option_names(solver_cls: Any) -> set[str] | None:
-    """The -O keys a solver class takes: its config dataclass's fields (`config_type`), else the keyword parameters of
-    the first __init__ up its classes that does not pass **options on; None where nothing says."""
-    import dataclasses
-    import inspect
-
-    cfg = getattr(solver_cls, "config_type", None)
-    if cfg is not None and dataclasses.is_dataclass(cfg):
-        return {f.name for f in dataclasses.fields(cfg)}
-    for klass in solver_cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            continue
-        return {k for k in params if k not in ("self", "config")}
-    return None
-
-
 def _solver_with_options(name: str, options: list[str]) -> Any:
-    """get_solver(name, **options) from KEY=VALUE strings; a bad option is bad input naming the option."""
-    import inspect
-    import json
+    """The named solver built with `-O KEY=VALUE` options, each checked against its options dataclass: an unknown
+    name, option or a value it does not allow is bad input naming the option, the value and what is allowed."""
+    from solvers.catalog import get_solver
+    from solvers.options import OptionError, parse_option_text
 
-    from solvers.options import check_option_types
-    from solvers.registry import solver_class
-
-    parsed: dict[str, Any] = {}
-    for item in options:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise CLIError(f"--option: {item!r} is not KEY=VALUE")
-        try:
-            parsed[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            parsed[key.strip()] = raw
-    solver_cls = solver_class(name)  # (unknown solver names fail here)
-    accepted = _option_names(solver_cls)
-    for key in parsed:
-        if accepted is not None and key not in accepted:
-            known = ", ".join(sorted(accepted)) or "none"
-            raise CLIError(f"--option: solver {name!r} has no option {key!r} (its options: {known})")
     try:
-        check_option_types(solver_cls, parsed)
-        return solver_cls(**parsed)
-    except (TypeError, ValueError) as exc:
+        return get_solver(name, **parse_option_text(options))
+    except OptionError as exc:
         raise CLIError(f"--option: {exc}") from None
 
 

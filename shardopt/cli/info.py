@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -19,26 +19,57 @@ from shardopt.cli.common import (
 
 
 @app.command("solvers")
-def list_solvers(json_out: JsonOpt = False) -> None:
-    """List the registered solvers."""
+def list_solvers(
+    options_of: Annotated[Optional[str], typer.Option("--options", metavar="NAME", help="List the options (-O KEY=VALUE) of this solver: type, default, allowed values, help.", show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List the solvers (family, placements, description, whether the cost model decides their plan), or one solver's options."""
     with _guard(json_out):
-        from solvers.registry import entries, placements
+        from solvers.catalog import spec_of, specs
 
-        rows = [{"name": e.name, "family": e.family, "placements": placements(e.name), "description": e.description} for e in entries()]
+        if options_of is not None:
+            _list_options(spec_of(options_of), json_out)
+            return
+        rows = [{"name": s.name, "family": s.family, "placements": s.placements, "description": s.description,
+                 "uses_cost_model": s.uses_cost_model, "needs": s.needs or None} for s in specs()]
         if json_out:
             _emit_json({"solvers": rows, "default": DEFAULT_SOLVER})
             return
         from rich.table import Table
 
-        table = Table(title="solvers", title_justify="left")
+        table = Table(title="solvers (shardopt solvers --options NAME: a solver's options)", title_justify="left")
         table.add_column("name")
         table.add_column("family")
         table.add_column("placements", overflow="fold")
         table.add_column("description", overflow="fold")
         for r in rows:
             name = r["name"] + (" (default)" if r["name"] == DEFAULT_SOLVER else "")
-            table.add_row(_esc(name), _esc(r["family"]), _esc(r["placements"]), _esc(r["description"]))
+            about = r["description"] + ("" if r["uses_cost_model"] else "; its plan does not depend on the cost model")
+            about += f"; needs the [{r['needs']}] extra" if r["needs"] else ""
+            table.add_row(_esc(name), _esc(r["family"]), _esc(r["placements"]), _esc(about))
         _console().print(table)
+
+
+def _list_options(spec: Any, json_out: bool) -> None:
+    """One solver's options as a table (or JSON): what `-O KEY=VALUE` accepts."""
+    import json
+
+    opts = spec.options()
+    if json_out:
+        _emit_json({"solver": spec.name, "options": [{"name": o.name, "type": o.type_text, "default": o.default, "allowed": o.allowed or None,
+                                                      "help": o.help} for o in opts]})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"options of {spec.name} (-O KEY=VALUE)", title_justify="left")
+    for col in ("option", "type", "default", "allowed", "help"):
+        table.add_column(col, overflow="fold")
+    for o in opts:
+        default = json.dumps(list(o.default) if isinstance(o.default, tuple) else o.default)
+        table.add_row(_esc(o.name), _esc(o.type_text), _esc(default), _esc(o.allowed), _esc(o.help))
+    if not opts:
+        table.add_row("(none)", "", "", "", "")
+    _console().print(table)
 
 
 class SchemaKind(str, Enum):

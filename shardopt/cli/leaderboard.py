@@ -61,6 +61,7 @@ def run(
     repeats: Annotated[str, typer.Option("--repeats", "-r", help="Measured backends: rounds per instance session, or 'auto'.")] = "auto",
     target: Annotated[float, typer.Option("--target", help="Measured backends, --repeats auto: every plan's CI half-width to reach.")] = 0.02,
     time_cap: Annotated[float, typer.Option("--time-cap", help="Measured backends: seconds of timing per instance at most.")] = 120.0,
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-O", metavar="SOLVER.KEY=VALUE", help="A solver option (repeatable; `shardopt solvers --options NAME` lists them), part of the rows' key.", show_default=False)] = None,
     engine: EngineOpt = "local",
     address: AddressOpt = None,
     json_out: JsonOpt = False,
@@ -72,6 +73,7 @@ def run(
         from shardopt.leaderboard.store import LeaderboardError
 
         names = [s.strip() for s in solvers.split(",") if s.strip()]
+        solver_options = _solver_options(option or [])
         if jobs < 1:
             raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
         if bounds and backend not in ("cpu", "cuda"):
@@ -79,11 +81,11 @@ def run(
         with _engine(engine, address, jobs) as eng:
             if backend in ("cpu", "cuda"):
                 _run_measured(suite_dir, names, db, backend, cost_model, time_limit, seeds, repeats, target, time_cap, bounds,
-                              jobs, eng, json_out)
+                              jobs, eng, json_out, solver_options)
                 return
             with _progress(f"leaderboard ({eng.describe()})", enabled=not json_out) as tick:
                 summary = run_leaderboard(suite_dir, names, db, backend=backend, cost_model=cost_model, seeds=seeds,
-                                          time_limit=time_limit, jobs=jobs, engine=eng, progress=tick)
+                                          time_limit=time_limit, jobs=jobs, engine=eng, progress=tick, solver_options=solver_options)
         doc = {"db": str(db), "suite": str(suite_dir), "total": summary.total, "skipped": summary.skipped,
                "done": summary.done, "failed": summary.failed, "engine": engine}
         lines = [f"{summary.done} new rows ({summary.failed} without a plan), {summary.skipped} already finished under these settings, "
@@ -99,8 +101,26 @@ def run(
             _print_lines(_console(), lines)
 
 
+def _solver_options(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`-O SOLVER.KEY=VALUE` strings as {solver: {key: value}} (values JSON-decoded where they are JSON)."""
+    from shardopt.leaderboard.store import LeaderboardError
+    from solvers.options import OptionError, parse_option_text
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        solver, dot, rest = item.partition(".")
+        if not dot or not solver.strip() or "=" in solver:
+            raise LeaderboardError(f"--option: {item!r} is not SOLVER.KEY=VALUE (e.g. cpsat.max_split=1)")
+        try:
+            out.setdefault(solver.strip(), {}).update(parse_option_text([rest]))
+        except OptionError as exc:
+            raise LeaderboardError(f"--option: {item!r}: {exc}") from None
+    return out
+
+
 def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cost_model: str, time_limit: Optional[float],
-                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, jobs: int, eng: Any, json_out: bool) -> None:
+                  seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, jobs: int, eng: Any, json_out: bool,
+                  solver_options: dict[str, dict[str, Any]]) -> None:
     from shardopt.leaderboard.measured import run_measured_leaderboard
     from shardopt.leaderboard.store import LeaderboardError
     from shardopt.measure.engine import LocalEngine
@@ -118,7 +138,8 @@ def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cos
     models = [m.strip() for m in cost_model.split(",") if m.strip()]
     with _progress(f"measured leaderboard on {backend} (instances; {eng.describe() if not local else 'local'})", enabled=not json_out) as tick:
         summary = run_measured_leaderboard(suite_dir, names, models, db, backend=backend, time_limit=time_limit,
-                                           repeats=repeats, target=target, time_cap_s=time_cap, engine=eng, progress=tick)
+                                           repeats=repeats, target=target, time_cap_s=time_cap, engine=eng, progress=tick,
+                                           solver_options=solver_options)
     doc = {"db": str(db), "suite": str(suite_dir), "backend": backend, "cost_models": models,
            "instances": summary.instances, "skipped": summary.skipped, "rows": summary.rows, "failed": summary.failed,
            "sessions": summary.sessions, "jobs": 1 if local else None, "engine": eng.name}

@@ -33,7 +33,7 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import plan_key
     from shardopt.measure.pick import portfolio_models
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     chosen = choice.card.id if choice.card is not None else choice.name
     models = {chosen: choice.model}
@@ -54,7 +54,7 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
 
 
 def check_portfolio(text: str) -> list[str]:
-    from solvers.registry import solver_names
+    from solvers.catalog import solver_names
 
     names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:

@@ -116,5 +116,5 @@ def train_cmd(
             lines.append(f"mean sampled plan cost (units of each instance's scale): first tenth {first:.3f}, last tenth {last:.3f}")
         if summary.get("cost_network_fine_tuned"):
             lines.append(f"the neural cost network was fine-tuned on plans judged by the analytic model: {_esc(summary['cost_network'])} (use it with --cost-model)")
-        lines.append(f"wrote {_esc(summary['out'])} (resumable) and {_esc(summary['export'])} (solve with it: SHARDOPT_{algo.value.upper()}_CHECKPOINT={_esc(summary['export'])} shardopt solve ... --solver {algo.value})")
+        lines.append(f"wrote {_esc(summary['out'])} (resumable) and {_esc(summary['export'])} (solve with it: shardopt solve ... --solver {algo.value} -O checkpoint={_esc(summary['export'])})")
         _print_lines(_console(), lines)

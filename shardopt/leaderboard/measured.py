@@ -62,8 +62,6 @@ CREATE TABLE IF NOT EXISTS measured (
 MEASURED_COLUMNS = ("suite", "instance_file", "instance_hash", "solver", "cost_model", "seed", "backend", "status",
                     "reason", "solve_time_s", "predicted_ms", "measured_ms", "ci_low_ms", "ci_high_ms", "device_ms",
                     "plan_key", "rounds", "session_s", "judge", "machine", "rule", "code_version", "created_at", "settings")
-# solvers that never read the cost model: solved once (under the first cost model) and reported beside every model
-MODEL_FREE = ("random", "round_robin", "size", "dim", "lookup", "size_lookup", "torchrec", "torchrec_all")
 # `solve --pick` as a leaderboard entry (measured backends): per cost model, the portfolio's plans (each solver with
 # that model and with the analytic model) measured in a session of their own, the fastest kept - and then measured
 # again with every other plan of the instance, so that its row carries no winner's luck from the session that chose it
@@ -88,15 +86,16 @@ class MeasuredSummary:
     sessions: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _solve_pair(inst: Any, solver: str, cm: str, seed: int, time_limit: float | None) -> tuple[dict[str, Any], Any]:
+def _solve_pair(inst: Any, solver: str, cm: str, seed: int, time_limit: float | None,
+                options: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
     """One (solver, cost model) pair's row (without measurement) and plan (None without one)."""
     from costmodels.auto import model_for
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     row: dict[str, Any] = {"solver": solver, "cost_model": cm, "seed": seed}
     start = time.perf_counter()
     try:
-        obj = get_solver(solver)
+        obj = get_solver(solver, **(options or {}))
         obj.prepare()  # (one-time imports: not part of the row's solve time)
         res = obj.solve(inst, model_for(cm, inst), time_limit=time_limit, seed=seed)
     except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost run
@@ -109,8 +108,18 @@ def _solve_pair(inst: Any, solver: str, cm: str, seed: int, time_limit: float | 
     return row, None
 
 
-def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed: int,
-                    time_limit: float | None) -> tuple[Any, list[dict[str, Any]], list[Any]]:
+def models_for(solver: str, cost_models: list[str]) -> list[str]:
+    """The cost models a solver is run with: all of them, or only the first for a solver whose plan does not depend on
+    the model (its catalog spec says so; it is reported beside every model)."""
+    from solvers.catalog import spec_of
+
+    if solver == PICK or spec_of(solver).uses_cost_model:
+        return cost_models
+    return cost_models[:1]
+
+
+def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed: int, time_limit: float | None,
+                    options: dict[str, dict[str, Any]] | None = None) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """Every (solver, cost model) pair's plan of one instance: the rows (without measurement) and the plans."""
     from shardopt.core.ir import load_instance
 
@@ -119,8 +128,8 @@ def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed
     for solver in solvers:
         if solver == PICK:
             continue
-        for cm in (cost_models[:1] if solver in MODEL_FREE else cost_models):
-            row, plan = _solve_pair(inst, solver, cm, seed, time_limit)
+        for cm in models_for(solver, cost_models):
+            row, plan = _solve_pair(inst, solver, cm, seed, time_limit, (options or {}).get(solver))
             rows.append(row)
             plans.append(plan)
     return inst, rows, plans
@@ -144,7 +153,7 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
         for model in portfolio_models(cm):
             for solver in PICK_PORTFOLIO:
                 if (solver, model) not in solved:
-                    solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit)
+                    solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit, job.solver_options.get(solver))
                 r, p = solved[(solver, model)]
                 spent += r.get("solve_time_s") or 0.0
                 if p is not None:
@@ -188,10 +197,15 @@ class InstanceSession:
     seed: int
     time_limit: float | None
     rule: Any  # shardopt.measure.confidence.StopRule
+    options: str = "{}"  # per solver, its options that differ from the defaults (JSON; solver_options_key)
+
+    @property
+    def solver_options(self) -> dict[str, dict[str, Any]]:
+        return json.loads(self.options)
 
     @property
     def settings(self) -> str:
-        return settings_key(self.time_limit, self.rule.key())
+        return settings_key(self.time_limit, self.rule.key(), self.solver_options)
 
 
 def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -201,7 +215,7 @@ def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[s
     from shardopt.measure.plan_timing import measure_plans
 
     path = Path(job.path)
-    inst, rows, plans = _solve_instance(path, list(job.solvers), list(job.cost_models), job.seed, job.time_limit)
+    inst, rows, plans = _solve_instance(path, list(job.solvers), list(job.cost_models), job.seed, job.time_limit, job.solver_options)
     if PICK in job.solvers:
         picked_rows, picked_plans = _pick_rows(inst, rows, plans, job)
         rows, plans = rows + picked_rows, plans + picked_plans
@@ -253,6 +267,7 @@ def run_measured_leaderboard(
     time_cap_s: float = 120.0,
     engine: Any = None,
     progress: Callable[[int, int], None] | None = None,
+    solver_options: dict[str, dict[str, Any]] | None = None,
 ) -> MeasuredSummary:
     """Solve every instance of `suite_dir` with every (solver, cost model) and measure its plans together: one task
     per instance (`measure_instance`) on `engine` (default: in this process, one instance at a time; on a Ray cluster
@@ -260,10 +275,10 @@ def run_measured_leaderboard(
     instance committed at a time, as the sessions finish."""
     from costmodels.auto import check_cost_model_name
     from shardopt.core.ir import load_instance
-    from shardopt.leaderboard.run import suite_files
+    from shardopt.leaderboard.run import solver_options_key, suite_files
     from shardopt.measure.engine import LocalEngine, timing_resources
     from shardopt.measure.evaluate import MEASURED_BACKENDS, stop_rule
-    from solvers.registry import UnknownSolverError, solver_names
+    from solvers.catalog import spec_of
 
     check_db_path(db)
     if backend not in MEASURED_BACKENDS:
@@ -271,13 +286,14 @@ def run_measured_leaderboard(
     if not solvers or not cost_models:
         raise LeaderboardError("--solvers / --cost-model: name at least one of each")
     for s in solvers:
-        if s not in solver_names() and s != PICK:
-            raise UnknownSolverError(s)
+        if s != PICK:
+            spec_of(s)  # (UnknownSolverError for a name the catalog does not have)
     for cm in cost_models:
         check_cost_model_name(cm)
     check_time_limit(time_limit)
     rule = stop_rule(repeats, target, time_cap_s)
-    settings = settings_key(time_limit, rule.key())
+    options = solver_options_key(solvers, solver_options)
+    settings = settings_key(time_limit, rule.key(), options)
     if engine is None or isinstance(engine, LocalEngine):
         engine = LocalEngine(1)  # never time a plan beside other work on this machine
         if backend == "cuda":  # judged here: refuse before solving anything or creating the store
@@ -298,12 +314,13 @@ def run_measured_leaderboard(
             have = {(r[0], r[1]) for r in con.execute(
                 "SELECT solver, cost_model FROM measured WHERE instance_hash = ? AND seed = ? AND backend = ? AND settings = ?",
                 (h, seed, backend, settings))}
-            wanted = {(s, cm) for s in solvers for cm in (cost_models[:1] if s in MODEL_FREE else cost_models)}
+            wanted = {(s, cm) for s in solvers for cm in models_for(s, cost_models)}
             if wanted <= have:
                 summary.skipped += 1
                 continue
             todo = tuple(s for s in solvers if any((s, cm) not in have for cm in cost_models))
-            jobs.append(InstanceSession(suite, str(path), h, todo, tuple(cost_models), frozenset(have), backend, seed, time_limit, rule))
+            jobs.append(InstanceSession(suite, str(path), h, todo, tuple(cost_models), frozenset(have), backend, seed, time_limit, rule,
+                                        json.dumps(options, sort_keys=True)))
         if progress:
             progress(summary.skipped, len(files))
         for n, (_, (rows, session)) in enumerate(engine.run(measure_instance, jobs, resources=timing_resources(backend))):

@@ -49,6 +49,7 @@ class Task:
     repeats: int | str = "auto"  # the measured judge's stopping rule (evaluate_plan); unused by the simulator
     target: float = 0.02
     time_cap_s: float = 120.0
+    options: str = "{}"  # the solver's options that differ from its defaults, as JSON (checked: solver_options_key)
 
     @property
     def settings(self) -> str:
@@ -56,7 +57,7 @@ class Task:
         from shardopt.measure.evaluate import MEASURED_BACKENDS, stop_rule
 
         judge = stop_rule(self.repeats, self.target, self.time_cap_s).key() if self.backend in MEASURED_BACKENDS else None
-        return settings_key(self.time_limit, judge)
+        return settings_key(self.time_limit, judge, {self.solver: json.loads(self.options)})
 
     def key(self) -> tuple[str, str, int, str, str, str]:
         return (self.instance_hash, self.solver, self.seed, self.backend, self.cost_model, self.settings)
@@ -67,7 +68,7 @@ def solve_task(task: Task) -> dict[str, Any]:
     from costmodels.auto import model_for
     from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
     from shardopt.core.ir import load_instance
-    from solvers.registry import get_solver
+    from solvers.catalog import get_solver
 
     instance = load_instance(task.path)
     row: dict[str, Any] = {
@@ -77,7 +78,7 @@ def solve_task(task: Task) -> dict[str, Any]:
         "settings": task.settings,
     }
     model = model_for(task.cost_model, instance)  # (auto: the calibrated model of the instance's hardware, if any)
-    solver = get_solver(task.solver)
+    solver = get_solver(task.solver, **json.loads(task.options))
     solver.prepare()  # (one-time imports: not part of any row's solve time)
     row["params"] = json.dumps(solver.params(), sort_keys=True, default=str)
     start = time.perf_counter()
@@ -118,13 +119,36 @@ class RunSummary:
     sequential: bool = False  # a measured judge: jobs > 1 was overridden, one task at a time
 
 
+def solver_options_key(solvers: list[str], solver_options: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """Each solver's options that differ from its defaults, checked against its options dataclass before anything is
+    solved or stored (LeaderboardError naming the option otherwise): what a row's settings key records."""
+    from solvers.catalog import spec_of
+    from solvers.options import OptionError, changed_options
+
+    solver_options = solver_options or {}
+    for name in solver_options:
+        if name not in solvers:
+            raise LeaderboardError(f"--option: {name!r} is not one of --solvers ({', '.join(solvers)})")
+    out: dict[str, dict[str, Any]] = {}
+    for name in solvers:
+        if name == "pick":
+            continue
+        klass = spec_of(name).solver_class()
+        try:
+            options = klass(**solver_options.get(name, {})).options
+        except OptionError as exc:
+            raise LeaderboardError(f"--option: {exc}") from None
+        out[name] = changed_options(options, klass.default_options)
+    return out
+
+
 def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, cost_model: str,
                time_limit: float | None, repeats: int | str = "auto", target: float = 0.02,
-               time_cap_s: float = 120.0) -> list[Task]:
+               time_cap_s: float = 120.0, solver_options: dict[str, dict[str, Any]] | None = None) -> list[Task]:
     from costmodels.auto import check_cost_model_name
     from shardopt.measure.evaluate import BACKENDS, MEASURED_BACKENDS, stop_rule
     from shardopt.core.ir import load_instance
-    from solvers.registry import UnknownSolverError, solver_names
+    from solvers.catalog import spec_of
 
     if not solvers:
         raise LeaderboardError("--solvers: no solver named")
@@ -132,8 +156,7 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
         if s == "pick":
             raise LeaderboardError("--solvers: 'pick' measures its candidates: it is an entry of the measured leaderboard "
                                    "(--backend cpu|cuda), not of the simulated one")
-        if s not in solver_names():
-            raise UnknownSolverError(s)
+        spec_of(s)  # (UnknownSolverError for a name the catalog does not have)
     if backend not in BACKENDS:
         raise LeaderboardError(f"--backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
     if seeds < 1:
@@ -142,13 +165,15 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
     check_cost_model_name(cost_model)  # raises UnknownCostModelError early
     if backend in MEASURED_BACKENDS:
         stop_rule(repeats, target, time_cap_s)  # raises EvaluationError early
+    options = solver_options_key(solvers, solver_options)
     suite = Path(suite_dir).resolve().name
     tasks = []
     for f in suite_files(suite_dir):
         h = load_instance(f).content_hash()
         for s in solvers:
             for seed in range(seeds):
-                tasks.append(Task(suite, str(f), h, s, seed, backend, cost_model, time_limit, repeats, target, time_cap_s))
+                tasks.append(Task(suite, str(f), h, s, seed, backend, cost_model, time_limit, repeats, target, time_cap_s,
+                                  json.dumps(options[s], sort_keys=True)))
     return tasks
 
 
@@ -168,19 +193,21 @@ def run_leaderboard(
     engine: Engine | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    solver_options: dict[str, dict[str, Any]] | None = None,
 ) -> RunSummary:
     """Solve and judge every unfinished (instance, solver, seed) of `suite_dir`, one committed row each, the rows
     written here as the tasks finish (the one writer). The tasks run on `engine` (shardopt.measure.engine; default:
     a local pool of `jobs` processes). With a measured `backend` (cpu, cuda) and the local engine, one task at a time
     whatever `jobs` says (the summary's `sequential`); on a Ray cluster each task asks for a GPU (cuda) or one CPU.
-    Judged with evaluate_plan(repeats=, target=, time_cap_s=)."""
+    Judged with evaluate_plan(repeats=, target=, time_cap_s=). `solver_options`: per solver, its options (-O), which
+    the rows' settings key records."""
     from shardopt.measure.engine import LocalEngine, Resources, timing_resources
     from shardopt.measure.evaluate import MEASURED_BACKENDS
 
     check_db_path(db)
     if jobs < 1:
         raise LeaderboardError(f"--jobs: {jobs} must be >= 1")
-    tasks = plan_tasks(suite_dir, solvers, seeds, backend, cost_model, time_limit, repeats, target, time_cap_s)
+    tasks = plan_tasks(suite_dir, solvers, seeds, backend, cost_model, time_limit, repeats, target, time_cap_s, solver_options)
     measured = backend in MEASURED_BACKENDS
     local = engine is None or isinstance(engine, LocalEngine)
     sequential = measured and local and max(jobs, engine.slots if engine is not None else 1) > 1

@@ -101,12 +101,17 @@ class LeaderboardError(ValueError):
 # the settings a row was made under
 
 
-def settings_key(time_limit: float | None, judge: str | None = None) -> str:
-    """The run settings that change a row's result, as the store keys them: the per-solve time limit and, for a
-    measured judge, its stopping rule (StopRule.key()). The seed, backend and cost model are key columns of their own."""
+def settings_key(time_limit: float | None, judge: str | None = None, options: dict[str, dict[str, Any]] | None = None) -> str:
+    """The run settings that change a row's result, as the store keys them: the per-solve time limit, for a measured
+    judge its stopping rule (StopRule.key()), and the solver options that differ from their defaults (per solver; none:
+    no entry, so rows solved with the defaults keep the key they always had). The seed, backend and cost model are key
+    columns of their own."""
     doc: dict[str, Any] = {"time_limit": None if time_limit is None else float(time_limit)}
     if judge is not None:
         doc["judge"] = judge
+    changed = {name: opts for name, opts in (options or {}).items() if opts}
+    if changed:
+        doc["options"] = changed
     return json.dumps(doc, sort_keys=True)
 
 
@@ -127,6 +132,8 @@ def settings_label(key: str | None) -> str:
         words.append(f"judge auto (target {rule.split(':')[1]})")
     elif rule:
         words.append(f"judge {rule}")
+    for solver, opts in sorted((doc.get("options") or {}).items()):
+        words.append(f"{solver} " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(opts.items())))
     return "; ".join(words)
 
 

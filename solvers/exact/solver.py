@@ -44,14 +44,17 @@ from solvers.exact.formulation import (
 )
 from solvers.exact.milp import solve_cbc, solve_highs
 from solvers.exact.neural_head import neural_head_extra
+from solvers.heuristics import DimSolver, GreedySolver, LookupSolver, RoundRobinSolver, SizeLookupSolver, SizeSolver
 from solvers.linear_search import linear_local_search
 from solvers.linearize import COMM_FORMS, Linearization, linearize
 from solvers.placement_polish import polish_placements
+from solvers.options import OptionError, option, power_of_two
 from solvers.progress import report
 from solvers.split_items import Items, build_items, split_candidates, split_counts
 
 DEFAULT_TIME_LIMIT = 60.0
-WARM_START_SOLVERS = ("greedy", "size", "dim", "lookup", "size_lookup", "round_robin")
+# the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
+WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
 EXACT_NEURAL_MAX_TABLES = 12
 EXACT_NEURAL_MAX_DEVICES = 4
 DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
@@ -119,88 +122,71 @@ class _Loop:
     searched: np.ndarray | None = None  # the plan the last local search of the linear model started from
 
 
+
+_SHARE = {"low": 0.0, "high": 1.0, "high_open": True}  # a share of the time limit: [0, 1)
+
+
+@dataclass(frozen=True)
+class ExactOptions:
+    comm: str = option("planes", "how the all-to-all term is linearised", choices=COMM_FORMS)
+    max_iterations: int = option(30, "re-linearisations at most", low=1)
+    workers: int | None = option(None, "solver threads (null: every core)", low=1)
+    deterministic: bool = option(True, "CP-SAT's deterministic time: the same seed gives the same plan")
+    symmetry: bool = option(True, "break the symmetry of identical devices")
+    warm_start: bool = option(True, "start from the best heuristic plan")
+    default_time_limit: float = option(DEFAULT_TIME_LIMIT, "seconds when no --time-limit is given", low=0.0, low_open=True)
+    cutoff: bool = option(True, "cut off plans no better than the warm start")
+    trust_region: bool = option(True, "re-linearise within a shrinking neighbourhood of the incumbent")
+    tiebreak: bool = option(True, "a small secondary objective between plans of equal linear cost")
+    table_cuts: bool = option(True, "per-table cuts that tighten the linear model's bound")
+    exact_neural: bool = option(False, "encode the neural compute head exactly (MILP backends, small instances)")
+    max_split: int = option(DEFAULT_MAX_SPLIT, "column pieces offered per table: halves (2), quarters (4), ... (1: whole tables)",
+                            check=power_of_two, check_text="a power of two >= 1")
+    split_tables: int = option(DEFAULT_SPLIT_TABLES, "tables offered column pieces (the highest compute first)", low=0)
+    split_apart: bool = option(True, "pieces of one table on different devices")
+    neuroshard_share: float = option(0.0, "share of the limit for NeuroShard's plan as a warm start", **_SHARE)
+    presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's polish", **_SHARE)
+    relaxation_share: float = option(DEFAULT_RELAXATION_SHARE, "share of the limit for the bound relaxation's warm start", **_SHARE)
+    neighbourhood: int = option(DEFAULT_NEIGHBOURHOOD, "devices re-solved at a time on large models (0: solve whole)", low=0)
+    search_share: float = option(DEFAULT_SEARCH_SHARE, "share of the time left for a local search of each new plan (0: none)", **_SHARE)
+    certified_bound: bool = option(False, "compute the analytic model's certified bound within the limit (large models)")
+    tiered: bool = option(True, "beyond table-wise HBM: start from NeuroShard's tiered plan")
+    tiered_share: float = option(DEFAULT_TIERED_SHARE, "share of the limit for NeuroShard's tiered start", **_SHARE)
+    row_wise: bool = option(True, "offer row-wise / table-row-wise splits of a table on the bottleneck device")
+
+
+@dataclass(frozen=True)
+class ExactNeuralOptions(ExactOptions):
+    exact_neural: bool = option(True, "encode the neural compute head exactly (MILP backends, small instances)")
+
+
 class ExactSolver(Solver):
     """Linearise -> solve exactly -> judge with the full model -> re-linearise, from the best heuristic's plan."""
 
-    family = "exact"
     backend = "cpsat"
 
-    def __init__(
-        self,
-        comm: str = "planes",
-        max_iterations: int = 30,
-        workers: int | None = None,
-        deterministic: bool = True,
-        symmetry: bool = True,
-        warm_start: bool = True,
-        default_time_limit: float = DEFAULT_TIME_LIMIT,
-        cutoff: bool = True,
-        trust_region: bool = True,
-        tiebreak: bool = True,
-        table_cuts: bool = True,
-        exact_neural: bool = False,
-        max_split: int = DEFAULT_MAX_SPLIT,
-        split_tables: int = DEFAULT_SPLIT_TABLES,
-        split_apart: bool = True,
-        neuroshard_share: float = 0.0,
-        presplit_share: float = DEFAULT_PRESPLIT_SHARE,
-        relaxation_share: float = DEFAULT_RELAXATION_SHARE,
-        neighbourhood: int = DEFAULT_NEIGHBOURHOOD,
-        search_share: float = DEFAULT_SEARCH_SHARE,
-        certified_bound: bool = False,
-        tiered: bool = True,
-        tiered_share: float = DEFAULT_TIERED_SHARE,
-        row_wise: bool = True,
-    ):
-        if comm not in COMM_FORMS:
-            raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_FORMS)}")
-        if max_iterations < 1:
-            raise ValueError(f"max_iterations: {max_iterations} must be >= 1")
-        self.comm = comm
-        self.max_iterations = int(max_iterations)
-        self.deterministic = bool(deterministic)
+    Options = ExactOptions
+
+    def __init__(self, options: ExactOptions | None = None, **overrides: Any):
+        super().__init__(options, **overrides)
+        o = self.options
+        if o.exact_neural and self.backend == "cpsat":
+            raise OptionError("option exact_neural=true for solver 'cpsat': the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
+        # the settings as this solve uses them: the exact neural mode encodes whole tables (no splits, no table cuts,
+        # which bound the linearised compute), and no worker count means every core
+        self.comm, self.max_iterations, self.deterministic = o.comm, o.max_iterations, o.deterministic
         # (one worker proves some small models several times faster, but finds worse plans within short limits on
         # the test suites: docs/exact-solvers.md, "Workers"; -O workers=1 asks for it)
-        self.workers = int(workers) if workers else (os.cpu_count() or 1)
-        self.symmetry = bool(symmetry)
-        self.warm_start = bool(warm_start)
-        self.default_time_limit = float(default_time_limit)
-        self.cutoff = bool(cutoff)
-        self.trust_region = bool(trust_region)
-        self.tiebreak = bool(tiebreak)
-        self.exact_neural = bool(exact_neural)
-        if self.exact_neural and self.backend == "cpsat":
-            raise ValueError("exact_neural: the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
-        self.table_cuts = bool(table_cuts) and not self.exact_neural  # (the cuts bound the linearised compute)
-        if int(max_split) < 1 or int(max_split) & (int(max_split) - 1):
-            raise ValueError(f"max_split: {max_split} must be a power of two >= 1 (1: whole tables only)")
-        if int(split_tables) < 0:
-            raise ValueError(f"split_tables: {split_tables} must be >= 0")
-        # the exact neural mode encodes whole tables' encodings: it stays table-wise
-        self.max_split = 1 if self.exact_neural else int(max_split)
-        self.split_tables = int(split_tables)
-        self.split_apart = bool(split_apart)
-        if not 0.0 <= float(neuroshard_share) < 1.0:
-            raise ValueError(f"neuroshard_share: {neuroshard_share} must be in [0, 1) (the share of the time limit NeuroShard's warm start may use)")
-        self.neuroshard_share = float(neuroshard_share)
-        if not 0.0 <= float(presplit_share) < 1.0:
-            raise ValueError(f"presplit_share: {presplit_share} must be in [0, 1) (the share of the time limit the pre-split warm start's polish may use)")
-        self.presplit_share = float(presplit_share)
-        if not 0.0 <= float(relaxation_share) < 1.0:
-            raise ValueError(f"relaxation_share: {relaxation_share} must be in [0, 1) (the share of the time limit the analytic relaxation's warm start may use)")
-        self.relaxation_share = float(relaxation_share)
-        if int(neighbourhood) < 0:
-            raise ValueError(f"neighbourhood: {neighbourhood} must be >= 0 (0: solve large models whole)")
-        self.neighbourhood = int(neighbourhood)
-        if not 0.0 <= float(search_share) < 1.0:
-            raise ValueError(f"search_share: {search_share} must be in [0, 1) (the share of the time left a local search of the linear model may use; 0: none)")
-        self.search_share = float(search_share)
-        self.certified_bound = bool(certified_bound)
-        self.tiered = bool(tiered)
-        if not 0.0 <= float(tiered_share) < 1.0:
-            raise ValueError(f"tiered_share: {tiered_share} must be in [0, 1) (the share of the time limit NeuroShard's tiered start may use)")
-        self.tiered_share = float(tiered_share)
-        self.row_wise = bool(row_wise)
+        self.workers = o.workers or (os.cpu_count() or 1)
+        self.symmetry, self.warm_start, self.default_time_limit = o.symmetry, o.warm_start, o.default_time_limit
+        self.cutoff, self.trust_region, self.tiebreak = o.cutoff, o.trust_region, o.tiebreak
+        self.exact_neural = o.exact_neural
+        self.table_cuts = o.table_cuts and not o.exact_neural
+        self.max_split = 1 if o.exact_neural else o.max_split
+        self.split_tables, self.split_apart = o.split_tables, o.split_apart
+        self.neuroshard_share, self.presplit_share, self.relaxation_share = o.neuroshard_share, o.presplit_share, o.relaxation_share
+        self.neighbourhood, self.search_share, self.certified_bound = o.neighbourhood, o.search_share, o.certified_bound
+        self.tiered, self.tiered_share, self.row_wise = o.tiered, o.tiered_share, o.row_wise
 
     def params(self) -> dict[str, Any]:
         return {
@@ -266,23 +252,20 @@ class ExactSolver(Solver):
         (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
         analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
         NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
-        from solvers.neuroshard import presplit_plan
-        from solvers.registry import get_solver
+        from solvers.neuroshard import NeuroShardSolver, presplit_plan
 
         model = _Bound(bm, label)
         out = []
-        names = list(WARM_START_SOLVERS)
+        starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
         if self.max_split > 1 and self.neuroshard_share > 0:
-            names.append("neuroshard")
+            starts.append((NeuroShardSolver(), self.neuroshard_share))
         if self.max_split > 1 and self.presplit_share > 0:
             got = presplit_plan(instance, bm, self.max_split, time_limit=self.presplit_share * budget)
             out.append({"solver": "presplit", "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
                         **({"shards": got[0]} if got else {})})
-        for name in names:
-            if name == "neuroshard":
-                r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, self.neuroshard_share * budget))
-            else:
-                r = get_solver(name).solve(instance, model, seed=seed, time_limit=max(0.05, HEURISTIC_START_SHARE * budget))
+        for solver, share in starts:
+            name = solver.name
+            r = solver.solve(instance, model, seed=seed, time_limit=max(0.05, share * budget))
             if r.plan is None:
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
@@ -890,29 +873,19 @@ def _neighbourhood(lin: Linearization, items: Items, fits: np.ndarray, best: np.
 class CpSatSolver(ExactSolver):
     name = "cpsat"
     backend = "cpsat"
-    description = "OR-Tools CP-SAT on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces (and the warm start's widths), hard memory capacities, warm start, bound"
 
 
 class MilpSolver(ExactSolver):
     name = "milp"
     backend = "cbc"
-    description = "MILP (PuLP + CBC) on the linearised cost (re-linearised until no improvement), whole tables and dyadic column pieces (and the warm start's widths), hard memory capacities, warm start, bound"
 
 
 class MilpExactNeuralSolver(ExactSolver):
     name = "milp_exact_neural"
     backend = "highs"
-    description = (
-        f"MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents); the neural "
-        f"cost model only, at most {EXACT_NEURAL_MAX_TABLES} tables x {EXACT_NEURAL_MAX_DEVICES} devices"
-    )
-
-    def __init__(self, **options: Any):
-        options.setdefault("exact_neural", True)
-        super().__init__(**options)
+    Options = ExactNeuralOptions
 
 
 class MilpHighsSolver(ExactSolver):
     name = "milp_highs"
     backend = "highs"
-    description = "MILP (scipy.optimize.milp = HiGHS) on the linearised cost, re-linearised until no improvement; whole tables and dyadic column pieces; no warm start (HiGHS via scipy takes none)"
