@@ -19,15 +19,18 @@ from functools import cached_property
 import numpy as np
 
 from costmodels.hierarchical import host_row_splits, output_dist_rows
+from shardopt.core.errors import UserError
 from shardopt.core.ir import Instance, Kernel, Plan, Shard
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
 
 
-class UnsupportedPlacementError(ValueError):
+class UnsupportedPlacementError(UserError, ValueError):
     """A predictor asked to cost a placement it has no model of (e.g. a neural model and a UVM shard): refused with
     the table, the device and the kind named, never answered with a number that silently prices it as something
     else. A ValueError, so the CLI reports it as bad input (exit status 2)."""
+
+    error_kind = "unsupported_placement"
 
     def __init__(self, message: str, *, table: str | None = None, device: int | None = None, kind: str | None = None):
         super().__init__(message)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardopt.core.errors import UserError
 from shardopt.core.fingerprint import Fingerprint, fingerprint_from_dict
 from shardopt.core.ir import Instance
 
@@ -33,8 +34,10 @@ MODEL_KINDS = ("neural", "analytic")
 POLICY_ALGOS = ("dreamshard", "autoshard")  # the RL solvers whose policies a card may carry
 
 
-class CardError(ValueError):
+class CardError(UserError, ValueError):
     """A model card that cannot be read or is malformed (a user error: exit 2, the file and field named)."""
+
+    error_kind = "bad_model_card"
 
 
 @dataclass(frozen=True)

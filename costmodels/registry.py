@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.base import CostModel
+from shardopt.core.errors import UserError
 
 DEFAULT_COST_MODEL = "analytic"
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"  # shipped calibrated profiles: analytic:NAME
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # shipped neural models: NAME (e.g. neural-cpu)
 
 
-class UnknownCostModelError(KeyError):
+class UnknownCostModelError(UserError, KeyError):
+    error_kind = "unknown_cost_model"
+
     def __init__(self, name: str, why: str = ""):
         self.name = name
         super().__init__(why or f"unknown cost model {name!r} (known: {', '.join(cost_model_names())})")

@@ -3,9 +3,13 @@ importing the catalog that imports it."""
 
 from __future__ import annotations
 
+from shardopt.core.errors import UserError
 
-class UnknownSolverError(KeyError):
+
+class UnknownSolverError(UserError, KeyError):
     """A solver name the catalog does not have, or a solver whose optional extra is missing: bad input (exit 2)."""
+
+    error_kind = "unknown_solver"
 
     def __init__(self, message: str, name: str):
         self.name = name

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
+from shardopt.core.errors import UserError
+
 T = TypeVar("T")
 
 OPTION_META = "shardopt_option"
@@ -85,8 +87,10 @@ def existing_file(v: str | None) -> bool:
     return v is None or Path(v).is_file()
 
 
-class OptionError(ValueError):
+class OptionError(UserError, ValueError):
     """A solver option that does not exist, or a value it does not allow: bad input (exit 2)."""
+
+    error_kind = "bad_option"
 
 
 @dataclass(frozen=True)

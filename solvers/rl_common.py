@@ -419,7 +419,6 @@ def _linear_index(state_dict: dict[str, Any], prefix: str, seq_index: int) -> in
 # the solve driver both RL solvers use
 
 
-
 @dataclass(frozen=True)
 class PolicyOptions:
     checkpoint: str | None = option(None, "the policy: a .npz export or a .pt training checkpoint (null: the cost model's "
@@ -572,27 +571,17 @@ class PolicySolver(Solver):
         return best, last
 
 
-_POLICIES: dict[tuple[str, float, int, str], NumpyPolicy] = {}
-
-
 def load_policy(path: Path, cls: type[NumpyPolicy], algo: str) -> NumpyPolicy:
-    """A policy file, checked to be of `algo`, cached by (path, mtime, size)."""
+    """A policy file, checked to be of `algo` (each solver loads its policy once, on first use)."""
     p = Path(path).resolve()
-    try:
-        st = p.stat()
-    except OSError:
-        raise ValueError(f"checkpoint {path}: no such file") from None
-    key = (str(p), st.st_mtime, st.st_size, algo)
-    hit = _POLICIES.get(key)
-    if hit is None:
-        arrays, meta = load_policy_file(p)
-        if meta.get("algo") != algo:
-            raise ValueError(f"checkpoint {path}: a {meta.get('algo')!r} policy, expected {algo!r}")
-        if meta.get("feature_version") != FEATURE_VERSION:
-            raise ValueError(f"checkpoint {path}: feature version {meta.get('feature_version')!r}, this shardopt reads {FEATURE_VERSION}")
-        hit = cls(arrays, meta)
-        _POLICIES[key] = hit
-    return hit
+    if not p.is_file():
+        raise ValueError(f"checkpoint {path}: no such file")
+    arrays, meta = load_policy_file(p)
+    if meta.get("algo") != algo:
+        raise ValueError(f"checkpoint {path}: a {meta.get('algo')!r} policy, expected {algo!r}")
+    if meta.get("feature_version") != FEATURE_VERSION:
+        raise ValueError(f"checkpoint {path}: feature version {meta.get('feature_version')!r}, this shardopt reads {FEATURE_VERSION}")
+    return cls(arrays, meta)
 
 
 ProgressFn = Callable[[int, int], None]

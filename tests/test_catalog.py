@@ -158,3 +158,28 @@ def test_a_solver_spec_must_name_its_class() -> None:
             get_solver("not_greedy")
     finally:
         unregister("not_greedy")
+
+
+def test_every_user_error_is_bad_input_by_type() -> None:
+    """The CLI maps a user's mistake to exit 2 by its type (shardopt.core.errors.UserError), whichever layer raised it."""
+    from costmodels.base import UnsupportedPlacementError
+    from costmodels.cards import CardError
+    from costmodels.registry import UnknownCostModelError
+    from shardopt.cli.common import EXIT_BAD_INPUT, _classify
+    from shardopt.core.errors import UserError
+    from shardopt.core.ir import IRError
+    from shardopt.data.suites import SuiteError
+    from shardopt.leaderboard.store import LeaderboardError
+    from shardopt.measure.collect import CollectError
+    from shardopt.measure.engine import EngineError
+    from shardopt.measure.evaluate import UnknownBackendError
+    from solvers.errors import UnknownSolverError
+
+    errors = [UnknownSolverError("unknown solver 'x'", "x"), UnknownCostModelError("x"), CardError("x"), SuiteError("x"),
+              CollectError("x"), EngineError("x"), UnknownBackendError("x"), LeaderboardError("x"), OptionError("x"),
+              UnsupportedPlacementError("x"), IRError(["a: b"])]
+    for exc in errors:
+        assert isinstance(exc, UserError)
+        known = _classify(exc)
+        assert known is not None and known.exit_code == EXIT_BAD_INPUT and known.kind == type(exc).error_kind
+    assert _classify(ZeroDivisionError("x")) is None

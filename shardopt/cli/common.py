@@ -154,35 +154,15 @@ def _warn(message: str) -> None:
     _err(message, style="yellow", prefix="warning")
 
 
-# Known user errors raised below the CLI: (module, exception class, kind), all bad input (exit 2). Looked up in
-# sys.modules: a module no command imported raised nothing, and the CLI stays free of heavy imports.
-USER_ERRORS = (
-    ("solvers.catalog", "UnknownSolverError", "unknown_solver"),
-    ("costmodels.registry", "UnknownCostModelError", "unknown_cost_model"),
-    ("costmodels.cards", "CardError", "bad_model_card"),
-    ("shardopt.measure.calibration", "CalibrationError", "bad_calibration_request"),
-    ("costmodels.base", "UnsupportedPlacementError", "unsupported_placement"),
-    ("shardopt.data.suites", "SuiteError", "bad_suite_request"),
-    ("shardopt.measure.collect", "CollectError", "bad_collect_request"),
-    ("shardopt.measure.engine", "EngineError", "engine"),
-)
-
-
 def _classify(exc: BaseException) -> CLIError | None:
-    """Known user errors raised below the CLI, as CLIErrors; None for anything unexpected."""
-    from shardopt.core.ir import IRError
+    """A user's mistake raised below the CLI (shardopt.core.errors.UserError: every such error derives from it) as a
+    CLIError, bad input; None for anything unexpected."""
+    from shardopt.core.errors import UserError
 
     if isinstance(exc, CLIError):
         return exc
-    if isinstance(exc, IRError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "invalid_input")
-    for module, cls, kind in USER_ERRORS:
-        mod = sys.modules.get(module)
-        if mod is not None and isinstance(exc, getattr(mod, cls, ())):
-            return CLIError(str(exc), EXIT_BAD_INPUT, kind)
-    mod = sys.modules.get("shardopt.measure.evaluate")
-    if mod is not None and isinstance(exc, mod.EvaluationError):
-        return CLIError(str(exc), EXIT_BAD_INPUT, "unknown_backend" if isinstance(exc, mod.UnknownBackendError) else "backend")
+    if isinstance(exc, UserError):
+        return CLIError(str(exc), EXIT_BAD_INPUT, exc.error_kind)
     return None
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator, model_serializer, model_validator
 
+from shardopt.core.errors import UserError
 from shardopt.core.hardware import PROFILES
 
 SCHEMA_VERSION = 1
@@ -33,8 +34,10 @@ MAX_BATCH = 2**40
 MAX_BYTES = 2**62  # per-device memory; table bytes stay below 2^63 (int64)
 
 
-class IRError(ValueError):
+class IRError(UserError, ValueError):
     """A document that is not a valid instance or plan. `errors` holds one `field: message` line each."""
+
+    error_kind = "invalid_input"
 
     def __init__(self, errors: list[str], source: str | None = None):
         self.errors = errors

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardopt.core.errors import UserError
 from shardopt.core.feasibility import constructive_tiered_plan, infeasibility_reason, tiered_infeasibility_reason
 from shardopt.core.ir import AccessProfile, Instance, Kernel, Shard, Table, Topology, Workload, dumps
 from shardopt.core.memory import slice_bytes, table_bytes_array
@@ -145,8 +146,10 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-class SuiteError(ValueError):
+class SuiteError(UserError, ValueError):
     """Bad generation request: unknown family, bad count, pool too small."""
+
+    error_kind = "bad_suite_request"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardopt.core.errors import UserError
 
 
 SUITE_MANIFEST = "suite.json"
@@ -93,8 +94,10 @@ COLUMNS = (
 UNRECORDED_SETTINGS = json.dumps({"unrecorded": True})
 
 
-class LeaderboardError(ValueError):
+class LeaderboardError(UserError, ValueError):
     """Bad input to a leaderboard run or report (bad db path, empty suite, unknown solver, empty store)."""
+
+    error_kind = "bad_leaderboard_request"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.cards import ModelCard, domain_of_samples
+from shardopt.core.errors import UserError
 from shardopt.core.fingerprint import Fingerprint
 from shardopt.core.ir import Instance
 from shardopt.measure.backends.base import kernel_label
@@ -68,8 +69,10 @@ MAX_BATCH_CHOICES = 7
 WORK_DIR = ".work"
 
 
-class CalibrationError(ValueError):
+class CalibrationError(UserError, ValueError):
     """A calibration request that cannot be met (a user error: exit 2)."""
+
+    error_kind = "bad_calibration_request"
 
 
 @dataclass(frozen=True)

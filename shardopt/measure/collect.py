@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from shardopt.core.errors import UserError
 from shardopt.core.ir import AccessProfile, Instance, Kernel, Plan, Shard, Table, Topology, Workload
 from shardopt.core.memory import table_bytes
 from shardopt.data.pools import TablePool
@@ -66,8 +67,10 @@ class CollectSettings:
     rescale_histograms: bool = True
 
 
-class CollectError(ValueError):
+class CollectError(UserError, ValueError):
     """Bad collection request (a user error)."""
+
+    error_kind = "bad_collect_request"
 
 
 def existing_ids(path: Path) -> set[int]:

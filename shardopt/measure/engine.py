@@ -29,6 +29,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from shardopt.core.errors import UserError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -36,9 +38,11 @@ ENGINES = ("local", "ray")
 RAY_PIN = "ray==2.60.0"  # the [ray] extra's pin (pyproject.toml); a test keeps the two in step
 
 
-class EngineError(ValueError):
+class EngineError(UserError, ValueError):
     """A request the engine cannot serve (unknown engine, Ray missing or unreachable) or a task that failed for
     good. A ValueError: the CLI reports it as bad input (exit 2) with the message."""
+
+    error_kind = "engine"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import CostModel, DeviceCosts
+from shardopt.core.errors import UserError
 from shardopt.core.ir import Instance, Plan
 from shardopt.core.plan_check import PlanCheck, PlanError, check_plan
 from shardopt.measure.confidence import PlanSamples, StopRule, plan_cost_interval
@@ -40,11 +41,15 @@ MEASURED_BACKENDS = ("cpu", "cuda")
 DEFAULT_BACKEND = "sim"
 
 
-class EvaluationError(ValueError):
+class EvaluationError(UserError, ValueError):
     """A request the judge cannot serve (unknown or unavailable backend, bad repeat count): a user error."""
+
+    error_kind = "backend"
 
 
 class UnknownBackendError(EvaluationError):
+    error_kind = "unknown_backend"
+
     def __init__(self, name: str):
         self.name = name
         super().__init__(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -11,7 +11,6 @@ CBC's is read from its log).
 from __future__ import annotations
 
 import math
-import os
 import re
 import tempfile
 import time
@@ -324,7 +323,7 @@ def _solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_
             # of these models)
             threads=1 if deterministic else max(1, int(workers)),
             warmStart=warm,
-            logPath=str(log) if not os.environ.get("CBCDEBUG") else "/tmp/cbc_debug.log",
+            logPath=str(log),
             gapRel=0.0,
             keepFiles=False,
             options=[f"randomCbcSeed {int(seed) % (2**31 - 1) + 1}"],
