@@ -1,4 +1,4 @@
-"""Measure the certified bound of the analytic cost model (solvers/analytic_bound/) against real plans.
+"""Measure the certified bound of the analytic cost model (solvers/bound/) against real plans.
 
     .venv/bin/python benchmarks/bench_bound.py                      # neuroshard plans vs the column-wise bound
     .venv/bin/python benchmarks/bench_bound.py --table-wise         # greedy's table-wise plans vs the table-wise bound
@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.analytic_bound import AnalyticRelaxation, analytic_lower_bound, plan_gap  # noqa: E402
+from solvers.bound import AnalyticRelaxation, analytic_lower_bound, plan_gap  # noqa: E402
 from solvers.catalog import get_solver  # noqa: E402
 
 SUITES = ("dreamshard-test", "neuroshard-test", "autoshard-test")

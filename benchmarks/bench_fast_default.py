@@ -1,4 +1,4 @@
-"""Issue 18, item 1: the default solver answers in seconds. neuroshard with its default budget (solvers.neuroshard.
+"""Issue 18, item 1: the default solver answers in seconds. neuroshard with its default budget (solvers.neuroshard.search.
 default_budget: 2-10 s from the instance's size) against the same search given 55 s (the old default), on the
 production instance (856 x 128) and the 100 x 8 dreamshard instance, and its default's suite means on the
 dreamshard-test and neuroshard-test suites. Costs are SIMULATED (analytic model, the instance's own profile).
@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
-from solvers.neuroshard import NeuroShardSolver, default_budget  # noqa: E402
+from solvers.neuroshard.search import NeuroShardSolver, default_budget  # noqa: E402
 
 SUITES = ROOT / "instances" / "suites"
 CASES = {

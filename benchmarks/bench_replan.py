@@ -27,7 +27,7 @@ from shardopt.core.ir import Instance, instance_from_dict, load_instance, to_dic
 from shardopt.core.memory import table_bytes_array  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
 from solvers.catalog import get_solver  # noqa: E402
-from solvers.replan import moved_bytes, replan  # noqa: E402
+from solvers.replan.replan import moved_bytes, replan  # noqa: E402
 
 PROD = ROOT / "instances" / "suites" / "production"
 

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
 from solvers.catalog import get_solver
-from solvers.rl_common import NumpyPolicy, PolicySolver
+from solvers.rl.common import NumpyPolicy, PolicySolver
 
 
 class _GreedyRule(NumpyPolicy):

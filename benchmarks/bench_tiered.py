@@ -16,7 +16,7 @@ rows were reused and from which file and date. `--only nested` runs only the ins
 hosts of several devices (where a row split can be held within one host, TorchRec's table_row_wise) and, with
 `--reuse`, keeps every row of the other instances from the earlier run: a change that only touches such clusters
 is re-measured where it can matter. `--only tiered` likewise runs only the instances that need more than table-wise
-HBM (`solvers.tiering.needs_tiers`: a table fits on no device, or the tables exceed the HBM), where the tiering
+HBM (`solvers.placement.tiering.needs_tiers`: a table fits on no device, or the tables exceed the HBM), where the tiering
 layout is used. `--instances a,b,...` runs only the named instances (the same way).
 """
 
@@ -44,7 +44,7 @@ from costmodels.hierarchical import in_host_row_split_tables  # noqa: E402
 from shardopt.core.ir import Instance, instance_from_dict, load_instance  # noqa: E402
 from shardopt.core.memory import table_bytes_array  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
-from solvers.placement_polish import describe_placements  # noqa: E402
+from solvers.placement.polish import describe_placements  # noqa: E402
 from solvers.catalog import get_solver  # noqa: E402
 
 SUITES = ["huge-test", "tiered-test"]
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instances", default=None, help="comma-separated instance names: only these (the others' rows from --reuse)")
     ap.add_argument("--only", choices=["all", "nested", "tiered"], default="all",
                     help="nested: only clusters of several hosts of several devices; tiered: only instances that need "
-                         "more than table-wise HBM (solvers.tiering.needs_tiers) (the other instances' rows from --reuse)")
+                         "more than table-wise HBM (solvers.placement.tiering.needs_tiers) (the other instances' rows from --reuse)")
     args = ap.parse_args(argv)
     names = args.solvers.split(",")
     reused: list[dict] = []
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     instances += [("random", random_instance(s)) for s in range(args.random)]
     kept: list[dict] = []
     if args.only != "all" or args.instances:
-        from solvers.tiering import needs_tiers
+        from solvers.placement.tiering import needs_tiers
 
         chosen = {"all": lambda i: True, "nested": lambda i: i.topology.num_hosts > 1 and i.topology.devices_per_host > 1, "tiered": needs_tiers}[args.only]
         named = set(args.instances.split(",")) if args.instances else None

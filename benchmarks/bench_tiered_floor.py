@@ -1,7 +1,7 @@
 """How far below TorchRec's plans can any table- or column-wise HBM plan go on bench_tiered's random instances?
 
 Issue 17 asks for plans 25 % cheaper than TorchRec's. The certified bound of the analytic model
-(solvers.analytic_bound; `shardopt bound`) says how cheap *any* table- or column-wise HBM plan of an instance can be,
+(solvers.bound; `shardopt bound`) says how cheap *any* table- or column-wise HBM plan of an instance can be,
 so bound / TorchRec's cost is a floor under the ratio that neuroshard's and cpsat's HBM plans can reach there. Over
 the random instances on which TorchRec has a plan and the bound covers the plans (table- or column-wise HBM plans
 exist), this prints how often that floor is above 0.75 (the target is then out of reach for those placements on that
@@ -33,7 +33,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 from bench_tiered import random_instance  # noqa: E402
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
-from solvers.analytic_bound import analytic_lower_bound  # noqa: E402
+from solvers.bound import analytic_lower_bound  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ On the table-wise linear model around the best heuristic's plan (what `cpsat max
   most that cuts from the integrality of the widths could add to the bound;
 - `feasible`: CP-SAT asked only for *some* plan within each --deltas (ms) of the LP bound (no hint, no objective),
   --feasible-limit seconds each: a plan found, none possible (proven), or neither;
-- `search`: the local search of the linear model alone (solvers.linear_search), --search-seeds x --search-limit s.
+- `search`: the local search of the linear model alone (solvers.exact.linear_search), --search-seeds x --search-limit s.
 - `config`: is --config-target (ms above the LP bound) feasible for the *configuration* LP (one column per device
   and item subset that fits in memory and costs <= the target; the relaxation stronger than the LP that
   branch-and-price would use)? Column generation: HiGHS LP master (uncovered items as slack), one knapsack MILP per
@@ -42,8 +42,8 @@ from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.exact.constants import COST_SCALE  # noqa: E402
 from solvers.exact.formulation import Problem, table_lower_bounds  # noqa: E402
 from solvers.exact.milp import _milp_rows  # noqa: E402
-from solvers.linear_search import linear_local_search  # noqa: E402
-from solvers.linearize import linearize  # noqa: E402
+from solvers.exact.linear_search import linear_local_search  # noqa: E402
+from solvers.exact.linearize import linearize  # noqa: E402
 from solvers.catalog import get_solver  # noqa: E402
 
 DEFAULT = "instances/suites/dreamshard-test/dreamshard-test-s1-0003.json"

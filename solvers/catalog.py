@@ -122,7 +122,7 @@ def get_solver(name: str, options: Any = None, **overrides: Any) -> Solver:
 # -------------------------------------------------------------------------------------------------------------------
 # the shipped solvers
 
-_H = "solvers.heuristics"
+_H = "solvers.heuristics.constructive"
 _HEURISTIC_PLACEMENTS = "table-wise; row-wise for a table larger than every device; UVM-cached / UVM when the tables exceed the HBM"
 _EXACT_PLACEMENTS = (
     "table-wise, column-wise, then row-wise / table-row-wise splits of a table on the bottleneck device where the cost "
@@ -149,7 +149,7 @@ for _spec in (
     SolverSpec("size_lookup", _H, "SizeLookupSolver", "heuristic",
                "proxy = dim x pooling factor x log10(rows); largest first onto the lowest accumulated proxy",
                _HEURISTIC_PLACEMENTS, uses_cost_model=False),
-    SolverSpec("neuroshard", "solvers.neuroshard", "NeuroShardSolver", "search",
+    SolverSpec("neuroshard", "solvers.neuroshard.search", "NeuroShardSolver", "search",
                "NeuroShard beam search over column splits + grid-searched greedy, improved (halves apart, comm-aware, "
                "de-duplicated, polished, anytime)",
                "table-wise, column-wise, and row-wise / table-row-wise splits of a table on the bottleneck device where the "
@@ -157,7 +157,7 @@ for _spec in (
                "a table larger than every device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest "
                "searched table- and column-wise, then caches grown / tables moved back to HBM / small tables replicated "
                "data-parallel where the cost model says so (data-parallel on HBM instances with -O data_parallel=true)"),
-    SolverSpec("neuroshard_faithful", "solvers.neuroshard", "NeuroShardFaithfulSolver", "search",
+    SolverSpec("neuroshard_faithful", "solvers.neuroshard.search", "NeuroShardFaithfulSolver", "search",
                "NeuroShard as published (beam 3, top-10 size/cost candidates, 10 halvings, dim-cap grid 1.0..1.5)",
                "table-wise, column-wise; where those cannot hold the instance in HBM: row-wise for a table larger than every "
                "device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest searched table- and column-wise"),
@@ -180,10 +180,10 @@ for _spec in (
                "TorchRec's planner with every sharding type the IR expresses",
                "table-wise, column-wise, row-wise, table-row-wise, table-column-wise, grid, data-parallel; UVM-cached / UVM "
                "when the instance has host memory (TorchRec's planner chooses)", uses_cost_model=False, needs="torchrec"),
-    SolverSpec("dreamshard", "solvers.dreamshard", "DreamShardSolver", "rl",
+    SolverSpec("dreamshard", "solvers.rl.dreamshard", "DreamShardSolver", "rl",
                "DreamShard policy (per-device scorer shared across devices, REINFORCE on the estimated MDP): greedy + "
                "best-of-k sampled rollouts", "table-wise (HBM only)"),
-    SolverSpec("autoshard", "solvers.autoshard", "AutoShardSolver", "rl",
+    SolverSpec("autoshard", "solvers.rl.autoshard", "AutoShardSolver", "rl",
                "AutoShard LSTM actor-critic (A2C, reward = -plan cost) over the table sequence: greedy + best-of-k sampled "
                "rollouts", "table-wise (HBM only)"),
 ):

@@ -23,7 +23,7 @@ import numpy as np
 
 from costmodels.base import COST_COLUMNS, CostModel, placement_kind
 from shardopt.core.ir import Instance, Plan
-from solvers.plan_moves import Change, PlanShards
+from solvers.placement.plan_moves import Change, PlanShards
 
 DOMINANT_SHARE = 0.5  # a column with at least this share of the bottleneck's cost is named as what dominates it
 FULL_MEMORY = 0.95  # a device this full leaves little room for moves onto it
@@ -163,7 +163,7 @@ def _change_text(ps: PlanShards, c: Change) -> str:
 
 
 def _bound_note(instance: Instance, cost_model: CostModel, plan: Plan, cost: float, time_limit: float) -> BoundNote:
-    from solvers.analytic_bound import BoundError, analytic_lower_bound, plan_gap, uncovered_reason
+    from solvers.bound import BoundError, analytic_lower_bound, plan_gap, uncovered_reason
 
     try:
         b = analytic_lower_bound(instance, cost_model, time_limit=time_limit)

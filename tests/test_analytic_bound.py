@@ -1,4 +1,4 @@
-"""The certified lower bound of the analytic cost model (solvers/analytic_bound/).
+"""The certified lower bound of the analytic cost model (solvers/bound/).
 
 What could go wrong, and what each test checks:
 - an inequality of the relaxation over-estimates some device: the per-device bound is compared with the model's
@@ -23,7 +23,7 @@ from costmodels.analytic import AnalyticCostModel
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, instance_from_dict, to_dict
 from shardopt.core.memory import table_bytes_array
-from solvers.analytic_bound import (
+from solvers.bound import (
     AnalyticRelaxation,
     BoundError,
     analytic_lower_bound,
@@ -364,7 +364,7 @@ def test_no_time_for_highs_with_interchangeable_devices_gives_the_lp_bound() -> 
 def test_large_instances_with_interchangeable_devices_get_the_symmetric_lp(monkeypatch) -> None:
     """Over FULL_RELAXATION_MAX_PAIRS pairs the full relaxation is not built (on 856 x 128 building it takes ~11 s
     and its LP does not finish in 20 s); the threshold is lowered here so that a small instance counts as large."""
-    import solvers.analytic_bound.bound as ab  # (where analytic_lower_bound reads it)
+    import solvers.bound.bound as ab  # (where analytic_lower_bound reads it)
 
     monkeypatch.setattr(ab, "FULL_RELAXATION_MAX_PAIRS", 10)
     inst = make_instance(24, 8, seed=4, mem_factor=1.4, per_host=4)

@@ -388,7 +388,7 @@ def test_calibrate_with_policies_trains_them_on_the_model_and_keeps_only_a_winne
 
     targets = [load_instance(CPU_TEST / f"cpu-test-s1-00{i}.json") for i in ("08", "09")]
     settings = domain_settings("cpu", "cpu", targets, train_samples=12, test_samples=4, epochs=2, repeats=1)
-    from solvers.rl_train import train_policies_for
+    from solvers.rl.train import train_policies_for
 
     result = calibrate_machine(settings, cpu_fingerprint(), budget_s=600, models_dir=tmp_path, targets=targets,
                                policies=("dreamshard",), policy_episodes=32, train_policies=train_policies_for)
@@ -407,7 +407,7 @@ def test_an_rl_solver_uses_the_policy_its_cost_models_card_carries(tmp_path: Pat
     """Searching with a model whose card carries a dreamshard policy, dreamshard rolls that policy out (unless a
     checkpoint is named); with another model, the shipped one."""
     from solvers.catalog import get_solver
-    from solvers.rl_common import CHECKPOINT_DIR
+    from solvers.rl.common import CHECKPOINT_DIR
 
     folder = tmp_path / "mine"
     card = _store_model(tmp_path, "mine", cpu_fingerprint())

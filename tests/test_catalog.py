@@ -61,7 +61,7 @@ def test_options_are_checked_by_type_range_and_choice() -> None:
 def test_a_solver_is_configured_by_its_options_only() -> None:
     """A config built in code is checked like one from the command line, and the faithful NeuroShard lists its own
     defaults."""
-    from solvers.neuroshard import FAITHFUL, NeuroShardConfig
+    from solvers.neuroshard.search import FAITHFUL, NeuroShardConfig
 
     with pytest.raises(OptionError, match="option beam_width=0 for solver 'neuroshard': must be >= 1"):
         get_solver("neuroshard", NeuroShardConfig(beam_width=0))
@@ -152,7 +152,7 @@ def test_an_installed_plugin_reaches_the_catalog(tmp_path: Path, monkeypatch: py
 
 
 def test_a_solver_spec_must_name_its_class() -> None:
-    register(SolverSpec("not_greedy", "solvers.heuristics", "GreedySolver", "heuristic", "x", "y"))
+    register(SolverSpec("not_greedy", "solvers.heuristics.constructive", "GreedySolver", "heuristic", "x", "y"))
     try:
         with pytest.raises(TypeError, match="named 'greedy'"):
             get_solver("not_greedy")

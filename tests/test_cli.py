@@ -375,12 +375,12 @@ def test_schema_is_valid_json_schema(small_doc: dict, small_plan: str) -> None:
 
 
 def test_unexpected_error_exits_1_without_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    import solvers.heuristics
+    import solvers.heuristics.constructive
 
     def boom(self, *args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(solvers.heuristics.GreedySolver, "solve", boom)
+    monkeypatch.setattr(solvers.heuristics.constructive.GreedySolver, "solve", boom)
     result = run("solve", SMALL, "--solver", "greedy")
     assert result.exit_code == 1
     assert "unexpected RuntimeError: boom" in result.stderr and "SHARDOPT_DEBUG=1" in result.stderr

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.completion import completion_mask
+from solvers.placement.completion import completion_mask
 
 
 def worst_fit_completes(free: np.ndarray, rest: np.ndarray) -> bool:

@@ -392,7 +392,7 @@ def test_measured_judges_refuse_host_memory_shards(tmp_path: Path, backend: str)
 
 
 def test_solving_a_tiered_instance_with_a_neural_model_exits_2_naming_the_kind(tmp_path: Path) -> None:
-    """A table no device holds goes row-wise behind a cache (solvers/tiering.py); the greedy solver asks the cost
+    """A table no device holds goes row-wise behind a cache (solvers/placement/tiering.py); the greedy solver asks the cost
     model for those shards' state, and the neural model refuses instead of pricing them as HBM shards."""
     from shardopt.cli import app
 

@@ -27,7 +27,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.exact import comm_floor, table_lower_bounds, width_caps
-from solvers.linearize import linearize
+from solvers.exact.linearize import linearize
 from solvers.catalog import get_solver, spec_of
 
 EXACT = ["cpsat", "milp", "milp_highs"]
@@ -393,7 +393,7 @@ def brute_force_split(instance: Instance, cost_model=CM, apart: bool = True) -> 
     """The best plan cost over every plan where each table is whole on one device or cut into two equal column
     halves on two distinct devices (on any two when not `apart`) -- what the exact solvers offer with
     max_split=2 -- memory respected."""
-    from solvers.split_items import build_items
+    from solvers.placement.split_items import build_items
 
     bm = cost_model.bind(instance)
     T, D = len(instance.tables), instance.topology.num_devices
@@ -491,7 +491,7 @@ def test_a_table_too_big_for_any_device_is_split() -> None:
 
 
 def test_linearisation_is_exact_at_a_split_plan() -> None:
-    from solvers.split_items import build_items
+    from solvers.placement.split_items import build_items
 
     inst = make_instance(8, 3, seed=2, mem_factor=2.0)
     bm = CM.bind(inst)
@@ -525,7 +525,7 @@ def test_linearisation_is_exact_at_a_split_plan() -> None:
 def test_neuroshard_plans_are_expressible_as_pieces() -> None:
     """NeuroShard's halvings (a half and two quarters, ...) are dyadic pieces: its plan becomes counts over the
     items and back with the same cost, so it can warm-start the exact solvers."""
-    from solvers.split_items import build_items
+    from solvers.placement.split_items import build_items
 
     inst = make_instance(10, 4, seed=3, mem_factor=1.3)
     bm = CM.bind(inst)
@@ -551,7 +551,7 @@ def test_presplit_warm_start_splits_a_heavy_table() -> None:
     """One table carries several devices' worth of lookups: table-wise, the device holding it is the plan's cost.
     The pre-split warm start cuts it into pieces; the exact solver starts from (at least) that plan and never
     returns worse, with the table split."""
-    from solvers.neuroshard import presplit_plan
+    from solvers.neuroshard.search import presplit_plan
 
     inst = make_instance(12, 4, seed=4, mem_factor=2.0)
     doc = inst.model_dump(mode="json")
@@ -695,7 +695,7 @@ def odd_units_doc() -> dict:
 def test_items_hold_uneven_column_pieces():
     """A warm start's uneven pieces (NeuroShard's 28 -> 12 + 16) are items: the plan is expressible, covers the
     table by widths, and comes back as the same shards."""
-    from solvers.split_items import build_items
+    from solvers.placement.split_items import build_items
     from shardopt.core.ir import Shard
 
     inst = instance_from_dict(odd_units_doc())

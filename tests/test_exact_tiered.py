@@ -17,9 +17,9 @@ from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.exact.formulation import plan_cost
 from solvers.exact.tiered import split_tiered
-from solvers.linearize import linearize
+from solvers.exact.linearize import linearize
 from solvers.catalog import get_solver
-from solvers.split_items import build_items
+from solvers.placement.split_items import build_items
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE = ROOT / "instances" / "suites" / "huge-test" / "huge-test-s1-0000.json"

@@ -15,9 +15,9 @@ from costmodels.registry import get_cost_model
 from shardopt.cli.main import app
 from shardopt.core.ir import Kernel, Plan, Shard, load_instance, save
 from shardopt.core.plan_check import check_plan
-from solvers.analytic_bound import uncovered_reason
+from solvers.bound import uncovered_reason
 from solvers.explain import explain_plan
-from solvers.plan_moves import PlanShards
+from solvers.placement.plan_moves import PlanShards
 from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ from shardopt.core.hardware import get_profile
 from shardopt.core.ir import Instance, Shard, instance_from_dict
 from shardopt.core.plan_check import check_plan
 from solvers.exact.tiered import split_tiered
-from solvers.neuroshard import PieceModel
-from solvers.placement_polish import layout_of, polish_placements
-from solvers.plan_moves import PlanShards
-from solvers.tiering import row_wise_shards
+from solvers.neuroshard.search import PieceModel
+from solvers.placement.polish import layout_of, polish_placements
+from solvers.placement.plan_moves import PlanShards
+from solvers.placement.tiering import row_wise_shards
 
 BATCH = 65536
 
@@ -181,7 +181,7 @@ def test_a_table_too_big_for_any_device_is_split_within_the_roomiest_host() -> N
     same tables are split over all devices (row_wise). Both plans export to TorchRec."""
     from shardopt.data.torchrec_io import classify_table, export_problems
     from solvers.catalog import get_solver
-    from solvers.tiering import plan_tiers
+    from solvers.placement.tiering import plan_tiers
 
     def inst(per_host: int) -> Instance:
         big = {"rows": 2_000_000, "dim": 64, "pooling_factor": 10.0, "access": {"zipf": 0.8}}
@@ -233,7 +233,7 @@ def test_neuroshard_searches_both_layouts_of_the_oversized_tables_and_keeps_the_
 
 def test_the_heuristics_row_splits_option_picks_the_layout_of_the_oversized_tables() -> None:
     from shardopt.data.torchrec_io import classify_table
-    from solvers.heuristics import GreedySolver
+    from solvers.heuristics.constructive import GreedySolver
 
     big = {"rows": 2_000_000, "dim": 64, "pooling_factor": 10.0, "access": {"zipf": 0.8}}
     tables = [{"name": "big", **big}] + [{"name": f"t{i}", "rows": 20_000, "dim": 32, "pooling_factor": 4.0, "access": {"zipf": 0.5}} for i in range(6)]

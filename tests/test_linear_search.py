@@ -1,4 +1,4 @@
-"""The local search of the linearised model (solvers.linear_search) that the exact solvers run on each new plan.
+"""The local search of the linearised model (solvers.exact.linear_search) that the exact solvers run on each new plan.
 
 - its vectorised step evaluation equals recomputing the objective after each step, on several hosts (where a step
   also moves the host widths and so every host peer's comm) with column pieces kept apart;
@@ -15,10 +15,10 @@ from conftest import make_instance
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.plan_check import check_plan
-from solvers.linear_search import _State, linear_local_search, step_deltas
-from solvers.linearize import linearize
+from solvers.exact.linear_search import _State, linear_local_search, step_deltas
+from solvers.exact.linearize import linearize
 from solvers.catalog import get_solver
-from solvers.split_items import build_items
+from solvers.placement.split_items import build_items
 
 CM = AnalyticCostModel()
 

@@ -17,7 +17,7 @@ from shardopt.core.ir import Instance, Kernel, Plan, instance_from_dict, load_in
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import rw_layout
-from solvers.neuroshard import split_infeasibility
+from solvers.neuroshard.search import split_infeasibility
 from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,7 +253,7 @@ def test_a_tight_instance_the_cost_ordered_grid_cannot_pack_gets_a_column_wise_p
 
 def test_column_slices_of_a_table_on_one_device_merge_into_one_contiguous_shard() -> None:
     from shardopt.core.ir import Shard
-    from solvers.neuroshard import merge_colocated_columns
+    from solvers.neuroshard.search import merge_colocated_columns
 
     inst = load_instance(ROOT / "instances" / "examples" / "small.json")
     bm = get_cost_model("analytic").bind(inst)

@@ -12,10 +12,10 @@ from shardopt.core.hardware import get_profile
 from shardopt.core.ir import Instance, Plan, Shard
 from shardopt.core.plan_check import check_plan
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
-from solvers.placement_polish import polish_placements
-from solvers.plan_moves import PlanShards
+from solvers.placement.polish import polish_placements
+from solvers.placement.plan_moves import PlanShards
 from solvers.catalog import get_solver
-from solvers.tiering import row_wise_shards
+from solvers.placement.tiering import row_wise_shards
 from tests.conftest import make_instance
 
 CM = AnalyticCostModel()
@@ -119,7 +119,7 @@ def test_searches_report_the_judges_cost_and_do_not_pay_for_per_type_imbalance(s
 
 def test_exact_formulation_judges_item_counts_per_output_dist() -> None:
     from solvers.exact.formulation import plan_cost
-    from solvers.split_items import build_items
+    from solvers.placement.split_items import build_items
 
     inst = make_instance(8, 4, seed=3, mem_factor=4.0)
     bm = CM.bind(inst)

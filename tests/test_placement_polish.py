@@ -1,4 +1,4 @@
-"""The cost-driven placement polish (solvers/placement_polish.py): bigger HBM caches, host-memory tables back in
+"""The cost-driven placement polish (solvers/placement/polish.py): bigger HBM caches, host-memory tables back in
 HBM and data-parallel replicas, kept only where the cost model says the plan is cheaper and both tiers have room."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from conftest import spec_instance
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
-from solvers.neuroshard import PieceModel
-from solvers.placement_polish import describe_placements, layout_of, polish_placements
+from solvers.neuroshard.search import PieceModel
+from solvers.placement.polish import describe_placements, layout_of, polish_placements
 from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_neuroshard_offers_replicas_with_the_option() -> None:
     cm = get_cost_model("analytic")
     plain = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
     assert not any(s.replicated for s in plain.plan.shards)  # HBM instances: off unless asked
-    from solvers.neuroshard import NeuroShardSolver
+    from solvers.neuroshard.search import NeuroShardSolver
 
     r = NeuroShardSolver(data_parallel=True).solve(inst, cm, time_limit=20, seed=0)
     assert check_plan(inst, r.plan).ok
@@ -177,7 +177,7 @@ def test_neuroshard_splits_a_hot_narrow_table_by_rows_where_it_pays() -> None:
 
 
 def test_row_splits_offered_over_all_devices_and_over_the_tables_host() -> None:
-    from solvers.placement_polish import _options
+    from solvers.placement.polish import _options
 
     inst = hot_narrow_instance(devices_per_host=2)
     whole = [Shard(table="hot", device=3)]
@@ -200,7 +200,7 @@ def test_row_split_plans_export_to_torchrec_kinds() -> None:
     inst = hot_narrow_instance(devices_per_host=2)
     bm = get_cost_model("analytic").bind(inst)
     for what, kind in (("row-wise", "row_wise"), ("table-row-wise", "table_row_wise")):
-        from solvers.placement_polish import _options
+        from solvers.placement.polish import _options
 
         split = dict(_options(inst, 0, [Shard(table="hot", device=1)], 4, data_parallel=False, row_wise=True))[what]
         plan = split + [Shard(table=t.name, device=i % 4) for i, t in enumerate(inst.tables[1:])]
@@ -232,7 +232,7 @@ def test_a_row_split_table_moves_onto_an_under_occupied_host() -> None:
     small tables' row splits onto that host costs it almost nothing (occupancy rises) and relieves host 1 (random-84
     of benchmarks/bench_tiered.py: 0.277 -> 0.222 ms). The polish tries the other groups of every row-split table,
     not only of those on the bottleneck device."""
-    from solvers.tiering import row_wise_shards
+    from solvers.placement.tiering import row_wise_shards
 
     spec = [(3131365, 232, 35.42, 0.32), (2572864, 124, 11.67, 0.4), (10930218, 168, 9.03, 0.54), (31252, 16, 14.5, 1.04),
             (9590, 80, 22.11, 0.17), (35713, 12, 33.51, 0.49), (3426, 200, 29.45, 0.44)]
@@ -254,7 +254,7 @@ def test_a_hot_table_split_over_every_device_moves_to_one_hosts_host_memory() ->
     16 devices in HBM: its partial sums cross the network. Within one host, in host memory behind HBM caches, they stay
     on NVLink and only the cache misses cross NVLink-C2C: TorchRec's plan for random-763 of bench_tiered (1.02 ms
     against 1.72). The polish offers a row split's groups in host memory too, then grows the caches."""
-    from solvers.tiering import row_wise_shards
+    from solvers.placement.tiering import row_wise_shards
 
     spec = [(5605, 112, 20.44, 0.56), (242, 76, 37.17, 0.29), (10763461, 172, 11.54, 0.66), (2398, 220, 26.74, 0.08),
             (3690902, 64, 0.79, 1.2), (689, 220, 39.77, 0.75), (101310, 24, 3.45, 1.05), (189784, 140, 13.83, 0.48),
@@ -280,8 +280,8 @@ def test_neuroshard_searches_around_replica_sets_when_asked() -> None:
     """random-582 of benchmarks/bench_tiered.py (8 GH200s, 26 tables): the polish replicates tables where the search
     put them and keeps two (1.70 ms, simulated); TorchRec replicates the 8 smallest and balances the rest (1.46).
     With data_parallel, neuroshard also searches the other tables around the smallest tables pre-placed as replicas
-    (solvers.tiering.replica_layout) and keeps the cheapest plan; without it, no replica search."""
-    from solvers.tiering import replica_layout, replica_order
+    (solvers.placement.tiering.replica_layout) and keeps the cheapest plan; without it, no replica search."""
+    from solvers.placement.tiering import replica_layout, replica_order
 
     spec = [(12192, 44, 5.54, 1.12), (1433001, 148, 32.94, 1.05), (331, 240, 13.36, 1.19), (107, 172, 6.49, 0.98),
             (45492923, 188, 36.67, 0.48), (35989849, 72, 25.25, 0.49), (184, 148, 4.53, 1.03), (2053794, 144, 36.16, 0.08),
@@ -311,7 +311,7 @@ def test_neuroshard_searches_around_replica_sets_when_asked() -> None:
 
 
 def test_a_replica_layout_that_does_not_fit_is_refused() -> None:
-    from solvers.tiering import replica_layout, replica_order
+    from solvers.placement.tiering import replica_layout, replica_order
 
     inst = spec_instance("tight", [(1_500_000, 64, 5.0, 1.0)] * 3, {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**9,
                                                                  "hardware": "a100"}, 4096)

@@ -15,7 +15,7 @@ from shardopt.core.ir import Instance, Plan, Shard, instance_from_dict, load_ins
 from shardopt.core.memory import table_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.catalog import get_solver
-from solvers.replan import carry_over, moved_bytes, replan
+from solvers.replan.replan import carry_over, moved_bytes, replan
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "instances" / "examples" / "small.json"

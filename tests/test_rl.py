@@ -18,7 +18,7 @@ from shardopt.core.ir import instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
 from solvers.catalog import get_solver, solver_names
-from solvers.rl_common import (
+from solvers.rl.common import (
     CHECKPOINT_DIR,
     FD,
     FT,
@@ -32,7 +32,7 @@ from solvers.rl_common import (
     mean_sampled_cost,
     rollout,
 )
-from solvers.rl_train import load_suite, train_policy
+from solvers.rl.train import load_suite, train_policy
 
 SUITES = ROOT / "instances" / "suites"
 EXAMPLES = ROOT / "instances" / "examples"
@@ -59,7 +59,7 @@ def tiny_suite(tmp_path_factory) -> Path:
 def _mod(algo: str):
     import importlib
 
-    return importlib.import_module(f"solvers.{algo}")
+    return importlib.import_module(f"solvers.rl.{algo}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def test_env_passes_gymnasium_checker():
     import gymnasium as gym
     from gymnasium.utils.env_checker import check_env
 
-    from solvers.rl_env import ENV_ID
+    from solvers.rl.env import ENV_ID
 
     check_env(gym.make(ENV_ID).unwrapped)
     env = gym.make(ENV_ID, instances=SUITES / "dreamshard-train", reward="step", max_devices=16)
@@ -79,7 +79,7 @@ def test_env_passes_gymnasium_checker():
 
 @pytest.mark.parametrize("reward", ["terminal", "step"])
 def test_env_episode_return_is_minus_plan_cost(reward, analytic):
-    from solvers.rl_env import PlacementEnv
+    from solvers.rl.env import PlacementEnv
 
     inst = load_instance(EXAMPLES / "small.json")
     env = PlacementEnv(inst, analytic, reward=reward)
@@ -104,7 +104,7 @@ def test_env_episode_return_is_minus_plan_cost(reward, analytic):
 
 
 def test_env_judge_gives_the_final_reward(analytic):
-    from solvers.rl_env import PlacementEnv
+    from solvers.rl.env import PlacementEnv
 
     inst = load_instance(EXAMPLES / "small.json")
     env = PlacementEnv(inst, analytic, judge=lambda instance, shards: 7.0)
@@ -116,7 +116,7 @@ def test_env_judge_gives_the_final_reward(analytic):
 
 
 def test_env_masks_devices_without_room_and_ends_on_invalid_actions(analytic):
-    from solvers.rl_env import PlacementEnv
+    from solvers.rl.env import PlacementEnv
 
     # 4 tables of 4,000 bytes (sgd: rows x dim x 4); device 0 holds 5,000 bytes, device 1 holds 20,000
     inst = instance_doc([(250, 4, 1.0)] * 4, [5_000, 20_000])
@@ -330,7 +330,7 @@ def test_table_too_big_for_a_policy_is_no_solution_not_infeasible(algo, analytic
 
 def test_policy_that_cannot_pack_gives_no_solution(analytic):
     """A policy that always prefers device 0, without the safe mask, on an instance it cannot pack that way."""
-    from solvers.dreamshard import DreamShardSolver
+    from solvers.rl.dreamshard import DreamShardSolver
 
     class Device0(NumpyPolicy):
         def step(self, state, ob):

@@ -17,7 +17,7 @@ from shardopt.core.ir import Instance, load_instance, plan_key
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus, StopReason
-from solvers.heuristics import SAFE_FALLBACK_MAX_PAIRS
+from solvers.heuristics.constructive import SAFE_FALLBACK_MAX_PAIRS
 from solvers.catalog import get_solver, solver_names, spec_of
 
 SUITES = Path(__file__).resolve().parents[1] / "instances" / "suites"

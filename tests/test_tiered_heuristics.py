@@ -16,7 +16,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import export_problems, rw_layout
 from solvers.catalog import get_solver
-from solvers.tiering import CACHE_LOAD_FACTORS, HIT_TARGET, cached_lookup_share, plan_tiers
+from solvers.placement.tiering import CACHE_LOAD_FACTORS, HIT_TARGET, cached_lookup_share, plan_tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 HEURISTICS = ["greedy", "size", "dim", "lookup", "size_lookup", "random", "round_robin"]
@@ -145,7 +145,7 @@ def test_greedy_places_every_committed_huge_and_tiered_instance(suite: str) -> N
 def test_neuroshard_is_not_seeded_with_a_row_wise_greedy_plan() -> None:
     """A table too big whole but not as column slices: greedy now answers row-wise, which is no seed for
     neuroshard's table-wise state (it became an invalid plan, a PlanError, before)."""
-    from solvers.neuroshard import PieceModel, _greedy_seed
+    from solvers.neuroshard.search import PieceModel, _greedy_seed
 
     inst = instance_from_dict(oversized(1.5))
     cm = get_cost_model("analytic")
@@ -174,7 +174,7 @@ def test_the_lean_layout_places_what_the_default_one_cannot(name: str) -> None:
     the default tiering (the coldest tables per byte to host memory, caches for 90 % of the lookups) leaves too little
     HBM or host memory; the lean layout (smallest caches, the largest tables to host memory first) packs, and greedy,
     neuroshard and cpsat all return valid plans from it."""
-    from solvers.tiering import plan_tiers
+    from solvers.placement.tiering import plan_tiers
 
     inst = load_instance(Path(__file__).resolve().parent / "data" / f"{name}.json")
     assert isinstance(plan_tiers(inst), str)  # the default layout does not fit
@@ -189,7 +189,7 @@ def test_the_row_wise_layout_over_all_devices_places_what_splits_within_a_host_c
     the oversized tables split within one host fill that host's HBM, so a later one fits no layout (579) or the rest
     do not pack (808); greedy then takes the layout that splits them over all devices, and neuroshard and cpsat plan
     from it (the 2026-11-25 benchmark lost both until this fallback existed)."""
-    from solvers.tiering import plan_tiers
+    from solvers.placement.tiering import plan_tiers
 
     inst = load_instance(Path(__file__).resolve().parent / "data" / f"{name}.json")
     assert not isinstance(plan_tiers(inst, within_host=False), str)
@@ -213,7 +213,7 @@ def test_a_cold_oversized_table_goes_to_host_memory_whole_where_that_is_cheaper(
     cache) beside the one that splits them by rows, and keep the cheaper plan: here the cold giant in host memory and
     every other table in HBM (the row-split layout pushed all 19 others to host memory: 3.57 ms against 1.00)."""
     from solvers.base import Stopwatch
-    from solvers.heuristics import GreedySolver
+    from solvers.heuristics.constructive import GreedySolver
 
     inst = _cold_giant()
     cm = get_cost_model("analytic")
@@ -252,7 +252,7 @@ def test_the_hbm_left_for_row_splits_goes_to_the_hotter_oversized_table(hot_firs
 
 
 def test_oversized_tables_coldest_per_byte_first_and_only_the_named_to_host_memory() -> None:
-    from solvers.tiering import oversized_tables
+    from solvers.placement.tiering import oversized_tables
 
     d = small_doc()
     cap = d["topology"]["memory_bytes"]
@@ -277,7 +277,7 @@ def test_only_the_cold_oversized_table_goes_to_host_memory() -> None:
     misses its cache. Only the cold one in host memory: TorchRec's plan for random-285 of bench_tiered (2.93 ms,
     ours 3.75 before). greedy packs that layout beside the others and keeps the cheapest."""
     from solvers.base import Stopwatch
-    from solvers.heuristics import GreedySolver
+    from solvers.heuristics.constructive import GreedySolver
 
     spec = [(58805592, 64, 2.29, 0.45), (28239029, 132, 31.63, 0.82), (2378792, 64, 22.24, 0.84), (1189, 108, 18.46, 0.81),
             (484, 220, 4.9, 0.91), (46765, 144, 5.07, 0.15), (15792264, 68, 34.72, 0.38), (7973274, 220, 27.85, 0.07),
@@ -312,7 +312,7 @@ def test_a_table_the_row_splits_left_no_room_for_goes_to_host_memory_whole() -> 
     inst = spec_instance("no-room-left", spec, {"num_devices": 16, "devices_per_host": 1, "hardware": "a100",
                                                  "memory_bytes": 9529378778, "host_memory_bytes": 9529378778}, 16384)
     from solvers.base import Stopwatch
-    from solvers.heuristics import GreedySolver
+    from solvers.heuristics.constructive import GreedySolver
 
     cm = get_cost_model("analytic")
     _, _, _, (packer, bound, placed, _, _, _), _ = GreedySolver()._tiered_pack(inst, cm, 0, Stopwatch(), None, False, retry_to_host=True)
@@ -337,7 +337,7 @@ def test_an_oversized_table_too_big_for_one_hosts_memory_goes_there_by_rows() ->
     neither fits one device's host memory whole, so greedy, neuroshard and cpsat found no plan; in the layout that
     sends the oversized tables to host memory (`oversized_to_host=True`), their row-wise blocks now go there behind
     HBM caches (TorchRec's plan does the same) and every solver places it."""
-    from solvers.tiering import plan_tiers
+    from solvers.placement.tiering import plan_tiers
 
     spec = [(11823927, 128, 28.86, 1.28), (14007, 256, 22.08, 1.02), (146664, 48, 6.84, 0.68), (169, 248, 32.1, 0.09),
             (496732, 108, 2.25, 1.34), (75198360, 136, 24.84, 0.71), (42443637, 128, 18.58, 0.59), (721378, 208, 26.25, 0.13),

@@ -1,5 +1,5 @@
 """`shardopt bound`: a certified lower bound of the analytic cost model over table- and column-wise plans
-(solvers.analytic_bound), and, with --plan, how far a plan can at most be from the best such plan."""
+(solvers.bound), and, with --plan, how far a plan can at most be from the best such plan."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[d
     from shardopt.measure.evaluate import hash_warning
     from shardopt.core.ir import load_plan
     from shardopt.core.plan_check import check_plan
-    from solvers.analytic_bound import plan_gap, uncovered_reason
+    from solvers.bound import plan_gap, uncovered_reason
 
     plan = load_plan(plan_path)
     warnings: list[str] = []
@@ -97,7 +97,7 @@ def bound(
     """A certified lower bound of the analytic plan cost: no table- or column-wise plan costs less."""
     with _guard(json_out):
         from shardopt.measure.evaluate import cost_model_label
-        from solvers.analytic_bound import BoundError, analytic_lower_bound
+        from solvers.bound import BoundError, analytic_lower_bound
 
         instance = _load_instance(instance_path)
         model = _analytic_model(cost_model, instance, models)

@@ -189,7 +189,7 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
 
 def _policy_trainer() -> Any:
     """`calibrate --with-policies`' trainer: the RL solvers' (the measure layer does not import the solvers)."""
-    from solvers.rl_train import train_policies_for
+    from solvers.rl.train import train_policies_for
 
     return train_policies_for
 

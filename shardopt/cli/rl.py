@@ -71,8 +71,8 @@ def train_cmd(
             os.environ.setdefault("OPENBLAS_NUM_THREADS", str(threads))
             os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         from costmodels.registry import get_cost_model
-        from solvers.rl_common import RLTrainError, TrainSettings
-        from solvers.rl_train import load_suite, train_policy
+        from solvers.rl.common import RLTrainError, TrainSettings
+        from solvers.rl.train import load_suite, train_policy
 
         if out.suffix != ".pt":
             raise CLIError(f"--out: {out} should end in .pt (the inference export is written beside it as {out.with_suffix('.npz').name})")

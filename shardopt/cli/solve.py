@@ -213,7 +213,7 @@ def _replan(solver_obj: Any, instance: Any, model: Any, from_plan: Path, max_mov
             time_limit: float | None, seed: int) -> Any:
     from shardopt.core.ir import load_plan
     from shardopt.core.memory import table_bytes_array
-    from solvers.replan import replan
+    from solvers.replan.replan import replan
 
     old = load_plan(from_plan)
     budget = None if max_moved is None else _parse_moved_budget(max_moved, int(table_bytes_array(instance).sum()))
@@ -235,7 +235,7 @@ def _replan_line(info: dict[str, Any]) -> str:
 def _fallback_line(info: dict[str, Any]) -> str | None:
     """A heuristic that ran out of memory in its own order says so, and which fallback placed the tables (a plan
     from a memory-first pass is not the rule the user asked for)."""
-    from solvers.heuristics import FALLBACK_STAGES
+    from solvers.heuristics.constructive import FALLBACK_STAGES
 
     if not info.get("fallback_used") or not info.get("failures"):
         return None

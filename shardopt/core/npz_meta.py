@@ -1,6 +1,6 @@
 """Small trained weights on disk: float32 arrays plus a JSON `meta` record in one `.npz`.
 
-The neural cost models (costmodels/neural.py) and the RL policies (solvers/rl_common.py) ship their weights this way:
+The neural cost models (costmodels/neural.py) and the RL policies (solvers/rl/common.py) ship their weights this way:
 no pickle (allow_pickle=False, so a weights file cannot run code), a `kind` in the record so one kind of file is never
 loaded as another, and an atomic write (a crash mid-save leaves the old file).
 """

@@ -95,7 +95,7 @@ def build_reports(rows: list[dict[str, Any]], bounds: dict[tuple[str, str], floa
                 if best[k] is not None and c <= best[k] * (1 + 1e-9):
                     wins += 1
                 if bound[k]:
-                    gaps.append((c - bound[k]) / c)  # (shardopt bound's and solve's definition: solvers.analytic_bound.plan_gap)
+                    gaps.append((c - bound[k]) / c)  # (shardopt bound's and solve's definition: solvers.bound.plan_gap)
                     gap_points.append({"solver": s, "pair": pair_index[k], "gap": (c - bound[k]) / c})
             stats.append(SolverStats(
                 solver=s, runs=len(mine), failed=sum(r["max_cost_ms"] is None for r in mine),

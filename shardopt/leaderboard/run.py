@@ -236,10 +236,10 @@ def run_leaderboard(
 
 
 def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_limit: float) -> dict[str, Any]:
-    """The certified analytic bound of one instance (solvers.analytic_bound), as a row of the bounds table."""
+    """The certified analytic bound of one instance (solvers.bound), as a row of the bounds table."""
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import load_instance
-    from solvers.analytic_bound import analytic_lower_bound
+    from solvers.bound import analytic_lower_bound
 
     row: dict[str, Any] = {"suite": suite, "instance_file": Path(path).name, "instance_hash": instance_hash,
                            "cost_model": cost_model, "kind": BOUND_KIND, "time_limit": time_limit, "code_version": code_version()}
@@ -250,7 +250,7 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", time_s=time.perf_counter() - start)
     else:
         ok = b.status != "infeasible"
-        weak = "HiGHS proved nothing in time: the table-cut bound alone (solvers.analytic_bound.table_cut_bound)"
+        weak = "HiGHS proved nothing in time: the table-cut bound alone (solvers.bound.table_cut_bound)"
         row.update(status=b.status, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
                    reason=b.reason if not ok else (weak if b.source == "table cuts" else None))
     row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

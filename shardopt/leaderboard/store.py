@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS bounds (
     UNIQUE (instance_hash, cost_model, kind)
 )
 """
-BOUND_KIND = "analytic"  # solvers.analytic_bound: every table- and column-wise plan, analytic model
+BOUND_KIND = "analytic"  # solvers.bound: every table- and column-wise plan, analytic model
 BOUND_COLUMNS = ("suite", "instance_file", "instance_hash", "cost_model", "kind", "value_ms", "status", "reason", "covers",
                  "time_limit", "time_s", "code_version", "created_at")
 

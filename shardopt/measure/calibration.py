@@ -156,7 +156,7 @@ class CalibrationResult:
 Progress = Callable[[str, int, int], None]  # (stage description, done, total)
 Proposer = Callable[[Instance, Any], list[tuple[str, Any]]]  # (instance, cost model) -> [(solver name, Plan), ...]
 # (algos, targets, model, out dir, deadline (time.monotonic()), seed, episodes, progress) -> outcomes with .algo,
-# .export (the kept policy file, or None), .detail, .seconds, .cut: solvers.rl_train.train_policies_for
+# .export (the kept policy file, or None), .detail, .seconds, .cut: solvers.rl.train.train_policies_for
 PolicyTrainer = Callable[..., list[Any]]
 
 
@@ -283,7 +283,7 @@ def calibrate_machine(
 ) -> CalibrationResult:
     """Run (or resume) the calibration of this machine within `budget_s` seconds and register its model. With
     `targets` and `rounds`, close the loop on the plans `propose` makes for them (module docstring). With `policies`
-    (dreamshard, autoshard) and `targets`, `train_policies` (solvers.rl_train.train_policies_for: the solvers are
+    (dreamshard, autoshard) and `targets`, `train_policies` (solvers.rl.train.train_policies_for: the solvers are
     not this layer's to import) trains those RL policies on the calibrated model for the targets; the card carries
     each one that beats the shipped policy there."""
     from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
@@ -463,7 +463,7 @@ def calibrate_machine(
     if policies:
         chosen = NeuralCostModel(neural_file) if preferred == "neural" else get_cost_model(f"analytic:{profile_file}")
         if train_policies is None:
-            raise CalibrationError("--with-policies: no policy trainer was given (the CLI passes solvers.rl_train.train_policies_for)")
+            raise CalibrationError("--with-policies: no policy trainer was given (the CLI passes solvers.rl.train.train_policies_for)")
         for outcome in train_policies(policies, targets, chosen, work / "policies", t0 + budget_s, settings.seed,
                                       policy_episodes, progress):
             stages.append(StageRecord(f"policy {outcome.algo}", outcome.seconds, outcome.detail, cut=outcome.cut))

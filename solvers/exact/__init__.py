@@ -1,7 +1,7 @@
 """Exact solvers: the min-max assignment with hard memory capacities, solved by CP-SAT or a MILP solver under a
 linearisation of the cost model, re-linearised around every better plan.
 
-Model (one binary x[t, d] per table and device where the table fits; solvers.linearize for the cost terms)::
+Model (one binary x[t, d] per table and device where the table fits; solvers.exact.linearize for the cost terms)::
 
     minimise z
     sum_d x[t, d] = 1                                   every table on exactly one device

@@ -23,8 +23,8 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance
 from shardopt.core.memory import table_bytes_array
-from solvers.linearize import Linearization
-from solvers.split_items import Items
+from solvers.exact.linearize import Linearization
+from solvers.placement.split_items import Items
 
 
 class _Bound(CostModel):

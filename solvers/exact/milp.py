@@ -24,7 +24,7 @@ import numpy as np
 from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
-from solvers.linearize import Linearization
+from solvers.exact.linearize import Linearization
 
 MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
 

@@ -44,13 +44,13 @@ from solvers.exact.formulation import (
 )
 from solvers.exact.milp import solve_cbc, solve_highs
 from solvers.exact.neural_head import neural_head_extra
-from solvers.heuristics import DimSolver, GreedySolver, LookupSolver, RoundRobinSolver, SizeLookupSolver, SizeSolver
-from solvers.linear_search import linear_local_search
-from solvers.linearize import COMM_FORMS, Linearization, linearize
-from solvers.placement_polish import polish_placements
+from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolver, RoundRobinSolver, SizeLookupSolver, SizeSolver
+from solvers.exact.linear_search import linear_local_search
+from solvers.exact.linearize import COMM_FORMS, Linearization, linearize
+from solvers.placement.polish import polish_placements
 from solvers.options import OptionError, option, power_of_two
 from solvers.progress import report
-from solvers.split_items import Items, build_items, split_candidates, split_counts
+from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
 
 DEFAULT_TIME_LIMIT = 60.0
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
@@ -62,7 +62,7 @@ DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
 DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
 # with splits and the analytic model: the plan of shardopt bound's relaxation (HiGHS) is a warm start, found within
-# this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.analytic_bound)
+# this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.bound)
 DEFAULT_RELAXATION_SHARE = 0.3
 RELAXATION_MAX_PAIRS = 2_000
 # large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
@@ -74,7 +74,7 @@ DEFAULT_TIERED_SHARE = 0.3  # beyond table-wise HBM: NeuroShard's tiered plan as
 # each heuristic warm start may use this share of the limit: they finish in milliseconds on most instances, but packing a
 # tight tiered instance of 100-160 tables on 16 devices took greedy 3.5 s, twice, where the limit was 2 s
 HEURISTIC_START_SHARE = 0.2
-DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.linear_search) within this share of the time left
+DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.exact.linear_search) within this share of the time left
 SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
 
 BACKENDS = {"cpsat": solve_cpsat, "cbc": solve_cbc, "highs": solve_highs}
@@ -249,10 +249,10 @@ class ExactSolver(Solver):
     def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float,
                     cost_model: CostModel | None = None) -> list[dict[str, Any]]:
         """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
-        (`solvers.neuroshard.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
+        (`solvers.neuroshard.search.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
         analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
         NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
-        from solvers.neuroshard import NeuroShardSolver, presplit_plan
+        from solvers.neuroshard.search import NeuroShardSolver, presplit_plan
 
         model = _Bound(bm, label)
         out = []
@@ -312,8 +312,8 @@ class ExactSolver(Solver):
         loop with its row-wise and host-memory shards fixed as every device's base (solvers.exact.tiered)."""
         from shardopt.core.feasibility import tiered_infeasibility_reason
         from solvers.exact.tiered import split_tiered
-        from solvers.heuristics import GreedySolver
-        from solvers.neuroshard import NeuroShardSolver
+        from solvers.heuristics.constructive import GreedySolver
+        from solvers.neuroshard.search import NeuroShardSolver
 
         if tiered_infeasibility_reason(instance) is not None or self.exact_neural or not self.tiered:
             return unplaceable(self, instance, reason, clock, self._placements())
@@ -656,11 +656,11 @@ class ExactSolver(Solver):
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
 
     def _per_type_polish(self, run: _Run, shards: list[Shard]) -> tuple[list[Shard], int, float]:
-        """NeuroShard's device polish (moves and swaps of pieces, solvers.neuroshard) on a plan of whole tables and
+        """NeuroShard's device polish (moves and swaps of pieces, solvers.neuroshard.search) on a plan of whole tables and
         column pieces, under the full model: the linear model prices each collective apart too, but is exact only at
         its expansion point, and the polish moves what the judge (not the linearisation) says pays. Kept only where
         the judge says it is cheaper. (plan, moves, its cost)."""
-        from solvers.neuroshard import NeuroShardConfig, _device_polish
+        from solvers.neuroshard.search import NeuroShardConfig, _device_polish
 
         before = float(run.bm.plan_costs(shards).max_cost)
         polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.clock, run.budget)
@@ -671,7 +671,7 @@ class ExactSolver(Solver):
 
     def _row_splits(self, run: _Run, shards: list[Shard], status: SolveStatus, lower: float | None) -> tuple[list[Shard], SolveStatus, float | None]:
         """Row-wise / table-row-wise splits of tables on the bottleneck device where the cost model says they pay
-        (solvers.placement_polish): a table too hot for one device that column pieces cannot balance. The linear
+        (solvers.placement.polish): a table too hot for one device that column pieces cannot balance. The linear
         model and its bounds know only table- and column-wise placements, so a plan with a split is never `optimal`
         and its bound is dropped (kept in info as `table_column_wise_bound`: a split plan may be below it)."""
         split, got = polish_placements(run.instance, run.bm, shards, row_wise=True, clock=run.clock, deadline=run.budget)
@@ -686,7 +686,7 @@ class ExactSolver(Solver):
         self, bm: BoundCostModel, lin: Linearization, items: Items, caps: np.ndarray, best: np.ndarray, best_cost: float,
         seed: int, time_limit: float, info: dict[str, Any], iteration: int,
     ) -> tuple[np.ndarray, float] | None:
-        """A local search of the linear model around `best` (solvers.linear_search); the plans along its path judged
+        """A local search of the linear model around `best` (solvers.exact.linear_search); the plans along its path judged
         by the full model. Returns a better plan and its full cost, or None. Each search is a row of
         info["local_searches"]."""
         res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL)
@@ -705,10 +705,10 @@ class ExactSolver(Solver):
         return (plan, full) if plan is not None else None
 
     def _certified_bound(self, instance: Instance, cost_model: CostModel, budget: float, clock: Stopwatch, info: dict[str, Any]) -> float | None:
-        """The analytic model's certified bound (solvers.analytic_bound) within CERTIFIED_BOUND_SHARE of the time
+        """The analytic model's certified bound (solvers.bound) within CERTIFIED_BOUND_SHARE of the time
         limit, for large models, where the linear model's only bound is the weak table cuts. None for another cost
         model or when nothing finite was proven."""
-        from solvers.analytic_bound import BoundError, analytic_lower_bound
+        from solvers.bound import BoundError, analytic_lower_bound
 
         t0 = clock.elapsed
         try:
@@ -824,7 +824,7 @@ class ExactSolver(Solver):
 
 
 def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostModel, time_limit: float) -> dict[str, Any] | None:
-    """The plan of `shardopt bound`'s relaxation (solvers.analytic_bound: HiGHS's best solution of the MILP whose
+    """The plan of `shardopt bound`'s relaxation (solvers.bound: HiGHS's best solution of the MILP whose
     optimum bounds every table- and column-wise plan, itself a plan of any 4-aligned column widths) as a warm start,
     judged by the full model; None for a cost model other than the analytic one or a model of more than
     RELAXATION_MAX_PAIRS (table, device) pairs (there the bound takes its symmetric LP, which has no plan).
@@ -838,7 +838,7 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
     neither the dyadic items nor NeuroShard's halvings reach (bench_tiered random-505, 16 GH200s at 83 % of HBM:
     NeuroShard's pieces do not pack and it splits tables by rows, 0.285 ms; the relaxation's plan at 10 s, 0.212;
     TorchRec 0.234; simulated)."""
-    from solvers.analytic_bound import BoundError, analytic_lower_bound
+    from solvers.bound import BoundError, analytic_lower_bound
 
     if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:
         return None

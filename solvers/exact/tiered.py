@@ -2,7 +2,7 @@
 host-memory shards held where they are.
 
 Why this way: where no table- or column-wise HBM plan exists (a table larger than every device, or tables beyond
-the cluster's HBM), a plan needs row-wise splits and host-memory (UVM) tables, chosen by `solvers.tiering` and placed
+the cluster's HBM), a plan needs row-wise splits and host-memory (UVM) tables, chosen by `solvers.placement.tiering` and placed
 by the heuristics and NeuroShard. The exact model (whole tables and dyadic column pieces, one count per item and
 device) cannot express a row-wise block or a second memory tier, but it can place the rest exactly: the tables that
 a tiered plan keeps whole (or in column pieces) in HBM, which carry most of the compute. So the start plan is split

@@ -23,7 +23,7 @@ How a plan is found (`replan`), for any solver:
    (the plan cost, with `move_weight` plus that many ms per GiB moved) and keep the moved bytes within
    `max_moved_bytes`; from the scratch plan first the tables whose return saves the most bytes per ms of cost are
    moved back until the budget holds; then single shards moved off the bottleneck or swapped with a shard
-   elsewhere (solvers.plan_moves), priced the same way; the two searches alternate until neither improves.
+   elsewhere (solvers.placement.plan_moves), priced the same way; the two searches alternate until neither improves.
 The best plan by the objective within the budget is returned, with its moved bytes and the scratch plan's cost.
 """
 
@@ -41,7 +41,7 @@ from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
-from solvers.placement_polish import comm_totals, table_contribution
+from solvers.placement.polish import comm_totals, table_contribution
 
 GIB = float(2**30)
 
@@ -351,11 +351,11 @@ class _ShardMoved:
 
 
 def _shard_search(st: _State, budget: int | None, clock: Stopwatch, deadline: float | None) -> int:
-    """Single shards moved off the bottleneck device, or swapped with a shard elsewhere (solvers.plan_moves: both
+    """Single shards moved off the bottleneck device, or swapped with a shard elsewhere (solvers.placement.plan_moves: both
     memory tiers checked, pieces of one table kept apart), the best change of the first shard that has an improving
     one taken, while the objective improves and the moved bytes stay within the budget. Finer than the whole-table
     moves of `_local_search`: a column piece can leave without its sibling, and a swap frees room a move lacks."""
-    from solvers.plan_moves import PlanShards
+    from solvers.placement.plan_moves import PlanShards
 
     ps = PlanShards(st.instance, st.bm, st.shards())
     mv = _ShardMoved(st, ps.shards)
@@ -582,7 +582,7 @@ def replan(
     """A plan for `instance` from `old` (module docstring): within `max_moved_bytes` (None: any) and minimising the
     predicted cost plus `move_weight` ms per GiB moved. The result's info has the moved bytes, the scratch plan's
     cost and moves, and what was carried over."""
-    from solvers.neuroshard import default_budget
+    from solvers.neuroshard.search import default_budget
 
     if max_moved_bytes is not None and max_moved_bytes < 0:
         raise ValueError(f"max_moved_bytes: {max_moved_bytes} is negative")

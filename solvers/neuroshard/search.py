@@ -29,12 +29,12 @@ docs/benchmarks.md:
 Beyond HBM (issue 17): where table-wise and column-wise placements in HBM cannot hold the instance (or the search
 over them found no plan, even when the time limit ended it: greedy's tiered plan is still an answer, where before
 a 2 s limit returned none on 3 of 200 random instances that TorchRec and greedy placed), the same search
-runs within the heuristics' tiered layouts (solvers.tiering: every layout greedy packed, its cheapest first and the
+runs within the heuristics' tiered layouts (solvers.placement.tiering: every layout greedy packed, its cheapest first and the
 cheapest that splits the oversized tables the other way second, each searched and polished, the cheapest plan
 kept: greedy's packed cost ranks them poorly, `tiered_layouts`): the row-wise tables' blocks
 are every device's background from the start, the UVM tables are pieces in their tier (HBM and host bytes, the
 cache's miss share in their state), and the search chooses devices and column splits for the packed tables under
-both capacities (`PieceModel`, docs/placements.md). After the search, the placement polish (solvers.placement_polish)
+both capacities (`PieceModel`, docs/placements.md). After the search, the placement polish (solvers.placement.polish)
 chooses how tables are held: caches and HBM moves in a tiered layout, data-parallel replicas (`data_parallel`: in
 tiered layouts by default; on HBM instances opt-in, since the one measured check found a replica plan the model
 prefers 66 % slower on the cpu judge, docs/benchmarks.md), and (`row_wise`, on by default)
@@ -63,12 +63,12 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
-from solvers.completion import completion_mask
-from solvers.heuristics import GreedySolver
-from solvers.placement_polish import describe_placements, layout_of, polish_placements
+from solvers.placement.completion import completion_mask
+from solvers.heuristics.constructive import GreedySolver
+from solvers.placement.polish import describe_placements, layout_of, polish_placements
 from solvers.options import option, options_as_dict
 from solvers.progress import report
-from solvers.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
+from solvers.placement.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
@@ -137,7 +137,7 @@ class GridResult:
 class PieceModel:
     """Per-piece states, widths, bytes and single costs of one instance, cached across beam states.
 
-    With a `layout` (solvers.tiering: the instance does not fit table-wise / column-wise in HBM), the pieces are
+    With a `layout` (solvers.placement.tiering: the instance does not fit table-wise / column-wise in HBM), the pieces are
     the packed tables and their column slices, each in its table's memory tier (kernel and cache: its state prices
     the cache misses, its bytes are split between HBM and host memory), and the row-wise tables' fixed shards are
     every device's background: their state, pooled width and bytes are on the devices before any piece is placed.
@@ -255,7 +255,7 @@ def grid_greedy(
     same devices: `group` tracks which lanes are still identical, and the cost model is asked once per group (the
     lanes split when their choices differ). Same results as asking per lane, several times fewer rows.
 
-    `safe`: each piece only where the state's remaining pieces still fit by worst fit (solvers.completion, greedy's
+    `safe`: each piece only where the state's remaining pieces still fit by worst fit (solvers.placement.completion, greedy's
     `primary_safe`): for tight instances whose cost-ordered grid fills the devices so that a large piece left for
     later fits nowhere (huge-test-s1-0010: 41.5 GB of tables in 46.2 GB of HBM, a 24.7 GB table in quarters; no lane
     packed, and the search fell back to splitting it by rows: 1.545 ms, where cpsat's column-wise plan is 1.237)."""
@@ -965,7 +965,7 @@ class NeuroShardSolver(Solver):
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         """The search over table-wise and column-wise placements in HBM; where those cannot hold the instance (or
-        the search finds no plan that fits), the same search within a tiered layout (solvers.tiering: row-wise
+        the search finds no plan that fits), the same search within a tiered layout (solvers.placement.tiering: row-wise
         tables fixed over all devices, cold tables in host memory behind HBM caches). Never less than its seed: where
         the search ends without a plan (its budget spent before the first state was scored on a large tight instance)
         and greedy places the instance, greedy's plan is the answer."""
@@ -1189,7 +1189,7 @@ class NeuroShardFaithfulSolver(NeuroShardSolver):
 def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, data_parallel: bool,
                        clock: Stopwatch, deadline: float | None, timed_out: bool, rounds: int = 3) -> tuple[list[Shard], dict[str, Any], bool]:
     """Cost-driven caches, HBM moves and (with `data_parallel`) replicas on the searched plan
-    (solvers.placement_polish), then, while that changed something, the device polish again under the new tiers
+    (solvers.placement.polish), then, while that changed something, the device polish again under the new tiers
     (a table whose cache grew may now be better elsewhere). Row splits (`row_wise`) come in a second phase, once the
     other moves and the device polish have converged: a split taken early fixes the table's shards on every device,
     and the device polish can no longer move it (on random-1 of bench_tiered, splitting first ended 2.8 % worse).

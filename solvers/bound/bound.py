@@ -13,12 +13,12 @@ from typing import Any
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
-from solvers.analytic_bound.context import AnalyticRelaxation
-from solvers.analytic_bound.milp import _pairs, build_relaxation
-from solvers.analytic_bound.solve import _solve_highs, relaxation_plan
-from solvers.analytic_bound.symmetric import devices_interchangeable, symmetric_lp_bound
-from solvers.analytic_bound.table_cuts import table_cut_bound
-from solvers.analytic_bound.terms import BoundError, ShardTerms
+from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.milp import _pairs, build_relaxation
+from solvers.bound.solve import _solve_highs, relaxation_plan
+from solvers.bound.symmetric import devices_interchangeable, symmetric_lp_bound
+from solvers.bound.table_cuts import table_cut_bound
+from solvers.bound.terms import BoundError, ShardTerms
 
 COVERS = (
     "every plan of table-wise and column-wise shards in HBM (any split into shards whose widths are multiples of "

@@ -2,7 +2,7 @@
 back in HBM, and small tables replicated data-parallel, each kept only where the cost model says the plan gets
 cheaper and both memory tiers have room.
 
-Why: the tiering layout (solvers.tiering) is model-free: it moves the coldest tables per byte to host memory and
+Why: the tiering layout (solvers.placement.tiering) is model-free: it moves the coldest tables per byte to host memory and
 gives each the smallest cache that serves 90 % of its lookups, and it leaves 10 % of every device's HBM free for
 the packer. After the packing, that slack is better spent where it pays most: TorchRec's
 `EmbeddingOffloadScaleupProposer` grows the UVM tables' caches while HBM allows, ranked by the tables' access
@@ -50,7 +50,7 @@ from costmodels.hierarchical import OUTPUT_DIST_ORDER, table_comm_widths
 from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
 from solvers.base import Stopwatch
-from solvers.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout, row_wise_shards
+from solvers.placement.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout, row_wise_shards
 
 POLISH_LOAD_FACTORS = tuple(sorted(set(CACHE_LOAD_FACTORS) | {0.75}))  # the caches a table may grow to
 REL_EPS = 1e-9  # an improvement must exceed this share of the plan cost
@@ -456,7 +456,7 @@ def layout_of(instance: Instance, shards: list[Shard]) -> TieredLayout:
 
 def describe_placements(instance: Instance, shards: list[Shard]) -> tuple[dict[str, int], dict[str, str]]:
     """(count per placement kind, each table's kind where it is not table- or column-wise in HBM) of a plan, in
-    the words of solvers.tiering's TableTier.describe ('row-wise, HBM', 'table-wise, host memory + HBM cache
+    the words of solvers.placement.tiering's TableTier.describe ('row-wise, HBM', 'table-wise, host memory + HBM cache
     (0.2 of rows)', 'data-parallel, HBM')."""
     tables = {t.name: t for t in instance.tables}
     groups: dict[str, list[Shard]] = {}

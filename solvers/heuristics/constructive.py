@@ -16,7 +16,7 @@ device and carried on). Each solver is a *device rule* (which of the devices wit
 
 Fallback: when the primary pass finds no device with room for some table, `greedy` retries its own order and cost
 rule with a completion check (`primary_safe`: only devices after which the remaining tables still fit by worst fit,
-`solvers.completion`; the RL policies' safe mask), which keeps the pass cost-driven, and also runs the bytes order
+`solvers.placement.completion`; the RL policies' safe mask), which keeps the pass cost-driven, and also runs the bytes order
 with its cost rule (`memory_order`); of the two plans it keeps the cheaper by its cost model (on the committed test
 suites the retry wins on 9 of 9 fallback instances, on one tight production instance the bytes order does). That
 costs two complete passes, so by default greedy does it only up to SAFE_FALLBACK_MAX_PAIRS table-device pairs (the
@@ -31,7 +31,7 @@ is NP-hard, so this is the solver's failure, not a proof that the instance is in
 returned when shardopt.core.feasibility proves it).
 
 Beyond table-wise HBM: when no table-wise HBM plan can exist (a table larger than every device, or tables beyond
-the cluster's HBM), solvers.tiering first splits the oversized tables row-wise over all devices and moves the
+the cluster's HBM), solvers.placement.tiering first splits the oversized tables row-wise over all devices and moves the
 coldest tables to host memory (UVM, with an HBM cache); the packing loop then places every other table as above,
 each where both its HBM bytes and its host bytes have room.
 """
@@ -50,9 +50,9 @@ from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
-from solvers.completion import completion_mask
+from solvers.placement.completion import completion_mask
 from solvers.options import option
-from solvers.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
+from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
 SAFE_FALLBACK_MAX_PAIRS = 20_000
@@ -391,7 +391,7 @@ class HeuristicSolver(Solver):
                      within_host: bool, lean: bool = False, to_host: bool | frozenset[int] = False,
                      retry_to_host: bool = False, start: TieredLayout | str | None = None, headroom: float = HEADROOM,
                      ) -> str | tuple[TieredLayout, bool, set[int], tuple, bool | frozenset[int]]:
-        """The tiered layout (solvers.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
+        """The tiered layout (solvers.placement.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
         `_pack` returned, the tables sent to host memory whole), or why no layout could be made. A table no device had
         room for goes row-wise too (with `retry_to_host`: first to host memory whole, behind a cache, as TorchRec
         offloads a cold mid-sized table that the row-wise blocks of the big ones left no device room for:

@@ -1,4 +1,4 @@
-"""The relaxation's closed-form inequalities, each a function of the terms (solvers.analytic_bound.terms) alone:
+"""The relaxation's closed-form inequalities, each a function of the terms (solvers.bound.terms) alone:
 the lower convex hull of the sector waste, the cache-hit bound (the dual of the fractional knapsack: its
 multipliers and slopes), and the all-to-all as a max of linear pieces (`comm_pieces`, `comm_floor`).
 Proofs: docs/analytic-bound.md.
@@ -13,7 +13,7 @@ import numpy as np
 
 from costmodels.analytic import BoundAnalytic, sector_bytes
 from shardopt.core.ir import DIM_ALIGNMENT
-from solvers.analytic_bound.terms import ShardTerms
+from solvers.bound.terms import ShardTerms
 
 ROUNDOFF = 1e-12  # relative float round-off treated as zero in the cache rows
 MAX_MULTIPLIERS = 64  # knapsack multipliers (lam) per device: rows of the cache bound

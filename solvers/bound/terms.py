@@ -2,7 +2,7 @@
 the parts the relaxation can express linearly, derived from the analytic model's constants and then *checked*
 against `BoundAnalytic.shard_states` for every table at every shard width (`_verify_terms`).
 
-The leaf of the package: every other module of solvers.analytic_bound imports from it, it imports none of them.
+The leaf of the package: every other module of solvers.bound imports from it, it imports none of them.
 """
 
 from __future__ import annotations
@@ -145,6 +145,6 @@ def _verify_terms(bm: BoundAnalytic, terms: ShardTerms) -> None:
     ok &= np.allclose(model[:, 1], BWD_LAUNCHES * launch + np.maximum(floor, bwd), rtol=_VERIFY_RTOL, atol=1e-15)
     if not ok:
         raise BoundError(
-            "the analytic cost model no longer matches the bound's coefficients (solvers/analytic_bound/terms.py): "
+            "the analytic cost model no longer matches the bound's coefficients (solvers/bound/terms.py): "
             "refusing to report a bound of a model it does not reproduce"
         )

@@ -13,8 +13,8 @@ import numpy as np
 
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan
-from solvers.analytic_bound.context import AnalyticRelaxation
-from solvers.analytic_bound.milp import _Layout, _Model, _symmetry_classes, build_relaxation
+from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.milp import _Layout, _Model, _symmetry_classes, build_relaxation
 
 MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
 

@@ -2,7 +2,7 @@
 *estimated* MDP (a cost model stands in for the GPU), alternating with cost-network updates on judged plans.
 
 Policy: for the next table (tables in DreamShard's order: predicted single-table cost, descending), every device d
-is scored by one MLP on [table features, device-d features] (solvers.rl_common.TABLE_FEATURES / DEVICE_FEATURES:
+is scored by one MLP on [table features, device-d features] (solvers.rl.common.TABLE_FEATURES / DEVICE_FEATURES:
 the device's predicted compute and comm, the device's and the plan's predicted cost if the table went there, its
 memory); a softmax over the devices with room (and, with the safe mask, a completion) gives the action. The weights
 do not depend on the device count, so one policy serves 4, 8 or 128 devices.
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import CostModel
-from solvers.rl_common import (
+from solvers.rl.common import (
     FD,
     FT,
     Context,

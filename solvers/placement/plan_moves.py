@@ -2,7 +2,7 @@
 different devices swapped.
 
 Why a module of its own: explaining a plan (`solvers.explain`) lists the best few changes a user could make by hand,
-and re-planning (`solvers.replan`) searches with the same changes under a budget of bytes moved. Both ask the same
+and re-planning (`solvers.replan.replan`) searches with the same changes under a budget of bytes moved. Both ask the same
 questions of any plan - any shard kind and memory tier, since a shard's state does not depend on its device - so
 the answer lives here once: every device's summed state, pooled width, replica comm and bytes per tier, and all the
 moves (or all the swaps) of one shard costed in one batched call of the cost model.

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
-from solvers.analytic_bound.context import AnalyticRelaxation
-from solvers.analytic_bound.inequalities import comm_pieces
-from solvers.analytic_bound.table_cuts import table_cut_lines
-from solvers.analytic_bound.terms import ShardTerms
+from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.inequalities import comm_pieces
+from solvers.bound.table_cuts import table_cut_lines
+from solvers.bound.terms import ShardTerms
 
 MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
 

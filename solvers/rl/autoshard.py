@@ -2,7 +2,7 @@
 
 The LSTM reads the table sequence (DreamShard's order, predicted single-table cost descending, so that both RL
 solvers see the same sequence): its input at each step is the table's features and a device-count-free summary of
-the cluster (mean and max over devices of the device features, solvers.rl_common.DEVICE_FEATURES). The actor
+the cluster (mean and max over devices of the device features, solvers.rl.common.DEVICE_FEATURES). The actor
 scores each device with an MLP on [LSTM state, table features, device features] (the published actor had one
 output per device, which ties a policy to one device count; a per-device scorer keeps the LSTM context and works for
 4, 8 or 128 devices); a softmax over the valid devices (room, and with the safe mask a completion) gives the action.
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.rl_common import (
+from solvers.rl.common import (
     FAIL_COST,
     FD,
     FT,

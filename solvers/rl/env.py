@@ -4,14 +4,14 @@ An episode places the tables of one instance (drawn from the env's instances wit
 `reset`) one at a time, in DreamShard's order (predicted single-table cost, descending; `order="bytes"` for bytes
 descending). Each step's observation (a Dict) is:
 
-- ``table`` [FT]: the next table's features (solvers.rl_common.TABLE_FEATURES);
+- ``table`` [FT]: the next table's features (solvers.rl.common.TABLE_FEATURES);
 - ``devices`` [max_devices, FD]: each device's state summary (predicted compute, comm and total cost, memory left,
-  and the device's and the plan's cost if the table went there: solvers.rl_common.DEVICE_FEATURES), zero-padded;
+  and the device's and the plan's cost if the table went there: solvers.rl.common.DEVICE_FEATURES), zero-padded;
 - ``device_mask`` [max_devices]: 1 for the instance's devices;
 - ``action_mask`` [max_devices]: 1 for the valid actions (also `action_masks()`, as sb3-contrib's MaskablePPO asks).
 
 The action is a device index. A device is valid when the table fits in its free memory; with `safe_mask=True` it
-must also leave a completion (see solvers.rl_common). An invalid action ends the episode (`terminated`, reward
+must also leave a completion (see solvers.rl.common). An invalid action ends the episode (`terminated`, reward
 -`invalid_penalty`, ``info["invalid_action"]``); so does a table that fits on no device (``info["failed"]``, reward
 -`FAIL_COST`).
 
@@ -37,10 +37,10 @@ from gymnasium import spaces
 
 from costmodels.base import CostModel
 from shardopt.core.ir import Instance, Shard
-from solvers.rl_common import FAIL_COST, FD, FT, Context, Lanes, Observation
+from solvers.rl.common import FAIL_COST, FD, FT, Context, Lanes, Observation
 
 ENV_ID = "shardopt/Placement-v0"
-DEFAULT_INSTANCE = Path(__file__).resolve().parents[1] / "instances" / "examples" / "small.json"
+DEFAULT_INSTANCE = Path(__file__).resolve().parents[2] / "instances" / "examples" / "small.json"
 OBS_BOUND = 100.0  # features are clipped to +-this (they are O(1): costs in units of the instance's scale)
 Judge = Callable[[Instance, list[Shard]], float]
 
@@ -207,4 +207,4 @@ def _instances(spec: Instance | Sequence[Instance] | str | Path | None) -> list[
 
 
 if ENV_ID not in gym.registry:
-    gym.register(id=ENV_ID, entry_point="solvers.rl_env:PlacementEnv")
+    gym.register(id=ENV_ID, entry_point="solvers.rl.env:PlacementEnv")

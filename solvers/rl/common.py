@@ -18,10 +18,10 @@ split), so one policy serves any table count, device count and cost model:
 
 Masks: a device is valid when the table fits in its free memory; with `safe=True` (the policies' default) it must
 also leave a completion: the remaining tables (bytes descending) must still fit by worst-fit from the state after
-the move (`solvers.completion.completion_mask`, shared with the heuristics' completion-checked pass). When no valid
+the move (`solvers.placement.completion.completion_mask`, shared with the heuristics' completion-checked pass). When no valid
 device passes the check the plain room mask is used. A lane whose table fits on no device fails at that step.
 
-numpy only: torch is imported by the training code (`solvers.rl_train`, `solvers.dreamshard`, `solvers.autoshard`) and to
+numpy only: torch is imported by the training code (`solvers.rl.train`, `solvers.rl.dreamshard`, `solvers.rl.autoshard`) and to
 read a `.pt` checkpoint, never to solve with an exported `.npz`.
 """
 
@@ -40,10 +40,10 @@ from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
-from solvers.completion import completion_mask
+from solvers.placement.completion import completion_mask
 from solvers.options import existing_file, option
 
-CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "checkpoints"  # solvers/checkpoints
 FEATURE_VERSION = 1
 TABLE_FEATURES = (
     "single_cost", "bytes_share", "dim_rel", "log1p_pooling", "progress", "remaining_cost", "remaining_bytes_share",
@@ -588,7 +588,7 @@ ProgressFn = Callable[[int, int], None]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# training (torch): the loop both algorithms share; `solvers.dreamshard` / `solvers.autoshard` give the network
+# training (torch): the loop both algorithms share; `solvers.rl.dreamshard` / `solvers.rl.autoshard` give the network
 # and the update
 
 

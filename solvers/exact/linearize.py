@@ -58,7 +58,7 @@ import numpy as np
 from costmodels.base import BoundCostModel
 from costmodels.hierarchical import DIST_ROW
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
-from solvers.split_items import Items, build_items
+from solvers.placement.split_items import Items, build_items
 
 _CHUNK_ROWS = 1 << 18  # states per batched compute_costs call (memory: rows x state size doubles)
 _COMM_ROWS = 1 << 21  # device entries (vectors x D) per batched comm_totals call
@@ -71,7 +71,7 @@ ITEM_DISTS = (TABLE_WISE, COLUMN_WISE)  # the output dist of an item: whole tabl
 @dataclass(frozen=True)
 class Linearization:
     """The linear cost model around the plan `point` (counts [I, D]: shards of item i on device d; see
-    solvers.split_items -- table-wise models have one item per table, the whole table).
+    solvers.placement.split_items -- table-wise models have one item per table, the whole table).
 
     Device d's linearised cost for a plan x (counts, or for a table-wise plan one device per table, -1 = nowhere) is
     ``c0[d] [d holds a shard] + sum_i x[i, d] a[i, d] + comm_const[d]
@@ -346,7 +346,7 @@ def linearize_collective(
 
 def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items: Items | None = None) -> Linearization:
     """The linear cost model of `bm` around a plan: one device per table (-1 = none; table-wise), or counts [I, D]
-    over `items` (solvers.split_items; None = whole tables only)."""
+    over `items` (solvers.placement.split_items; None = whole tables only)."""
     T = len(bm.instance.tables)
     D = bm.num_devices
     point = np.asarray(point, dtype=np.int64)

@@ -14,8 +14,8 @@ import numpy as np
 from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, sector_bytes
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
-from solvers.analytic_bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
-from solvers.analytic_bound.terms import BoundError, _verify_terms, shard_terms
+from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
+from solvers.bound.terms import BoundError, _verify_terms, shard_terms
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,10 +11,10 @@ import math
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
-from solvers.analytic_bound.context import AnalyticRelaxation
-from solvers.analytic_bound.inequalities import comm_pieces
-from solvers.analytic_bound.milp import MEMORY_SLACK, _Model, _pairs
-from solvers.analytic_bound.table_cuts import table_cut_lines
+from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.inequalities import comm_pieces
+from solvers.bound.milp import MEMORY_SLACK, _Model, _pairs
+from solvers.bound.table_cuts import table_cut_lines
 
 
 def devices_interchangeable(instance: Instance) -> bool:

@@ -10,8 +10,8 @@ import math
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT
-from solvers.analytic_bound.context import AnalyticRelaxation, _device_bound
-from solvers.analytic_bound.inequalities import _cross, comm_floor
+from solvers.bound.context import AnalyticRelaxation, _device_bound
+from solvers.bound.inequalities import _cross, comm_floor
 
 
 def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> np.ndarray:

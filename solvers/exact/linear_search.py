@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.linearize import Linearization
+from solvers.exact.linearize import Linearization
 
 DEFAULT_STALL = 30  # kicks in a row without a better plan before the search stops
 DEFAULT_TAU = 1e-3  # softmax temperature, as a share of the current max cost

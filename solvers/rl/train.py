@@ -1,7 +1,7 @@
 """Training the RL placement policies (`shardopt rl train`): the loop DreamShard and AutoShard share, resumable.
 
-It lives apart from `solvers.rl_common` because it is the one place that needs both policies (`solvers.dreamshard`
-and `solvers.autoshard` give the network and the update, and both import rl_common): keeping it there made a
+It lives apart from `solvers.rl.common` because it is the one place that needs both policies (`solvers.rl.dreamshard`
+and `solvers.rl.autoshard` give the network and the update, and both import solvers.rl.common): keeping it there made a
 circle. torch is imported here only inside the functions, so loading this module stays cheap.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 
 from costmodels.base import CostModel
 from shardopt.core.ir import Instance
-from solvers import autoshard, dreamshard
-from solvers.rl_common import (
+from solvers.rl import autoshard, dreamshard
+from solvers.rl.common import (
     CHECKPOINT_KIND,
     DEVICE_FEATURES,
     FEATURE_VERSION,
@@ -294,7 +294,7 @@ def train_policies_for(algos: Sequence[str], targets: Sequence[Instance], model:
     import json
 
     from solvers.catalog import solver_class
-    from solvers.rl_common import CHECKPOINT_DIR, TrainSettings as PolicySettings, evaluate_policy, load_policy
+    from solvers.rl.common import CHECKPOINT_DIR, TrainSettings as PolicySettings, evaluate_policy, load_policy
 
     out_dir.mkdir(parents=True, exist_ok=True)
     named = [(f"target-{i:03d}", inst) for i, inst in enumerate(targets)]

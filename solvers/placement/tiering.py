@@ -27,7 +27,7 @@ The decisions, in order (each one TorchRec can express, so the plan exports one 
 Variants (arguments of `plan_tiers`): `lean` (the smallest caches, the largest tables to host memory first),
 `within_host=False` (every row split over all devices), `oversized_to_host` (a table no device holds goes to host
 memory whole, behind a cache on one device, where a device's host memory holds it; or only the named ones of them). The cost-aware heuristics pack
-every variant that differs and keep the cheapest plan (solvers.heuristics); neuroshard and the exact solvers search
+every variant that differs and keep the cheapest plan (solvers.heuristics.constructive); neuroshard and the exact solvers search
 the layout greedy chose.
 
 No cost model is consulted for these choices: every heuristic, cost-aware or not, gets the same layout, and the

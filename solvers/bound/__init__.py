@@ -21,7 +21,7 @@ The coefficients are derived from the model's constants, then *checked* against 
 every table at every shard width (`_verify_terms`): if the analytic model changes, the bound refuses to run rather
 than bound a model it no longer matches.
 
-The relaxation's variables and rows: solvers/analytic_bound/milp.py. The modules, each importing only those above
+The relaxation's variables and rows: solvers/bound/milp.py. The modules, each importing only those above
 it in this list:
 
 - `terms`: the per-table coefficients from the model's constants (`ShardTerms`) and their check; `BoundError`
@@ -34,14 +34,14 @@ it in this list:
 - `bound`: `analytic_lower_bound` and `AnalyticBound`, `plan_gap`
 """
 
-from solvers.analytic_bound.bound import analytic_lower_bound, plan_gap, uncovered_reason
-from solvers.analytic_bound.context import AnalyticRelaxation, device_compute_lower_bound
-from solvers.analytic_bound.inequalities import comm_pieces, sector_hull
-from solvers.analytic_bound.milp import build_relaxation
-from solvers.analytic_bound.solve import relaxation_value_at
-from solvers.analytic_bound.symmetric import devices_interchangeable, symmetric_lp_bound
-from solvers.analytic_bound.table_cuts import table_cut_bound
-from solvers.analytic_bound.terms import BoundError
+from solvers.bound.bound import analytic_lower_bound, plan_gap, uncovered_reason
+from solvers.bound.context import AnalyticRelaxation, device_compute_lower_bound
+from solvers.bound.inequalities import comm_pieces, sector_hull
+from solvers.bound.milp import build_relaxation
+from solvers.bound.solve import relaxation_value_at
+from solvers.bound.symmetric import devices_interchangeable, symmetric_lp_bound
+from solvers.bound.table_cuts import table_cut_bound
+from solvers.bound.terms import BoundError
 
 __all__ = [
     "AnalyticRelaxation",

@@ -1,0 +1,6 @@
+"""NeuroShard: a beam search over column splits whose states are scored by a grid-searched greedy packing, as
+published (`neuroshard_faithful`) and improved (`neuroshard`, the default solver); docs/neuroshard.md."""
+
+from solvers.neuroshard.search import FAITHFUL, NeuroShardConfig, NeuroShardFaithfulSolver, NeuroShardSolver, default_budget, presplit_plan
+
+__all__ = ["FAITHFUL", "NeuroShardConfig", "NeuroShardFaithfulSolver", "NeuroShardSolver", "default_budget", "presplit_plan"]
