@@ -88,10 +88,17 @@ DEFAULT_SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TA
 ALIAS = "table_"
 HARD_LIMIT_SHARE, HARD_LIMIT_SLACK_S = 1.0, 0.1  # with a time limit, the planner is stopped at the limit + 0.1 s
 TIMEOUT_SHARE = 0.75  # TorchRec's own timeout_seconds: this share of the limit, rounded down, at least 1 s
-# the limit when the caller gives none: the five default sharding types on the 856 x 128 production instance ran
-# 1,814 s without one (15.23 ms, simulated); with 300 s the planner stops proposing at 225 s and returns its best
-# (273.7 s in all, 17.50 ms). `-O default_time_limit=null`: every proposer, however long
+# the limit when the caller gives none, so that the default baseline answers within minutes at production size
+# (docs/torchrec.md); `-O default_time_limit=null`: every proposer, however long
 DEFAULT_TIME_LIMIT_S = 300.0
+# TorchRec's four default proposers run one after another and the planner keeps the best-rated proposal of all of
+# them. Its own order (the default here: the baseline is TorchRec as it ships) starts with grid search (skipped
+# above 1e4 combinations) and greedy by depth, which on a large model spends minutes on proposals that do not fit, so
+# a time limit can end the search before uniform and greedy without depth - the two that found TorchRec's
+# best-rated plans - have proposed anything. `cheap_first` runs the same four cheapest first: the same proposals
+# without a limit, its best-rated plan early with one (ties between equally rated plans may then resolve otherwise).
+# Why TorchRec's planner is slow at production size: docs/torchrec.md, "Where the planner's time goes".
+PROPOSER_ORDERS = ("torchrec", "cheap_first")
 
 
 def _bound_ahead(cost_model: CostModel, instance: Instance) -> Any:
@@ -247,6 +254,9 @@ class TorchRecOptions:
     uvm: bool = option(True, "allow TorchRec's UVM kernels (fused_uvm_caching, fused_uvm) when the instance has host memory")
     default_time_limit: float | None = option(DEFAULT_TIME_LIMIT_S, "seconds TorchRec's planner may run when no --time-limit is given (null: no limit)",
                                               low=0.0, low_open=True)
+    proposers: str = option("torchrec", "the order of TorchRec's four default proposers: torchrec (its own: grid search, greedy, "
+                            "greedy without depth, uniform) or cheap_first (uniform, greedy without depth, greedy, grid search)",
+                            choices=PROPOSER_ORDERS)
 
 
 @dataclass(frozen=True)
@@ -272,6 +282,14 @@ class TorchRecSolver(Solver):
         if missing is not None:         # the import itself (seconds) happens where the planning does, inside the limit
             raise TorchRecNotInstalledError(self.name, missing)
 
+    def _proposers(self) -> list[Any] | None:
+        """TorchRec's four default proposers in the order the options ask for (None: TorchRec's own list)."""
+        if self.options.proposers == "torchrec":
+            return None
+        from torchrec.distributed.planner.proposers import GreedyProposer, GridSearchProposer, UniformProposer
+
+        return [UniformProposer(), GreedyProposer(use_depth=False), GreedyProposer(), GridSearchProposer()]
+
     def prepare(self) -> None:
         """Import TorchRec in this process (seconds), so that the solves after it - forked from here - spend their
         limit planning. `shardopt solve` does not call it: one solve's wait includes the import, and so does its limit."""
@@ -288,6 +306,7 @@ class TorchRecSolver(Solver):
             "storage_reservation": self.options.storage_reservation,
             "uvm": self.options.uvm,
             "default_time_limit": self.options.default_time_limit,
+            "proposers": self.options.proposers,
             "uses_seed": False,
         }
 
@@ -457,6 +476,7 @@ class TorchRecSolver(Solver):
             planner = EmbeddingShardingPlanner(
                 topology=topology,
                 batch_size=batch,
+                proposer=self._proposers(),
                 constraints=self._constraints(planned),
                 storage_reservation=FixedPercentageStorageReservation(self.options.storage_reservation),
                 stats=[],

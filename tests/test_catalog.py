@@ -61,7 +61,7 @@ def test_options_are_checked_by_type_range_and_choice() -> None:
 def test_a_solver_is_configured_by_its_options_only() -> None:
     """A config built in code is checked like one from the command line, and the faithful NeuroShard lists its own
     defaults."""
-    from solvers.neuroshard.search import FAITHFUL, NeuroShardConfig
+    from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig
 
     with pytest.raises(OptionError, match="option beam_width=0 for solver 'neuroshard': must be >= 1"):
         get_solver("neuroshard", NeuroShardConfig(beam_width=0))

@@ -551,7 +551,7 @@ def test_presplit_warm_start_splits_a_heavy_table() -> None:
     """One table carries several devices' worth of lookups: table-wise, the device holding it is the plan's cost.
     The pre-split warm start cuts it into pieces; the exact solver starts from (at least) that plan and never
     returns worse, with the table split."""
-    from solvers.neuroshard.search import presplit_plan
+    from solvers.neuroshard.pieces import presplit_plan
 
     inst = make_instance(12, 4, seed=4, mem_factor=2.0)
     doc = inst.model_dump(mode="json")

@@ -13,7 +13,7 @@ from shardopt.core.hardware import get_profile
 from shardopt.core.ir import Instance, Shard, instance_from_dict
 from shardopt.core.plan_check import check_plan
 from solvers.exact.tiered import split_tiered
-from solvers.neuroshard.search import PieceModel
+from solvers.neuroshard.grid import PieceModel
 from solvers.placement.polish import layout_of, polish_placements
 from solvers.placement.plan_moves import PlanShards
 from solvers.placement.tiering import row_wise_shards

@@ -13,7 +13,9 @@ from costmodels.analytic import AnalyticCostModel
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
 from shardopt.core.plan_check import check_plan
-from solvers.neuroshard.search import FAITHFUL, NeuroShardConfig, NeuroShardSolver, split
+from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig
+from solvers.neuroshard.pieces import split
+from solvers.neuroshard.search import NeuroShardSolver
 from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from conftest import spec_instance
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
-from solvers.neuroshard.search import PieceModel
+from solvers.neuroshard.grid import PieceModel
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
 from solvers.catalog import get_solver
 

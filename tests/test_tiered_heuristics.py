@@ -145,7 +145,8 @@ def test_greedy_places_every_committed_huge_and_tiered_instance(suite: str) -> N
 def test_neuroshard_is_not_seeded_with_a_row_wise_greedy_plan() -> None:
     """A table too big whole but not as column slices: greedy now answers row-wise, which is no seed for
     neuroshard's table-wise state (it became an invalid plan, a PlanError, before)."""
-    from solvers.neuroshard.search import PieceModel, _greedy_seed
+    from solvers.neuroshard.grid import PieceModel
+    from solvers.neuroshard.search import _greedy_seed
 
     inst = instance_from_dict(oversized(1.5))
     cm = get_cost_model("analytic")

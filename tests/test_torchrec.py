@@ -509,3 +509,17 @@ def test_the_solver_is_made_without_importing_torchrec_and_prepare_imports_it() 
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-2:] == ["False", "True"]
+
+
+@needs_torchrec
+def test_the_proposer_order_changes_no_plan_rating_without_a_limit() -> None:
+    """`-O proposers=cheap_first` runs TorchRec's four default proposers cheapest first: without a limit they propose
+    the same plans, so TorchRec's best rating is the same; the plan says which order ran."""
+    from solvers.torchrec_solver import TorchRecSolver
+
+    inst = _instance(n_devices=4, per_host=2, tables=6, dim=64)
+    own = TorchRecSolver().solve(inst, AnalyticCostModel())
+    cheap = TorchRecSolver(proposers="cheap_first").solve(inst, AnalyticCostModel())
+    assert own.plan is not None and cheap.plan is not None
+    assert own.plan.params["proposers"] == "torchrec" and cheap.plan.params["proposers"] == "cheap_first"
+    assert cheap.info["torchrec_perf_rating_ms"] == pytest.approx(own.info["torchrec_perf_rating_ms"])

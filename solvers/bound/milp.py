@@ -1,4 +1,4 @@
-"""The relaxation as a MILP (`build_relaxation`) in scipy.optimize.milp's form (`_Model`), with the variable
+"""The relaxation as a MILP (`build_relaxation`) as a `solvers.milp.SparseModel`, with the variable
 layout kept for reading a solution back (`_Layout`). Every row's proof: docs/analytic-bound.md.
 
 Variables, per pair (table t, device d) where a 4-column shard of t fits in d's memory::
@@ -35,46 +35,10 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.table_cuts import table_cut_lines
+from solvers.milp import SparseModel
 from solvers.bound.terms import ShardTerms
 
 MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
-
-
-@dataclass
-class _Model:
-    """A MILP in scipy.optimize.milp's form, built row by row, with the variable layout kept for reporting."""
-
-    n_vars: int = 0
-    lb: list[float] = field(default_factory=list)
-    ub: list[float] = field(default_factory=list)
-    integer: list[int] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)
-    cols: list[int] = field(default_factory=list)
-    vals: list[float] = field(default_factory=list)
-    row_lo: list[float] = field(default_factory=list)
-    row_hi: list[float] = field(default_factory=list)
-
-    def var(self, lo: float, hi: float, integer: bool = False) -> int:
-        self.lb.append(lo)
-        self.ub.append(hi)
-        self.integer.append(1 if integer else 0)
-        self.n_vars += 1
-        return self.n_vars - 1
-
-    def row(self, coefs: dict[int, float] | list[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(self.row_lo)
-        items = coefs.items() if isinstance(coefs, dict) else coefs
-        for c, v in items:
-            if v != 0.0:
-                self.rows.append(r)
-                self.cols.append(c)
-                self.vals.append(float(v))
-        self.row_lo.append(lo)
-        self.row_hi.append(hi)
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.row_lo)
 
 
 @dataclass
@@ -134,10 +98,10 @@ class _Vars:
     by_dev: list[list[tuple[int, int]]]
 
 
-def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry: bool = True) -> tuple[_Model, _Layout]:
+def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry: bool = True) -> tuple[SparseModel, _Layout]:
     """The MILP of the module docstring (every row's proof: docs/analytic-bound.md). The steps add variables and
     rows in a fixed order (the c and k variables with their rows), which is the model's column and row order."""
-    m = _Model()
+    m = SparseModel()
     v = _add_variables(m, ctx, table_wise)
     _add_shard_rows(m, ctx, v, table_wise)
     _add_device_rows(m, ctx, v)
@@ -148,7 +112,7 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z)
 
 
-def _add_variables(m: _Model, ctx: AnalyticRelaxation, table_wise: bool) -> _Vars:
+def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) -> _Vars:
     """x, n, s per (table, device) pair where t can have a shard on d, then y, f, b, h, comm per device, then z;
     with hits off (kappa 0: L2 no faster than HBM) h is fixed at 0."""
     bm, t = ctx.bm, ctx.terms
@@ -172,7 +136,7 @@ def _add_variables(m: _Model, ctx: AnalyticRelaxation, table_wise: bool) -> _Var
     return _Vars(pairs=pairs, nmax=nmax, x=x, n=n, s=s, y=y, f=f, b=b, h=h, comm=comm, z=z, by_table=by_table, by_dev=by_dev)
 
 
-def _add_shard_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
+def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
     """Every column of every table placed; per pair, x linked to n (table-wise: n is all or nothing), the sector
     waste s (the hull; split, also the exact ceil through a new integer c), and the device busy (y >= x)."""
     t = ctx.terms
@@ -197,7 +161,7 @@ def _add_shard_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars, table_wise: bo
         m.row({y[p[1]]: 1.0, x[p]: -1.0}, 0.0, math.inf)
 
 
-def _add_device_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars) -> None:
+def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     """Per device: memory; the cache-hit bound h, one row per knapsack multiplier; the forward kernel (less the
     hits) and the backward kernel, each at least the minimum kernel time when the device is busy."""
     bm, t = ctx.bm, ctx.terms
@@ -225,7 +189,7 @@ def _add_device_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars) -> None:
         m.row({b[d]: 1.0, y[d]: -t.min_kernel_ms}, 0.0, math.inf)
 
 
-def _add_comm_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars) -> None:
+def _add_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     """Per device: comm >= each linear piece of its all-to-all (in its own pooled width and its host's), then
     z >= the device's launches, kernels and all-to-all."""
     bm, t = ctx.bm, ctx.terms
@@ -245,7 +209,7 @@ def _add_comm_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars) -> None:
         m.row({z: 1.0, y[d]: -t.launch_ms, f[d]: -1.0, b[d]: -1.0, comm[d]: -1.0}, 0.0, math.inf)
 
 
-def _add_table_cut_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
+def _add_table_cut_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
     """The table cuts: z >= the lines of Psi_t(k_t), through a new integer k_t = the devices holding t (a constant
     row when t can be on one device at most)."""
     t = ctx.terms
@@ -261,7 +225,7 @@ def _add_table_cut_rows(m: _Model, ctx: AnalyticRelaxation, v: _Vars, table_wise
             m.row({z: 1.0, k: -beta}, alpha, math.inf)
 
 
-def _add_symmetry_rows(m: _Model, instance: Instance, v: _Vars) -> None:
+def _add_symmetry_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:
     """Within each symmetry class, consecutive devices ordered by pooled width: cuts off only permuted copies."""
     n = v.n
     for cls in _symmetry_classes(instance):

@@ -14,43 +14,36 @@ import numpy as np
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan
 from solvers.bound.context import AnalyticRelaxation
-from solvers.bound.milp import _Layout, _Model, _symmetry_classes, build_relaxation
+from solvers.bound.milp import _Layout, _symmetry_classes, build_relaxation
+from solvers.milp import MilpStatus, SparseModel, solve_milp
 
 MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
 
 
-def _solve_highs(model: _Model, layout: _Layout, time_limit: float) -> dict[str, Any]:
+def _solve_highs(model: SparseModel, layout: _Layout, time_limit: float) -> dict[str, Any]:
     """Solve the LP relaxation, then the MILP with the time left; the bound is the larger of the LP optimum and
     the MILP's dual bound (scipy reports no dual bound when HiGHS found no integer solution in time, so the LP's is
     the fallback; both are lower bounds of the relaxation's optimum)."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
-
     start = time.perf_counter()
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
-    a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
-    cons = LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi))
-    bounds = Bounds(np.array(model.lb), np.array(model.ub))
 
     def run(integer: bool, limit: float) -> Any:
-        return milp(c, constraints=cons, integrality=np.array(model.integer) if integer else None, bounds=bounds,
-                    options={"time_limit": float(max(limit, 0.05)), "mip_rel_gap": MIP_REL_GAP, "disp": False})
+        return solve_milp(model, c, time_limit=max(limit, 0.05), integrality=integer, mip_rel_gap=MIP_REL_GAP)
 
     lp = run(False, time_limit)
-    if lp.status == 2:
+    if lp.status is MilpStatus.infeasible:
         return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "lp_bound": None, "message": lp.message}
-    if lp.status == 1:  # the limit came during the LP: the MILP (its presolve alone) would only overrun it
+    if lp.status is MilpStatus.limit:  # the limit came during the LP: the MILP (its presolve alone) would only overrun it
         return {"status": "bound", "bound": -math.inf, "primal": None, "x": None, "lp_bound": None, "message": f"LP relaxation: {lp.message}"}
-    lp_bound = float(lp.fun) if lp.status == 0 and lp.fun is not None else -math.inf
+    lp_bound = lp.objective if lp.status is MilpStatus.optimal and lp.objective is not None else -math.inf
     res = run(True, time_limit - (time.perf_counter() - start))
-    primal = float(res.fun) if res.x is not None and res.fun is not None else None
-    dual = getattr(res, "mip_dual_bound", None)
-    dual = float(dual) if dual is not None and math.isfinite(dual) else -math.inf
+    primal = res.objective
+    dual = res.dual_bound if res.dual_bound is not None else -math.inf
     out = {"primal": primal, "x": res.x, "lp_bound": lp_bound if math.isfinite(lp_bound) else None, "message": res.message}
-    if res.status == 2:
+    if res.status is MilpStatus.infeasible:
         return {**out, "status": "infeasible", "bound": math.inf}
-    if res.status == 0 and primal is not None:
+    if res.status is MilpStatus.optimal and primal is not None:
         return {**out, "status": "optimal", "bound": min(max(dual, lp_bound), primal)}
     return {**out, "status": "bound", "bound": max(dual, lp_bound)}
 
@@ -85,9 +78,6 @@ def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int
     plan's analytic cost (the validity argument of docs/analytic-bound.md, in one number); +inf when the point is
     infeasible in the relaxation (which for a plan that fits in memory would be a bug). Devices of a symmetry class
     are first reordered by pooled width, as the symmetry rows require (the cost is unchanged by the reordering)."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
-
     ctx = AnalyticRelaxation(instance, cost_model)
     width: dict[tuple[int, int], int] = {}
     for t, d, w in shards:
@@ -104,11 +94,8 @@ def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int
         return math.inf  # a shard where the relaxation has no variable: it does not fit there
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
-    a = csr_matrix((model.vals, (model.rows, model.cols)), shape=(model.n_rows, model.n_vars))
-    res = milp(c, constraints=LinearConstraint(a, np.array(model.row_lo), np.array(model.row_hi)),
-               integrality=np.array(model.integer), bounds=Bounds(lb, ub),
-               options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-9})
-    return float(res.fun) if res.status == 0 else math.inf
+    res = solve_milp(model, c, time_limit=time_limit, lb=lb, ub=ub, mip_rel_gap=1e-9)
+    return res.objective if res.status is MilpStatus.optimal and res.objective is not None else math.inf
 
 
 def _symmetry_order(instance: Instance, width: dict[tuple[int, int], int]) -> dict[int, int]:

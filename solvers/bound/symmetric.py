@@ -13,7 +13,8 @@ import numpy as np
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.inequalities import comm_pieces
-from solvers.bound.milp import MEMORY_SLACK, _Model, _pairs
+from solvers.bound.milp import MEMORY_SLACK, _pairs
+from solvers.milp import MilpStatus, SparseModel, solve_milp
 from solvers.bound.table_cuts import table_cut_lines
 
 
@@ -25,7 +26,7 @@ def devices_interchangeable(instance: Instance) -> bool:
     return len(set(caps)) == 1 and topo.num_devices % topo.devices_per_host == 0
 
 
-def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False) -> tuple[_Model, int]:
+def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False) -> tuple[SparseModel, int]:
     """The LP relaxation of `build_relaxation` for interchangeable devices, with every device's variables equal:
     one copy of each pair's variables per table (x_t, n_t, s_t, c_t) and of each device's (y, f, b, h, comm).
 
@@ -44,7 +45,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False) -> tup
     per_host = min(inst.topology.devices_per_host, n_dev)
     pairs, nmax = _pairs(inst, t, table_wise)
     fits = sorted({ti for ti, d in pairs if d == 0})
-    m = _Model()
+    m = SparseModel()
     x = {ti: m.var(0, 1) for ti in fits}
     n = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits}
     sv = {ti: m.var(0, math.inf) for ti in fits}
@@ -103,17 +104,12 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False) -> tup
 def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0) -> float | None:
     """The relaxation's LP bound via `build_symmetric_lp` (HiGHS); +inf when infeasible, None when HiGHS did not
     finish within the limit."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
-
     m, z = build_symmetric_lp(ctx, table_wise)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
-    a = csr_matrix((m.vals, (m.rows, m.cols)), shape=(m.n_rows, m.n_vars))
-    res = milp(c, constraints=LinearConstraint(a, np.array(m.row_lo), np.array(m.row_hi)), bounds=Bounds(np.array(m.lb), np.array(m.ub)),
-               options={"time_limit": float(max(time_limit, 0.05)), "disp": False})
-    if res.status == 2:
+    res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
+    if res.status is MilpStatus.infeasible:
         return math.inf
-    if res.status != 0 or res.fun is None:
+    if res.status is not MilpStatus.optimal or res.objective is None:
         return None
-    return float(res.fun)
+    return res.objective

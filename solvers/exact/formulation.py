@@ -24,6 +24,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance
 from shardopt.core.memory import table_bytes_array
 from solvers.exact.linearize import Linearization
+from solvers.milp import MilpStatus, solve_lp
 from solvers.placement.split_items import Items
 
 
@@ -208,7 +209,6 @@ def comm_floor(
     `width_caps`), one tiny LP per (width, device), solved together as one block-diagonal LP by HiGHS
     (scipy.optimize.linprog); less 1e-6 ms and 1e-7 relative for the LP tolerances. The device's other collectives
     and its constant are not in it."""
-    from scipy.optimize import linprog
     from scipy.sparse import coo_array
 
     widths = np.asarray(widths, dtype=np.float64)
@@ -247,8 +247,8 @@ def comm_floor(
     hi[1::4] = np.maximum(np.tile(umax, len(widths)), lo[1::4])  # (a table wider than umax: its u is its width)
     hi[2::4] = np.maximum(np.tile(vmax, len(widths)), hi[1::4])
     hi[3::4] = np.maximum(total, hi[2::4])
-    res = linprog(c, A_ub=A, b_ub=np.array(rhs), bounds=np.stack([lo, hi], axis=1), method="highs")
-    if res.status != 0 or res.x is None:  # (never seen) fall back to the weakest valid bound: 0
+    res = solve_lp(c, A, np.array(rhs), np.stack([lo, hi], axis=1))
+    if res.status is not MilpStatus.optimal or res.x is None:  # (never seen) fall back to the weakest valid bound: 0
         out = np.zeros((len(widths), D))
     else:
         out = res.x[0::4].reshape(len(widths), D)

@@ -25,30 +25,17 @@ from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.exact.linearize import Linearization
+from solvers.milp import MilpStatus, SparseModel, solve_milp
 
 MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
 
 
 @dataclass
-class _Rows:
-    """A sparse MILP in scipy's form: variables x (pairs), k, u [C, D], m [C, D], M [D], y [D], T [C], p [C], z; rows
-    lo <= A v <= hi."""
+class _Rows(SparseModel):
+    """The linearised model as a sparse MILP: variables x (pairs), k, u [C, D], m [C, D], M [D], y [D], T [C], p [C],
+    z (their bounds and integrality kept beside it, in `_milp_rows`'s layout dict); rows lo <= A v <= hi."""
 
-    pairs: np.ndarray  # [n, 2] (t, d)
-    n_vars: int
-    rows: list[int] = field(default_factory=list)
-    cols: list[int] = field(default_factory=list)
-    vals: list[float] = field(default_factory=list)
-    lo: list[float] = field(default_factory=list)
-    hi: list[float] = field(default_factory=list)
-
-    def add(self, cols: np.ndarray, vals: np.ndarray, lo: float, hi: float) -> None:
-        r = len(self.lo)
-        self.rows.extend([r] * len(cols))
-        self.cols.extend(int(c) for c in cols)
-        self.vals.extend(float(v) for v in vals)
-        self.lo.append(lo)
-        self.hi.append(hi)
+    pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))  # [n, 2] (t, d)
 
 
 def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tuple[_Rows, dict[str, Any]]:
@@ -74,7 +61,7 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     TT = Y + D
     PP = TT + C
     Z = PP + C
-    rows = _Rows(pairs, Z + 1)
+    rows = _Rows(n_vars=Z + 1, pairs=pairs)
     total = lin.total_width
     starts = np.searchsorted(pairs[:, 0], np.arange(I + 1))  # pairs are sorted by item
     _add_cover(rows, prob, starts)
@@ -240,16 +227,12 @@ def _counts_from(rows: _Rows, xv: np.ndarray, I: int, D: int) -> np.ndarray:
 def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
     """scipy.optimize.milp (HiGHS). It takes no starting solution: the warm start only serves as the cutoff z <= its
     linearised cost and as the plan to keep if HiGHS finds nothing better."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_array
-
     t0 = time.perf_counter()
     hint_cost = lin.cost(hint) if hint is not None else None
     rows, b = _milp_rows(prob, lin, hint_cost)
     if extra is not None:
         rows, b = extra(rows, b)
     n = len(rows.pairs)
-    A = csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), rows.n_vars))
     c = np.zeros(rows.n_vars)
     c[b["Z"]] = 1.0
     if b["stay"] is not None and prob.tiebreak:
@@ -259,19 +242,13 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
     integrality[b["integer"]] = 1
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    res = milp(
-        c,
-        integrality=integrality,
-        bounds=Bounds(b["lo"], b["hi"]),
-        constraints=LinearConstraint(A, np.array(rows.lo), np.array(rows.hi)),
-        # (HiGHS checks its clock between phases: on models over LARGE_MODEL pairs it was seen 5 s late; 10 % margin)
-        options={"time_limit": max(0.01, (float(time_limit) - build_s) * (0.9 if n > constants.LARGE_MODEL else 1.0)), "mip_rel_gap": 1e-9, "disp": False, "presolve": True},
-    )
+    # (HiGHS checks its clock between phases: on models over LARGE_MODEL pairs it was seen 5 s late; 10 % margin)
+    limit = max(0.01, (float(time_limit) - build_s) * (0.9 if n > constants.LARGE_MODEL else 1.0))
+    res = solve_milp(rows, c, time_limit=limit, integrality=integrality, lb=b["lo"], ub=b["hi"], mip_rel_gap=1e-9, presolve=True)
     solve_s = time.perf_counter() - t1
-    info = {"variables": rows.n_vars, "rows": len(rows.lo), "table_cuts": b.get("cuts", 0), "highs_status": int(res.status), "highs_message": str(res.message), "planes": lin.num_planes}
-    bound = getattr(res, "mip_dual_bound", None)
-    bound = float(bound) if bound is not None and np.isfinite(bound) else None
-    if res.status == 2:
+    info = {"variables": rows.n_vars, "rows": rows.n_rows, "table_cuts": b.get("cuts", 0), "highs_status": res.code, "highs_message": res.message, "planes": lin.num_planes}
+    bound = res.dual_bound
+    if res.status is MilpStatus.infeasible:
         if hint is not None:  # only the cutoff z <= the hint's cost makes it so: nothing better than the hint exists
             return LinearSolve("optimal", hint.copy(), hint_cost, hint_cost, build_s, solve_s, {**info, "cutoff_proof": True})
         return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
@@ -279,7 +256,7 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
         return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
     counts = _counts_from(rows, res.x, prob.num_items, prob.num_devices)
     info["solution"] = res.x
-    status = "optimal" if res.status == 0 else "feasible"
+    status = "optimal" if res.status is MilpStatus.optimal else "feasible"
     zval = float(res.x[b["Z"]])
     return LinearSolve(status, counts, zval, bound if bound is not None else (zval if status == "optimal" else None), build_s, solve_s, info)
 
@@ -358,12 +335,12 @@ def _pulp_model(rows: _Rows, b: dict[str, Any], tiebreak: bool) -> tuple[Any, li
         prob_lp += variables[b["Z"]] - MOVE_TIEBREAK_MS * pulp.lpSum(variables[j] for j in b["stay"])
     else:
         prob_lp += variables[b["Z"]]
-    r_cols: list[list[tuple[int, float]]] = [[] for _ in range(len(rows.lo))]
+    r_cols: list[list[tuple[int, float]]] = [[] for _ in range(len(rows.row_lo))]
     for r, c, v in zip(rows.rows, rows.cols, rows.vals):
         r_cols[r].append((c, v))
     for r, terms in enumerate(r_cols):
         expr = pulp.LpAffineExpression([(variables[c], v) for c, v in terms])
-        lo, hi = rows.lo[r], rows.hi[r]
+        lo, hi = rows.row_lo[r], rows.row_hi[r]
         if lo == hi:
             prob_lp += expr == lo, f"r{r}"
         else:
@@ -394,7 +371,7 @@ def _read_cbc(
 
     result = _CBC_RESULT.findall(text)
     bound_m = _CBC_BOUND.findall(text)
-    info = {"variables": rows.n_vars, "rows": len(rows.lo), "table_cuts": b.get("cuts", 0), "cbc_result": result[-1].strip() if result else None, "planes": lin.num_planes, "pulp_status": pulp.LpStatus.get(prob_lp.status)}
+    info = {"variables": rows.n_vars, "rows": len(rows.row_lo), "table_cuts": b.get("cuts", 0), "cbc_result": result[-1].strip() if result else None, "planes": lin.num_planes, "pulp_status": pulp.LpStatus.get(prob_lp.status)}
     bound = float(bound_m[-1]) if bound_m else None
     if prob_lp.status == pulp.LpStatusInfeasible or (result and "infeasible" in result[-1].lower()):
         return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)

@@ -249,10 +249,11 @@ class ExactSolver(Solver):
     def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float,
                     cost_model: CostModel | None = None) -> list[dict[str, Any]]:
         """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
-        (`solvers.neuroshard.search.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
+        (`solvers.neuroshard.pieces.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
         analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
         NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
-        from solvers.neuroshard.search import NeuroShardSolver, presplit_plan
+        from solvers.neuroshard.pieces import presplit_plan
+        from solvers.neuroshard.search import NeuroShardSolver
 
         model = _Bound(bm, label)
         out = []
@@ -660,7 +661,8 @@ class ExactSolver(Solver):
         column pieces, under the full model: the linear model prices each collective apart too, but is exact only at
         its expansion point, and the polish moves what the judge (not the linearisation) says pays. Kept only where
         the judge says it is cheaper. (plan, moves, its cost)."""
-        from solvers.neuroshard.search import NeuroShardConfig, _device_polish
+        from solvers.neuroshard.config import NeuroShardConfig
+        from solvers.neuroshard.search import _device_polish
 
         before = float(run.bm.plan_costs(shards).max_cost)
         polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.clock, run.budget)

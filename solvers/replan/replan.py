@@ -582,7 +582,7 @@ def replan(
     """A plan for `instance` from `old` (module docstring): within `max_moved_bytes` (None: any) and minimising the
     predicted cost plus `move_weight` ms per GiB moved. The result's info has the moved bytes, the scratch plan's
     cost and moves, and what was carried over."""
-    from solvers.neuroshard.search import default_budget
+    from solvers.neuroshard.config import default_budget
 
     if max_moved_bytes is not None and max_moved_bytes < 0:
         raise ValueError(f"max_moved_bytes: {max_moved_bytes} is negative")

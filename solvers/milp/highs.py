@@ -1,0 +1,82 @@
+"""HiGHS through scipy (`scipy.optimize.milp`, `linprog(method="highs")`): the one place that reads its status codes.
+
+A caller gets a `MilpResult`: what HiGHS found (`MilpStatus`), the point, the objective and, for a MILP, the dual
+bound where HiGHS reports a finite one. Why one adapter: five call sites each read scipy's integer codes by hand, and
+a code read differently in one of them is a bound or a plan read wrongly."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from solvers.milp.model import SparseModel
+
+
+class MilpStatus(str, Enum):
+    optimal = "optimal"  # solved to the gap asked for
+    limit = "limit"  # a time / iteration / node limit ended it: `x` is the best solution found, if any
+    infeasible = "infeasible"
+    unbounded = "unbounded"
+    error = "error"  # anything else HiGHS reports (numerical trouble)
+
+
+# scipy's codes, the same for milp and linprog's HiGHS methods: 0 optimal, 1 a limit, 2 infeasible, 3 unbounded
+_STATUS = {0: MilpStatus.optimal, 1: MilpStatus.limit, 2: MilpStatus.infeasible, 3: MilpStatus.unbounded}
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    status: MilpStatus
+    x: np.ndarray | None
+    objective: float | None
+    dual_bound: float | None  # a MILP's dual bound where HiGHS reports a finite one
+    message: str
+    code: int  # scipy's status code, for the record
+
+    @property
+    def has_point(self) -> bool:
+        return self.x is not None
+
+
+def _result(res: Any) -> MilpResult:
+    code = int(res.status)
+    dual = getattr(res, "mip_dual_bound", None)
+    dual = float(dual) if dual is not None and math.isfinite(dual) else None
+    objective = float(res.fun) if getattr(res, "fun", None) is not None and res.x is not None else None
+    return MilpResult(_STATUS.get(code, MilpStatus.error), res.x, objective, dual, str(res.message), code)
+
+
+def solve_milp(model: SparseModel, c: np.ndarray, *, time_limit: float, integrality: np.ndarray | bool = True,
+               lb: np.ndarray | None = None, ub: np.ndarray | None = None, mip_rel_gap: float | None = None,
+               presolve: bool | None = None) -> MilpResult:
+    """Minimise c x over the model. `integrality`: True for the model's own, False for its LP relaxation, or an
+    array; `lb` / `ub` replace the model's variable bounds (a point fixed, the caller's bounds)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    if integrality is True:
+        integ = np.array(model.integer)
+    elif integrality is False:
+        integ = None
+    else:
+        integ = integrality
+    options: dict[str, Any] = {"time_limit": float(time_limit), "disp": False}
+    if mip_rel_gap is not None:
+        options["mip_rel_gap"] = mip_rel_gap
+    if presolve is not None:
+        options["presolve"] = presolve
+    res = milp(c, integrality=integ,
+               bounds=Bounds(np.array(model.lb) if lb is None else lb, np.array(model.ub) if ub is None else ub),
+               constraints=LinearConstraint(model.matrix(), np.array(model.row_lo), np.array(model.row_hi)),
+               options=options)
+    return _result(res)
+
+
+def solve_lp(c: np.ndarray, a_ub: Any, b_ub: np.ndarray, bounds: np.ndarray) -> MilpResult:
+    """Minimise c x subject to a_ub x <= b_ub within `bounds` ([n, 2]) with HiGHS (linprog's form)."""
+    from scipy.optimize import linprog
+
+    return _result(linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs"))

@@ -1,0 +1,393 @@
+"""A beam state's pieces (`PieceModel`: pieces, their shards and costs, a tiered layout's fixed background) and
+the grid-searched greedy that scores it: every dimension-cap scale a lane, all lanes of all states in lock-step,
+one batched cost-model call per piece position."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from costmodels.base import BoundCostModel, shard_cache_fraction
+from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER
+from shardopt.core.ir import Instance, Kernel, Shard
+from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
+from solvers.base import Stopwatch
+from solvers.neuroshard.config import NeuroShardConfig
+from solvers.placement.completion import completion_mask
+from solvers.placement.tiering import TieredLayout
+
+
+Piece = tuple[int, int, int]  # (table index, column offset, columns)
+
+
+BATCH_STATES = 64  # at most this many beam states scored together in one lock-step grid run
+
+
+LANE_DEVICES = 40_000  # and at most about this many (state x scale x device) rows per batched call
+
+
+@dataclass
+class GridResult:
+    cost: float
+    device_of: np.ndarray | None  # device per piece (None: no scale gave a feasible plan)
+    scale: float | None
+
+
+class PieceModel:
+    """Per-piece states, widths, bytes and single costs of one instance, cached across beam states.
+
+    With a `layout` (solvers.placement.tiering: the instance does not fit table-wise / column-wise in HBM), the pieces are
+    the packed tables and their column slices, each in its table's memory tier (kernel and cache: its state prices
+    the cache misses, its bytes are split between HBM and host memory), and the row-wise tables' fixed shards are
+    every device's background: their state, pooled width and bytes are on the devices before any piece is placed.
+    The search then chooses devices and column splits within the layout's tiers."""
+
+    def __init__(self, instance: Instance, bm: BoundCostModel, layout: TieredLayout | None = None):
+        self.instance, self.bm, self.layout = instance, bm, layout
+        self._cache: dict[Piece, tuple[np.ndarray, int, float, int]] = {}
+        D = instance.topology.num_devices
+        self.base_states = np.zeros((D, bm.state_size))
+        self.base_dists = np.zeros((len(OUTPUT_DIST_ORDER), D))  # the fixed shards' all-to-all widths by output dist
+        self.base_extra = np.zeros(D)  # fixed shards' comm outside the all-to-all (replicas, row splits within a host)
+        self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        self.host_caps = np.array(instance.topology.host_capacities(), dtype=np.int64)
+        if layout is not None:
+            self.base_states, self.base_dists, self.base_extra = bm.background(layout.fixed)
+            self.caps = self.caps - layout.fixed_hbm
+            self.host_caps = self.host_caps - layout.fixed_host
+        self.base_compute = bm.compute_costs(self.base_states).sum(axis=-1)  # [D]
+        self.base_dims = self.base_dists.sum(axis=0)  # [D] (the dim cap's measure)
+
+    @property
+    def tables(self) -> list[int]:
+        """The tables the search places (all, or the layout's packed ones)."""
+        if self.layout is None:
+            return list(range(len(self.instance.tables)))
+        return [int(i) for i in self.layout.packed]
+
+    def shard(self, piece: Piece, device: int) -> Shard:
+        """The shard of `piece` on `device`, in its table's tier."""
+        t, off, cols = piece
+        table = self.instance.tables[t]
+        tier = self.layout.tiers[t] if self.layout is not None else None
+        kw: dict[str, Any] = {} if tier is None or tier.kernel is Kernel.fused else {"kernel": tier.kernel, "cache_load_factor": tier.cache_load_factor}
+        if off == 0 and cols == table.dim:
+            return Shard(table=table.name, device=int(device), **kw)
+        return Shard(table=table.name, device=int(device), col_offset=off, cols=cols, **kw)
+
+    def info(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(states [P, F], widths [P], HBM bytes [P], single compute costs [P]) of `pieces`."""
+        self._fill(pieces)
+        rows = [self._cache[p] for p in pieces]
+        return (
+            np.stack([r[0] for r in rows]),
+            np.array([p[2] for p in pieces], dtype=np.float64),
+            np.array([r[1] for r in rows], dtype=np.int64),
+            np.array([r[2] for r in rows]),
+        )
+
+    def host_sizes(self, pieces: list[Piece]) -> np.ndarray:
+        """Host-memory bytes of `pieces` [P] (0 for pieces in HBM)."""
+        self._fill(pieces)
+        return np.array([self._cache[p][3] for p in pieces], dtype=np.int64)
+
+    def _fill(self, pieces: list[Piece]) -> None:
+        missing = [p for p in pieces if p not in self._cache]
+        if not missing:
+            return
+        t = np.array([p[0] for p in missing])
+        c = np.array([p[2] for p in missing])
+        ones = np.ones(len(missing))
+        if self.layout is None:
+            states = self.bm.shard_states(t, c, ones, ones)
+        else:  # each piece in its table's tier: the share of its rows its HBM cache holds
+            probes = [self.shard(p, 0) for p in missing]
+            cf = np.array([shard_cache_fraction(s, self.instance.tables[p[0]].rows) for s, p in zip(probes, missing)])
+            host = np.array([s.kernel.in_host_memory for s in probes])
+            states = self.bm.shard_states(t, c, ones, ones, cf, host)
+        single = self.bm.compute_costs(states).sum(axis=-1)
+        for k, p in enumerate(missing):
+            table = self.instance.tables[p[0]]
+            if self.layout is None:
+                hbm, host_b = slice_bytes(self.instance, table, table.rows, p[2]), 0
+            else:
+                probe = self.shard(p, 0)
+                hbm, host_b = shard_bytes(self.instance, table, probe), shard_host_bytes(self.instance, table, probe)
+            self._cache[p] = (states[k], hbm, float(single[k]), host_b)
+
+    def plan_cost(self, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray, rows: np.ndarray) -> tuple[float, np.ndarray]:
+        """The plan cost (max over devices of compute + the all-to-all of each output dist) of the pieces on
+        `device_of` (`rows`: their output dists), the background included, and every device's total."""
+        return plan_cost(self.bm, states, widths, device_of, self.base_states, self.base_dists, self.base_extra, rows)
+
+    def rows(self, pieces: Sequence[Piece]) -> np.ndarray:
+        """Each piece's output dist (its row of `base_dists`: costmodels.hierarchical.output_dist_rows): a whole
+        table is table-wise, a slice column-wise. TorchRec runs one all-to-all per sharding type, so the search keeps
+        the widths of each apart: balanced in sum is not balanced per collective."""
+        dims = self.bm.table_dims
+        return np.array([DIST_ROW[TABLE_WISE] if p[2] == dims[p[0]] else DIST_ROW[COLUMN_WISE] for p in pieces], dtype=np.int64)
+
+    def all_pieces(self) -> tuple[Piece, ...]:
+        """The unsplit state: every table the search places, whole."""
+        return tuple(sorted((i, 0, self.instance.tables[i].dim) for i in self.tables))
+
+    def to_shards(self, pieces: list[Piece], device_of: np.ndarray) -> list[Shard]:
+        """The plan: each piece on its device in its tier, and the layout's fixed row-wise shards."""
+        shards = [self.shard(p, int(d)) for p, d in zip(pieces, device_of)]
+        return shards + (list(self.layout.fixed) if self.layout is not None else [])
+
+
+def grid_greedy(
+    pm: PieceModel,
+    states_list: list[list[Piece]],
+    cfg: NeuroShardConfig,
+    comm_aware: bool = False,
+    clock: Stopwatch | None = None,
+    deadline: float | None = None,
+    safe: bool = False,
+) -> list[GridResult] | None:
+    """The inner greedy for several beam states (same piece count) under every dim-cap scale, all in lock-step:
+    one batched cost-model call per piece position for every distinct (state, scale) lane. Returns each state's
+    best grid plan by the full cost model, or None when the deadline passed first.
+
+    Lanes of one state differ only in their dim cap, so until a cap binds they make the same choices and hold the
+    same devices: `group` tracks which lanes are still identical, and the cost model is asked once per group (the
+    lanes split when their choices differ). Same results as asking per lane, several times fewer rows.
+
+    `safe`: each piece only where the state's remaining pieces still fit by worst fit (solvers.placement.completion, greedy's
+    `primary_safe`): for tight instances whose cost-ordered grid fills the devices so that a large piece left for
+    later fits nowhere (huge-test-s1-0010: 41.5 GB of tables in 46.2 GB of HBM, a 24.7 GB table in quarters; no lane
+    packed, and the search fell back to splitting it by rows: 1.545 ms, where cpsat's column-wise plan is 1.237)."""
+    bm = pm.bm
+    order = _greedy_order(pm, states_list)
+    sib = _sibling_positions(order.owner)
+    lanes = _start_lanes(pm, order, cfg.scales, cfg.soft_dim_cap)
+    group = lanes.state.copy()  # lanes with equal group hold equal devices
+    for i in range(order.widths.shape[1]):
+        if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
+            return None
+        x = order.states[lanes.state, i]  # [L, F]
+        w = order.widths[lanes.state, i]
+        size = order.sizes[lanes.state, i]
+        ok = (lanes.free >= size[:, None]) & lanes.alive[:, None]
+        if lanes.host_free is not None:
+            ok &= lanes.host_free >= order.host[lanes.state, i][:, None]
+        room = ok.copy() if cfg.soft_dim_cap else None
+        ok &= lanes.dims + w[:, None] <= lanes.cap[:, None] + 1e-9
+        if room is not None:  # the cap is a balance target: a piece it admits nowhere goes where memory allows
+            over = ~ok.any(axis=1)
+            ok[over] = room[over]
+        if cfg.split_apart:
+            _keep_apart(ok, sib[lanes.state, i], lanes)
+        if safe:
+            for b in np.unique(lanes.state[lanes.alive]):
+                sel = lanes.ids[lanes.alive & (lanes.state == b)]
+                ok[sel] = completion_mask(lanes.free[sel], int(order.sizes[b, i]), order.sizes[b, i + 1:], ok[sel])
+        _, first, inv = np.unique(group, return_index=True, return_inverse=True)
+        live_rep = first[lanes.alive[first]]  # (a dead lane's group is not asked: its scores are all inf)
+        new_rep = np.zeros((len(first), lanes.S.shape[1]))
+        if len(live_rep):
+            new_rep[lanes.alive[first]] = bm.compute_costs(lanes.S[live_rep] + x[live_rep][:, None, :]).sum(axis=-1)
+        new = new_rep[inv]  # [L, D]
+        score = np.where(ok, new, np.inf)
+        if comm_aware:
+            _score_by_plan_cost(bm, score, ok, new, lanes, w, order.rows[lanes.state, i], first, inv)
+        chosen = _place(lanes, i, score, new, x, w, size, order.rows[lanes.state, i], order.host[lanes.state, i] if lanes.host_free is not None else None)
+        _, group = np.unique(inv.astype(np.int64) * (lanes.S.shape[1] + 1) + chosen + 1, return_inverse=True)
+    return _best_per_state(bm, lanes, order, cfg.scales, pm.base_extra)
+
+
+@dataclass
+class _GreedyOrder:
+    """The pieces of each beam state in greedy order (largest predicted single cost first; ties by position),
+    stacked over states: what every lane of one state reads at each step."""
+
+    perm: list[np.ndarray]  # per state: greedy position -> index in the state's piece list
+    states: np.ndarray  # [B, P, F]
+    widths: np.ndarray  # [B, P]
+    sizes: np.ndarray  # [B, P] bytes
+    owner: np.ndarray  # [B, P] table index
+    host: np.ndarray  # [B, P] host-memory bytes
+    rows: np.ndarray  # [B, P] output dist (PieceModel.rows)
+
+
+def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrder:
+    """Pieces by decreasing single cost, so the greedy places the heaviest first (the stable sort keeps it
+    deterministic)."""
+    infos = [pm.info(pieces) for pieces in states_list]
+    orders = [np.argsort(-info[3], kind="stable") for info in infos]
+    st = np.stack([info[0][o] for info, o in zip(infos, orders)])  # [B, P, F]
+    wd = np.stack([info[1][o] for info, o in zip(infos, orders)])  # [B, P]
+    sz = np.stack([info[2][o] for info, o in zip(infos, orders)])  # [B, P]
+    own = np.stack([np.array([p[0] for p in pieces])[o] for pieces, o in zip(states_list, orders)])  # [B, P]
+    hb = np.stack([pm.host_sizes(pieces)[o] for pieces, o in zip(states_list, orders)])  # [B, P]
+    rw = np.stack([pm.rows(pieces)[o] for pieces, o in zip(states_list, orders)])  # [B, P]
+    return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own, host=hb, rows=rw)
+
+
+def _sibling_positions(own: np.ndarray) -> np.ndarray:
+    """[B, P, K] greedy positions of the earlier pieces of the same table (-1 padded): `split_apart` keeps a piece
+    off the devices its siblings already went to, and this lets every lane look them up in one indexing."""
+    n_states, n_pieces = own.shape
+    k_max = 1
+    sib_lists = []
+    for b in range(n_states):
+        first: dict[int, list[int]] = {}
+        rows = []
+        for i in range(n_pieces):
+            rows.append(list(first.get(int(own[b, i]), [])))
+            first.setdefault(int(own[b, i]), []).append(i)
+        k_max = max(k_max, max((len(r) for r in rows), default=0))
+        sib_lists.append(rows)
+    sib = np.full((n_states, n_pieces, k_max), -1, dtype=np.int64)
+    for b, rows in enumerate(sib_lists):
+        for i, r in enumerate(rows):
+            sib[b, i, : len(r)] = r
+    return sib
+
+
+@dataclass
+class _Lanes:
+    """The lock-step greedy's running state, one lane per (beam state, dim-cap scale), lanes of a state
+    consecutive: per device the summed piece states, widths, free bytes and compute; whether the lane has placed
+    every piece so far; and the device of each greedy position."""
+
+    state: np.ndarray  # [L] the beam state of each lane
+    cap: np.ndarray  # [L] dim cap
+    S: np.ndarray  # [L, D, F]
+    dims: np.ndarray  # [L, D] (the dim cap's measure: all output dists together)
+    dists: np.ndarray  # [L, G, D] widths by output dist (what the all-to-alls cost)
+    free: np.ndarray  # [L, D]
+    host_free: np.ndarray | None  # [L, D] (None: no piece uses host memory)
+    compute: np.ndarray  # [L, D]
+    alive: np.ndarray  # [L]
+    placed_on: np.ndarray  # [L, P] device per greedy position (-1: not placed)
+    ids: np.ndarray  # [L] arange, for fancy indexing
+
+
+def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...], soft_cap: bool = True) -> _Lanes:
+    """Devices holding only the background (nothing without a layout) in every lane; each lane's dim cap is its
+    scale x its state's total width (background included) / devices, and at least its widest piece: a cap below
+    it left that piece no device in any lane, so no state holding the piece whole could pack (bench_tiered random-669:
+    16 devices, a 60-column table against a cap of at most 30, and the beam never found a state that packed)."""
+    n_states, n_pieces, F = order.states.shape
+    n_scales, n_dev = len(scales), pm.bm.num_devices
+    L = n_states * n_scales
+    lane_state = np.repeat(np.arange(n_states), n_scales)
+    cap = np.tile(np.array(scales), n_states) * (order.widths.sum(axis=1)[lane_state] + pm.base_dims.sum()) / n_dev  # [L]
+    if soft_cap and n_pieces:
+        cap = np.maximum(cap, order.widths.max(axis=1)[lane_state])
+    return _Lanes(
+        state=lane_state,
+        cap=cap,
+        S=np.broadcast_to(pm.base_states, (L, n_dev, F)).copy(),
+        dims=np.broadcast_to(pm.base_dims, (L, n_dev)).copy(),
+        dists=np.broadcast_to(pm.base_dists, (L,) + pm.base_dists.shape).copy(),
+        free=np.broadcast_to(pm.caps, (L, n_dev)).copy(),
+        host_free=np.broadcast_to(pm.host_caps, (L, n_dev)).copy() if order.host.any() else None,
+        compute=np.broadcast_to(pm.base_compute, (L, n_dev)).copy(),
+        alive=np.ones(L, dtype=bool),
+        placed_on=np.full((L, n_pieces), -1, dtype=np.int64),
+        ids=np.arange(L),
+    )
+
+
+def _keep_apart(ok: np.ndarray, sibs: np.ndarray, lanes: _Lanes) -> None:
+    """`split_apart`, in place on the [L, D] mask `ok`: a piece avoids the devices holding its siblings (`sibs`:
+    [L, K] their greedy positions) where some other device has room; together only if nothing else has room."""
+    has = sibs >= 0
+    if has.any():
+        devs = np.where(has, lanes.placed_on[lanes.ids[:, None], np.maximum(sibs, 0)], -1)
+        apart = ok.copy()
+        rr, kk = np.nonzero(devs >= 0)
+        apart[rr, devs[rr, kk]] = False
+        use = apart.any(axis=1)  # apart when possible; together only if nothing else has room
+        ok[use] = apart[use]
+
+
+def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, new: np.ndarray, lanes: _Lanes, w: np.ndarray,
+                        rows: np.ndarray, first: np.ndarray, inv: np.ndarray) -> None:
+    """`comm_aware`, in place on `score`: each allowed device scored by the plan cost (compute and all-to-all, max
+    over devices) after the move instead of that device's compute alone; ties go to the lower own total. Asked
+    once per group of identical lanes (`first`: a lane of each group, `inv`: each lane's group), for the devices
+    any lane of the group allows."""
+    dists, compute = lanes.dists, lanes.compute
+    ok_any = np.zeros((len(first), ok.shape[1]), dtype=bool)
+    np.logical_or.at(ok_any, inv, ok)
+    members = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[members], np.arange(len(first) + 1))
+    for g in np.flatnonzero(ok_any.any(axis=1)):
+        lane = first[g]
+        cands = np.flatnonzero(ok_any[g])
+        totals = bm.dist_comm_totals_after_adding(dists[lane], int(rows[lane]), w[lane], cands)  # [k, D]
+        totals += compute[lane]
+        totals[np.arange(len(cands)), cands] += new[lane, cands] - compute[lane, cands]
+        own_total = totals[np.arange(len(cands)), cands]
+        val = totals.max(axis=1) + 1e-9 * own_total  # plan cost after the move; ties: own
+        for m in members[bounds[g]:bounds[g + 1]]:
+            sel = ok[m, cands]
+            score[m, cands[sel]] = val[sel]
+
+
+def _place(lanes: _Lanes, i: int, score: np.ndarray, new: np.ndarray, x: np.ndarray, w: np.ndarray, size: np.ndarray,
+           rows: np.ndarray, host: np.ndarray | None = None) -> np.ndarray:
+    """Greedy position `i` onto each lane's best-scored device; a lane with no allowed device dies (no plan).
+    Returns each lane's device (-1: dead)."""
+    best = np.argmin(score, axis=1)
+    lanes.alive &= np.isfinite(score[lanes.ids, best])
+    live = lanes.ids[lanes.alive]
+    d = best[live]
+    lanes.S[live, d] += x[live]
+    lanes.dims[live, d] += w[live]
+    lanes.dists[live, rows[live], d] += w[live]
+    lanes.free[live, d] -= size[live]
+    if host is not None and lanes.host_free is not None:
+        lanes.host_free[live, d] -= host[live]
+    lanes.compute[live, d] = new[live, d]
+    lanes.placed_on[live, i] = d
+    return np.where(lanes.alive, best, -1)
+
+
+def _best_per_state(bm: BoundCostModel, lanes: _Lanes, order: _GreedyOrder, scales: tuple[float, ...],
+                    base_extra: np.ndarray | None = None) -> list[GridResult]:
+    """Every surviving lane judged by the full cost model; per state, its cheapest scale's plan (devices mapped
+    back from greedy order to the state's piece order)."""
+    n_states, n_pieces = order.widths.shape
+    n_scales = len(scales)
+    L = len(lanes.ids)
+    lane_cost = np.full(L, np.inf)
+    if lanes.alive.any():
+        live = lanes.ids[lanes.alive]
+        tot = lanes.compute[live] + bm.dist_comm_totals(lanes.dists[live])
+        lane_cost[live] = (tot if base_extra is None else tot + base_extra).max(axis=1)
+    results = []
+    for b in range(n_states):
+        block = lane_cost[b * n_scales : (b + 1) * n_scales]
+        s_best = int(np.argmin(block))
+        if not np.isfinite(block[s_best]):
+            results.append(GridResult(np.inf, None, None))
+            continue
+        device_of = np.empty(n_pieces, dtype=np.int64)
+        device_of[order.perm[b]] = lanes.placed_on[b * n_scales + s_best]
+        results.append(GridResult(float(block[s_best]), device_of, scales[s_best]))
+    return results
+
+
+def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device_of: np.ndarray,
+              base_states: np.ndarray | None = None, base_dists: np.ndarray | None = None,
+              base_extra: np.ndarray | None = None, rows: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """(plan cost, every device's total) of pieces with `states` and `widths` on `device_of` (`rows`: their output
+    dists, PieceModel.rows; None: all table-wise), on devices that already hold `base_states` / `base_dists` (widths
+    by output dist [G, D]) / `base_extra` (a layout's fixed shards; None: empty devices)."""
+    S = np.zeros((bm.num_devices, states.shape[1])) if base_states is None else base_states.copy()
+    dists = np.zeros((len(OUTPUT_DIST_ORDER), bm.num_devices)) if base_dists is None else base_dists.copy()
+    np.add.at(S, device_of, states)
+    np.add.at(dists, (np.zeros(len(widths), dtype=np.int64) if rows is None else rows, device_of), widths)
+    totals = bm.compute_costs(S).sum(axis=-1) + bm.dist_comm_totals(dists)
+    if base_extra is not None:
+        totals += base_extra
+    return float(totals.max()), totals

@@ -1,0 +1,182 @@
+"""Pieces of a NeuroShard state: halving a piece (`split`), the pre-split state (tables heavier than a device's
+share halved up front, `presplit_pieces` / `presplit_plan`) and the device polish of a plan (`polish`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodels.base import BoundCostModel
+from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
+from solvers.base import Stopwatch
+from solvers.neuroshard.config import NeuroShardConfig
+from solvers.neuroshard.grid import Piece, PieceModel, grid_greedy
+from solvers.placement.tiering import TieredLayout
+
+
+def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None) -> tuple[np.ndarray, int]:
+    """First-improvement local search: move a piece off the bottleneck device, or swap it with a piece elsewhere,
+    while memory holds (and halves stay apart with `split_apart`). The pieces on the bottleneck are tried in order,
+    each against every device (moves) and then every piece elsewhere (swaps) in order, the first that lowers the plan
+    cost taken; all of one piece's moves (or swaps) are costed in one batched call from the devices' summed states."""
+    bm = pm.bm
+    if not pieces:
+        return device_of.copy(), 0
+    states, widths, sizes, _ = pm.info(pieces)
+    hsizes = pm.host_sizes(pieces)
+    owner = np.array([p[0] for p in pieces])
+    device_of = device_of.copy()
+    n_dev = bm.num_devices
+    idx = np.arange(len(pieces))
+    used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
+    hused = np.bincount(device_of, weights=hsizes, minlength=n_dev).astype(np.int64)
+    fixed = pm.base_extra  # [D]: the fixed shards' comm outside the all-to-all, a constant per device
+    rows = pm.rows(pieces)  # each piece's output dist: widths are kept apart per collective ([G, D])
+
+    def summed() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        S = pm.base_states.copy()
+        dims = pm.base_dists.copy()
+        np.add.at(S, device_of, states)
+        np.add.at(dims, (rows, device_of), widths)
+        compute = bm.compute_costs(S).sum(axis=-1)
+        return S, dims, compute, compute + bm.dist_comm_totals(dims) + fixed
+
+    S, dims, compute, totals = summed()
+    cost = float(totals.max())
+    moves = 0
+    improved = True
+    while improved and (deadline is None or clock.elapsed < deadline):
+        improved = False
+        hot = int(np.argmax(totals))
+        hot_owners = set(owner[device_of == hot].tolist())
+        for p in np.flatnonzero(device_of == hot):
+            siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
+            # moves, to every device in order
+            ok = (used + sizes[p] <= pm.caps) & (hused + hsizes[p] <= pm.host_caps)
+            ok[hot] = False
+            ok[siblings] = False
+            cands = np.flatnonzero(ok)
+            target = -1
+            if len(cands):
+                k = np.arange(len(cands))
+                new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]])).sum(axis=-1)
+                dk = np.repeat(dims[None], len(cands), axis=0)  # [k, G, D]
+                dk[:, rows[p], hot] -= widths[p]
+                dk[k, rows[p], cands] += widths[p]
+                tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
+                tot[:, hot] += new[0] - compute[hot]
+                tot[k, cands] += new[1:] - compute[cands]
+                better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
+                if len(better):
+                    target = int(cands[better[0]])
+            if target >= 0:
+                used[hot] -= sizes[p]
+                used[target] += sizes[p]
+                hused[hot] -= hsizes[p]
+                hused[target] += hsizes[p]
+                device_of[p] = target
+                improved = True
+            else:  # swaps, with every piece elsewhere in order
+                qs = np.flatnonzero(device_of != hot)
+                dq = device_of[qs]
+                ok = np.ones(len(qs), dtype=bool)
+                if cfg.split_apart:
+                    ok &= ~np.isin(dq, siblings) & (owner[qs] != owner[p]) & ~np.isin(owner[qs], list(hot_owners))
+                ok &= (used[dq] - sizes[qs] + sizes[p] <= pm.caps[dq]) & (used[hot] - sizes[p] + sizes[qs] <= pm.caps[hot])
+                ok &= (hused[dq] - hsizes[qs] + hsizes[p] <= pm.host_caps[dq]) & (hused[hot] - hsizes[p] + hsizes[qs] <= pm.host_caps[hot])
+                qs, dq = qs[ok], dq[ok]
+                if len(qs):
+                    k = np.arange(len(qs))
+                    new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]])).sum(axis=-1)
+                    dk = np.repeat(dims[None], len(qs), axis=0)  # [k, G, D]
+                    dk[:, rows[p], hot] -= widths[p]
+                    dk[k, rows[qs], hot] += widths[qs]
+                    dk[k, rows[p], dq] += widths[p]
+                    dk[k, rows[qs], dq] -= widths[qs]
+                    tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
+                    tot[:, hot] += new[: len(qs)] - compute[hot]
+                    tot[k, dq] += new[len(qs):] - compute[dq]
+                    better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
+                    if len(better):
+                        q, d = int(qs[better[0]]), int(dq[better[0]])
+                        used[hot] += sizes[q] - sizes[p]
+                        used[d] += sizes[p] - sizes[q]
+                        hused[hot] += hsizes[q] - hsizes[p]
+                        hused[d] += hsizes[p] - hsizes[q]
+                        device_of[p], device_of[q] = d, hot
+                        improved = True
+            if improved:
+                moves += 1
+                S, dims, compute, totals = summed()
+                cost = float(totals.max())
+                break
+            if deadline is not None and clock.elapsed >= deadline:
+                break
+    return device_of, moves
+
+
+def split(piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
+    """The piece cut in two 4-aligned halves, the wider second where its width is an odd number of 4-column units
+    (28 -> 12 + 16; `uneven=False`: exact halves only, as published); None below 8 columns. Why not only exact
+    halves: random dims (4 x 1..64) are mostly not 4 x a power of two, and exact halving could not cut a 108-column
+    table at all, so a table too big for one device went row-wise over all devices where column pieces are far
+    cheaper (bench_tiered random-669: 3.04 ms row-wise, 0.50 with column pieces, simulated)."""
+    t, off, cols = piece
+    units = cols // DIM_ALIGNMENT
+    if units < 2 or (not uneven and units % 2):
+        return None
+    first = (units // 2) * DIM_ALIGNMENT
+    return (t, off, first), (t, off + first, cols - first)
+
+
+def presplit_plan(
+    instance: Instance, bm: BoundCostModel, max_pieces: int = 8, cfg: NeuroShardConfig | None = None, time_limit: float | None = None,
+    layout: TieredLayout | None = None, uneven: bool = True,
+) -> tuple[list[Shard], float] | None:
+    """One NeuroShard state chosen up front instead of searched: every table whose compute alone exceeds the mean
+    device compute, or whose bytes exceed half the largest device, is halved until its pieces do not (at most
+    `max_pieces` pieces, halves that stay 4-aligned),
+    then the comm-aware grid greedy places the pieces and the polish improves the plan. (shards, cost) or None.
+
+    Why: on instances where a few tables are heavier than a whole device's fair share (production models), the
+    beam search needs one step per halving and tens of seconds to find the splits, while table-wise starts leave
+    the slowest device holding one such table; this start takes seconds and gives the exact solvers (which
+    polish, not restructure, a plan) a split layout to work from. `time_limit` ends the polish (the grid runs whole)."""
+    cfg = cfg or NeuroShardConfig()
+    clock = Stopwatch()
+    pm = PieceModel(instance, bm, layout)
+    pieces = presplit_pieces(pm, max_pieces, uneven)
+    results = grid_greedy(pm, [pieces], cfg, comm_aware=True, clock=clock)
+    if not results or results[0].device_of is None:
+        results = grid_greedy(pm, [pieces], cfg, clock=clock)
+        if not results or results[0].device_of is None:
+            return None
+    device_of, _ = polish(pm, pieces, results[0].device_of, cfg, clock, time_limit)
+    states, widths, _, _ = pm.info(pieces)
+    cost, _ = pm.plan_cost(states, widths, device_of, pm.rows(pieces))
+    return pm.to_shards(pieces, device_of), cost
+
+
+def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) -> list[Piece]:
+    """The pre-split state: each table's pieces halved, round by round, while a piece's bytes exceed half the largest
+    device (as far as 4-column pieces go: a table several devices large needs that many pieces to fit at all) or
+    its compute alone exceeds the mean device compute (while the table stays within `max_pieces` pieces). A piece
+    is halved on its own (`split`): a 28-column table too big for 8-column pieces ends as seven 4-column ones, where
+    halving every piece of a round at once stopped at the first piece that could not be halved (bench_tiered
+    random-669: no state packed, and the table went row-wise)."""
+    whole: list[Piece] = list(pm.all_pieces())
+    _, _, nbytes, single = pm.info(whole)
+    target = (float(single.sum()) + float(pm.base_compute.sum())) / pm.bm.num_devices
+    room = float(pm.caps.max()) / 2  # a piece bigger than half a device is hard to pack: halve it too
+    pieces: list[Piece] = []
+    for p in whole:
+        todo = [p]
+        while True:
+            _, _, b, c = pm.info(todo)
+            more = len(todo) * 2 <= max_pieces
+            halves = [split(q, uneven) for q in todo]
+            cut = {k for k, h in enumerate(halves) if h is not None and (b[k] > room or (more and c[k] > target))}
+            if not cut:
+                break
+            todo = [h for k, q in enumerate(todo) for h in (halves[k] if k in cut else (q,))]  # type: ignore[union-attr]
+        pieces += todo
+    return sorted(pieces)

@@ -1,0 +1,50 @@
+"""The MILP layer (solvers.milp): one sparse model and one HiGHS adapter whose statuses every caller reads the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solvers.milp import MilpStatus, SparseModel, solve_lp, solve_milp
+
+
+def knapsack() -> tuple[SparseModel, np.ndarray]:
+    """max 5a + 4b + 3c s.t. 2a + 3b + c <= 5, a, b, c binary (as a minimisation): optimum a = b = 1, value -9."""
+    m = SparseModel()
+    xs = [m.var(0, 1, integer=True) for _ in range(3)]
+    m.row({xs[0]: 2, xs[1]: 3, xs[2]: 1}, -np.inf, 5)
+    return m, -np.array([5.0, 4.0, 3.0])
+
+
+def test_an_integer_optimum_and_its_relaxation() -> None:
+    m, c = knapsack()
+    res = solve_milp(m, c, time_limit=10)
+    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-9.0)
+    assert np.allclose(res.x, [1, 1, 0]) and res.dual_bound == pytest.approx(-9.0)
+    lp = solve_milp(m, c, time_limit=10, integrality=False)
+    assert lp.status is MilpStatus.optimal and lp.objective <= res.objective  # the relaxation bounds the MILP
+
+
+def test_fixed_bounds_and_array_rows() -> None:
+    m, c = knapsack()
+    first = m.reserve(1)  # a fourth variable, bounds set by the caller below
+    m.add(np.array([first, 0]), np.array([1.0, -1.0]), 0.0, 0.0)  # x3 = a
+    res = solve_milp(m, np.append(c, 0.0), time_limit=10, lb=np.zeros(4), ub=np.array([0, 1, 1, 1]))  # a fixed to 0
+    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-7.0) and res.x[first] == pytest.approx(0.0)
+
+
+def test_infeasible_and_unbounded_are_named() -> None:
+    m = SparseModel()
+    x = m.var(0, 1)
+    m.row({x: 1.0}, 2.0, np.inf)  # x >= 2 with x <= 1
+    res = solve_milp(m, np.array([1.0]), time_limit=10)
+    assert res.status is MilpStatus.infeasible and res.x is None and res.objective is None
+    free = SparseModel()
+    y = free.var(-np.inf, np.inf)
+    free.row({y: 1.0}, -np.inf, 0.0)
+    assert solve_milp(free, np.array([1.0]), time_limit=10, integrality=False).status is MilpStatus.unbounded
+
+
+def test_the_lp_form() -> None:
+    res = solve_lp(np.array([1.0, 1.0]), np.array([[-1.0, -2.0]]), np.array([-4.0]), np.array([[0, 10], [0, 10]]))
+    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(2.0) and res.code == 0
