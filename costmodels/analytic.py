@@ -22,7 +22,7 @@ everything is a few numpy operations over [devices, 46].
 from __future__ import annotations
 
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,26 +49,26 @@ BIN_COUNTS = np.array(
 )
 assert len(BIN_COUNTS) == ACCESS_BINS
 
-# state layout
-_FOOT = slice(0, ACCESS_BINS)  # cache footprint (sector bytes of unique rows) per bin, hottest bin (>2^15) first
-_REUSE = slice(ACCESS_BINS, 2 * ACCESS_BINS)  # bytes of re-reads per bin (accesses after the first), same order
-_GATHER = 2 * ACCESS_BINS  # all gathered bytes (lookups x sector bytes)
-_FWD_STREAM = _GATHER + 1  # forward streamed bytes: indices, offsets, pooled output writes
-_BWD_STREAM = _GATHER + 2  # backward HBM bytes: output grads, sort, unique-row weight + optimizer update
-_BWD_L2 = _GATHER + 3  # backward on-chip bytes: per-lookup gradient accumulation
-_BAGS = _GATHER + 4  # bags (work items: one warp each)
-_SHARDS = _GATHER + 5  # shards on the device (launch if > 0)
+# the device state's layout (public: the certified bound reads its columns, solvers.bound.terms)
+STATE_FOOT = slice(0, ACCESS_BINS)  # cache footprint (sector bytes of unique rows) per bin, hottest bin (>2^15) first
+STATE_REUSE = slice(ACCESS_BINS, 2 * ACCESS_BINS)  # bytes of re-reads per bin (accesses after the first), same order
+STATE_GATHER = 2 * ACCESS_BINS  # all gathered bytes (lookups x sector bytes)
+STATE_FWD_STREAM = STATE_GATHER + 1  # forward streamed bytes: indices, offsets, pooled output writes
+STATE_BWD_STREAM = STATE_GATHER + 2  # backward HBM bytes: output grads, sort, unique-row weight + optimizer update
+STATE_BWD_L2 = STATE_GATHER + 3  # backward on-chip bytes: per-lookup gradient accumulation
+STATE_BAGS = STATE_GATHER + 4  # bags (work items: one warp each)
+STATE_SHARDS = STATE_GATHER + 5  # shards on the device (launch if > 0)
 # host-memory tier: bytes over the host link per pass and direction (in = host -> device, out = device -> host)
-_HOST_FWD_IN = _GATHER + 6  # forward: rows fetched into the cache + rows read directly by the kernel
-_HOST_FWD_OUT = _GATHER + 7  # forward: evicted cache rows written back
-_HOST_BWD_IN = _GATHER + 8  # backward: uncached rows' weights (and host-side optimizer state) read
-_HOST_BWD_OUT = _GATHER + 9  # backward: the same written back
-_CACHED = _GATHER + 10  # fused_uvm_caching shards (their own kernel group and the cache prefetch)
-_UVM = _GATHER + 11  # fused_uvm shards (their own kernel group)
-# rows behind _HOST_FWD_IN / _HOST_BWD_IN: each read on its own over the link (the profile's host_row_rate)
-_HOST_FWD_ROWS = _GATHER + 12
-_HOST_BWD_ROWS = _GATHER + 13
-STATE_SIZE = _GATHER + 14
+STATE_HOST_FWD_IN = STATE_GATHER + 6  # forward: rows fetched into the cache + rows read directly by the kernel
+STATE_HOST_FWD_OUT = STATE_GATHER + 7  # forward: evicted cache rows written back
+STATE_HOST_BWD_IN = STATE_GATHER + 8  # backward: uncached rows' weights (and host-side optimizer state) read
+STATE_HOST_BWD_OUT = STATE_GATHER + 9  # backward: the same written back
+STATE_CACHED = STATE_GATHER + 10  # fused_uvm_caching shards (their own kernel group and the cache prefetch)
+STATE_UVM = STATE_GATHER + 11  # fused_uvm shards (their own kernel group)
+# rows behind STATE_HOST_FWD_IN / STATE_HOST_BWD_IN: each read on its own over the link (the profile's host_row_rate)
+STATE_HOST_FWD_ROWS = STATE_GATHER + 12
+STATE_HOST_BWD_ROWS = STATE_GATHER + 13
+STATE_SIZE = STATE_GATHER + 14
 
 
 def sector_bytes(width: np.ndarray, elem_bytes: np.ndarray, sector: int) -> np.ndarray:
@@ -84,8 +84,8 @@ def mean_count(histogram: np.ndarray) -> np.ndarray:
 def cache_hits(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     """Bytes of re-reads served by L2: the hottest bins' rows (across all tables on the device) are cached first,
     until the shared cache is full. [..., F] -> [...]."""
-    foot = states[..., _FOOT]  # stored hottest bin first
-    reuse = states[..., _REUSE]
+    foot = states[..., STATE_FOOT]  # stored hottest bin first
+    reuse = states[..., STATE_REUSE]
     capacity = profile.l2_bytes * CACHE_SHARE
     # cached bytes of each bin: what is left of the cache after the hotter bins, at most the bin's footprint
     cached = np.clip(capacity - np.cumsum(foot, axis=-1) + foot, 0.0, None)
@@ -98,7 +98,7 @@ def cache_hits(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
 def occupancy(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     """Share of the GPU's warp slots the fused kernel fills (one warp per bag); bandwidth scales with it."""
     slots = profile.sm_count * profile.warps_per_sm
-    return np.clip(states[..., _BAGS] / slots, 1.0 / slots, 1.0)
+    return np.clip(states[..., STATE_BAGS] / slots, 1.0 / slots, 1.0)
 
 
 def host_read_s(nbytes: np.ndarray, rows: np.ndarray, profile: HardwareProfile) -> np.ndarray:
@@ -120,19 +120,19 @@ def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.nda
     l2_bw = p.hbm_bandwidth * p.l2_bandwidth_ratio
     occ = occupancy(states, p)
     hits = cache_hits(states, p)
-    fwd_hbm = states[..., _GATHER] - hits + states[..., _FWD_STREAM]
+    fwd_hbm = states[..., STATE_GATHER] - hits + states[..., STATE_FWD_STREAM]
     fwd = (fwd_hbm / hbm_bw + hits / l2_bw) / occ
-    bwd = (states[..., _BWD_STREAM] / hbm_bw + states[..., _BWD_L2] / l2_bw) / occ / p.bwd_bandwidth_factor
-    busy = states[..., _SHARDS] > 0
+    bwd = (states[..., STATE_BWD_STREAM] / hbm_bw + states[..., STATE_BWD_L2] / l2_bw) / occ / p.bwd_bandwidth_factor
+    busy = states[..., STATE_SHARDS] > 0
     # TorchRec runs one fused kernel per compute kernel on a device (fused / fused_uvm_caching / fused_uvm): a launch
     # per pass for each group present; the caching group's prefetch runs its own kernels before the forward
-    cached = (states[..., _CACHED] > 0.5).astype(np.float64)
-    groups = (states[..., _SHARDS] - states[..., _CACHED] - states[..., _UVM] > 0.5) + cached + (states[..., _UVM] > 0.5)  # a count (float)
+    cached = (states[..., STATE_CACHED] > 0.5).astype(np.float64)
+    groups = (states[..., STATE_SHARDS] - states[..., STATE_CACHED] - states[..., STATE_UVM] > 0.5) + cached + (states[..., STATE_UVM] > 0.5)  # a count (float)
     # host link: full duplex, each direction limited by its bandwidth; serial with the HBM work (docs: max vs sum)
-    host_fwd = np.maximum(host_read_s(states[..., _HOST_FWD_IN], states[..., _HOST_FWD_ROWS], p),
-                          states[..., _HOST_FWD_OUT] / p.host_link_bandwidth)
-    host_bwd = np.maximum(host_read_s(states[..., _HOST_BWD_IN], states[..., _HOST_BWD_ROWS], p),
-                          states[..., _HOST_BWD_OUT] / p.host_link_bandwidth)
+    host_fwd = np.maximum(host_read_s(states[..., STATE_HOST_FWD_IN], states[..., STATE_HOST_FWD_ROWS], p),
+                          states[..., STATE_HOST_FWD_OUT] / p.host_link_bandwidth)
+    host_bwd = np.maximum(host_read_s(states[..., STATE_HOST_BWD_IN], states[..., STATE_HOST_BWD_ROWS], p),
+                          states[..., STATE_HOST_BWD_OUT] / p.host_link_bandwidth)
     launch = p.launch_overhead_s
     out = np.empty(states.shape[:-1] + (2,))
     out[..., 0] = np.where(busy, launch * groups + PREFETCH_LAUNCHES * launch * cached + np.maximum(p.min_kernel_s, fwd) + host_fwd, 0.0) * MS
@@ -181,6 +181,30 @@ def cache_miss_share(histogram: np.ndarray, rows: float, lookups: float, cache_r
     return float(np.clip((acc * (1.0 - phi)).sum() / lookups, 0.0, 1.0))
 
 
+@dataclass(frozen=True)
+class CommTerms:
+    """The numbers one device's all-to-all time is made of (docs/analytic-model.md, "Communication"): a start-up
+    latency, and per unit of pooled width the ms to each local and each remote peer, with each device's peer counts.
+    Public for the certified bound, whose inequalities are linear pieces of this time (solvers.bound.inequalities)."""
+
+    latency_ms: float  # per direction and pass
+    local_scale: float  # ms per unit of pooled width per peer on the same host (NVLink)
+    remote_scale: float  # ... per peer on another host (the network)
+    local_peers: np.ndarray  # [D] devices on the device's host other than itself
+    remote_peers: np.ndarray  # [D] devices on other hosts
+    single_host: bool
+
+
+@dataclass(frozen=True)
+class TableTerms:
+    """Per table what the compute terms scale with: rows, bytes per element, and the workload's optimizer. Public
+    for the certified bound's per-shard coefficients (solvers.bound.terms)."""
+
+    rows: np.ndarray  # [T]
+    elem_bytes: np.ndarray  # [T]
+    optimizer: Optimizer
+
+
 class BoundAnalytic(BoundCostModel):
     def __init__(self, instance: Instance, profile: HardwareProfile):
         super().__init__(instance)
@@ -207,6 +231,13 @@ class BoundAnalytic(BoundCostModel):
         self._local_scale = per_peer / self.intra_bw * MS
         self._remote_scale = per_peer / self.inter_bw * MS
         self._latency_ms = (profile.alltoall_latency_s + (profile.network_latency_s if not self._single_host else 0.0)) * MS
+
+    def comm_terms(self) -> CommTerms:
+        return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
+                         self._single_host)
+
+    def table_terms(self) -> TableTerms:
+        return TableTerms(self._rows.copy(), self._elem.copy(), self._optimizer)
 
     @property
     def state_size(self) -> int:
@@ -261,10 +292,10 @@ class BoundAnalytic(BoundCostModel):
             if not host.any():
                 host = None
         if host is None:  # every shard in HBM: the model as it always was
-            out[:, _FOOT] = (uniq * sb[:, None])[:, ::-1]  # hottest bin first: the order the cache fills in
-            out[:, _REUSE] = (np.maximum(acc - uniq, 0.0) * sb[:, None])[:, ::-1]
-            out[:, _GATHER] = lookups * sb
-            out[:, _FWD_STREAM] = (lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
+            out[:, STATE_FOOT] = (uniq * sb[:, None])[:, ::-1]  # hottest bin first: the order the cache fills in
+            out[:, STATE_REUSE] = (np.maximum(acc - uniq, 0.0) * sb[:, None])[:, ::-1]
+            out[:, STATE_GATHER] = lookups * sb
+            out[:, STATE_FWD_STREAM] = (lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
             update = unique * 2 * (row_sb + state_sb)
         else:
             # host-memory tier (docs/analytic-model.md, "Memory tiers"): with C = cf x rows cache slots, psi_b is the
@@ -279,30 +310,30 @@ class BoundAnalytic(BoundCostModel):
             direct = (acc_h * (1.0 - psi)).sum(axis=1)  # lookups the kernel reads from host memory directly
             caching = host & (cf > 0)
             adam_host = host if self._optimizer is Optimizer.adam else np.zeros_like(host)  # fbgemm: non-rowwise state in UVM
-            out[:, _FOOT] = uniq_h * psi * sb[:, None]
-            out[:, _REUSE] = np.maximum(acc_h - uniq_h, 0.0) * psi * sb[:, None]
+            out[:, STATE_FOOT] = uniq_h * psi * sb[:, None]
+            out[:, STATE_REUSE] = np.maximum(acc_h - uniq_h, 0.0) * psi * sb[:, None]
             # (without a cache, psi is 0 and nothing is gathered from HBM: exactly 0, not lookups - sum(acc) rounded)
-            out[:, _GATHER] = np.where(host & (cf <= 0), 0.0, np.maximum(lookups - direct, 0.0)) * sb
-            out[:, _FWD_STREAM] = ((lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
+            out[:, STATE_GATHER] = np.where(host & (cf <= 0), 0.0, np.maximum(lookups - direct, 0.0)) * sb
+            out[:, STATE_FWD_STREAM] = ((lookups + bags) * INDEX_BYTES + bags * w * OUTPUT_BYTES
                                    + caching * (lookups * CACHE_LOOKUP_BYTES + 2 * inserted * sb))
             update = np.where(host, (unique - overflow) * 2 * row_sb + np.where(adam_host, 0.0, unique * 2 * state_sb),
                               unique * 2 * (row_sb + state_sb))
-            out[:, _HOST_FWD_IN] = (inserted + direct) * sb
-            out[:, _HOST_FWD_OUT] = inserted * sb
-            out[:, _HOST_BWD_IN] = overflow * row_sb + adam_host * unique * state_sb
-            out[:, _HOST_BWD_OUT] = out[:, _HOST_BWD_IN]
-            out[:, _HOST_FWD_ROWS] = inserted + direct
-            out[:, _HOST_BWD_ROWS] = overflow + adam_host * unique
-            out[:, _CACHED] = caching
-            out[:, _UVM] = host & (cf <= 0)
+            out[:, STATE_HOST_FWD_IN] = (inserted + direct) * sb
+            out[:, STATE_HOST_FWD_OUT] = inserted * sb
+            out[:, STATE_HOST_BWD_IN] = overflow * row_sb + adam_host * unique * state_sb
+            out[:, STATE_HOST_BWD_OUT] = out[:, STATE_HOST_BWD_IN]
+            out[:, STATE_HOST_FWD_ROWS] = inserted + direct
+            out[:, STATE_HOST_BWD_ROWS] = overflow + adam_host * unique
+            out[:, STATE_CACHED] = caching
+            out[:, STATE_UVM] = host & (cf <= 0)
         replica = bf < 1.0
         if replica.any():  # data-parallel (TorchRec's dense kernel): dense gradient, optimizer step over every row
             dense = rows * (2 * w * OUTPUT_BYTES + 2 * (row_bytes + state_bytes))
             update = np.where(replica, dense, update)
-        out[:, _BWD_STREAM] = bags * w * OUTPUT_BYTES + lookups * SORT_BYTES_PER_LOOKUP + update
-        out[:, _BWD_L2] = lookups * w * OUTPUT_BYTES
-        out[:, _BAGS] = bags
-        out[:, _SHARDS] = 1.0
+        out[:, STATE_BWD_STREAM] = bags * w * OUTPUT_BYTES + lookups * SORT_BYTES_PER_LOOKUP + update
+        out[:, STATE_BWD_L2] = lookups * w * OUTPUT_BYTES
+        out[:, STATE_BAGS] = bags
+        out[:, STATE_SHARDS] = 1.0
         return out
 
     def cache_miss_share(self, table: int, cache_fraction: float, row_fraction: float = 1.0) -> float:

@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from typer.testing import CliRunner
 
 from costmodels.analytic import (
-    _CACHED,
-    _GATHER,
-    _HOST_BWD_IN,
-    _HOST_BWD_OUT,
-    _HOST_FWD_IN,
-    _HOST_FWD_OUT,
-    _HOST_FWD_ROWS,
-    _HOST_BWD_ROWS,
-    _UVM,
+    STATE_CACHED,
+    STATE_GATHER,
+    STATE_HOST_BWD_IN,
+    STATE_HOST_BWD_OUT,
+    STATE_HOST_FWD_IN,
+    STATE_HOST_FWD_OUT,
+    STATE_HOST_FWD_ROWS,
+    STATE_HOST_BWD_ROWS,
+    STATE_UVM,
     CACHE_LOOKUP_BYTES,
     MS,
     PREFETCH_LAUNCHES,
@@ -95,7 +95,7 @@ def test_a_cache_of_every_row_costs_fused_plus_the_documented_bookkeeping(opt: s
     assert cached[0] - fused[0] == pytest.approx(delta_ms, rel=1e-9)
     assert cached[1] == pytest.approx(fused[1], rel=1e-12)
     state = bm.shard_contribution(big(Kernel.fused_uvm_caching, 1.0))[1]
-    assert state[[_HOST_FWD_IN, _HOST_FWD_OUT, _HOST_BWD_IN, _HOST_BWD_OUT]].sum() == 0.0
+    assert state[[STATE_HOST_FWD_IN, STATE_HOST_FWD_OUT, STATE_HOST_BWD_IN, STATE_HOST_BWD_OUT]].sum() == 0.0
 
 
 def test_adam_moments_of_a_uvm_table_cross_the_host_link_even_when_every_row_is_cached() -> None:
@@ -103,7 +103,7 @@ def test_adam_moments_of_a_uvm_table_cross_the_host_link_even_when_every_row_is_
     cacheable=False): adam's moments are read and written over the link."""
     bm = AnalyticCostModel().bind(tiered("h100", opt="adam"))
     state = bm.shard_contribution(big(Kernel.fused_uvm_caching, 1.0))[1]
-    assert state[_HOST_BWD_IN] > 0 and state[_HOST_BWD_IN] == state[_HOST_BWD_OUT]
+    assert state[STATE_HOST_BWD_IN] > 0 and state[STATE_HOST_BWD_IN] == state[STATE_HOST_BWD_OUT]
     assert device0(bm, big(Kernel.fused_uvm_caching, 1.0))[1] > device0(bm, big())[1]
 
 
@@ -161,8 +161,8 @@ def test_the_topologys_host_link_override_is_the_link_used() -> None:
     base = AnalyticCostModel().bind(tiered("h100"))
     assert slow.profile.host_link_bandwidth == 4e9 and base.profile.host_link_bandwidth == get_profile("h100").host_link_bandwidth
     state = base.shard_contribution(big(Kernel.fused_uvm))[1]
-    nbytes, rows, p = state[_HOST_FWD_IN], state[_HOST_FWD_ROWS], base.profile
-    assert state[_HOST_FWD_OUT] == 0.0
+    nbytes, rows, p = state[STATE_HOST_FWD_IN], state[STATE_HOST_FWD_ROWS], base.profile
+    assert state[STATE_HOST_FWD_OUT] == 0.0
     # the slow link is bytes-bound (64 ns a 256-byte row); h100's own is row-bound (its measured row-gather constants)
     base_s = max(nbytes / p.host_link_bandwidth, rows / p.host_row_rate + nbytes / p.host_gather_bandwidth)
     assert device0(slow, big(Kernel.fused_uvm))[0] - device0(base, big(Kernel.fused_uvm))[0] == pytest.approx(
@@ -177,10 +177,10 @@ def test_fused_uvm_reads_every_lookup_and_updates_every_unique_row_over_the_link
     lookups = inst.workload.batch_size * 20.0
     sb = float(sector_bytes(np.array(64.0), np.array(4.0), 32))
     unique = min(2_000_000, lookups / max(float(mean_count(bm.histograms[0])), 1.0))
-    assert state[_GATHER] == 0.0  # nothing gathered from HBM
-    assert state[_HOST_FWD_IN] == pytest.approx(lookups * sb) and state[_HOST_FWD_OUT] == 0.0
-    assert state[_HOST_BWD_IN] == pytest.approx(unique * sb) and state[_HOST_BWD_OUT] == pytest.approx(unique * sb)
-    assert state[_UVM] == 1.0 and state[_CACHED] == 0.0
+    assert state[STATE_GATHER] == 0.0  # nothing gathered from HBM
+    assert state[STATE_HOST_FWD_IN] == pytest.approx(lookups * sb) and state[STATE_HOST_FWD_OUT] == 0.0
+    assert state[STATE_HOST_BWD_IN] == pytest.approx(unique * sb) and state[STATE_HOST_BWD_OUT] == pytest.approx(unique * sb)
+    assert state[STATE_UVM] == 1.0 and state[STATE_CACHED] == 0.0
 
 
 def test_a_cache_smaller_than_the_batchs_rows_reads_the_rest_directly() -> None:
@@ -192,12 +192,12 @@ def test_a_cache_smaller_than_the_batchs_rows_reads_the_rest_directly() -> None:
     unique = min(2_000_000, lookups / max(float(mean_count(bm.histograms[0])), 1.0))
     sb = 256.0
     roomy = bm.shard_contribution(big(Kernel.fused_uvm_caching, 0.9))[1]
-    assert roomy[_HOST_BWD_IN] == 0.0 and roomy[_HOST_FWD_OUT] > 0 and roomy[_HOST_FWD_IN] == roomy[_HOST_FWD_OUT]
+    assert roomy[STATE_HOST_BWD_IN] == 0.0 and roomy[STATE_HOST_FWD_OUT] > 0 and roomy[STATE_HOST_FWD_IN] == roomy[STATE_HOST_FWD_OUT]
     lf = 0.5 * unique / 2_000_000  # half of this batch's rows
     small = bm.shard_contribution(big(Kernel.fused_uvm_caching, lf))[1]
     cache_rows = np.ceil(lf * 2_000_000)
-    assert small[_HOST_BWD_IN] == pytest.approx((unique - cache_rows) * sb, rel=1e-6)
-    assert small[_HOST_FWD_IN] > small[_HOST_FWD_OUT]  # the overflow's lookups are read, not fetched
+    assert small[STATE_HOST_BWD_IN] == pytest.approx((unique - cache_rows) * sb, rel=1e-6)
+    assert small[STATE_HOST_FWD_IN] > small[STATE_HOST_FWD_OUT]  # the overflow's lookups are read, not fetched
 
 
 def test_one_launch_per_kernel_group() -> None:
@@ -211,7 +211,7 @@ def test_one_launch_per_kernel_group() -> None:
     # the device's own arithmetic: 2 groups, the prefetch, one kernel over both tables' bytes
     assert bm.compute_costs(state)[1] == pytest.approx(both[1])
     one_group = state.copy()
-    one_group[_CACHED] = 0.0
+    one_group[STATE_CACHED] = 0.0
     assert bm.compute_costs(state)[1] - bm.compute_costs(one_group)[1] == pytest.approx(3 * p.launch_overhead_s * MS)
     assert both[1] > max(alone[0][1], alone[1][1])
 
@@ -254,7 +254,7 @@ def test_hbm_plans_cost_exactly_what_they_cost_before_the_tiers(name: str) -> No
     tw = bm.plan_costs([Shard(table=t.name, device=int(d)) for t, d in zip(inst.tables, dev)])
     assert (a.max_cost, a.critical_path, b.max_cost, b.critical_path) == BEFORE_TIERS[name]
     assert np.array_equal(tw.columns, a.columns)
-    assert STATE_SIZE == 2 * ACCESS_BINS + 14 and bm.table_states[:, _GATHER + 6:].sum() == 0.0
+    assert STATE_SIZE == 2 * ACCESS_BINS + 14 and bm.table_states[:, STATE_GATHER + 6:].sum() == 0.0
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -302,12 +302,12 @@ def test_a_replica_pays_the_dense_optimizer_step_of_every_row() -> None:
     bm = AnalyticCostModel().bind(inst)
     rep = bm.shard_state(0, 64, 1.0, 0.25)
     sparse_like = bm.shard_state(0, 64, 1.0, 1.0)
-    from costmodels.analytic import _BWD_STREAM, OUTPUT_BYTES, SORT_BYTES_PER_LOOKUP
+    from costmodels.analytic import STATE_BWD_STREAM, OUTPUT_BYTES, SORT_BYTES_PER_LOOKUP
 
     lookups = inst.workload.batch_size / 4 * 20.0
     dense = 200_000 * (2 * 64 * OUTPUT_BYTES + 2 * (64 * 4 + 4))  # gradient write + read; weights + rowwise state
-    assert rep[_BWD_STREAM] == pytest.approx(inst.workload.batch_size / 4 * 64 * OUTPUT_BYTES + lookups * SORT_BYTES_PER_LOOKUP + dense)
-    assert rep[_BWD_STREAM] > sparse_like[_BWD_STREAM] / 4
+    assert rep[STATE_BWD_STREAM] == pytest.approx(inst.workload.batch_size / 4 * 64 * OUTPUT_BYTES + lookups * SORT_BYTES_PER_LOOKUP + dense)
+    assert rep[STATE_BWD_STREAM] > sparse_like[STATE_BWD_STREAM] / 4
     costs = bm.plan_costs([Shard(table="big", device=d, replicated=True) for d in range(4)] + [Shard(table="small", device=0)])
     assert costs.bwd_comm[1] > costs.fwd_comm[1]  # the gradient all-reduce
 
@@ -486,7 +486,7 @@ def test_narrow_uvm_rows_cost_the_row_rate_not_the_links_bytes(dim: int) -> None
     bm = AnalyticCostModel().bind(inst)
     state = bm.shard_contribution(big(Kernel.fused_uvm))[1]
     lookups = 65536 * 20.0
-    assert state[_HOST_FWD_ROWS] == pytest.approx(lookups) and state[_HOST_FWD_IN] == pytest.approx(lookups * dim * 4)
+    assert state[STATE_HOST_FWD_ROWS] == pytest.approx(lookups) and state[STATE_HOST_FWD_IN] == pytest.approx(lookups * dim * 4)
     p = bm.profile
     uvm, hbm = device0(bm, big(Kernel.fused_uvm)), device0(bm, big())
     row_s = 1 / p.host_row_rate + dim * 4 / p.host_gather_bandwidth
@@ -496,7 +496,7 @@ def test_narrow_uvm_rows_cost_the_row_rate_not_the_links_bytes(dim: int) -> None
     a100 = AnalyticCostModel().bind(inst.model_copy(update={"topology": inst.topology.model_copy(update={"hardware": "a100"})}))
     s100 = a100.shard_contribution(big(Kernel.fused_uvm))[1]
     host = device0(a100, big(Kernel.fused_uvm))[0] - device0(a100, big())[0]
-    assert host <= s100[_HOST_FWD_IN] / a100.profile.host_link_bandwidth * MS * 1.01 + 1e-9
+    assert host <= s100[STATE_HOST_FWD_IN] / a100.profile.host_link_bandwidth * MS * 1.01 + 1e-9
 
 
 def test_uvm_backward_rows_are_the_unique_rows_read_from_host() -> None:
@@ -504,9 +504,9 @@ def test_uvm_backward_rows_are_the_unique_rows_read_from_host() -> None:
     bm = AnalyticCostModel().bind(inst)
     state = bm.shard_contribution(big(Kernel.fused_uvm))[1]
     sb = float(sector_bytes(np.array(64.0), np.array(4.0), 32))
-    assert state[_HOST_BWD_ROWS] == pytest.approx(state[_HOST_BWD_IN] / sb)
+    assert state[STATE_HOST_BWD_ROWS] == pytest.approx(state[STATE_HOST_BWD_IN] / sb)
     hbm = bm.shard_contribution(big())[1]
-    assert hbm[_HOST_FWD_ROWS] == 0.0 and hbm[_HOST_BWD_ROWS] == 0.0
+    assert hbm[STATE_HOST_FWD_ROWS] == 0.0 and hbm[STATE_HOST_BWD_ROWS] == 0.0
 
 
 def test_profiles_round_trip_with_and_without_row_constants(tmp_path) -> None:

@@ -138,10 +138,11 @@ def comm_pieces(bm: BoundAnalytic, device: int, total_width: float) -> list[Comm
     network send / receive, each a piece."""
     if bm.num_devices == 1:
         return [CommPiece(0.0, 0.0, 0.0)]
-    lat = 2 * bm._latency_ms
-    ls, rs = 2 * bm._local_scale, 2 * bm._remote_scale
-    nl, nr = float(bm._local_peers[device]), float(bm._remote_peers[device])
-    if bm._single_host:
+    ct = bm.comm_terms()
+    lat = 2 * ct.latency_ms
+    ls, rs = 2 * ct.local_scale, 2 * ct.remote_scale
+    nl, nr = float(ct.local_peers[device]), float(ct.remote_peers[device])
+    if ct.single_host:
         return [CommPiece(lat, ls * nl, 0.0), CommPiece(lat + ls * total_width, -ls, 0.0)]
     return [
         CommPiece(lat, ls * nl, 0.0),
@@ -158,12 +159,13 @@ def comm_floor(bm: BoundAnalytic, width: float) -> float:
     if bm.num_devices == 1:
         return 0.0
     total = float(bm.table_dims.sum())
+    ct = bm.comm_terms()
     best = math.inf
     for d in range(bm.num_devices):
-        nl, nr = float(bm._local_peers[d]), float(bm._remote_peers[d])
-        if bm._single_host:
-            t = bm._local_scale * max(nl * width, nl * total / (nl + 1))
+        nl, nr = float(ct.local_peers[d]), float(ct.remote_peers[d])
+        if ct.single_host:
+            t = ct.local_scale * max(nl * width, nl * total / (nl + 1))
         else:
-            t = max(bm._local_scale * nl * width, bm._remote_scale * nr * width)
-        best = min(best, 2 * (bm._latency_ms + t))
+            t = max(ct.local_scale * nl * width, ct.remote_scale * nr * width)
+        best = min(best, 2 * (ct.latency_ms + t))
     return best

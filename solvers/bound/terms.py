@@ -18,6 +18,10 @@ from costmodels.analytic import (
     MS,
     OUTPUT_BYTES,
     SORT_BYTES_PER_LOOKUP,
+    STATE_BAGS,
+    STATE_FOOT,
+    STATE_GATHER,
+    STATE_REUSE,
     BoundAnalytic,
     mean_count,
     sector_bytes,
@@ -74,12 +78,11 @@ def shard_terms(bm: BoundAnalytic) -> ShardTerms:
     l2_bw = p.hbm_bandwidth * p.l2_bandwidth_ratio
     bwd_scale = MS / hbm_bw / p.bwd_bandwidth_factor
     probe = bm.shard_states(np.arange(n), np.full(n, DIM_ALIGNMENT), np.ones(n), np.ones(n))
-    probe_sb = sector_bytes(np.full(n, float(DIM_ALIGNMENT)), bm._elem, p.sector_bytes)
-    from costmodels.analytic import _FOOT, _GATHER, _REUSE
-
-    lookups = probe[:, _GATHER] / probe_sb  # batch x pooling factor
-    unique = np.minimum(np.minimum(bm._rows, lookups / np.maximum(mean_count(bm.histograms), 1.0)), lookups)
-    opt = bm._optimizer
+    tt = bm.table_terms()
+    probe_sb = sector_bytes(np.full(n, float(DIM_ALIGNMENT)), tt.elem_bytes, p.sector_bytes)
+    lookups = probe[:, STATE_GATHER] / probe_sb  # batch x pooling factor
+    unique = np.minimum(np.minimum(tt.rows, lookups / np.maximum(mean_count(bm.histograms), 1.0)), lookups)
+    opt = tt.optimizer
     opt_fixed = np.full(n, float(p.sector_bytes) * 2) if opt is Optimizer.rowwise_adagrad else np.zeros(n)  # ceil(4/32) 32, read + written
     opt_col = np.full(n, 2 * 8.0) if opt is Optimizer.adam else np.zeros(n)  # 8 w bytes of moments (w % 4 == 0), read + written
     mem_col = np.array([float(inst.table_dtype(t).nbytes) * t.rows for t in inst.tables])
@@ -90,15 +93,15 @@ def shard_terms(bm: BoundAnalytic) -> ShardTerms:
         mem_fixed = np.array([4.0 * t.rows for t in inst.tables])
     return ShardTerms(
         dims=bm.table_dims.copy(),
-        elem=bm._elem.copy(),
+        elem=tt.elem_bytes,
         fwd_fixed_ms=(lookups + batch) * INDEX_BYTES / hbm_bw * MS,
         fwd_col_ms=np.full(n, batch * OUTPUT_BYTES / hbm_bw * MS),
         fwd_sb_ms=lookups / hbm_bw * MS,
         bwd_fixed_ms=(lookups * SORT_BYTES_PER_LOOKUP + unique * opt_fixed) * bwd_scale,
         bwd_col_ms=(batch * OUTPUT_BYTES + unique * opt_col) * bwd_scale + lookups * OUTPUT_BYTES / l2_bw * MS / p.bwd_bandwidth_factor,
         bwd_sb_ms=2 * unique * bwd_scale,
-        foot_per_sb=probe[:, _FOOT] / probe_sb[:, None],
-        reuse_per_sb=probe[:, _REUSE] / probe_sb[:, None],
+        foot_per_sb=probe[:, STATE_FOOT] / probe_sb[:, None],
+        reuse_per_sb=probe[:, STATE_REUSE] / probe_sb[:, None],
         mem_col=mem_col,
         mem_fixed=mem_fixed,
         kappa_ms=(1.0 / hbm_bw - 1.0 / l2_bw) * MS,
@@ -120,8 +123,6 @@ def _terms_kernels(terms: ShardTerms, table: np.ndarray, width: np.ndarray, hits
 def _verify_terms(bm: BoundAnalytic, terms: ShardTerms) -> None:
     """Refuse to bound a model the terms do not reproduce: every table at every width, alone on a device with
     occupancy forced to 1, must cost what the analytic model says (forward with no hits, backward)."""
-    from costmodels.analytic import _BAGS, _FOOT, _REUSE
-
     tables, widths = [], []
     for t, dim in enumerate(terms.dims.astype(int)):
         ws = np.arange(DIM_ALIGNMENT, dim + 1, DIM_ALIGNMENT)
@@ -132,11 +133,11 @@ def _verify_terms(bm: BoundAnalytic, terms: ShardTerms) -> None:
     states = bm.shard_states(table, width, np.ones(len(table)), np.ones(len(table)))
     sb = sector_bytes(width, terms.elem[table], terms.sector)
     scale = np.abs(states).max(axis=1, keepdims=True)  # acc - unique cancels: compare against the row's scale
-    ok = bool(np.all(np.abs(states[:, _FOOT] - terms.foot_per_sb[table] * sb[:, None]) <= _VERIFY_RTOL * scale))
-    ok &= bool(np.all(np.abs(states[:, _REUSE] - terms.reuse_per_sb[table] * sb[:, None]) <= _VERIFY_RTOL * scale))
+    ok = bool(np.all(np.abs(states[:, STATE_FOOT] - terms.foot_per_sb[table] * sb[:, None]) <= _VERIFY_RTOL * scale))
+    ok &= bool(np.all(np.abs(states[:, STATE_REUSE] - terms.reuse_per_sb[table] * sb[:, None]) <= _VERIFY_RTOL * scale))
     states = states.copy()
-    states[:, _FOOT] = 0.0  # no cache: the forward is then all HBM traffic
-    states[:, _BAGS] = bm.profile.sm_count * bm.profile.warps_per_sm  # occupancy 1
+    states[:, STATE_FOOT] = 0.0  # no cache: the forward is then all HBM traffic
+    states[:, STATE_BAGS] = bm.profile.sm_count * bm.profile.warps_per_sm  # occupancy 1
     model = bm.compute_costs(states)
     fwd, bwd = _terms_kernels(terms, table, width)
     floor = terms.min_kernel_ms
