@@ -69,15 +69,12 @@ from shardopt.data.torchrec_io import (
     TABLE_WISE,
     UVM_KERNELS,
     SUPPORTED_SHARDING_TYPES,
-    TorchRecUnavailableError,
-    apply_optimizer,
-    embedding_bag_configs,
     from_torchrec_plan,
     per_rank_batch,
-    require_torchrec,
-    torchrec_installed,
     topology_bandwidths,
 )
+from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs
+from shardopt.data.torchrec_install import TorchRecUnavailableError, require_torchrec, torchrec_installed
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.errors import UnknownSolverError
 from solvers.options import option

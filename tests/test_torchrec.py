@@ -377,6 +377,8 @@ def test_export_cli_refuses_an_invalid_plan(tmp_path: Path) -> None:
 
 @needs_torchrec
 def test_import_from_json_configs_with_pooling_statistics(tmp_path: Path) -> None:
+    from shardopt.data.torchrec_configs import DEFAULT_ACCESS
+
     cfgs = [
         {"name": "user", "num_embeddings": 100000, "embedding_dim": 64},
         {"name": "item", "num_embeddings": 50000, "embedding_dim": 128, "feature_names": ["item", "item_hist"]},
@@ -397,7 +399,7 @@ def test_import_from_json_configs_with_pooling_statistics(tmp_path: Path) -> Non
     assert inst.topology.num_devices == 4 and inst.topology.devices_per_host == 2 and inst.topology.memory_bytes == 2**30 * 2
     assumed = inst.metadata["assumed"]
     assert assumed["pooling_factor"]["value"] == 1.0 and assumed["pooling_factor"]["tables"] == ["item", "cat"]
-    assert assumed["access"]["value"] == tio.DEFAULT_ACCESS and assumed["access"]["tables"] == ["user", "cat"]
+    assert assumed["access"]["value"] == DEFAULT_ACCESS and assumed["access"]["tables"] == ["user", "cat"]
     # the imported instance plans with TorchRec and round-trips
     from solvers.torchrec_solver import TorchRecSolver
 

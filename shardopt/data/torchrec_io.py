@@ -1,4 +1,5 @@
-"""TorchRec interop: our plans as TorchRec `ShardingPlan`s, TorchRec plans as ours, `EmbeddingBagConfig`s as instances.
+"""TorchRec interop: our plans as TorchRec `ShardingPlan`s and TorchRec plans as ours (instances from
+`EmbeddingBagConfig`s: shardopt.data.torchrec_configs; installing and importing TorchRec: shardopt.data.torchrec_install).
 
 TorchRec is an optional extra (`[torchrec]`). It must be installed with `--no-deps` (its metadata asks for the CUDA
 `fbgemm-gpu`, 2.7 GB, which would replace the CPU build `fbgemm-gpu-cpu` that shardopt runs on), so this module
@@ -36,128 +37,16 @@ form every solver here produces.
 
 from __future__ import annotations
 
-import importlib
 import json
-import logging
 import math
-import sys
 import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from shardopt.core.hardware import DEFAULT_PROFILE, PROFILES
-from shardopt.core.ir import (
-    Dtype,
-    Instance,
-    IRError,
-    Kernel,
-    Optimizer,
-    Plan,
-    Shard,
-    Table,
-    Topology,
-    instance_from_dict,
-)
-
-# ---------------------------------------------------------------------------------------------------------------
-# installation: the pins of DESIGN.md, in one place (the Makefile repeats them; tests/test_torchrec.py checks both agree)
-
-TORCHREC_VERSION = "1.8.0"
-# torchrec's runtime dependencies (and theirs), pinned to versions that import with torch 2.13.0 and fbgemm-gpu-cpu
-# 1.8.0; all installed with --no-deps so that pip never chooses torch or fbgemm-gpu.
-TORCHREC_RUNTIME_PINS: tuple[str, ...] = (
-    "tensordict==0.15.3",
-    "pyvers==0.2.3",
-    "torchmetrics==1.0.3",
-    "lightning-utilities==0.15.3",
-    "tqdm==4.70.1",
-    "pyre-extensions==0.0.32",
-    "typing-inspect==0.9.0",
-    "mypy-extensions==1.2.0",
-)
-
-
-def install_commands(python: str | None = None) -> list[str]:
-    """The exact commands that install the TorchRec stack into the environment of `python` (this interpreter)."""
-    py = python or sys.executable or "python"
-    return [
-        f"{py} -m pip install --no-deps torchrec=={TORCHREC_VERSION}",
-        f"{py} -m pip install --no-deps " + " ".join(TORCHREC_RUNTIME_PINS),
-    ]
-
-
-def install_hint(python: str | None = None) -> str:
-    cmds = "\n".join("  " + c for c in install_commands(python))
-    return (
-        "TorchRec is not installed (the optional extra [torchrec]). `make install` sets it up; by hand, with torch "
-        "2.13.0 (CPU) and fbgemm-gpu-cpu 1.8.0 already installed:\n"
-        f"{cmds}\n"
-        "Always with --no-deps: torchrec's own metadata pulls the CUDA fbgemm-gpu (2.7 GB) over fbgemm-gpu-cpu."
-    )
-
-
-class TorchRecUnavailableError(ImportError):
-    """TorchRec cannot be imported; the message says how to install it."""
-
-    def __init__(self, cause: BaseException | None = None):
-        why = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})" if cause is not None and str(cause) else ""
-        super().__init__(install_hint() + (f"\nImport failed{why}." if why else ""))
-        self.cause = cause
-
-
-def require_torchrec() -> Any:
-    """The `torchrec` module (with its planner and sharding types importable); TorchRecUnavailableError otherwise."""
-    if "torchrec.distributed.types" in sys.modules and sys.modules.get("torchrec") is not None:
-        return sys.modules["torchrec"]
-    # importing TorchRec logs through the root logger, which installs a stderr handler on a root without one
-    # (logging.basicConfig): a placeholder handler during the import keeps the user's logging configuration as it was
-    root = logging.getLogger()
-    placeholder = logging.NullHandler() if not root.handlers else None
-    if placeholder is not None:
-        root.addHandler(placeholder)
-    try:
-        with warnings.catch_warnings():  # fbgemm's import-time deprecation banners are not the user's concern
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import torchrec
-            import torchrec.distributed.planner  # noqa: F401
-            import torchrec.distributed.sharding_plan  # noqa: F401
-            import torchrec.distributed.types  # noqa: F401
-    except (ImportError, OSError, RuntimeError) as exc:  # OSError / RuntimeError: a broken fbgemm shared library
-        raise TorchRecUnavailableError(exc) from None
-    finally:
-        if placeholder is not None:
-            root.removeHandler(placeholder)
-    return torchrec
-
-
-def torchrec_installed() -> TorchRecUnavailableError | None:
-    """Whether TorchRec is there to import, without importing it (an import costs seconds: the solver's time limit
-    counts it, so it happens where the planning does): None, or the error a failed import would raise. A broken
-    native library only shows when the import runs."""
-    import importlib.util
-
-    if "torchrec" in sys.modules:
-        return TorchRecUnavailableError(ImportError("import of torchrec halted")) if sys.modules["torchrec"] is None else None
-    try:
-        found = importlib.util.find_spec("torchrec")
-    except (ImportError, ValueError) as exc:
-        return TorchRecUnavailableError(exc)
-    return None if found is not None else TorchRecUnavailableError(ImportError("No module named 'torchrec'"))
-
-
-def torchrec_available() -> bool:
-    try:
-        require_torchrec()
-    except TorchRecUnavailableError:
-        return False
-    return True
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# sharding types and compute kernels
-
-from shardopt.core.sharding_types import (  # noqa: E402  (the names live in the leaf module the cost model shares)
+from shardopt.core.hardware import PROFILES
+from shardopt.core.ir import Instance, IRError, Kernel, Plan, Shard, Table, Topology
+from shardopt.core.sharding_types import (  # (the names live in the leaf module the cost model shares)
     COLUMN_WISE,
     DATA_PARALLEL,
     GRID_SHARD,
@@ -167,6 +56,21 @@ from shardopt.core.sharding_types import (  # noqa: E402  (the names live in the
     TABLE_WISE,
     sharding_type,
 )
+# installing TorchRec and importing it (torchrec_install), and instances from its configs (torchrec_configs): their
+# own modules, their public names handed on here
+from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs, instance_from_configs, load_configs
+from shardopt.data.torchrec_install import (
+    TORCHREC_RUNTIME_PINS,
+    TORCHREC_VERSION,
+    TorchRecUnavailableError,
+    install_commands,
+    install_hint,
+    require_torchrec,
+)
+
+# ---------------------------------------------------------------------------------------------------------------
+# sharding types and compute kernels
+
 # every TorchRec sharding type whose shards our IR expresses (and the analytic judge costs: column and row slices,
 # replicas); TorchRec's other kinds (key-value / SSD virtual tables) need storage tiers the IR does not model
 SUPPORTED_SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, TABLE_COLUMN_WISE, DATA_PARALLEL, GRID_SHARD)
@@ -746,269 +650,9 @@ def load_torchrec_plan(source: str | Path | dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------------------------
 # instances <-> EmbeddingBagConfigs
 
-DEFAULT_POOLING_FACTOR = 1.0
-# the synthetic pool draws Zipf exponents uniformly in [0.4, 1.4] (instances/README.md); its midpoint is the default
-DEFAULT_ACCESS = {"zipf": 0.9}
-
-
-def embedding_bag_configs(instance: Instance) -> list[Any]:
-    """One `EmbeddingBagConfig` per table (feature name = table name; fp16 tables as DataType.FP16)."""
-    require_torchrec()
-    from torchrec import EmbeddingBagConfig
-    from torchrec.modules.embedding_configs import DataType
-
-    out = []
-    for t in instance.tables:
-        dtype = DataType.FP16 if instance.table_dtype(t) is Dtype.fp16 else DataType.FP32
-        out.append(EmbeddingBagConfig(name=t.name, num_embeddings=t.rows, embedding_dim=t.dim, feature_names=[t.name], data_type=dtype))
-    return out
-
-
-def load_configs(spec: str) -> tuple[list[Any], str]:
-    """`EmbeddingBagConfig`s from a JSON file (a list of {name, num_embeddings, embedding_dim, feature_names?,
-    data_type?, pooling?}, or {"tables": [...]}) or a Python import path `module:attribute` (a list of configs, an
-    `EmbeddingBagCollection`, or a callable without arguments returning either). Returns (configs, provenance);
-    IRError naming the spec or the field otherwise."""
-    require_torchrec()
-    p = Path(spec)
-    if p.suffix.lower() == ".json" or p.is_file():
-        return _configs_from_json(p), f"EmbeddingBagConfigs from JSON {spec}"
-    if ":" not in spec:
-        raise IRError(["expected a JSON file of configs or a Python import path 'module:attribute' (no such file, no ':')"], spec)
-    return _configs_from_python(spec), f"EmbeddingBagConfigs from Python {spec}"
-
-
-_JSON_CONFIG_FIELDS = {"name", "num_embeddings", "embedding_dim", "feature_names", "data_type", "pooling", "weight_init_max", "weight_init_min", "need_pos"}
-
-
-def _configs_from_json(path: Path) -> list[Any]:
-    from torchrec import EmbeddingBagConfig
-    from torchrec.modules.embedding_configs import DataType, PoolingType
-
-    from shardopt.core.ir import read_json
-
-    data = read_json(path)
-    source = str(path)
-    if isinstance(data, dict) and "tables" in data:
-        data = data["tables"]
-    if not isinstance(data, list) or not data:
-        raise IRError(["(document): expected a non-empty list of EmbeddingBagConfig objects (or {\"tables\": [...]})"], source)
-    out = []
-    errors: list[str] = []
-    for i, c in enumerate(data):
-        where = f"[{i}]"
-        if not isinstance(c, dict):
-            errors.append(f"{where}: expected an object, got {type(c).__name__}")
-            continue
-        extra = sorted(set(c) - _JSON_CONFIG_FIELDS)
-        if extra:
-            errors.append(f"{where}.{extra[0]}: unknown field (known: {', '.join(sorted(_JSON_CONFIG_FIELDS))})")
-            continue
-        missing = [k for k in ("name", "num_embeddings", "embedding_dim") if k not in c]
-        if missing:
-            errors.append(f"{where}.{missing[0]}: required field is missing")
-            continue
-        kw: dict[str, Any] = {"name": c["name"], "num_embeddings": c["num_embeddings"], "embedding_dim": c["embedding_dim"]}
-        for key in ("name",):
-            if not isinstance(c[key], str) or not c[key]:
-                errors.append(f"{where}.{key}: {c[key]!r} is not a non-empty string")
-        for key in ("num_embeddings", "embedding_dim"):
-            if isinstance(c[key], bool) or not isinstance(c[key], int) or c[key] < 1:
-                errors.append(f"{where}.{key}: {c[key]!r} is not an integer >= 1")
-        fn = c.get("feature_names", [c["name"]])
-        if not isinstance(fn, list) or not all(isinstance(x, str) and x for x in fn):
-            errors.append(f"{where}.feature_names: {fn!r} is not a list of names")
-        kw["feature_names"] = fn
-        if "data_type" in c:
-            try:
-                kw["data_type"] = DataType[str(c["data_type"]).upper()]
-            except KeyError:
-                errors.append(f"{where}.data_type: {c['data_type']!r} is not a TorchRec DataType ({', '.join(d.name for d in DataType)})")
-        if "pooling" in c:
-            try:
-                kw["pooling"] = PoolingType[str(c["pooling"]).upper()]
-            except KeyError:
-                errors.append(f"{where}.pooling: {c['pooling']!r} is not a TorchRec PoolingType ({', '.join(d.name for d in PoolingType)})")
-        for key in ("weight_init_max", "weight_init_min", "need_pos"):
-            if key in c:
-                kw[key] = c[key]
-        if errors:
-            continue
-        try:
-            out.append(EmbeddingBagConfig(**kw))
-        except Exception as exc:  # noqa: BLE001 - TorchRec's own validation, reported with the entry
-            errors.append(f"{where}: TorchRec refused it ({type(exc).__name__}: {exc})")
-    if errors:
-        raise IRError(errors, source)
-    return out
-
-
-def _configs_from_python(spec: str) -> list[Any]:
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
-
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise IRError(["expected 'module:attribute'"], spec)
-    added = False
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:  # like `python -m`: modules beside the user resolve
-        sys.path.insert(0, cwd)
-        added = True
-    try:
-        try:
-            obj: Any = importlib.import_module(mod_name)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's module is bad input
-            raise IRError([f"cannot import module {mod_name!r} ({type(exc).__name__}: {exc})"], spec) from None
-        for part in attr.split("."):
-            if not hasattr(obj, part):
-                raise IRError([f"module {mod_name!r} has no attribute {attr!r}"], spec)
-            obj = getattr(obj, part)
-        if callable(obj) and not isinstance(obj, (list, tuple, EmbeddingBagCollection)):
-            try:
-                obj = obj()
-            except Exception as exc:  # noqa: BLE001
-                raise IRError([f"calling {attr} failed ({type(exc).__name__}: {exc})"], spec) from None
-    finally:
-        if added:
-            sys.path.remove(cwd)
-    if isinstance(obj, EmbeddingBagCollection):
-        obj = obj.embedding_bag_configs()
-    if isinstance(obj, EmbeddingBagConfig):
-        obj = [obj]
-    if not isinstance(obj, (list, tuple)) or not obj:
-        raise IRError([f"expected a non-empty list of EmbeddingBagConfig (or an EmbeddingBagCollection), got {type(obj).__name__}"], spec)
-    bad = [i for i, c in enumerate(obj) if not isinstance(c, EmbeddingBagConfig)]
-    if bad:
-        raise IRError([f"[{bad[0]}]: {type(obj[bad[0]]).__name__} is not an EmbeddingBagConfig"], spec)
-    return list(obj)
-
-
-def _parse_stat(key: str, value: Any, source: str) -> tuple[float | None, dict[str, Any] | None]:
-    """(pooling factor, access profile dict) of one --pooling-factors entry."""
-    if isinstance(value, bool):
-        raise IRError([f"{key}: {value!r} is not a number"], source)
-    if isinstance(value, (int, float)):
-        return float(value), None
-    if isinstance(value, dict):
-        extra = sorted(set(value) - {"pooling_factor", "zipf", "histogram"})
-        if extra:
-            raise IRError([f"{key}.{extra[0]}: unknown field (known: pooling_factor, zipf, histogram)"], source)
-        pf = value.get("pooling_factor")
-        if pf is not None and (isinstance(pf, bool) or not isinstance(pf, (int, float))):
-            raise IRError([f"{key}.pooling_factor: {pf!r} is not a number"], source)
-        access = {k: value[k] for k in ("zipf", "histogram") if k in value} or None
-        return (float(pf) if pf is not None else None), access
-    raise IRError([f"{key}: expected a number or an object {{pooling_factor, zipf, histogram}}, got {type(value).__name__}"], source)
-
-
-def instance_from_configs(
-    configs: list[Any],
-    *,
-    num_devices: int,
-    devices_per_host: int | None = None,
-    memory_bytes: int | list[int] | None = None,
-    hardware: str = DEFAULT_PROFILE,
-    batch_size: int,
-    pooling: Mapping[str, Any] | None = None,
-    optimizer: str = "rowwise_adagrad",
-    weight_dtype: str = "fp32",
-    name: str = "",
-    provenance: str = "",
-    source: str = "pooling factors",
-) -> Instance:
-    """An instance of `configs` (one table per config) on a topology of `num_devices` devices.
-
-    `pooling` maps a table name or a feature name to its pooling factor (a number) or to {pooling_factor, zipf,
-    histogram}. A table's pooling factor is its own entry's, else the sum over its features (lookups per sample add
-    up; a feature without an entry counts DEFAULT_POOLING_FACTOR); its access profile is its own entry's, else the
-    first of its features' that gives one, else DEFAULT_ACCESS. Every default used is listed in the instance's
-    metadata under "assumed", per table. IRError naming the field for anything invalid."""
-    if hardware not in PROFILES:
-        raise IRError([f"hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})"])
-    pooling = dict(pooling or {})
-    table_names = {c.name for c in configs}
-    feature_names = {f for c in configs for f in c.feature_names}
-    unused = sorted(set(pooling) - table_names - feature_names)
-    if unused:
-        raise IRError([f"{unused[0]}: names no table or feature of the configs"], source)
-    tables: list[dict[str, Any]] = []
-    assumed_pf: list[str] = []
-    assumed_access: list[str] = []
-    for c in configs:
-        pf, access = _parse_stat(c.name, pooling[c.name], source) if c.name in pooling else (None, None)
-        others = [f for f in c.feature_names if f != c.name]
-        if pf is None:
-            total, defaulted = 0.0, False
-            for f in c.feature_names:
-                fpf = None
-                if f != c.name and f in pooling:
-                    fpf, facc = _parse_stat(f, pooling[f], source)
-                    access = access or facc
-                if fpf is None:
-                    fpf, defaulted = DEFAULT_POOLING_FACTOR, True
-                total += fpf
-            pf = total
-            if defaulted:
-                assumed_pf.append(c.name)
-        else:
-            for f in others:
-                if access is None and f in pooling:
-                    access = _parse_stat(f, pooling[f], source)[1]
-        if access is None:
-            access = dict(DEFAULT_ACCESS)
-            assumed_access.append(c.name)
-        dtype_name = getattr(getattr(c, "data_type", None), "name", "FP32")
-        if dtype_name not in ("FP32", "FP16"):
-            raise IRError([f"{c.name}: data_type {dtype_name} has no shardopt equivalent (fp32, fp16)"], provenance or None)
-        entry: dict[str, Any] = {"name": c.name, "rows": int(c.num_embeddings), "dim": int(c.embedding_dim), "pooling_factor": pf, "access": access}
-        if dtype_name.lower() != weight_dtype:
-            entry["dtype"] = dtype_name.lower()
-        tables.append(entry)
-    topology: dict[str, Any] = {
-        "num_devices": num_devices,
-        "devices_per_host": devices_per_host or num_devices,
-        "memory_bytes": memory_bytes if memory_bytes is not None else PROFILES[hardware].memory_bytes,
-        "hardware": hardware,
-    }
-    metadata: dict[str, Any] = {"generator": "shardopt import-torchrec", "provenance": provenance}
-    multi = [c.name for c in configs if len(c.feature_names) > 1]
-    if multi:
-        metadata["shared_tables"] = {
-            "tables": multi,
-            "note": "a table read by several features gets the sum of their pooling factors (lookups per sample); the IR has one bag per table and sample",
-        }
-    metadata["assumed"] = {
-        "pooling_factor": {"value": DEFAULT_POOLING_FACTOR, "per": "feature", "tables": assumed_pf},
-        "access": {"value": DEFAULT_ACCESS, "tables": assumed_access},
-    }
-    if memory_bytes is None:
-        metadata["assumed"]["memory_bytes"] = f"the {hardware} profile's device memory"
-    doc = {
-        "schema_version": 1,
-        "kind": "instance",
-        "name": name,
-        "tables": tables,
-        "topology": topology,
-        "workload": {"batch_size": batch_size, "optimizer": optimizer, "weight_dtype": weight_dtype},
-        "metadata": metadata,
-    }
-    return instance_from_dict(doc, provenance or None)
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # the planner's inputs from an instance (used by solvers.torchrec_solver)
-
-OPTIMIZER_CLASSES = {Optimizer.sgd: "SGD", Optimizer.rowwise_adagrad: "RowWiseAdagrad", Optimizer.adam: "Adam"}
-
-
-def apply_optimizer(instance: Instance, module: Any) -> None:
-    """Attach the instance's optimizer to `module`'s parameters (as `_apply_optimizer_in_backward` does), so that
-    TorchRec's storage estimator counts its state (rowwise_adagrad: 1/dim of the weights; adam: 2x; sgd: none)."""
-    import torchrec.optim as trec_optim
-    from torch.distributed.optim import _apply_optimizer_in_backward
-
-    cls = getattr(trec_optim, OPTIMIZER_CLASSES[instance.workload.optimizer])
-    _apply_optimizer_in_backward(optimizer_class=cls, params=module.parameters(), optimizer_kwargs={"lr": 0.01})
 
 
 def per_rank_batch(instance: Instance) -> int:

@@ -75,10 +75,10 @@ from solvers.exact.formulation import (
 )
 from solvers.exact.milp import _milp_rows, solve_cbc, solve_highs
 from solvers.exact.neural_head import neural_head_extra, softplus_error, softplus_tangents
+from solvers.exact.options import DEFAULT_TIME_LIMIT, ExactNeuralOptions, ExactOptions
 from solvers.exact.solver import (
     BACKEND_LABEL,
     BACKENDS,
-    DEFAULT_TIME_LIMIT,
     CpSatSolver,
     ExactSolver,
     MilpExactNeuralSolver,
@@ -92,6 +92,8 @@ __all__ = [
     "COST_SCALE",
     "DEFAULT_TIME_LIMIT",
     "CpSatSolver",
+    "ExactNeuralOptions",
+    "ExactOptions",
     "ExactSolver",
     "LinearSolve",
     "MilpExactNeuralSolver",

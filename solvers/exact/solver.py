@@ -17,7 +17,6 @@ import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes, table_bytes_array
-from shardopt.core.plan_check import check_plan
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.exact import constants
 from solvers.exact.cpsat import solve_cpsat
@@ -46,118 +44,31 @@ from solvers.exact.milp import solve_cbc, solve_highs
 from solvers.exact.neural_head import neural_head_extra
 from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolver, RoundRobinSolver, SizeLookupSolver, SizeSolver
 from solvers.exact.linear_search import linear_local_search
-from solvers.exact.linearize import COMM_FORMS, Linearization, linearize
+from solvers.exact.linearize import Linearization, linearize
 from solvers.placement.polish import polish_placements
-from solvers.options import OptionError, option, power_of_two
+from solvers.options import OptionError
 from solvers.progress import report
 from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
+from solvers.exact.options import ExactNeuralOptions, ExactOptions
+from solvers.exact.state import _Loop, _Run
+from solvers.exact.starts import relaxation_start
 
-DEFAULT_TIME_LIMIT = 60.0
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
 WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
 EXACT_NEURAL_MAX_TABLES = 12
 EXACT_NEURAL_MAX_DEVICES = 4
-DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
-DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
-DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
-DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
-# with splits and the analytic model: the plan of shardopt bound's relaxation (HiGHS) is a warm start, found within
-# this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.bound)
-DEFAULT_RELAXATION_SHARE = 0.3
-RELAXATION_MAX_PAIRS = 2_000
 # large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
 # time limit. Off by default: on 856 x 128 in 60 s it costs the search ~4.5 s (plan 10.149 against 10.118 ms) for a
 # bound of 9.886 ms instead of the table cuts' 7.118; `shardopt bound` gives the same bound outside the solve's time.
 CERTIFIED_BOUND_SHARE = 0.15
 CERTIFIED_BOUND_MAX_S = 15.0
-DEFAULT_TIERED_SHARE = 0.3  # beyond table-wise HBM: NeuroShard's tiered plan as a start within this share of the limit (solvers.exact.tiered)
 # each heuristic warm start may use this share of the limit: they finish in milliseconds on most instances, but packing a
 # tight tiered instance of 100-160 tables on 16 devices took greedy 3.5 s, twice, where the limit was 2 s
 HEURISTIC_START_SHARE = 0.2
-DEFAULT_SEARCH_SHARE = 0.25  # each new plan: a local search of the linear model (solvers.exact.linear_search) within this share of the time left
 SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
 
 BACKENDS = {"cpsat": solve_cpsat, "cbc": solve_cbc, "highs": solve_highs}
 BACKEND_LABEL = {"cpsat": "CP-SAT", "cbc": "CBC", "highs": "HiGHS"}
-
-
-@dataclass
-class _Run:
-    """What one solve works on: the instance, its bound cost model, the items offered, memory, the clock and the
-    time, the info it reports."""
-
-    instance: Instance
-    cost_model: CostModel
-    bm: BoundCostModel
-    items: Items
-    caps: np.ndarray  # [D] bytes
-    fits: np.ndarray  # [I, D] a shard of the item fits on the device
-    clock: Stopwatch
-    budget: float  # the time limit (s)
-    reserve: float  # kept back for extracting, judging and checking the last plan
-    seed: int
-    info: dict[str, Any]
-    tiered: Any = None  # solvers.exact.tiered.TieredSplit: the instance above is its sub-instance of HBM tables
-    whole: Instance | None = None  # ... and this the whole instance the plan is for
-    start_plan: dict[str, Any] | None = None  # a warm start that fits but the items cannot express: returned if nothing else is found
-
-
-@dataclass
-class _Loop:
-    """The re-linearisation loop's state."""
-
-    best: np.ndarray | None  # the best plan by the full model (item counts), None until one is found
-    best_cost: float
-    point: np.ndarray  # the expansion point of the linearisation
-    lin: Linearization | None = None
-    radius: int | None = None  # trust region: None = unrestricted
-    tried: dict[int | None, bool] = field(default_factory=dict)  # radii tried around the current point -> proven (no repeats)
-    final: bool = False  # the last unrestricted solve around the current point, with all the time left
-    bound: dict[str, Any] | None = None  # the last unrestricted solve: its bound and its expansion point
-    timed_out: bool = False
-    converged: bool = False
-    proven_infeasible: bool = False
-    lb: np.ndarray | None = None
-    cut_bound: float = -math.inf
-    searched: np.ndarray | None = None  # the plan the last local search of the linear model started from
-
-
-
-_SHARE = {"low": 0.0, "high": 1.0, "high_open": True}  # a share of the time limit: [0, 1)
-
-
-@dataclass(frozen=True)
-class ExactOptions:
-    comm: str = option("planes", "how the all-to-all term is linearised", choices=COMM_FORMS)
-    max_iterations: int = option(30, "re-linearisations at most", low=1)
-    workers: int | None = option(None, "solver threads (null: every core)", low=1)
-    deterministic: bool = option(True, "CP-SAT's deterministic time: the same seed gives the same plan")
-    symmetry: bool = option(True, "break the symmetry of identical devices")
-    warm_start: bool = option(True, "start from the best heuristic plan")
-    default_time_limit: float = option(DEFAULT_TIME_LIMIT, "seconds when no --time-limit is given", low=0.0, low_open=True)
-    cutoff: bool = option(True, "cut off plans no better than the warm start")
-    trust_region: bool = option(True, "re-linearise within a shrinking neighbourhood of the incumbent")
-    tiebreak: bool = option(True, "a small secondary objective between plans of equal linear cost")
-    table_cuts: bool = option(True, "per-table cuts that tighten the linear model's bound")
-    exact_neural: bool = option(False, "encode the neural compute head exactly (MILP backends, small instances)")
-    max_split: int = option(DEFAULT_MAX_SPLIT, "column pieces offered per table: halves (2), quarters (4), ... (1: whole tables)",
-                            check=power_of_two, check_text="a power of two >= 1")
-    split_tables: int = option(DEFAULT_SPLIT_TABLES, "tables offered column pieces (the highest compute first)", low=0)
-    split_apart: bool = option(True, "pieces of one table on different devices")
-    neuroshard_share: float = option(0.0, "share of the limit for NeuroShard's plan as a warm start", **_SHARE)
-    presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's polish", **_SHARE)
-    relaxation_share: float = option(DEFAULT_RELAXATION_SHARE, "share of the limit for the bound relaxation's warm start", **_SHARE)
-    neighbourhood: int = option(DEFAULT_NEIGHBOURHOOD, "devices re-solved at a time on large models (0: solve whole)", low=0)
-    search_share: float = option(DEFAULT_SEARCH_SHARE, "share of the time left for a local search of each new plan (0: none)", **_SHARE)
-    certified_bound: bool = option(False, "compute the analytic model's certified bound within the limit (large models)")
-    tiered: bool = option(True, "beyond table-wise HBM: start from NeuroShard's tiered plan")
-    tiered_share: float = option(DEFAULT_TIERED_SHARE, "share of the limit for NeuroShard's tiered start", **_SHARE)
-    row_wise: bool = option(True, "offer row-wise / table-row-wise splits of a table on the bottleneck device")
-
-
-@dataclass(frozen=True)
-class ExactNeuralOptions(ExactOptions):
-    exact_neural: bool = option(True, "encode the neural compute head exactly (MILP backends, small instances)")
 
 
 class ExactSolver(Solver):
@@ -823,35 +734,6 @@ class ExactSolver(Solver):
                 return (f"table {t.name!r} needs {int(size):,} bytes; even cut into {ks[-1]} column shards of {t.dim // ks[-1]} each, "
                         f"a shard needs {piece:,} bytes, more than the largest device's {max(caps):,} (max_split {self.max_split})")
         return None
-
-
-def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostModel, time_limit: float) -> dict[str, Any] | None:
-    """The plan of `shardopt bound`'s relaxation (solvers.bound: HiGHS's best solution of the MILP whose
-    optimum bounds every table- and column-wise plan, itself a plan of any 4-aligned column widths) as a warm start,
-    judged by the full model; None for a cost model other than the analytic one or a model of more than
-    RELAXATION_MAX_PAIRS (table, device) pairs (there the bound takes its symmetric LP, which has no plan).
-
-    Not for a measured model: the relaxation of its analytic surrogate (the card's refitted profile) gave plans
-    1.3-3x the greedy start under the neural model, and the searches' plans changed by -0.1 / +0.4 % (geometric mean,
-    simulated, cpu-test and the H200 campaign suite; benchmarks/bench_relaxation_start.py, docs/benchmarks.md) for
-    30 % of the time limit.
-
-    Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
-    neither the dyadic items nor NeuroShard's halvings reach (bench_tiered random-505, 16 GH200s at 83 % of HBM:
-    NeuroShard's pieces do not pack and it splits tables by rows, 0.285 ms; the relaxation's plan at 10 s, 0.212;
-    TorchRec 0.234; simulated)."""
-    from solvers.bound import BoundError, analytic_lower_bound
-
-    if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:
-        return None
-    try:
-        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit)
-    except BoundError:  # (not the analytic model)
-        return None
-    row: dict[str, Any] = {"solver": "relaxation", "status": res.status, "cost": None}
-    if res.plan is not None and check_plan(instance, res.plan).ok:
-        row.update(cost=float(bm.plan_costs(res.plan).max_cost), shards=list(res.plan.shards))
-    return row
 
 
 def _neighbourhood(lin: Linearization, items: Items, fits: np.ndarray, best: np.ndarray, k: int, fails: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
