@@ -121,6 +121,38 @@ class Stopwatch:
         return self.wall + (STOP_JUMP_S if stop_requested() else 0.0)
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A solve's time: the clock it is read on and the deadline on that clock (None: no limit). Handed down a search,
+    every stage asks what it has left (`left`) or whether it is spent (`spent`), and hands a part of it on (`share`),
+    instead of each stage turning durations into deadlines of its own."""
+
+    clock: Stopwatch
+    deadline: float | None
+
+    @classmethod
+    def of(cls, clock: Stopwatch, seconds: float | None) -> Budget:
+        """`seconds` from the clock's start (None: no limit)."""
+        return cls(clock, None if seconds is None else float(seconds))
+
+    def left(self) -> float | None:
+        """Seconds left (0 when spent); None without a limit."""
+        return None if self.deadline is None else max(self.deadline - self.clock.elapsed, 0.0)
+
+    def spent(self) -> bool:
+        return self.deadline is not None and self.clock.elapsed >= self.deadline
+
+    def share(self, fraction: float) -> Budget:
+        """The part of what is left that ends after `fraction` of it (no limit stays no limit)."""
+        if self.deadline is None:
+            return self
+        now = self.clock.elapsed
+        return Budget(self.clock, now + fraction * max(self.deadline - now, 0.0))
+
+    def unlimited(self) -> Budget:
+        return Budget(self.clock, None)
+
+
 def finish(
     solver: Solver,
     instance: Instance,

@@ -50,3 +50,17 @@ def test_solve_commands_limit_counts_from_the_commands_start(monkeypatch) -> Non
     monkeypatch.setattr(common, "COMMAND_STARTED", now - 5.0)
     assert common.solver_time_limit(2.0) == pytest.approx(common.SOLVER_SHARE_MIN * 2.0)
     assert common.solver_time_limit(None) is None
+
+
+def test_a_budget_hands_on_shares_of_what_is_left() -> None:
+    from solvers.base import Budget, Stopwatch
+
+    clock = Stopwatch()
+    clock.start -= 4.0  # 4 s into the solve
+    budget = Budget.of(clock, 10.0)
+    assert budget.left() == pytest.approx(6.0, abs=0.05) and not budget.spent()
+    half = budget.share(0.5)
+    assert half.deadline == pytest.approx(7.0, abs=0.05) and half.clock is clock
+    assert Budget.of(clock, 3.0).spent() and Budget.of(clock, 3.0).left() == 0.0
+    free = Budget.of(clock, None)
+    assert free.left() is None and not free.spent() and free.share(0.1) is free and budget.unlimited().deadline is None

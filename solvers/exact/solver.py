@@ -58,8 +58,8 @@ WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSol
 EXACT_NEURAL_MAX_TABLES = 12
 EXACT_NEURAL_MAX_DEVICES = 4
 # large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
-# time limit. Off by default: on 856 x 128 in 60 s it costs the search ~4.5 s (plan 10.149 against 10.118 ms) for a
-# bound of 9.886 ms instead of the table cuts' 7.118; `shardopt bound` gives the same bound outside the solve's time.
+# time limit. Off by default: on the largest models it costs the search seconds of its limit for a bound that
+# `shardopt bound` gives outside the solve's time.
 CERTIFIED_BOUND_SHARE = 0.15
 CERTIFIED_BOUND_MAX_S = 15.0
 # each heuristic warm start may use this share of the limit: they finish in milliseconds on most instances, but packing a

@@ -59,7 +59,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes
-from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
+from solvers.base import Budget, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
 from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.grid import BATCH_STATES, GridResult, LANE_DEVICES, Piece, PieceModel, grid_greedy
@@ -386,38 +386,37 @@ class NeuroShardSolver(Solver):
         and greedy places the instance, greedy's plan is the answer."""
         clock = Stopwatch()
         cfg = self.config
-        budget = time_limit if time_limit is not None else (cfg.default_time_limit or default_budget(instance))
+        budget = Budget.of(clock, time_limit if time_limit is not None else (cfg.default_time_limit or default_budget(instance)))
         # its seed, computed once: the HBM search starts from it, the tiered layouts are read off it, and it is the
         # answer where the search ends without a plan (a search that is not seeded with it computes it on demand)
-        greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget) if cfg.seed_with_greedy else None
-        result = self._solve(instance, cost_model, clock, budget, seed, greedy)
+        greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget.left()) if cfg.seed_with_greedy else None
+        result = self._solve(instance, cost_model, budget, seed, greedy)
         if result.plan is not None or result.status is SolveStatus.infeasible or greedy is None or greedy.plan is None:
             return result
         info = {"fallback": "the search ended without a plan: greedy's plan, its seed, is the answer", "search_reason": result.reason,
                 "greedy": greedy.info}
         return finish(self, instance, cost_model, list(greedy.plan.shards), clock, seed=seed, info=info,
-                      status=SolveStatus.timeout if clock.elapsed >= budget else SolveStatus.feasible)
+                      status=SolveStatus.timeout if budget.spent() else SolveStatus.feasible)
 
-    def _solve(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float, seed: int,
-               greedy: SolveResult | None) -> SolveResult:
+    def _solve(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, greedy: SolveResult | None) -> SolveResult:
+        clock = budget.clock
         reason = split_infeasibility(instance)
         hbm: SolveResult | None = None
         if reason is None:
-            result = self._search(instance, cost_model, None, clock, budget, seed, greedy)
+            result = self._search(instance, cost_model, None, budget, seed, greedy)
             if result.plan is not None:
                 # a tight instance (some state packed only with the completion check) may still be cheaper in a tiered
-                # layout: a cold table in host memory frees the HBM the column slices crowd (random-395 of
-                # bench_tiered: 2.83 ms in HBM, 2.65 with a table in host memory behind a cache, simulated); both are
-                # searched (the tiered layouts in the time left) and the cheaper kept
-                tight = result.info.get("states_rescored_safe", 0) > 0 and (budget is None or clock.elapsed < budget)
+                # layout: a cold table in host memory frees the HBM the column slices crowd; both are searched (the
+                # tiered layouts in the time left) and the cheaper kept
+                tight = result.info.get("states_rescored_safe", 0) > 0 and not budget.spent()
                 if not tight:
-                    return self._replica_searches(instance, cost_model, result, clock, budget, seed)
+                    return self._replica_searches(instance, cost_model, result, budget, seed)
                 hbm, reason = result, "the HBM plan packed only with the completion check"
             else:  # (out of time too: the tiered layout's greedy plan is still an answer; the search there stops at once)
                 reason = result.reason or "no plan in HBM"
         if tiered_infeasibility_reason(instance) is not None:
             return hbm if hbm is not None else unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
-        tiered = self._solve_tiered(instance, cost_model, clock, budget, seed, reason, greedy)
+        tiered = self._solve_tiered(instance, cost_model, budget, seed, reason, greedy)
         if hbm is None:
             return tiered
         costs = {"hbm": float(hbm.predicted.max_cost) if hbm.predicted is not None else np.inf,
@@ -426,12 +425,11 @@ class NeuroShardSolver(Solver):
         chosen.info["hbm_or_tiered"] = costs
         return chosen
 
-    def _replica_searches(self, instance: Instance, cost_model: CostModel, result: SolveResult, clock: Stopwatch,
-                          budget: float | None, seed: int) -> SolveResult:
+    def _replica_searches(self, instance: Instance, cost_model: CostModel, result: SolveResult, budget: Budget, seed: int) -> SolveResult:
         """With `data_parallel=True` on an HBM instance, the search again around sets of replicas, the cheapest plan
         kept. Why: the placement polish replicates tables of the searched plan where they sit, and a replica set it
-        would need the other tables moved for never looks cheaper there (random-582 of bench_tiered: the polish kept 2
-        replicas, 1.703 ms; TorchRec replicates the 8 smallest tables and balances the rest, 1.465, simulated). So the
+        would need the other tables moved for never looks cheaper there (TorchRec's plans replicate the smallest tables
+        and balance the rest around them). So the
         smallest tables (`replica_order`) are pre-placed as replicas, prefixes of growing size (REPLICA_PREFIXES), and
         the other tables searched around them, each prefix an equal share of the time left, until REPLICA_PATIENCE
         prefixes in a row are not cheaper or the copies no longer fit."""
@@ -445,7 +443,7 @@ class NeuroShardSolver(Solver):
         tried: list[dict[str, Any]] = []
         worse = 0
         for j, k in enumerate(sizes):
-            if budget is not None and clock.elapsed >= budget:
+            if budget.spent():
                 break
             names = sorted(instance.tables[i].name for i in order[:k])
             if names == have:
@@ -453,8 +451,7 @@ class NeuroShardSolver(Solver):
             layout = replica_layout(instance, order[:k])
             if layout is None:  # (the copies no longer fit on every device: no longer prefix does)
                 break
-            deadline = None if budget is None else clock.elapsed + (budget - clock.elapsed) / (len(sizes) - j)
-            got = self._search(instance, cost_model, layout, clock, deadline, seed)
+            got = self._search(instance, cost_model, layout, budget.share(1.0 / (len(sizes) - j)), seed)
             cost = float(got.predicted.max_cost) if got.plan is not None and got.predicted is not None else float("inf")
             tried.append({"replicas": k, "cost": cost})
             if cost < best_cost:
@@ -466,35 +463,30 @@ class NeuroShardSolver(Solver):
         best.info["replica_searches"] = {"searched_cost": float(result.predicted.max_cost), "prefixes": tried}
         return best
 
-    def _solve_tiered(self, instance: Instance, cost_model: CostModel, clock: Stopwatch, budget: float | None, seed: int,
-                      reason: str, greedy: SolveResult | None = None) -> SolveResult:
+    def _solve_tiered(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, reason: str,
+                      greedy: SolveResult | None = None) -> SolveResult:
         """The search within greedy's tiered layouts (`reason`: why the HBM search gave no plan, for the messages;
         `greedy`: greedy's result when the caller has it)."""
         if greedy is None:
-            greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget)
+            greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget.left())
         layouts = tiered_layouts(instance, greedy)
         if isinstance(layouts, str):
-            return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layouts}. The instance is not proven infeasible", clock, {"tiers": "failed"})
+            return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layouts}. The instance is not proven infeasible", budget.clock,
+                        {"tiers": "failed"})
         # every layout greedy packed is searched, the cheapest packed first, and the cheapest with the oversized tables
         # split the other way (within one host / over all devices) second, the cheapest plan kept: greedy's packed
-        # cost ranks the layouts poorly, the search and the placement polish change their order (random-949 of
-        # bench_tiered: the layout greedy packed cheapest searched to 49.2 ms, its third to 37.8; random-304 0.417 /
-        # 0.359; tiered-test-s1-0009: the second 9.57 ms, the first 16.9, simulated). The first gets half the time
-        # left, the second all but LATER_LAYOUTS_SHARE of what is then left (on large instances the polish needs it:
-        # tiered-test-s1-0009's second layout at 2.5 s is 12.9 ms), the rest equal shares of the remainder (on small
+        # cost ranks the layouts poorly, the search and the placement polish change their order. The first gets half
+        # the time left, the second all but LATER_LAYOUTS_SHARE of what is then left (on large instances the polish
+        # needs it), the rest equal shares of the remainder (on small
         # instances every search ends long before its deadline and the next gets the time it left)
         layouts = _search_order(layouts)
         searched: list[tuple[dict[str, Any], SolveResult]] = []
         n = len(layouts)
         for k, (about, layout) in enumerate(layouts):
-            if k > 0 and budget is not None and clock.elapsed >= budget:
+            if k > 0 and budget.spent():
                 break
-            deadline = None
-            if budget is not None:
-                left = max(budget - clock.elapsed, 0.0)
-                share = 0.5 if k == 0 and n > 1 else (1.0 - LATER_LAYOUTS_SHARE) if k == 1 and n > 2 else 1.0 / (n - k)
-                deadline = clock.elapsed + share * left
-            searched.append((about, self._search(instance, cost_model, layout, clock, deadline, seed, greedy)))
+            share = 0.5 if k == 0 and n > 1 else (1.0 - LATER_LAYOUTS_SHARE) if k == 1 and n > 2 else 1.0 / (n - k)
+            searched.append((about, self._search(instance, cost_model, layout, budget.share(share), seed, greedy)))
         costs = [float(r.predicted.max_cost) if r.plan is not None and r.predicted is not None else np.inf for _, r in searched]
         k = int(np.argmin(costs))  # (ties: the layout greedy packed cheaper)
         about, chosen = searched[k]
@@ -504,18 +496,21 @@ class NeuroShardSolver(Solver):
             chosen.info["layouts_not_searched"] = len(layouts) - len(searched)
         return chosen
 
-    def _search(self, instance: Instance, cost_model: CostModel, layout: TieredLayout | None, clock: Stopwatch, budget: float | None, seed: int,
+    def _search(self, instance: Instance, cost_model: CostModel, layout: TieredLayout | None, budget: Budget, seed: int,
                 greedy: SolveResult | None = None) -> SolveResult:
         """The seeded beam search, the comm-aware refinement and the polish over the pieces of `layout`'s packed
         tables (all tables in HBM without one)."""
         cfg = self.config
+        clock = budget.clock
+        if not cfg.anytime:  # (the published search has no budget)
+            budget = budget.unlimited()
+        deadline = budget.deadline
         bm = cost_model.bind(instance)
         pm = PieceModel(instance, bm, layout)
         if not pm.tables:  # the layout splits every table by rows: no piece to search, only the tiers to polish
             assert layout is not None
-            return self._polished_plan(instance, cost_model, bm, list(layout.fixed), cfg, clock, budget if cfg.anytime else None, seed, 0,
+            return self._polished_plan(instance, cost_model, bm, list(layout.fixed), cfg, clock, deadline, seed, 0,
                                        "every table row-wise in the tiered layout: nothing to search")
-        deadline = budget if cfg.anytime else None
         # the search stops early enough to leave the polish its share of the budget
         # (of the time from now to the deadline: a layout searched after another starts late on the clock)
         begun = clock.elapsed
@@ -525,7 +520,8 @@ class NeuroShardSolver(Solver):
         start = pm.all_pieces()
         (first,) = scorer.score([start])
         if first is None:
-            return fail(self, SolveStatus.no_solution, f"the time limit of {budget:g} s ended the search before the first grid plan was scored", clock)
+            return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
+                        f"into the solve, its deadline {deadline:g} s)", clock)
         search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
         if search.best.device_of is not None:
             report(best_cost=search.best.cost)
@@ -607,7 +603,7 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
     (solvers.placement.polish), then, while that changed something, the device polish again under the new tiers
     (a table whose cache grew may now be better elsewhere). Row splits (`row_wise`) come in a second phase, once the
     other moves and the device polish have converged: a split taken early fixes the table's shards on every device,
-    and the device polish can no longer move it (on random-1 of bench_tiered, splitting first ended 2.8 % worse).
+    and the device polish can no longer move it.
     Returns the plan, what was done and whether the budget ran out."""
     moves: list[dict[str, Any]] = []
     device_moves = 0

@@ -22,12 +22,12 @@ The moves (each applies to every shard of one table, on the devices they are on)
   (the tiering layout splits the tables too big for any device over all devices) split over another such group,
   in its tier, or (where there is host memory and several hosts of several devices) within one host in host memory
   behind HBM caches of ROW_SPLIT_LOAD_FACTORS, which the `cache` moves then grow: the partial sums stay on NVLink and
-  only the misses cross the host link (random-763: 1.72 -> 0.98 ms, TorchRec 1.02). Every table split by rows is
+  only the misses cross the host link. Every table split by rows is
   tried, not only those on the bottleneck device: moving a small table's rows *onto* a device that runs its kernel
-  under-occupied makes that device cheaper (random-84: 0.277 -> 0.222 ms, TorchRec 0.224).
+  under-occupied makes that device cheaper.
   A row split within a host costs the network `devices per host` times less than one over all devices
   (costmodels.hierarchical), so a model whose big tables were all split over every device gains most from moving
-  them host by host (random-492 of bench_tiered: TorchRec holds all 26 tables table-row-wise). A table too hot for any one
+  them host by host, as TorchRec does. A table too hot for any one
   device - its lookups alone above what a balanced device should carry - is what TorchRec splits this way; a
   whole-table search cannot balance it, and a column split still leaves every lookup on the devices holding slices.
   Every device then carries the table's pooled width (its partial sums), which the cost model prices; the move is
