@@ -240,9 +240,14 @@ def _isolated_model_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def two_device_instance(name: str = "tiny") -> Instance:
     """Eight equal small tables on two devices with room for all: plans of it time in a second on the CPU kernels, and
     a plan's cost is its busier device's share of the same tables (balanced, mirrored or overloaded)."""
+    return equal_tables_instance(name, devices=2)
+
+
+def equal_tables_instance(name: str, devices: int) -> Instance:
+    """Eight equal small tables on `devices` devices of one host with room for all (two_device_instance's, wider)."""
     tables = [{"name": f"t{i}", "rows": 4000, "dim": 32, "pooling_factor": 8.0, "access": {"zipf": 1.0}} for i in range(8)]
     return Instance.model_validate({
         "schema_version": 1, "kind": "instance", "name": name, "tables": tables,
-        "topology": {"num_devices": 2, "devices_per_host": 2, "memory_bytes": 10**9, "hardware": "v100"},
+        "topology": {"num_devices": devices, "devices_per_host": devices, "memory_bytes": 10**9, "hardware": "v100"},
         "workload": {"batch_size": 512, "optimizer": "sgd"},
     })

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import two_device_instance
+from conftest import equal_tables_instance
 
-from shardopt.core.ir import Instance, Plan, Shard
+from shardopt.core.ir import Plan, Shard
 from shardopt.measure.compare import CompareReport, PlanResult
 from shardopt.measure.confidence import Comparison, Interval
 from shardopt.measure.pick import contenders_of, pick_fastest
@@ -38,21 +38,19 @@ def test_contenders_are_the_fastest_and_the_plans_close_to_it() -> None:
     assert contenders_of(report, ["b", "a"]) == [1, 0]
 
 
-def tiny() -> Instance:
-    return two_device_instance("tiny-pick")
-
-
 def test_close_plans_are_re_timed_in_a_second_session_and_a_clear_loser_is_not() -> None:
-    """Two mirror images of one balanced plan (the same work per device) are close; every table on one device is
-    about twice as slow. The mirrors go to a second session; the pick is the lower over both."""
+    """Two mirror images of one balanced plan over four devices (the same work per device) are close; every table on
+    one device is about four times as slow - far enough apart that a busy machine's noise (two CPU burners beside the
+    suite once made a twice-as-slow plan a contender) cannot bring it within the spread. The mirrors go to a second
+    session; the pick is the lower over both."""
     pytest.importorskip("fbgemm_gpu")
     overloaded = Plan(shards=[Shard(table=f"t{i}", device=0) for i in range(8)])
-    balanced = Plan(shards=[Shard(table=f"t{i}", device=i % 2) for i in range(8)])
-    mirror = Plan(shards=[Shard(table=f"t{i}", device=1 - i % 2) for i in range(8)])
+    balanced = Plan(shards=[Shard(table=f"t{i}", device=i % 4) for i in range(8)])
+    mirror = Plan(shards=[Shard(table=f"t{i}", device=3 - i % 4) for i in range(8)])
     names = ["overloaded", "balanced", "mirror"]
+    inst = equal_tables_instance("tiny-pick-4", devices=4)
     # a wide spread: the mirrors are contenders however a busy machine splits them; the overloaded plan is not
-    outcome = pick_fastest(tiny(), [overloaded, balanced, mirror], names, "cpu", seed=3, spread_pct=40.0,
-                           repeats=10, warmup=1)
+    outcome = pick_fastest(inst, [overloaded, balanced, mirror], names, "cpu", seed=3, spread_pct=40.0, repeats=10, warmup=1)
     assert outcome.confirm is not None and outcome.sessions == 2
     assert sorted(outcome.contenders) == [1, 2] and outcome.winner in (1, 2)
     assert {p.name for p in outcome.confirm.plans} == {"balanced", "mirror"}
@@ -63,8 +61,8 @@ def test_close_plans_are_re_timed_in_a_second_session_and_a_clear_loser_is_not()
     assert outcome.to_dict()["winner"] == outcome.winner_name
 
     # without confirmation: one session, its fastest
-    single = pick_fastest(tiny(), [overloaded, balanced], names[:2], "cpu", seed=3, confirm=False, repeats=10, warmup=1)
+    single = pick_fastest(inst, [overloaded, balanced], names[:2], "cpu", seed=3, confirm=False, repeats=10, warmup=1)
     assert single.confirm is None and single.winner == 1 and single.first.plans[0].name == "balanced"
     assert "one session" in single.how()
     with pytest.raises(ValueError, match="unique"):
-        pick_fastest(tiny(), [balanced, mirror], ["a", "a"], "cpu")
+        pick_fastest(inst, [balanced, mirror], ["a", "a"], "cpu")
