@@ -10,6 +10,7 @@ and what it allows - and `shardopt solvers --options NAME` prints the same facts
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -173,7 +174,9 @@ def _coerce_one(kind: Any, value: Any) -> tuple[bool, Any]:
     return True, value  # (an annotation this module does not know: left to the solver)
 
 
+@functools.cache
 def _hints(options_type: type) -> dict[str, Any]:
+    """The fields' annotations, resolved once per options type (solvers are built per solve, some inside others)."""
     return typing.get_type_hints(options_type)
 
 

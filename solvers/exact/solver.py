@@ -83,55 +83,47 @@ class ExactSolver(Solver):
         o = self.options
         if o.exact_neural and self.backend == "cpsat":
             raise OptionError("option exact_neural=true for solver 'cpsat': the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
-        # the settings as this solve uses them: the exact neural mode encodes whole tables (no splits, no table cuts,
-        # which bound the linearised compute), and no worker count means every core
-        self.comm, self.max_iterations, self.deterministic = o.comm, o.max_iterations, o.deterministic
+        # the settings that differ from the options as this solve uses them: the exact neural mode encodes whole
+        # tables (no splits, no table cuts, which bound the linearised compute), and no worker count means every core
         # (one worker proves some small models several times faster, but finds worse plans within short limits on
         # the test suites: docs/exact-solvers.md, "Workers"; -O workers=1 asks for it)
         self.workers = o.workers or (os.cpu_count() or 1)
-        self.symmetry, self.warm_start, self.default_time_limit = o.symmetry, o.warm_start, o.default_time_limit
-        self.cutoff, self.trust_region, self.tiebreak = o.cutoff, o.trust_region, o.tiebreak
-        self.exact_neural = o.exact_neural
         self.table_cuts = o.table_cuts and not o.exact_neural
         self.max_split = 1 if o.exact_neural else o.max_split
-        self.split_tables, self.split_apart = o.split_tables, o.split_apart
-        self.neuroshard_share, self.presplit_share, self.relaxation_share = o.neuroshard_share, o.presplit_share, o.relaxation_share
-        self.neighbourhood, self.search_share, self.certified_bound = o.neighbourhood, o.search_share, o.certified_bound
-        self.tiered, self.tiered_share, self.row_wise = o.tiered, o.tiered_share, o.row_wise
 
     def params(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
-            "layout": "table-wise" if self.max_split < 2 or self.split_tables == 0 else "table-wise + column splits",
+            "layout": "table-wise" if self.max_split < 2 or self.options.split_tables == 0 else "table-wise + column splits",
             "max_split": self.max_split,
-            "split_tables": self.split_tables,
-            "split_apart": self.split_apart,
-            "neuroshard_share": self.neuroshard_share if self.max_split > 1 else 0.0,
-            "presplit_share": self.presplit_share if self.max_split > 1 else 0.0,
-            "relaxation_share": self.relaxation_share if self.max_split > 1 else 0.0,
-            "neighbourhood": self.neighbourhood,
-            "search_share": self.search_share,
-            "certified_bound": self.certified_bound,
-            "tiered": self.tiered,
-            "tiered_share": self.tiered_share,
-            "row_wise": self.row_wise,
-            "comm": self.comm,
-            "max_iterations": self.max_iterations,
+            "split_tables": self.options.split_tables,
+            "split_apart": self.options.split_apart,
+            "neuroshard_share": self.options.neuroshard_share if self.max_split > 1 else 0.0,
+            "presplit_share": self.options.presplit_share if self.max_split > 1 else 0.0,
+            "relaxation_share": self.options.relaxation_share if self.max_split > 1 else 0.0,
+            "neighbourhood": self.options.neighbourhood,
+            "search_share": self.options.search_share,
+            "certified_bound": self.options.certified_bound,
+            "tiered": self.options.tiered,
+            "tiered_share": self.options.tiered_share,
+            "row_wise": self.options.row_wise,
+            "comm": self.options.comm,
+            "max_iterations": self.options.max_iterations,
             "workers": self.workers,
-            "deterministic": self.deterministic,
-            "symmetry": self.symmetry,
-            "warm_start": self.warm_start,
-            "trust_region": self.trust_region,
-            "tiebreak": self.tiebreak,
+            "deterministic": self.options.deterministic,
+            "symmetry": self.options.symmetry,
+            "warm_start": self.options.warm_start,
+            "trust_region": self.options.trust_region,
+            "tiebreak": self.options.tiebreak,
             "table_cuts": self.table_cuts,
-            "exact_neural": self.exact_neural,
+            "exact_neural": self.options.exact_neural,
             "cost_unit_ms": 1.0 / constants.COST_SCALE if self.backend == "cpsat" else None,
         }
 
     # -- pieces a subclass may change ------------------------------------------------------------------------
     def check(self, instance: Instance, bm: BoundCostModel) -> str | None:
         """A reason to refuse this instance / cost model (None: go ahead)."""
-        if not self.exact_neural:
+        if not self.options.exact_neural:
             return None
         T, D = len(instance.tables), instance.topology.num_devices
         if T > EXACT_NEURAL_MAX_TABLES or D > EXACT_NEURAL_MAX_DEVICES:
@@ -146,15 +138,15 @@ class ExactSolver(Solver):
 
     def linear_solve(self, prob: Problem, lin: Linearization, bm: BoundCostModel, hint: np.ndarray | None, time_limit: float, seed: int) -> LinearSolve:
         fn = BACKENDS[self.backend]
-        if self.exact_neural:  # the compute terms come from the encoded head; the comm planes stay
+        if self.options.exact_neural:  # the compute terms come from the encoded head; the comm planes stay
             zero = dataclasses.replace(lin, a=np.zeros_like(lin.a), c0=np.zeros_like(lin.c0))
             extra, stats = neural_head_extra(bm, prob)
-            res = fn(prob, zero, hint, time_limit, seed, self.workers, self.deterministic, extra)
+            res = fn(prob, zero, hint, time_limit, seed, self.workers, self.options.deterministic, extra)
             res.info.update(stats)
             return res
         if self.backend == "cpsat":
-            return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic, self.cutoff)
-        return fn(prob, lin, hint, time_limit, seed, self.workers, self.deterministic)
+            return fn(prob, lin, hint, time_limit, seed, self.workers, self.options.deterministic, self.options.cutoff)
+        return fn(prob, lin, hint, time_limit, seed, self.workers, self.options.deterministic)
 
     # -- the loop --------------------------------------------------------------------------------------------
     def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float,
@@ -169,10 +161,10 @@ class ExactSolver(Solver):
         model = _Bound(bm, label)
         out = []
         starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
-        if self.max_split > 1 and self.neuroshard_share > 0:
-            starts.append((NeuroShardSolver(), self.neuroshard_share))
-        if self.max_split > 1 and self.presplit_share > 0:
-            got = presplit_plan(instance, bm, self.max_split, time_limit=self.presplit_share * budget)
+        if self.max_split > 1 and self.options.neuroshard_share > 0:
+            starts.append((NeuroShardSolver(), self.options.neuroshard_share))
+        if self.max_split > 1 and self.options.presplit_share > 0:
+            got = presplit_plan(instance, bm, self.max_split, time_limit=self.options.presplit_share * budget)
             out.append({"solver": "presplit", "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
                         **({"shards": got[0]} if got else {})})
         for solver, share in starts:
@@ -182,15 +174,15 @@ class ExactSolver(Solver):
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
             out.append({"solver": name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
-        if self.max_split > 1 and self.relaxation_share > 0 and cost_model is not None:  # (last: ties keep the others first)
-            got = relaxation_start(instance, cost_model, bm, self.relaxation_share * budget)
+        if self.max_split > 1 and self.options.relaxation_share > 0 and cost_model is not None:  # (last: ties keep the others first)
+            got = relaxation_start(instance, cost_model, bm, self.options.relaxation_share * budget)
             if got is not None:
                 out.append(got)
         return out
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
-        budget = self.default_time_limit if time_limit is None else float(time_limit)
+        budget = self.options.default_time_limit if time_limit is None else float(time_limit)
         reason = self._infeasibility(instance)
         if reason is not None:
             return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)
@@ -209,11 +201,11 @@ class ExactSolver(Solver):
                    start_plan=start_plan)
         st = _Loop(best, best_cost, best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64))
         certified: float | None = None
-        if self.neighbourhood > 0 and best is not None and int(fits.sum()) > constants.LARGE_MODEL:
+        if self.options.neighbourhood > 0 and best is not None and int(fits.sum()) > constants.LARGE_MODEL:
             certified = self._solve_large(run, st)
         else:
             self._relinearise(run, st)
-        if st.proven_infeasible and self.tiered and not self.exact_neural:  # its own placements do not pack: try a tiered layout
+        if st.proven_infeasible and self.options.tiered and not self.options.exact_neural:  # its own placements do not pack: try a tiered layout
             why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
             return self._solve_tiered(instance, cost_model, budget, seed, clock, why)
         return self._outcome(run, st, certified)
@@ -227,7 +219,7 @@ class ExactSolver(Solver):
         from solvers.heuristics.constructive import GreedySolver
         from solvers.neuroshard.search import NeuroShardSolver
 
-        if tiered_infeasibility_reason(instance) is not None or self.exact_neural or not self.tiered:
+        if tiered_infeasibility_reason(instance) is not None or self.options.exact_neural or not self.options.tiered:
             return unplaceable(self, instance, reason, clock, self._placements())
         bm = cost_model.bind(instance)
         model = _Bound(bm, cost_model.describe())
@@ -235,16 +227,16 @@ class ExactSolver(Solver):
         # greedy may take the whole limit (packing a tight tiered instance can: then its plan is the answer), NeuroShard
         # its share of what is left
         starts = {"greedy": GreedySolver().solve(instance, model, seed=seed, time_limit=max(0.05, budget - clock.elapsed))}
-        if self.tiered_share > 0 and budget - clock.elapsed > 0.1:
+        if self.options.tiered_share > 0 and budget - clock.elapsed > 0.1:
             starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed,
-                                                            time_limit=min(self.tiered_share * budget, budget - clock.elapsed))
+                                                            time_limit=min(self.options.tiered_share * budget, budget - clock.elapsed))
         costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None}
         shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
         names = list(starts)
         # (all in HBM where it has a plan, any widths, exactly re-placed; where the tables exceed the HBM the bound's
         # counting argument says so at once, without a solver)
-        if self.max_split > 1 and self.relaxation_share > 0:
-            got = relaxation_start(instance, cost_model, bm, self.relaxation_share * budget)
+        if self.max_split > 1 and self.options.relaxation_share > 0:
+            got = relaxation_start(instance, cost_model, bm, self.options.relaxation_share * budget)
             if got is not None:
                 names.append("relaxation")
                 if got["cost"] is not None:
@@ -276,7 +268,7 @@ class ExactSolver(Solver):
         fits = items.size[:, None] <= caps[None, :]
         run = _Run(split.sub, cost_model, sub_bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info, split, instance)
         st = _Loop(best, best_cost, best)
-        if self.neighbourhood > 0 and int(fits.sum()) > constants.LARGE_MODEL:
+        if self.options.neighbourhood > 0 and int(fits.sum()) > constants.LARGE_MODEL:
             self._solve_large(run, st)
         else:
             self._relinearise(run, st)
@@ -290,13 +282,13 @@ class ExactSolver(Solver):
         """The warm starts, the items offered (with pieces for what the best start cuts), the best start's plan
         as item counts with its full cost (None, inf: none), and, where no start that fits is expressible in the
         items, the cheapest such start (the plan to return if the search finds none; else None)."""
-        starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.warm_start else []
+        starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.options.warm_start else []
         good = sorted((s for s in starts if s["cost"] is not None), key=lambda s: s["cost"])  # (stable: ties keep list order)
         items = self.items(instance, bm, good[0]["shards"] if good else None)  # (pieces for what the best start cuts)
         info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
         best: np.ndarray | None = None
         best_cost = math.inf
-        if self.warm_start:
+        if self.options.warm_start:
             info["warm_starts"] = {s["solver"]: s["cost"] for s in starts}
             for cand in good:
                 counts = items.counts_from_shards(instance, cand["shards"], len(caps))
@@ -312,7 +304,7 @@ class ExactSolver(Solver):
         for, the certified bound). Returns the certified bound (None: none)."""
         assert st.best is not None
         # (a tiered run's instance is a sub-instance without its fixed shards: the certified bound of that is no bound here)
-        certified = self._certified_bound(run.instance, run.cost_model, run.budget, run.clock, run.info) if self.certified_bound and run.tiered is None else None
+        certified = self._certified_bound(run.instance, run.cost_model, run.budget, run.clock, run.info) if self.options.certified_bound and run.tiered is None else None
         st.best, st.best_cost, st.cut_bound = self._neighbourhoods(run, st.best, st.best_cost)
         if math.isfinite(st.cut_bound):
             st.bound = {"value": st.cut_bound, "point": st.best.copy(), "proven": False}
@@ -323,7 +315,7 @@ class ExactSolver(Solver):
     def _relinearise(self, run: _Run, st: _Loop) -> None:
         """Linearise around the plan in hand, solve, judge with the full model; again around every better plan, in
         a shrinking trust region around a plan the linear model did not improve (the package's docstring)."""
-        for it in range(self.max_iterations):
+        for it in range(self.options.max_iterations):
             if run.budget - run.reserve - run.clock.elapsed <= 0.05:
                 st.timed_out = True
                 break
@@ -374,7 +366,7 @@ class ExactSolver(Solver):
 
     def _linearisation(self, run: _Run, point: np.ndarray) -> tuple[Linearization, np.ndarray | None, float]:
         """The linear model around `point`, with the table cuts' lower bounds and their bound (None, -inf without)."""
-        lin = linearize(run.bm, point, self.comm, run.items)
+        lin = linearize(run.bm, point, self.options.comm, run.items)
         if not self.table_cuts:
             return lin, None, -math.inf
         lb = table_lower_bounds(lin, run.fits, run.items.size, run.caps)
@@ -383,12 +375,12 @@ class ExactSolver(Solver):
     def _search_first(self, run: _Run, st: _Loop, it: int) -> bool:
         """Once per plan in hand (outside a trust region): a local search of the linear model. Returns whether it
         found a better plan (now in hand)."""
-        if not (self.search_share > 0 and st.best is not None and st.radius is None and (st.searched is None or not np.array_equal(st.searched, st.best))):
+        if not (self.options.search_share > 0 and st.best is not None and st.radius is None and (st.searched is None or not np.array_equal(st.searched, st.best))):
             return False
         assert st.lin is not None
         st.searched = st.best.copy()  # (once per plan in hand: with its seed the search is deterministic)
         found = self._local_search(
-            run.bm, st.lin, run.items, run.caps, st.best, st.best_cost, run.seed + it, (run.budget - run.reserve - run.clock.elapsed) * self.search_share, run.info, it
+            run.bm, st.lin, run.items, run.caps, st.best, st.best_cost, run.seed + it, (run.budget - run.reserve - run.clock.elapsed) * self.options.search_share, run.info, it
         )
         if found is None:
             return False
@@ -402,13 +394,13 @@ class ExactSolver(Solver):
         Returns it and the symmetry classes used."""
         assert st.lin is not None
         allowed, classes, rank = _symmetry(run.instance, st.lin, run.fits, run.items)
-        if not self.symmetry or st.radius is not None:  # (a trust region around a plan is not symmetric in the devices)
+        if not self.options.symmetry or st.radius is not None:  # (a trust region around a plan is not symmetric in the devices)
             allowed, classes = run.fits.copy(), []
         hint = _canonical(st.best, classes, rank) if st.best is not None else None
         if hint is not None and (hint[~allowed] > 0).any():
             hint = None  # (cannot happen: the canonical form meets the rule) never hand a solver a bad hint
         prob = Problem(
-            run.instance, run.items, run.items.size, run.caps, allowed, classes, rank, hint, st.radius if hint is not None else None, self.tiebreak,
+            run.instance, run.items, run.items.size, run.caps, allowed, classes, rank, hint, st.radius if hint is not None else None, self.options.tiebreak,
             self.table_cuts, st.lb,
         )
         return prob, classes
@@ -418,7 +410,7 @@ class ExactSolver(Solver):
         trust-region steps that may follow (on a large model one solve is all the time allows: it gets all of it)."""
         small = int(run.fits.sum()) <= constants.LARGE_MODEL
         restricted = st.radius is not None
-        return 0.5 if (self.trust_region and small and st.best is not None and not restricted and len(run.instance.tables) > 1 and not st.final) else 1.0
+        return 0.5 if (self.options.trust_region and small and st.best is not None and not restricted and len(run.instance.tables) > 1 and not st.final) else 1.0
 
     def _row(self, it: int, st: _Loop, res: LinearSolve, lin_s: float, n_classes: int) -> dict[str, Any]:
         """The iteration's row of info["iterations"]."""
@@ -471,7 +463,7 @@ class ExactSolver(Solver):
     def _look_closer(self, run: _Run, st: _Loop, moved: int) -> bool:
         """No better plan by the full model: the linear model misled us; look closer (halve the trust region), or
         stop. Returns False when the loop is over."""
-        if not self.trust_region or st.best is None:
+        if not self.options.trust_region or st.best is None:
             st.converged = True
             return False
         radius = max(0, (moved if st.radius is None else min(st.radius, moved)) // 2)
@@ -563,7 +555,7 @@ class ExactSolver(Solver):
             return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, lower_bound=lower, info=info,
                           extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"
                                         if run.tiered.fixed else "the start plan's column pieces (any 4-aligned widths), all in HBM, placed exactly"})
-        if self.row_wise and clock.elapsed < run.budget:
+        if self.options.row_wise and clock.elapsed < run.budget:
             shards, status, lower = self._row_splits(run, shards, status, lower)
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
 
@@ -641,7 +633,7 @@ class ExactSolver(Solver):
         of the last linearisation)."""
         clock, info, items, caps = run.clock, run.info, run.items, run.caps
         deadline = run.budget - run.reserve
-        k = max(1, self.neighbourhood // 2)
+        k = max(1, self.options.neighbourhood // 2)
         fails, cut = 0, -math.inf
         lin: Linearization | None = None
         rank = np.zeros(items.num_items, dtype=np.int64)
@@ -651,17 +643,17 @@ class ExactSolver(Solver):
             if lin is None or not np.array_equal(lin.point, best):
                 lin, _, cut = self._linearisation(run, best)
             lin_s = time.perf_counter() - t0
-            if self.search_share > 0 and (searched is None or not np.array_equal(searched, best)):
+            if self.options.search_share > 0 and (searched is None or not np.array_equal(searched, best)):
                 # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again
                 # after every plan a neighbourhood improved
                 searched = best.copy()
                 found = self._local_search(run.bm, lin, items, caps, best, best_cost, run.seed + len(info["iterations"]),
-                                           (deadline - clock.elapsed) * self.search_share, info, len(info["iterations"]))
+                                           (deadline - clock.elapsed) * self.options.search_share, info, len(info["iterations"]))
                 if found is not None:
                     best, best_cost = found
                     continue
             chosen, free_tables, allowed = _neighbourhood(lin, items, run.fits, best, k, fails)
-            prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.tiebreak, False, None)
+            prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.options.tiebreak, False, None)
             share = min(deadline - clock.elapsed - 0.3, max(1.0, 0.1 * deadline))
             res = self._neighbourhood_solve(prob, lin, run.bm, best, max(0.2, share), run.seed + fails)
             row: dict[str, Any] = {"neighbourhood_devices": [int(d) for d in chosen], "free_tables": int(len(free_tables)),
@@ -685,15 +677,15 @@ class ExactSolver(Solver):
         if self.backend == "cpsat":
             # deterministic: one worker (CP-SAT 9.15's interleaved search aborted the process -- "Check failed:
             # heuristics.fixed_search != nullptr" -- on these part-fixed models); else the full portfolio
-            workers = 1 if self.deterministic else self.workers
-            return solve_cpsat(prob, lin, best, time_limit, seed, workers, False, self.cutoff)
+            workers = 1 if self.options.deterministic else self.workers
+            return solve_cpsat(prob, lin, best, time_limit, seed, workers, False, self.options.cutoff)
         return self.linear_solve(prob, lin, bm, best, time_limit, seed)
 
     def items(self, instance: Instance, bm: BoundCostModel, start: list[Shard] | None = None) -> Items:
         """The pieces offered: whole tables, and column pieces (dim/2, dim/4, ... >= dim/max_split) of the
         `split_tables` tables with the highest compute alone and of any table too big for every device whole, and
         the pieces the warm start `start` cuts tables into (any 4-aligned widths: NeuroShard's uneven halves)."""
-        split = split_candidates(bm, self.max_split, self.split_tables)
+        split = split_candidates(bm, self.max_split, self.options.split_tables)
         caps = instance.topology.capacities()
         too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
         if self.max_split > 1 and too_big:
@@ -707,11 +699,11 @@ class ExactSolver(Solver):
             if w != instance.tables[t].dim:
                 deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)  # (the dyadic pieces down to it too)
                 widths.setdefault(t, set()).add(w)
-        return build_items(instance, bm, split, self.max_split, self.split_apart, deeper, widths)
+        return build_items(instance, bm, split, self.max_split, self.options.split_apart, deeper, widths)
 
     def _placements(self) -> str:
         kinds = "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"
-        return kinds + ("" if self.exact_neural or not self.tiered else ", or within a tiered start plan")
+        return kinds + ("" if self.options.exact_neural or not self.options.tiered else ", or within a tiered start plan")
 
     def _infeasibility(self, instance: Instance) -> str | None:
         """Necessary conditions: shardopt.core.feasibility's for whole tables; with splits, a table too big for every
