@@ -9,71 +9,25 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from costmodels.base import BoundCostModel, CostModel, DeviceCosts
+from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Plan, PlanStatus, Shard
 from shardopt.core.plan_check import assert_valid_plan
 from solvers.options import NoOptions, build_options, options_as_dict
 from solvers.progress import report, stop_requested
-
-class SolveStatus(str, Enum):
-    """What the result is. Why the search stopped is a separate field (StopReason): a plan found when the time limit
-    ended the search is `feasible`, stopped by `time_limit`."""
-
-    optimal = "optimal"
-    feasible = "feasible"
-    # a solver's shorthand for "feasible, stopped by the time limit": a SolveResult records it as exactly that
-    timeout = "timeout"
-    infeasible = "infeasible"  # proven: no plan exists (the reason says why)
-    no_solution = "no_solution"  # this solver found no plan; the instance is not proven infeasible
-
-    @property
-    def has_plan(self) -> bool:
-        return self in (SolveStatus.optimal, SolveStatus.feasible, SolveStatus.timeout)
-
-
-class StopReason(str, Enum):
-    """Why a search stopped, whatever it found."""
-
-    time_limit = "time_limit"  # the limit ended it: the result is the best found by then
-    converged = "converged"  # it ran its whole course (a constructive heuristic, a search that converged)
-    proven = "proven"  # optimality or infeasibility was proven
-    interrupted = "interrupted"  # the user stopped it (Ctrl-C): the result is the best found by then
-
-
-# a stop reason in a status line: "feasible in 2.0 s, stopped by the time limit"
-STOP_WORDS = {StopReason.time_limit: "stopped by the time limit", StopReason.converged: "search converged",
-              StopReason.proven: "proven", StopReason.interrupted: "interrupted by the user"}
-
-
-@dataclass
-class SolveResult:
-    solver: str
-    status: SolveStatus
-    plan: Plan | None = None
-    reason: str | None = None
-    wall_time_s: float = 0.0
-    lower_bound: float | None = None
-    predicted: DeviceCosts | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    stopped: StopReason | None = None  # None: inferred from the status (proven for optimal / infeasible, else converged)
-
-    def __post_init__(self) -> None:
-        if self.status is SolveStatus.timeout:  # (an interrupted search also reads its clock as past the deadline)
-            self.status = SolveStatus.feasible
-            self.stopped = self.stopped or StopReason.time_limit
-        if self.stopped is None:
-            self.stopped = StopReason.proven if self.status in (SolveStatus.optimal, SolveStatus.infeasible) else StopReason.converged
-        if self.plan is not None and (self.plan.status.value != self.status.value or self.plan.stopped != self.stopped.value):
-            self.plan = self.plan.model_copy(update={"status": PlanStatus(self.status.value), "stopped": self.stopped.value})
-
-    @property
-    def predicted_cost(self) -> float | None:
-        return self.predicted.max_cost if self.predicted is not None else None
-
+from solvers.results import (  # noqa: F401  (the result types, importable from here as from solvers.results)
+    NOT_PROVEN,
+    STOP_WORDS,
+    FallbackUse,
+    PolicyUse,
+    ProvenBound,
+    ReplanReport,
+    SolveResult,
+    SolveStatus,
+    StopReason,
+)
 
 class Solver(ABC):
     """A solver: its name (the catalog's key, `solvers.catalog`), its options (one frozen dataclass, `Options`, checked
@@ -162,15 +116,19 @@ def finish(
     *,
     seed: int,
     status: SolveStatus = SolveStatus.feasible,
-    lower_bound: float | None = None,
+    lower_bound: ProvenBound | None = None,
+    model_bound: ProvenBound | None = None,
     info: dict[str, Any] | None = None,
     bound: BoundCostModel | None = None,
     extra_params: dict[str, Any] | None = None,
+    **facts: Any,
 ) -> SolveResult:
     """Check the plan (raising PlanError on a solver bug: never hand out an invalid plan), cost it, wrap it.
 
-    `bound`: the cost model already bound to this instance, when the solver has it (binding is not free);
-    `extra_params`: settings decided during this solve (recorded in the plan beside the solver's own)."""
+    `lower_bound`: a certified bound of the plan cost under `cost_model` (solvers.results), recorded in the plan;
+    `model_bound`: a bound of the solver's own model only; `bound`: the cost model already bound to this instance,
+    when the solver has it (binding is not free); `extra_params`: settings decided during this solve (recorded in the
+    plan beside the solver's own); `facts`: the result's other typed fields (fallback, replan, policy)."""
     assert_valid_plan(instance, shards)
     predicted = (bound or cost_model.bind(instance)).plan_costs(shards)
     plan = Plan(
@@ -181,12 +139,14 @@ def finish(
         seed=seed,
         wall_time_s=clock.wall,
         status=PlanStatus(status.value),
-        lower_bound=lower_bound,
+        lower_bound=lower_bound.value if lower_bound is not None else None,
         predicted_cost=predicted.max_cost,
         shards=shards,
     )
-    report(best_cost=predicted.max_cost, bound=lower_bound)
-    return SolveResult(solver.name, status, plan, None, clock.wall, lower_bound, predicted, info or {}, _stop_reason(status))
+    report(best_cost=predicted.max_cost, bound=lower_bound.value if lower_bound is not None else None)
+    return SolveResult(solver.name, status, plan, None, clock.wall, lower_bound.value if lower_bound is not None else None, predicted,
+                       info or {}, _stop_reason(status), lower_bound_of=lower_bound.of if lower_bound is not None else None,
+                       model_bound=model_bound, **facts)
 
 
 def _stop_reason(status: SolveStatus) -> StopReason | None:
@@ -197,6 +157,10 @@ def _stop_reason(status: SolveStatus) -> StopReason | None:
 
 
 def fail(solver: Solver, status: SolveStatus, reason: str, clock: Stopwatch, info: dict[str, Any] | None = None) -> SolveResult:
+    """A result without a plan. One without a proof (`no_solution`) always says that the instance is not proven
+    infeasible, so that no caller has to add it or read the reason for it."""
+    if status is SolveStatus.no_solution and NOT_PROVEN not in reason.lower():
+        reason = f"{reason.rstrip('. ')}; {NOT_PROVEN}"
     return SolveResult(solver.name, status, None, reason, clock.wall, None, None, info or {}, _stop_reason(status))
 
 

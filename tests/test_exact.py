@@ -206,9 +206,11 @@ def test_finds_the_enumerated_optimum(name: str, additive) -> None:
     assert r.status is SolveStatus.optimal, r.info
     assert check_plan(inst, r.plan).ok
     assert r.predicted_cost == pytest.approx(best, rel=1e-9)
-    # the bound is the linear model's around the returned plan, which is exact there: it cannot exceed the cost
-    assert r.lower_bound is not None and r.lower_bound <= r.predicted_cost + 1e-6
-    assert r.plan.lower_bound == r.lower_bound and r.plan.status.value == "optimal"
+    # the solver's own bound is the linear model's around the returned plan, which is exact there: it cannot exceed
+    # the cost; it is no certified bound of the plan cost, so the result's lower_bound (and the plan's) stays empty
+    assert r.model_bound is not None and r.model_bound.value <= r.predicted_cost + 1e-6
+    assert r.model_bound.of == "the linearised model around the returned plan"
+    assert r.lower_bound is None and r.plan.lower_bound is None and r.plan.status.value == "optimal"
     info = r.info
     assert info["iterations"] and info["warm_start"]["cost"] == pytest.approx(min(heuristics.values()))
     assert all("full_cost" in it or not it.get("improved") for it in info["iterations"])
@@ -338,7 +340,14 @@ def test_cli_solve_and_infeasible_exit_status(tmp_path) -> None:
     result = CliRunner().invoke(app, ["solve", str(ok), "--solver", "cpsat", "--time-limit", "20", "--json"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["status"] in ("optimal", "feasible") and doc["lower_bound"] is not None
+    assert doc["status"] in ("optimal", "feasible") and doc["solver_bound"]["of"].startswith("the linearised model")
+    assert doc["lower_bound"] is None and doc["lower_bound_of"] is None  # (certified bounds only: none was asked for)
+    assert "shardopt bound" in doc["lower_bound_note"] and "certified_bound=true" in doc["lower_bound_note"]
+    certified = CliRunner().invoke(app, ["solve", str(ok), "--solver", "cpsat", "--time-limit", "20", "--json", "-O", "certified_bound=true"])
+    assert certified.exit_code == 0, certified.stderr
+    with_bound = json.loads(certified.stdout)
+    assert with_bound["lower_bound"] <= with_bound["predicted"]["max_cost_ms"] + 1e-9
+    assert "certified" in with_bound["lower_bound_of"]
     bad = tmp_path / "bad.json"
     save(instance_doc([(1500, 4, 1.0)] * 3, [40_000] * 2), bad)
     result = CliRunner().invoke(app, ["solve", str(bad), "--solver", "cpsat"])
@@ -347,12 +356,16 @@ def test_cli_solve_and_infeasible_exit_status(tmp_path) -> None:
 
 
 def test_lower_bound_is_reported_with_its_meaning() -> None:
+    """The linear model's bound is the solver's own (`model_bound`), never the result's `lower_bound`, which only a
+    certified bound of the plan cost fills; with the neural model there is none to ask for."""
     inst = make_instance(10, 4, seed=13, mem_factor=1.3)
     r = get_solver("cpsat").solve(inst, CM, time_limit=8)
     info = r.info
-    assert info["linear_bound"] == r.lower_bound
-    assert info["bound_is_for"].startswith("the linearised model")
+    assert r.model_bound is not None and info["linear_bound"] == r.model_bound.value
+    assert r.model_bound.of.startswith("the linearised model") and r.lower_bound is None
     assert not math.isnan(info["gap_to_linear_bound"])
+    n = get_solver("cpsat", certified_bound=True).solve(inst, _neural(), time_limit=8)
+    assert n.status.has_plan and n.lower_bound is None and "certified_bound" not in n.info
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -370,8 +383,8 @@ def test_exact_neural_finds_the_optimum_under_the_learned_cost() -> None:
     r = get_solver("milp_exact_neural").solve(inst, cm, time_limit=90)
     assert r.status is SolveStatus.optimal and check_plan(inst, r.plan).ok
     assert r.predicted_cost == pytest.approx(best, rel=1e-9)
-    assert r.lower_bound <= r.predicted_cost + 1e-9
-    assert r.predicted_cost - r.lower_bound < 2 * softplus_error() + 1e-3  # (and the comm planes' error)
+    assert r.model_bound.value <= r.predicted_cost + 1e-9 and r.lower_bound is None
+    assert r.predicted_cost - r.model_bound.value < 2 * softplus_error() + 1e-3  # (and the comm planes' error)
     assert r.info["iterations"][0]["relu_binaries"] > 0 and r.plan.params["exact_neural"] is True
 
 
@@ -596,8 +609,9 @@ def test_cli_solver_options(tmp_path) -> None:
 
 
 def test_cli_says_what_the_bound_of_a_neighbourhood_solve_is(monkeypatch, tmp_path) -> None:
-    """In neighbourhood mode the linear model's bound is only its table cuts: the summary says so and where a
-    certified bound comes from; with certified_bound=true the bound line names the analytic model itself."""
+    """In neighbourhood mode the linear model's bound is only its table cuts: the summary says so, that it is no bound
+    of the plan cost, and where a certified bound comes from; with certified_bound=true the lower bound line is the
+    analytic model's certified bound, with its gap."""
     import json
 
     from typer.testing import CliRunner
@@ -611,11 +625,12 @@ def test_cli_says_what_the_bound_of_a_neighbourhood_solve_is(monkeypatch, tmp_pa
     runner = CliRunner()
     r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "--time-limit", "3"])
     out = " ".join(r.stdout.split())
-    assert r.exit_code == 0 and "only the linear model's table cuts" in out and "shardopt bound" in out, r.output
+    assert r.exit_code == 0 and "of the linear model's table cuts" in out and "not a bound of the plan cost" in out, r.output
+    assert "shardopt bound" in out and "lower bound" not in out
     r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "certified_bound=true", "--time-limit", "3"])
     out = " ".join(r.stdout.split())
-    assert r.exit_code == 0 and "only the linear model's table cuts" not in out, r.output
-    assert "of the analytic model itself (certified" in out or "of the linearised model" in out  # (whichever is higher)
+    assert r.exit_code == 0 and "lower bound" in out and "(certified, the analytic model) (gap" in out, r.output
+    assert "shardopt bound" not in out
 
 
 def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
@@ -631,16 +646,16 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     assert r.predicted_cost <= r.info["warm_start"]["cost"] + 1e-12
     its = r.info["iterations"]
     assert its and all(len(it["neighbourhood_devices"]) <= 4 for it in its)
-    assert r.lower_bound is None or r.lower_bound <= r.predicted_cost + 1e-9
+    assert r.model_bound is None or r.model_bound.value <= r.predicted_cost + 1e-9
+    assert r.lower_bound is None
     assert get_solver("cpsat").params()["neighbourhood"] == 16
     assert "certified_bound" not in r.info and get_solver("cpsat").params()["certified_bound"] is False
-    # asked for, the analytic model's certified bound (a share of the time) replaces the linear table cuts when higher
+    # asked for, the analytic model's certified bound (a share of the time) is the result's lower bound
     c = get_solver("cpsat", neighbourhood=4, certified_bound=True).solve(inst, CM, time_limit=6, seed=0)
     cb = c.info["certified_bound"]
     assert cb["value"] is not None and cb["value"] <= c.predicted_cost + 1e-9 and cb["value"] <= r.predicted_cost + 1e-9
-    assert c.lower_bound == pytest.approx(max(cb["value"], c.info["linear_bound"] or -math.inf))
-    if cb["value"] > (c.info["linear_bound"] or -math.inf):
-        assert c.info["bound_is_for"].startswith("the analytic model itself")
+    assert c.lower_bound == pytest.approx(cb["value"]) and c.plan.lower_bound == c.lower_bound
+    assert c.lower_bound_of.startswith("every table- and column-wise plan")
 
 
 def test_linear_model_prices_each_collective_apart_and_only_when_it_runs() -> None:

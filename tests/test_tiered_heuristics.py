@@ -213,7 +213,7 @@ def test_a_cold_oversized_table_goes_to_host_memory_whole_where_that_is_cheaper(
     """The heuristics pack the layout that puts the tables no device holds in host memory whole (behind an HBM
     cache) beside the one that splits them by rows, and keep the cheaper plan: here the cold giant in host memory and
     every other table in HBM (the row-split layout pushed all 19 others to host memory: 3.57 ms against 1.00)."""
-    from solvers.base import Stopwatch
+    from solvers.base import Budget, Stopwatch
     from solvers.heuristics.constructive import GreedySolver
 
     inst = _cold_giant()
@@ -226,7 +226,8 @@ def test_a_cold_oversized_table_goes_to_host_memory_whole_where_that_is_cheaper(
     assert all(s.kernel is Kernel.fused for s in r.plan.shards if s.table != "t00")
     costs = {}
     for to_host in (False, True):
-        layout, _, _, (packer, bound, placed, _, _, _), _ = GreedySolver()._tiered_pack(inst, cm, 0, Stopwatch(), None, False, False, to_host)
+        got = GreedySolver()._tiered_pack(inst, cm, 0, Budget.of(Stopwatch(), None), False, False, to_host)
+        layout, packer, bound, placed = got.layout, got.packed.packer, got.packed.bound, got.packed.placed
         costs[to_host] = min(bound.plan_costs(packer.shards(d)).max_cost for _, d in placed)
     assert layout.tiers[0].kernel is Kernel.fused_uvm_caching and not layout.tiers[0].rowwise
     assert r.predicted.max_cost == pytest.approx(costs[True]) and costs[True] < 0.5 * costs[False]
@@ -277,7 +278,7 @@ def test_only_the_cold_oversized_table_goes_to_host_memory() -> None:
     rows, t7 (7 GB) no longer fits whole beside their blocks and is split too; all of them in host memory, the hot one
     misses its cache. Only the cold one in host memory: TorchRec's plan for random-285 of bench_tiered (2.93 ms,
     ours 3.75 before). greedy packs that layout beside the others and keeps the cheapest."""
-    from solvers.base import Stopwatch
+    from solvers.base import Budget, Stopwatch
     from solvers.heuristics.constructive import GreedySolver
 
     spec = [(58805592, 64, 2.29, 0.45), (28239029, 132, 31.63, 0.82), (2378792, 64, 22.24, 0.84), (1189, 108, 18.46, 0.81),
@@ -295,7 +296,8 @@ def test_only_the_cold_oversized_table_goes_to_host_memory() -> None:
     assert all(s.kernel is Kernel.fused and s.rows is not None for s in r.plan.shards if s.table == "t1")
     costs = {}
     for to_host in (False, True):
-        _, _, _, (packer, bound, placed, _, _, _), _ = GreedySolver()._tiered_pack(inst, cm, 0, Stopwatch(), None, False, False, to_host)
+        got = GreedySolver()._tiered_pack(inst, cm, 0, Budget.of(Stopwatch(), None), False, False, to_host)
+        packer, bound, placed = got.packed.packer, got.packed.bound, got.packed.placed
         costs[to_host] = min(bound.plan_costs(packer.shards(d)).max_cost for _, d in placed)
     assert r.predicted.max_cost < 0.9 * min(costs.values())
 
@@ -312,17 +314,19 @@ def test_a_table_the_row_splits_left_no_room_for_goes_to_host_memory_whole() -> 
             (86008, 148, 15.01, 0.71), (391, 192, 5.4, 0.34)]
     inst = spec_instance("no-room-left", spec, {"num_devices": 16, "devices_per_host": 1, "hardware": "a100",
                                                  "memory_bytes": 9529378778, "host_memory_bytes": 9529378778}, 16384)
-    from solvers.base import Stopwatch
+    from solvers.base import Budget, Stopwatch
     from solvers.heuristics.constructive import GreedySolver
 
     cm = get_cost_model("analytic")
-    _, _, _, (packer, bound, placed, _, _, _), _ = GreedySolver()._tiered_pack(inst, cm, 0, Stopwatch(), None, False, retry_to_host=True)
+    got = GreedySolver()._tiered_pack(inst, cm, 0, Budget.of(Stopwatch(), None), False, retry_to_host=True)
+    packer, bound, placed = got.packed.packer, got.packed.bound, got.packed.placed
     retried = min((packer.shards(d) for _, d in placed), key=lambda sh: bound.plan_costs(sh).max_cost)
     assert check_plan(inst, Plan(shards=retried)).ok
     whole_in_host = {s.table for s in retried if s.kernel is not Kernel.fused and s.rows is None}
     assert whole_in_host and all(n not in ("t8", "t13") for n in whole_in_host)
     assert table_bytes_array(inst)[[int(n[1:]) for n in whole_in_host]].max() <= max(inst.topology.capacities())  # not oversized
-    _, _, rowwise, (packer, bound, placed, _, _, _), _ = GreedySolver()._tiered_pack(inst, cm, 0, Stopwatch(), None, False)
+    got = GreedySolver()._tiered_pack(inst, cm, 0, Budget.of(Stopwatch(), None), False)
+    rowwise, packer, bound, placed = got.rowwise, got.packed.packer, got.packed.bound, got.packed.placed
     assert rowwise  # without: the packer found no room for a table and split it by rows
     split_cost = min(bound.plan_costs(packer.shards(d)).max_cost for _, d in placed)
     retried_cost = bound.plan_costs(retried).max_cost

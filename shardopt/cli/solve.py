@@ -31,7 +31,7 @@ from shardopt.cli.common import (
 from shardopt.cli.live import EXIT_INTERRUPTED, live_solve
 from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
 from shardopt.measure.pick import PICK_PORTFOLIO
-from solvers.base import STOP_WORDS, StopReason
+from solvers.results import STOP_WORDS, FallbackUse, ReplanReport, SolveResult, StopReason
 
 
 @app.command()
@@ -70,22 +70,10 @@ def solve(
     """Place an instance's tables on its devices and print the plan with its predicted cost (or, with --pick, the
     measured-fastest plan of a portfolio)."""
     with _guard(json_out):
-        from shardopt.measure.evaluate import cost_model_label
-        from shardopt.core.ir import save, to_dict
-        from shardopt.core.memory import device_memory_use
+        from shardopt.core.ir import save
 
         solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
-        if pick_backend is not None:
-            pick_backend = pick_backend.strip().lower()
-            if pick_backend not in ("cpu", "cuda"):
-                raise CLIError(f"--pick: {pick_backend!r} is not cpu or cuda (the judge that measures the candidates)")
-            if from_plan is not None:
-                raise CLIError("--pick and --from: re-planning keeps one solver's moves; pick among fresh plans without --from")
-            portfolio_names = check_portfolio(portfolio)
-        elif candidates is not None:
-            raise CLIError("--candidates needs --pick cpu|cuda")
-        if from_plan is None and (max_moved_bytes is not None or move_weight is not None):
-            raise CLIError("--max-moved-bytes and --move-weight need --from OLD_PLAN.json (the plan whose placement moving away from costs)")
+        pick_backend, portfolio_names = _check_flags(pick_backend, candidates, portfolio, from_plan, max_moved_bytes, move_weight)
         instance = _load_instance(instance_path)
         choice = _choose_cost_model(cost_model, instance, models)
         model = choice.model
@@ -104,92 +92,123 @@ def solve(
                     result = _replan(solver_obj, instance, model, from_plan, max_moved_bytes, move_weight, limit, seed)
                 else:
                     result = solver_obj.solve(instance, model, time_limit=limit, seed=seed)
-        interrupted = result.stopped is StopReason.interrupted
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}}
-        if interrupted and (not result.status.has_plan or result.plan is None):
-            raise CLIError("interrupted (Ctrl-C) before the search found a plan", EXIT_INTERRUPTED, "interrupted",
-                           extra={**head, "solver": solver, "status": result.status.value, "stopped": "interrupted",
-                                  "wall_time_s": result.wall_time_s})
-        if not result.status.has_plan or result.plan is None:
-            reason = result.reason or "the solver gave no reason"
-            status = result.status.value
-            if status == "infeasible":
-                message = reason
-            elif "not proven" in reason:
-                message = reason
-            else:
-                message = f"{reason} (solver {solver} found no plan; the instance is not proven infeasible)"
-            raise CLIError(
-                message,
-                EXIT_INFEASIBLE,
-                "infeasible" if status == "infeasible" else "no_solution",
-                extra={**head, "solver": solver, "status": status, "reason": reason, "wall_time_s": result.wall_time_s},
-            )
-        plan = result.plan
-        costs = result.predicted if result.predicted is not None else model.plan_costs(instance, plan)
-        memory = device_memory_use(instance, plan.shards)
-        label = (f"predicted by {_model_label(choice, instance)}" if picked is None or model is choice.model
-                 else f"predicted by {cost_model_label(model, instance)}")
+        plan = _plan_or_refusal(result, solver, head)
         if out is not None:
             try:
                 save(plan, out)
             except OSError as exc:
                 raise CLIError(f"{out}: cannot write the plan ({exc.strerror or exc})") from None
+        shown = _Shown(instance, instance_path, result, model, choice, seed, time_limit, out, picked, pick_text)
         if json_out:
-            _emit_json(
-                {
-                    **head,
-                    "solver": plan.solver,
-                    "status": result.status.value,
-                    "stopped": result.stopped.value if result.stopped is not None else None,
-                    "wall_time_s": result.wall_time_s,
-                    "seed": seed,
-                    "cost_model": cost_model_label(model, instance),
-                    "cost_model_choice": choice.to_dict(),
-                    "cost_model_card": choice.card_id,
-                    "lower_bound": result.lower_bound,
-                    "predicted": costs.to_dict(),
-                    "memory": _memory_doc(instance, memory),
-                    "out": str(out) if out is not None else None,
-                    **({"replan": result.info["replan"]} if "replan" in result.info else {}),
-                    **({"pick": picked} if picked is not None else {}),
-                    **({"policy": result.info["policy"], "policy_from_card": result.info.get("policy_from_card")}
-                       if "policy" in result.info else {}),
-                    "plan": to_dict(plan),
-                }
-            )
-            if interrupted:
-                raise typer.Exit(EXIT_INTERRUPTED)
-            return
+            _emit_json({**head, **shown.doc()})
+        else:
+            shown.print()
+        if result.stopped is StopReason.interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _check_flags(pick_backend: str | None, candidates: int | None, portfolio: str, from_plan: Path | None, max_moved_bytes: str | None,
+                 move_weight: float | None) -> tuple[str | None, list[str]]:
+    """The flags that go together checked before any file is read: (the --pick judge, normalised; its portfolio)."""
+    portfolio_names: list[str] = []
+    if pick_backend is not None:
+        pick_backend = pick_backend.strip().lower()
+        if pick_backend not in ("cpu", "cuda"):
+            raise CLIError(f"--pick: {pick_backend!r} is not cpu or cuda (the judge that measures the candidates)")
+        if from_plan is not None:
+            raise CLIError("--pick and --from: re-planning keeps one solver's moves; pick among fresh plans without --from")
+        portfolio_names = check_portfolio(portfolio)
+    elif candidates is not None:
+        raise CLIError("--candidates needs --pick cpu|cuda")
+    if from_plan is None and (max_moved_bytes is not None or move_weight is not None):
+        raise CLIError("--max-moved-bytes and --move-weight need --from OLD_PLAN.json (the plan whose placement moving away from costs)")
+    return pick_backend, portfolio_names
+
+
+def _plan_or_refusal(result: SolveResult, solver: str, head: dict[str, Any]) -> Any:
+    """The result's plan, or the exit DESIGN.md gives a solve without one: interrupted before a plan (130), no plan
+    (3, with the solver's reason, which says whether the instance is proven infeasible)."""
+    if result.status.has_plan and result.plan is not None:
+        return result.plan
+    if result.stopped is StopReason.interrupted:
+        raise CLIError("interrupted (Ctrl-C) before the search found a plan", EXIT_INTERRUPTED, "interrupted",
+                       extra={**head, "solver": solver, "status": result.status.value, "stopped": "interrupted",
+                              "wall_time_s": result.wall_time_s})
+    reason = result.reason or f"solver {solver} found no plan and gave no reason"
+    status = result.status.value
+    raise CLIError(
+        reason,  # (a result without a plan and without a proof says so itself: solvers.base.fail)
+        EXIT_INFEASIBLE,
+        "infeasible" if status == "infeasible" else "no_solution",
+        extra={**head, "solver": solver, "status": status, "reason": reason, "wall_time_s": result.wall_time_s},
+    )
+
+
+class _Shown:
+    """A solve's plan as the user sees it: the `--json` document, or the device table and the summary lines."""
+
+    def __init__(self, instance: Any, instance_path: Path, result: SolveResult, model: Any, choice: Any, seed: int,
+                 time_limit: float | None, out: Path | None, picked: dict[str, Any] | None, pick_text: list[str]) -> None:
+        from shardopt.core.memory import device_memory_use
+        from shardopt.measure.evaluate import cost_model_label
+
+        self.instance, self.instance_path, self.result, self.model, self.choice = instance, instance_path, result, model, choice
+        self.seed, self.time_limit, self.out, self.picked, self.pick_text = seed, time_limit, out, picked, pick_text
+        self.plan = result.plan
+        self.costs = result.predicted if result.predicted is not None else model.plan_costs(instance, self.plan)
+        self.memory = device_memory_use(instance, self.plan.shards)
+        self.label = (f"predicted by {_model_label(choice, instance)}" if picked is None or model is choice.model
+                      else f"predicted by {cost_model_label(model, instance)}")
+
+    def doc(self) -> dict[str, Any]:
+        from shardopt.core.ir import to_dict
+        from shardopt.measure.evaluate import cost_model_label
+
+        result, plan = self.result, self.plan
+        return {
+            "solver": plan.solver,
+            "status": result.status.value,
+            "stopped": result.stopped.value if result.stopped is not None else None,
+            "wall_time_s": result.wall_time_s,
+            "seed": self.seed,
+            "cost_model": cost_model_label(self.model, self.instance),
+            "cost_model_choice": self.choice.to_dict(),
+            "cost_model_card": self.choice.card_id,
+            "lower_bound": result.lower_bound,
+            "lower_bound_of": result.lower_bound_of,
+            **({} if result.lower_bound is not None else {"lower_bound_note": _no_bound_note(getattr(self.model, "name", None) == "analytic")}),
+            **({"solver_bound": result.model_bound.to_dict()} if result.model_bound is not None else {}),
+            "predicted": self.costs.to_dict(),
+            "memory": _memory_doc(self.instance, self.memory),
+            "out": str(self.out) if self.out is not None else None,
+            **({"replan": result.replan.to_dict()} if result.replan is not None else {}),
+            **({"pick": self.picked} if self.picked is not None else {}),
+            **({"policy": result.policy.checkpoint, "policy_from_card": result.policy.from_card} if result.policy is not None else {}),
+            "plan": to_dict(plan),
+        }
+
+    def print(self) -> None:
+        result, plan, costs, instance = self.result, self.plan, self.costs, self.instance
         console = _console()
-        title = f"plan for {instance.name or instance_path.name} by {plan.solver} ({label})"
-        console.print(_device_table(title, instance, plan.shards, memory, costs))
-        lines = _cost_summary(costs, label)
-        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stopped, 'stopped')} (seed {seed}"
-        status += f", time limit {time_limit:g} s)" if time_limit is not None else ")"
-        if result.lower_bound is not None:
-            gap = (costs.max_cost - result.lower_bound) / costs.max_cost if costs.max_cost > 0 else 0.0
-            what = result.info.get("bound_is_for") or "the solver's model"
-            status += f" · lower bound {result.lower_bound:.3f} ms of {what} (gap {100 * gap:.1f}%)"
-        if result.info.get("policy_from_card"):
-            status += f" · policy trained on {result.info['policy_from_card']} (calibrate --with-policies)"
+        title = f"plan for {instance.name or self.instance_path.name} by {plan.solver} ({self.label})"
+        console.print(_device_table(title, instance, plan.shards, self.memory, costs))
+        lines = _cost_summary(costs, self.label)
+        status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stopped, 'stopped')} (seed {self.seed}"
+        status += f", time limit {self.time_limit:g} s)" if self.time_limit is not None else ")"
+        if result.policy is not None and result.policy.from_card:
+            status += f" · policy trained on {result.policy.from_card} (calibrate --with-policies)"
         lines.append(status)
-        if "replan" in result.info:
-            lines.append(_replan_line(result.info["replan"]))
-        lines += pick_text
-        fallback = _fallback_line(result.info)
-        if fallback:
-            lines.append(fallback)
-        neighbourhoods = any("neighbourhood_devices" in it for it in result.info.get("iterations", []))
-        if neighbourhoods and "certified_bound" not in result.info and getattr(model, "name", None) == "analytic":
-            lines.append(f"(solved a neighbourhood at a time: that bound is only the linear model's table cuts; a certified bound of "
-                         f"the analytic model: shardopt bound {instance_path} --plan PLAN.json, or -O certified_bound=true)")
-        lines.append(f"plan written to {out}" if out is not None else "plan not saved (use --out PLAN.json)")
-        if interrupted:
+        lines += _bound_lines(instance, result, costs.max_cost, getattr(self.model, "name", None) == "analytic", self.instance_path)
+        if result.replan is not None:
+            lines.append(_replan_line(result.replan))
+        lines += self.pick_text
+        if result.fallback is not None:
+            lines.append(_fallback_line(result.fallback))
+        lines.append(f"plan written to {self.out}" if self.out is not None else "plan not saved (use --out PLAN.json)")
+        if result.stopped is StopReason.interrupted:
             lines.append("interrupted (Ctrl-C): this is the best plan the search had found; the plan file says so (stopped: interrupted)")
         _print_lines(console, lines)
-        if interrupted:
-            raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _parse_moved_budget(text: str, model_bytes: int) -> int:
@@ -220,31 +239,46 @@ def _replan(solver_obj: Any, instance: Any, model: Any, from_plan: Path, max_mov
     return replan(solver_obj, instance, model, old, max_moved_bytes=budget, move_weight=weight or 0.0, time_limit=time_limit, seed=seed)
 
 
-def _replan_line(info: dict[str, Any]) -> str:
-    moved, total = info["moved_bytes"], info["model_bytes"]
-    c = info["carried_over"]
+def _bound_lines(instance: Any, result: SolveResult, cost: float, analytic: bool, instance_path: Path) -> list[str]:
+    """The bounds as solvers.results defines them: the certified bound of the plan cost with its gap; the solver's
+    own model's bound named as that and no more; and where neither bounds the plan cost, how to get one."""
+    from solvers.bound import plan_gap
+
+    lines = []
+    if result.lower_bound is not None:
+        gap = plan_gap(instance, cost, result.lower_bound)  # (the one definition of the gap: bound, explain, leaderboard)
+        lines.append(f"lower bound {result.lower_bound:.3f} ms over {result.lower_bound_of or 'the plans it covers'} (gap {100 * gap:.1f}%)")
+    if result.model_bound is not None:
+        lines.append(f"the solver's own bound: {result.model_bound.value:.3f} ms of {result.model_bound.of} (not a bound of the plan cost)")
+        if result.lower_bound is None:
+            lines.append(f"({_no_bound_note(analytic)}; shardopt bound {instance_path} --plan PLAN.json)" if analytic else f"({_no_bound_note(analytic)})")
+    return lines
+
+
+def _no_bound_note(analytic: bool) -> str:
+    """Why a result has no certified bound (solvers.results: `lower_bound` holds only that)."""
+    return ("no certified bound computed: the analytic model's comes from `shardopt bound`, or within the solve from cpsat / milp "
+            "with -O certified_bound=true" if analytic else "no certified bound for this cost model: the certified bound is the analytic model's")
+
+
+def _replan_line(r: ReplanReport) -> str:
+    moved, total = r.moved_bytes, r.model_bytes
+    c = r.carried_over
     line = (f"re-planned: {moved:,} bytes moved ({100 * moved / total:.2f} % of the model's {total:,})"
-            + (f" within the budget of {info['max_moved_bytes']:,}" if info["max_moved_bytes"] is not None else "")
+            + (f" within the budget of {r.max_moved_bytes:,}" if r.max_moved_bytes is not None else "")
             + f"; {c['kept_tables']} tables carried over, {len(c['added'])} added, {len(c['removed'])} removed, {len(c['resized'])} resized")
-    sc = info["scratch"]
+    sc = r.scratch
     if sc.get("cost") is not None:
         line += f"; the solver's plan from scratch: {sc['cost']:.3f} ms, {sc['moved_bytes_relabelled']:,} bytes moved after relabelling devices"
     return line
 
 
-def _fallback_line(info: dict[str, Any]) -> str | None:
+def _fallback_line(f: FallbackUse) -> str:
     """A heuristic that ran out of memory in its own order says so, and which fallback placed the tables (a plan
     from a memory-first pass is not the rule the user asked for)."""
-    from solvers.heuristics.constructive import FALLBACK_STAGES
-
-    if not info.get("fallback_used") or not info.get("failures"):
-        return None
-    first = info["failures"][0]
-    stage = info["stage"]
-    line = (f"memory ran out in the solver's own order (table {first['table']!r} after {first['placed']} tables); "
-            f"placed by the fallback {stage} ({FALLBACK_STAGES.get(stage, stage)})")
-    compared = info.get("fallbacks_compared") or {}
-    others = [f"{name}'s {cost:.3f} ms" for name, cost in compared.items() if name != stage]
-    if stage in compared and others:
-        line += f": {compared[stage]:.3f} ms, cheaper than " + " and ".join(others)
+    line = (f"memory ran out in the solver's own order (table {f.failed_table!r} after {f.placed_before} tables); "
+            f"placed by the fallback {f.stage} ({f.stage_text})")
+    others = [f"{name}'s {cost:.3f} ms" for name, cost in f.compared.items() if name != f.stage]
+    if f.stage in f.compared and others:
+        line += f": {f.compared[f.stage]:.3f} ms, cheaper than " + " and ".join(others)
     return line

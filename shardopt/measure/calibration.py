@@ -286,15 +286,7 @@ def calibrate_machine(
     (dreamshard, autoshard) and `targets`, `train_policies` (solvers.rl.train.train_policies_for: the solvers are
     not this layer's to import) trains those RL policies on the calibrated model for the targets; the card carries
     each one that beats the shipped policy there."""
-    from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
-    from costmodels.evaluation import accuracy_by_band
-    from costmodels.neural import NeuralCostModel
-    from costmodels.registry import get_cost_model
-    from costmodels.store import all_cards, find_card, register, user_store_dir
-    from costmodels.train import TrainError, TrainSettings, train
-    from shardopt.core.hardware import get_profile, profile_to_dict
-    from shardopt.data.pools import load_pool, standard_pool_path
-    from shardopt.measure.collect import CollectSettings, collect, read_samples
+    from costmodels.store import find_card, user_store_dir
 
     if budget_s <= 0:
         raise CalibrationError(f"--budget-minutes: {budget_s / 60:g} must be > 0")
@@ -302,100 +294,144 @@ def calibrate_machine(
         raise CalibrationError("--with-policies: needs --for SUITE|INSTANCE (the instances the policies learn to place)")
     if model_id is not None and (find_card(model_id, models_dir) is not None or (user_store_dir(models_dir) / model_id).exists()):
         raise CalibrationError(f"--id: a model {model_id!r} exists already (shardopt costmodel list): choose another id")
-    say = log or (lambda _msg: None)
-    t0 = time.monotonic()
-    store = user_store_dir(models_dir)
-    work = store / WORK_DIR / settings.key(fingerprint)
-    resumed = work.is_dir()
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "settings.json").write_text(json.dumps({"settings": asdict(settings), "fingerprint": fingerprint.to_dict()}, indent=1))
-    stages: list[StageRecord] = []
-    train_file, test_file, comm_file = work / "train.jsonl", work / "test.jsonl", work / "comm.jsonl"
+    run = _Calibration(settings, fingerprint, budget_s, models_dir, command, progress, log or (lambda _msg: None))
+    shares = stage_shares(bool(rounds and targets), bool(policies))
+    run.collect("collect-train", "train", run.train_file, settings.train_samples, settings.seed, shares["train"], settings.backend, 0.0)
+    run.collect("collect-test", "test", run.test_file, settings.test_samples, settings.seed + 1, shares["test"], settings.backend, 0.0)
+    run.collect("collect-comm", "train", run.comm_file, settings.comm_samples, settings.seed + 5, 1.0, "sim", 1.0)
+    run.read_samples()
+    if _stamped(run.work, "train") is not None and run.neural_file.is_file():
+        run.stages.append(StageRecord("train", 0.0, "(an earlier run)", skipped=True))
+    else:
+        run.fit_neural([], shares["train_end"], run.neural_file, "train")
+    if rounds and targets:
+        if propose is None:
+            raise CalibrationError("--rounds: no proposer of plans was given")
+        run.close_loop(targets, rounds, propose, shares)
+    run.refit_profile(host_link)
+    heldout = run.judge()
+    preferred = "neural" if heldout["neural (this calibration)"]["bands"]["all"]["mape"] <= heldout["analytic refitted (this calibration)"]["bands"]["all"]["mape"] else "analytic"
+    trained = run.train_policies(policies, targets, preferred, policy_episodes, train_policies) if policies else {}
+    stored = run.register(model_id, heldout, preferred, trained)
+    shutil.rmtree(run.work, ignore_errors=True)
+    return CalibrationResult(card=stored, stages=run.stages, heldout=heldout, work_dir=run.work, seconds=time.monotonic() - run.t0,
+                             resumed=run.resumed, plan_rounds=run.plan_rounds)
 
-    def collect_stage(name: str, pool_part: str, out: Path, n: int, seed: int, end_share: float, backend: str,
-                      comm_fraction: float) -> None:
-        done = _stamped(work, name)
+
+class _Calibration:
+    """One calibration's state as its stages run: the work folder they stamp, the budget's clock, the samples, and
+    the record of each stage. Its methods are `calibrate_machine`'s stages, in order."""
+
+    def __init__(self, settings: CalibrationSettings, fingerprint: Fingerprint, budget_s: float, models_dir: Path | str | None,
+                 command: str, progress: Progress | None, say: Callable[[str], None]) -> None:
+        from costmodels.store import user_store_dir
+
+        self.settings, self.fingerprint, self.budget_s, self.models_dir = settings, fingerprint, budget_s, models_dir
+        self.command, self.progress, self.say = command, progress, say
+        self.t0 = time.monotonic()
+        self.store = user_store_dir(models_dir)
+        self.work = self.store / WORK_DIR / settings.key(fingerprint)
+        self.resumed = self.work.is_dir()
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / "settings.json").write_text(json.dumps({"settings": asdict(settings), "fingerprint": fingerprint.to_dict()}, indent=1))
+        self.stages: list[StageRecord] = []
+        self.train_file, self.test_file, self.comm_file = self.work / "train.jsonl", self.work / "test.jsonl", self.work / "comm.jsonl"
+        self.neural_file = self.work / "neural.npz"
+        self.profile_file = self.work / "profile.json"
+        self.train_samples: list[dict[str, Any]] = []
+        self.test_samples: list[dict[str, Any]] = []
+        self.comm_samples: list[dict[str, Any]] = []
+        self.plan_rounds: list[dict[str, Any]] = []
+        self.n_loop = 0
+
+    def collect(self, name: str, pool_part: str, out: Path, n: int, seed: int, end_share: float, backend: str, comm_fraction: float) -> None:
+        """One time-boxed collection (skipped when an earlier run stamped it done)."""
+        from shardopt.data.pools import load_pool, standard_pool_path
+        from shardopt.measure.collect import CollectSettings, collect
+
+        settings = self.settings
+        done = _stamped(self.work, name)
         if done is not None:
-            stages.append(StageRecord(name, 0.0, f"{done['samples']} samples (an earlier run)", cut=done["cut"], skipped=True))
+            self.stages.append(StageRecord(name, 0.0, f"{done['samples']} samples (an earlier run)", cut=done["cut"], skipped=True))
             return
         start = time.monotonic()
         cs = CollectSettings(backend=backend, samples=n, max_tables=settings.max_tables, seed=seed, hardware=settings.hardware,
                              vary_batch=True, batch_choices=settings.batch_choices, memory_cap=settings.memory_cap,
                              comm_fraction=comm_fraction, repeats=settings.repeats, warmup=settings.warmup,
                              max_rows=settings.max_rows, augment=True)
-        deadline = t0 + end_share * budget_s if backend != "sim" else None
+        deadline = self.t0 + end_share * self.budget_s if backend != "sim" else None
+        progress = self.progress
         tick = (lambda d, t: progress(name, d, t)) if progress else None
         summary = collect(load_pool(standard_pool_path(pool_part)), out, cs, progress=tick, deadline=deadline)
         have = summary["already_present"] + summary["collected"]
         cut = summary["stopped"] == "deadline"
-        _stamp(work, name, {"samples": have, "cut": cut, "seconds": summary["seconds"]})
+        _stamp(self.work, name, {"samples": have, "cut": cut, "seconds": summary["seconds"]})
         rate = f", {summary['samples_per_minute']:.0f}/min" if summary["collected"] else ""
-        stages.append(StageRecord(name, time.monotonic() - start, f"{have} samples{rate}", cut=cut))
-        say(f"{name}: {have} samples" + (" (its time box ended it)" if cut else ""))
+        self.stages.append(StageRecord(name, time.monotonic() - start, f"{have} samples{rate}", cut=cut))
+        self.say(f"{name}: {have} samples" + (" (its time box ended it)" if cut else ""))
 
-    shares = stage_shares(bool(rounds and targets), bool(policies))
-    collect_stage("collect-train", "train", train_file, settings.train_samples, settings.seed, shares["train"], settings.backend, 0.0)
-    collect_stage("collect-test", "test", test_file, settings.test_samples, settings.seed + 1, shares["test"], settings.backend, 0.0)
-    collect_stage("collect-comm", "train", comm_file, settings.comm_samples, settings.seed + 5, 1.0, "sim", 1.0)
+    def read_samples(self) -> None:
+        """The collected samples, refused when the budget left too few to train on."""
+        from shardopt.measure.collect import read_samples
 
-    train_samples = list(read_samples(train_file, "compute"))
-    test_samples = list(read_samples(test_file, "compute"))
-    comm_samples = list(read_samples(comm_file, "comm"))
-    if len(train_samples) < 10 or len(test_samples) < 3:
-        for stage in ("collect-train", "collect-test"):  # the rerun collects on after the samples it keeps
-            _stamp_path(work, stage).unlink(missing_ok=True)
-        raise CalibrationError(
-            f"only {len(train_samples)} train and {len(test_samples)} held-out samples were timed within the budget "
-            f"({budget_s / 60:g} min): give it more time (--budget-minutes); the samples are kept and a rerun resumes")
+        self.train_samples = list(read_samples(self.train_file, "compute"))
+        self.test_samples = list(read_samples(self.test_file, "compute"))
+        self.comm_samples = list(read_samples(self.comm_file, "comm"))
+        if len(self.train_samples) < 10 or len(self.test_samples) < 3:
+            for stage in ("collect-train", "collect-test"):  # the rerun collects on after the samples it keeps
+                _stamp_path(self.work, stage).unlink(missing_ok=True)
+            raise CalibrationError(
+                f"only {len(self.train_samples)} train and {len(self.test_samples)} held-out samples were timed within the budget "
+                f"({self.budget_s / 60:g} min): give it more time (--budget-minutes); the samples are kept and a rerun resumes")
 
-    # the neural model, its epochs fitted to the time left before the training's share of the budget
-    neural_file = work / "neural.npz"
+    def fit_neural(self, extra: list[dict[str, Any]], end_share: float, out: Path, stage: str) -> None:
+        """The neural model, its epochs fitted to the time left before `end_share` of the budget."""
+        from costmodels.train import TrainError, TrainSettings, train
 
-    def fit_neural(extra: list[dict[str, Any]], end_share: float, out: Path, stage: str) -> None:
+        settings = self.settings
         start = time.monotonic()
-        samples = train_samples + extra
-        left = t0 + end_share * budget_s - time.monotonic()
-        per_epoch = TRAIN_S_PER_SAMPLE_EPOCH * (len(samples) + len(comm_samples))
+        samples = self.train_samples + extra
+        left = self.t0 + end_share * self.budget_s - time.monotonic()
+        per_epoch = TRAIN_S_PER_SAMPLE_EPOCH * (len(samples) + len(self.comm_samples))
         fits = left / per_epoch if per_epoch > 0 else settings.epochs
         epochs = int(min(settings.epochs, max(MIN_EPOCHS, fits)))  # (at least MIN_EPOCHS unless asked for fewer)
         ts = TrainSettings(epochs=epochs, batch_size=settings.batch_size, learning_rate=settings.learning_rate, seed=settings.seed)
+        progress = self.progress
 
         def report(net: str, epoch: int, total: int, _val: float) -> None:
             if progress:
                 progress(f"{stage} ({net} network)", epoch, total)
 
         try:
-            weights = train(samples + comm_samples, ts, progress=report, meta={"data": [str(train_file), str(comm_file)], "command": command})
+            weights = train(samples + self.comm_samples, ts, progress=report,
+                            meta={"data": [str(self.train_file), str(self.comm_file)], "command": self.command})
         except TrainError as exc:
-            raise CalibrationError(f"training on {train_file}: {exc}") from None
+            raise CalibrationError(f"training on {self.train_file}: {exc}") from None
         weights.save(out)
-        _stamp(work, stage, {"epochs": epochs})
-        stages.append(StageRecord(stage, time.monotonic() - start, f"{epochs} epochs on {len(train_samples)} + {len(extra)} proposed + {len(comm_samples)} comm samples"))
+        _stamp(self.work, stage, {"epochs": epochs})
+        self.stages.append(StageRecord(stage, time.monotonic() - start,
+                                       f"{epochs} epochs on {len(self.train_samples)} + {len(extra)} proposed + {len(self.comm_samples)} comm samples"))
 
-    if _stamped(work, "train") is not None and neural_file.is_file():
-        stages.append(StageRecord("train", 0.0, "(an earlier run)", skipped=True))
-    else:
-        fit_neural([], shares["train_end"], neural_file, "train")
+    def close_loop(self, targets: Sequence[Instance], rounds: int, propose: Proposer, shares: dict[str, float]) -> None:
+        """The plans the searches propose with the model, measured; their devices added; retrained, `rounds` times,
+        with the plan-level error on the held-out targets before each round and after the last."""
+        from costmodels.neural import NeuralCostModel
 
-    # closing the loop: the plans the searches propose with the model, measured; their devices added; retrained
-    plan_rounds: list[dict[str, Any]] = []
-    if rounds and targets:
-        if propose is None:
-            raise CalibrationError("--rounds: no proposer of plans was given")
+        settings = self.settings
         learn, heldout = split_targets(targets)
-        loop_file = work / "loop.jsonl"
+        loop_file = self.work / "loop.jsonl"
         loop_file.unlink(missing_ok=True)  # (a resumed run redoes the rounds: they measure with the models it trains)
         loop_samples: list[dict[str, Any]] = []
-        slot = (shares["loop_end"] - shares["train_end"]) * budget_s / rounds
-        current = neural_file
+        slot = (shares["loop_end"] - shares["train_end"]) * self.budget_s / rounds
+        current = self.neural_file
         for r in range(rounds + 1):
             model = NeuralCostModel(current)
             start = time.monotonic()
             errors, _ = plan_level(heldout, model, propose, settings, measure_devices=False, seed=settings.seed + 100 + r)
-            plan_rounds.append({"round": r, "model": current.name, **errors})
-            stages.append(StageRecord(f"plans r{r}", time.monotonic() - start,
-                                      f"held-out plan MAPE {errors['mape']:.1%} (bias {errors['bias']:+.1%}) on {errors['n']} plans of {len(heldout)} instances"))
-            say(f"round {r}: plan-level error {errors['mape']:.1%} (bias {errors['bias']:+.1%}) on {errors['n']} held-out plans")
+            self.plan_rounds.append({"round": r, "model": current.name, **errors})
+            self.stages.append(StageRecord(f"plans r{r}", time.monotonic() - start,
+                                           f"held-out plan MAPE {errors['mape']:.1%} (bias {errors['bias']:+.1%}) on {errors['n']} plans of {len(heldout)} instances"))
+            self.say(f"round {r}: plan-level error {errors['mape']:.1%} (bias {errors['bias']:+.1%}) on {errors['n']} held-out plans")
             if r == rounds:
                 break
             start = time.monotonic()
@@ -404,105 +440,126 @@ def calibrate_machine(
                 for doc in new:
                     f.write(json.dumps(doc) + "\n")
             loop_samples += new
-            stages.append(StageRecord(f"propose r{r + 1}", time.monotonic() - start, f"{len(new)} device samples from plans of {len(learn)} instances"))
-            weight = max(1, min(LOOP_MAX_WEIGHT, round(LOOP_SHARE_OF_TRAIN * len(train_samples) / max(1, len(loop_samples)))))
-            current = work / f"neural-r{r + 1}.npz"
-            fit_neural(loop_samples * weight, shares["train_end"] + (r + 1) * slot / budget_s, current, f"retrain r{r + 1}")
-        if current != neural_file:
-            shutil.copy2(current, neural_file)
-        n_loop = len(loop_samples)
-    else:
-        n_loop = 0
+            self.stages.append(StageRecord(f"propose r{r + 1}", time.monotonic() - start, f"{len(new)} device samples from plans of {len(learn)} instances"))
+            weight = max(1, min(LOOP_MAX_WEIGHT, round(LOOP_SHARE_OF_TRAIN * len(self.train_samples) / max(1, len(loop_samples)))))
+            current = self.work / f"neural-r{r + 1}.npz"
+            self.fit_neural(loop_samples * weight, shares["train_end"] + (r + 1) * slot / self.budget_s, current, f"retrain r{r + 1}")
+        if current != self.neural_file:
+            shutil.copy2(current, self.neural_file)
+        self.n_loop = len(loop_samples)
 
-    # the analytic profile refitted to the same samples
-    profile_file = work / "profile.json"
-    start = time.monotonic()
-    base = get_profile(settings.hardware)
-    try:
-        fitted = fit_profile(train_samples, base, holdout=0.2, seed=settings.seed, name=f"{settings.hardware}-calibrated")
-    except FitError as exc:
-        raise CalibrationError(f"refitting the analytic profile: {exc}") from None
-    record = {"data": str(train_file), "command": command, "date": datetime.date.today().isoformat(), **fitted.to_dict()}
-    profile = fitted.profile
-    if host_link is not None:  # the device-host link's measured constants (`--host-link`): what UVM reads cost
-        from dataclasses import replace
+    def refit_profile(self, host_link: dict[str, Any] | None) -> None:
+        """The analytic profile refitted to the same samples (and, with `--host-link`, the device-host link's measured
+        constants: what UVM reads cost)."""
+        from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
+        from shardopt.core.hardware import get_profile, profile_to_dict
 
-        profile = replace(profile, **host_link["constants"])
-        record["host_link"] = host_link
-    profile_file.write_text(json.dumps(profile_to_dict(profile, calibration=record), indent=1) + "\n")
-    stages.append(StageRecord("refit", time.monotonic() - start, f"analytic {settings.hardware} profile, {len(train_samples)} samples"))
+        settings = self.settings
+        start = time.monotonic()
+        try:
+            fitted = fit_profile(self.train_samples, get_profile(settings.hardware), holdout=0.2, seed=settings.seed, name=f"{settings.hardware}-calibrated")
+        except FitError as exc:
+            raise CalibrationError(f"refitting the analytic profile: {exc}") from None
+        record = {"data": str(self.train_file), "command": self.command, "date": datetime.date.today().isoformat(), **fitted.to_dict()}
+        profile = fitted.profile
+        if host_link is not None:
+            from dataclasses import replace
 
-    # the held-out judgement, beside the data-sheet model and the other models of this backend and hardware
-    start = time.monotonic()
-    candidates: list[tuple[str, str, Any]] = [
-        ("neural (this calibration)", str(neural_file), NeuralCostModel(neural_file)),
-        ("analytic refitted (this calibration)", f"analytic:{profile_file}", get_cost_model(f"analytic:{profile_file}")),
-        (f"analytic ({settings.hardware} data sheet)", "analytic", get_cost_model("analytic")),
-    ]
-    for card in all_cards(models_dir):
-        if card.backend == settings.backend and card.hardware == settings.hardware:
-            same = card.fingerprint.matches(fingerprint) if fingerprint.kind == "cpu" else card.fingerprint.name == fingerprint.name
-            where = "this machine" if same else f"other machine: {card.fingerprint.describe()}"
-            candidates.append((f"{card.id} ({card.source}; {where})", card.cost_model_name(), get_cost_model(card.cost_model_name())))
-    heldout = {label: {"model": name, "bands": accuracy_by_band(model, test_samples)} for label, name, model in candidates}
-    stages.append(StageRecord("judge", time.monotonic() - start, f"{len(candidates)} models on {len(test_samples)} held-out samples"))
+            profile = replace(profile, **host_link["constants"])
+            record["host_link"] = host_link
+        self.profile_file.write_text(json.dumps(profile_to_dict(profile, calibration=record), indent=1) + "\n")
+        self.stages.append(StageRecord("refit", time.monotonic() - start, f"analytic {settings.hardware} profile, {len(self.train_samples)} samples"))
 
-    # the card, and the model into the store
-    date = datetime.date.today().isoformat()
-    mid = model_id or model_id_for(settings.backend, fingerprint, date)
-    if model_id is None:
-        n = 2
-        while find_card(mid, models_dir) is not None or (store / mid).exists():
-            mid = f"{model_id_for(settings.backend, fingerprint, date)}-{n}"
-            n += 1
-    neural_acc = heldout["neural (this calibration)"]["bands"]["all"]
-    analytic_acc = heldout["analytic refitted (this calibration)"]["bands"]["all"]
-    preferred = "neural" if neural_acc["mape"] <= analytic_acc["mape"] else "analytic"
-    judge = next((s.get("judge") for s in train_samples if s.get("judge")), settings.backend)
-    trained_policies: dict[str, Path] = {}
-    if policies:
-        chosen = NeuralCostModel(neural_file) if preferred == "neural" else get_cost_model(f"analytic:{profile_file}")
-        if train_policies is None:
+    def judge(self) -> dict[str, Any]:
+        """The held-out judgement by device-cost band: both new models, the data-sheet model and the other models of
+        this backend and hardware."""
+        from costmodels.evaluation import accuracy_by_band
+        from costmodels.neural import NeuralCostModel
+        from costmodels.registry import get_cost_model
+        from costmodels.store import all_cards
+
+        settings, fingerprint = self.settings, self.fingerprint
+        start = time.monotonic()
+        candidates: list[tuple[str, str, Any]] = [
+            ("neural (this calibration)", str(self.neural_file), NeuralCostModel(self.neural_file)),
+            ("analytic refitted (this calibration)", f"analytic:{self.profile_file}", get_cost_model(f"analytic:{self.profile_file}")),
+            (f"analytic ({settings.hardware} data sheet)", "analytic", get_cost_model("analytic")),
+        ]
+        for card in all_cards(self.models_dir):
+            if card.backend == settings.backend and card.hardware == settings.hardware:
+                same = card.fingerprint.matches(fingerprint) if fingerprint.kind == "cpu" else card.fingerprint.name == fingerprint.name
+                where = "this machine" if same else f"other machine: {card.fingerprint.describe()}"
+                candidates.append((f"{card.id} ({card.source}; {where})", card.cost_model_name(), get_cost_model(card.cost_model_name())))
+        heldout = {label: {"model": name, "bands": accuracy_by_band(model, self.test_samples)} for label, name, model in candidates}
+        self.stages.append(StageRecord("judge", time.monotonic() - start, f"{len(candidates)} models on {len(self.test_samples)} held-out samples"))
+        return heldout
+
+    def train_policies(self, policies: Sequence[str], targets: Sequence[Instance], preferred: str, episodes: int,
+                       trainer: PolicyTrainer | None) -> dict[str, Path]:
+        """The RL policies trained on the preferred calibrated model for the targets: algorithm -> the exported
+        policy, for those that beat the shipped one there."""
+        from costmodels.neural import NeuralCostModel
+        from costmodels.registry import get_cost_model
+
+        chosen = NeuralCostModel(self.neural_file) if preferred == "neural" else get_cost_model(f"analytic:{self.profile_file}")
+        if trainer is None:
             raise CalibrationError("--with-policies: no policy trainer was given (the CLI passes solvers.rl.train.train_policies_for)")
-        for outcome in train_policies(policies, targets, chosen, work / "policies", t0 + budget_s, settings.seed,
-                                      policy_episodes, progress):
-            stages.append(StageRecord(f"policy {outcome.algo}", outcome.seconds, outcome.detail, cut=outcome.cut))
-            say(f"policy {outcome.algo}: {outcome.detail}")
+        trained: dict[str, Path] = {}
+        for outcome in trainer(policies, targets, chosen, self.work / "policies", self.t0 + self.budget_s, self.settings.seed,
+                               episodes, self.progress):
+            self.stages.append(StageRecord(f"policy {outcome.algo}", outcome.seconds, outcome.detail, cut=outcome.cut))
+            self.say(f"policy {outcome.algo}: {outcome.detail}")
             if outcome.export is not None:
-                trained_policies[outcome.algo] = outcome.export
-    folder = work / "model"
-    if folder.exists():
-        shutil.rmtree(folder)
-    (folder / "data").mkdir(parents=True)
-    shutil.copy2(neural_file, folder / "neural.npz")
-    shutil.copy2(profile_file, folder / "profile.json")
-    for src in (train_file, test_file, comm_file):
-        _gzip_copy(src, folder / "data" / f"{src.stem}.jsonl.gz")
-    (folder / "heldout.json").write_text(json.dumps({"devices": heldout, "plan_rounds": plan_rounds}, indent=1) + "\n")
-    if (work / "loop.jsonl").is_file():
-        _gzip_copy(work / "loop.jsonl", folder / "data" / "loop.jsonl.gz")
-    if trained_policies:
-        (folder / "policies").mkdir()
-        for algo, export in trained_policies.items():
-            shutil.copy2(export, folder / "policies" / f"{algo}.npz")
-    card = ModelCard(
-        id=mid, backend=settings.backend, hardware=settings.hardware, fingerprint=fingerprint, kernel=kernel_of(judge),
-        domain=domain_of_samples(train_samples), models={"neural": "neural.npz", "analytic": "profile.json"},
-        preferred=preferred, date=date,
-        samples={"train": len(train_samples), "test": len(test_samples), "comm": len(comm_samples), "proposed": n_loop},
-        accuracy={"neural": _brief(neural_acc), "analytic": _brief(analytic_acc),
-                  **({"plan_level": {**{k: plan_rounds[-1][k] for k in ("n", "mape", "bias", "kendall_tau")},
-                                     "heldout_instances": sorted({p["instance"] for p in plan_rounds[-1]["plans"]}),
-                                     "rounds": [{k: v for k, v in pr.items() if k != "plans"} for pr in plan_rounds]}}
-                     if plan_rounds else {})},
-        command=command, libraries=library_versions(settings.backend),
-        description=f"calibrated on {fingerprint.describe()} by the {settings.backend} judge ({kernel_of(judge)})",
-        policies={algo: f"policies/{algo}.npz" for algo in trained_policies},
-    )
-    stored = register(card, folder, models_dir)
-    shutil.rmtree(work, ignore_errors=True)
-    return CalibrationResult(card=stored, stages=stages, heldout=heldout, work_dir=work, seconds=time.monotonic() - t0, resumed=resumed,
-                             plan_rounds=plan_rounds)
+                trained[outcome.algo] = outcome.export
+        return trained
+
+    def register(self, model_id: str | None, heldout: dict[str, Any], preferred: str, trained: dict[str, Path]) -> ModelCard:
+        """The model folder (both models, the samples, the held-out judgement, the policies) and its card, into the
+        store."""
+        from costmodels.store import find_card, register
+
+        settings, fingerprint, models_dir = self.settings, self.fingerprint, self.models_dir
+        date = datetime.date.today().isoformat()
+        mid = model_id or model_id_for(settings.backend, fingerprint, date)
+        if model_id is None:
+            n = 2
+            while find_card(mid, models_dir) is not None or (self.store / mid).exists():
+                mid = f"{model_id_for(settings.backend, fingerprint, date)}-{n}"
+                n += 1
+        neural_acc = heldout["neural (this calibration)"]["bands"]["all"]
+        analytic_acc = heldout["analytic refitted (this calibration)"]["bands"]["all"]
+        judge = next((s.get("judge") for s in self.train_samples if s.get("judge")), settings.backend)
+        folder = self.work / "model"
+        if folder.exists():
+            shutil.rmtree(folder)
+        (folder / "data").mkdir(parents=True)
+        shutil.copy2(self.neural_file, folder / "neural.npz")
+        shutil.copy2(self.profile_file, folder / "profile.json")
+        for src in (self.train_file, self.test_file, self.comm_file):
+            _gzip_copy(src, folder / "data" / f"{src.stem}.jsonl.gz")
+        (folder / "heldout.json").write_text(json.dumps({"devices": heldout, "plan_rounds": self.plan_rounds}, indent=1) + "\n")
+        if (self.work / "loop.jsonl").is_file():
+            _gzip_copy(self.work / "loop.jsonl", folder / "data" / "loop.jsonl.gz")
+        if trained:
+            (folder / "policies").mkdir()
+            for algo, export in trained.items():
+                shutil.copy2(export, folder / "policies" / f"{algo}.npz")
+        rounds = self.plan_rounds
+        card = ModelCard(
+            id=mid, backend=settings.backend, hardware=settings.hardware, fingerprint=fingerprint, kernel=kernel_of(judge),
+            domain=domain_of_samples(self.train_samples), models={"neural": "neural.npz", "analytic": "profile.json"},
+            preferred=preferred, date=date,
+            samples={"train": len(self.train_samples), "test": len(self.test_samples), "comm": len(self.comm_samples), "proposed": self.n_loop},
+            accuracy={"neural": _brief(neural_acc), "analytic": _brief(analytic_acc),
+                      **({"plan_level": {**{k: rounds[-1][k] for k in ("n", "mape", "bias", "kendall_tau")},
+                                         "heldout_instances": sorted({p["instance"] for p in rounds[-1]["plans"]}),
+                                         "rounds": [{k: v for k, v in pr.items() if k != "plans"} for pr in rounds]}}
+                         if rounds else {})},
+            command=self.command, libraries=library_versions(settings.backend),
+            description=f"calibrated on {fingerprint.describe()} by the {settings.backend} judge ({kernel_of(judge)})",
+            policies={algo: f"policies/{algo}.npz" for algo in trained},
+        )
+        return register(card, folder, models_dir)
 
 
 def _brief(m: dict[str, Any]) -> dict[str, Any]:

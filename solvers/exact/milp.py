@@ -4,19 +4,14 @@ CBC (through PuLP).
 Why together and apart from CP-SAT: both MILP solvers take one model in real coefficients -- `_milp_rows` builds it
 once as rows lo <= A v <= hi, and the exact neural mode (neural_head.py) extends those rows before either solver
 sees them --, and both differ from CP-SAT (cpsat.py) in arithmetic (no integer scaling), in how a warm start is
-given (HiGHS takes none: a cutoff; CBC a mipstart of every column) and in how the bound is read (HiGHS reports it,
-CBC's is read from its log).
+given (HiGHS takes none: a cutoff; CBC a mipstart of every column). Each backend's statuses and bound are read in
+solvers.milp, the one place that knows them.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +20,7 @@ from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.exact.linearize import Linearization
-from solvers.milp import MilpStatus, SparseModel, solve_milp
+from solvers.milp import MilpStatus, SparseModel, solve_milp, solve_milp_cbc
 
 MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
 
@@ -264,124 +259,44 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
 # ---------------------------------------------------------------------------------------------------------------
 # CBC
 
-_CBC_RESULT = re.compile(r"Result - (.+)")
-_CBC_BOUND = re.compile(r"Lower bound:\s+(-?[\d.eE+-]+)")
-_CBC_OBJ = re.compile(r"Objective value:\s+(-?[\d.eE+-]+)")
-
 
 def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
-    """PuLP + CBC, warm-started from the hint (CBC's mipstart); the bound is read from CBC's log."""
-    with warnings.catch_warnings():  # PuLP 3.3 announces its 4.0 API on every variable
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return _solve_cbc(prob, lin, hint, time_limit, seed, workers, deterministic, extra)
-
-
-def _solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_limit: float, seed: int, workers: int, deterministic: bool, extra: Any = None) -> LinearSolve:
-    import pulp
-
+    """PuLP + CBC (solvers.milp.cbc), warm-started from the hint (CBC's mipstart)."""
     t0 = time.perf_counter()
     # no cutoff row here: with its incumbent at the cutoff, CBC 2.10 ends with "Problem proven infeasible"
     rows, b = _milp_rows(prob, lin, None)
     if extra is not None:
         rows, b = extra(rows, b)
-    prob_lp, variables = _pulp_model(rows, b, prob.tiebreak)
-    warm = hint is not None
-    if hint is not None:
-        _set_start(variables, rows, b, lin, hint, prob.num_devices)
-    build_s = time.perf_counter() - t0
-    if time_limit - build_s < 1.0:  # CBC's time limit is in whole seconds: less than one left is none
-        return LinearSolve("unknown", None, None, None, build_s, 0.0, {"skipped": "under 1 s left"})
-    with tempfile.TemporaryDirectory(prefix="shardopt-cbc-") as tmp:
-        log = Path(tmp) / "cbc.log"
-        cmd = pulp.PULP_CBC_CMD(
-            msg=False,
-            timeLimit=max(1, int(math.floor(time_limit - build_s))),
-            # deterministic: one thread (CBC 2.10.3's deterministic parallel mode, threads + 100, crashes on some
-            # of these models)
-            threads=1 if deterministic else max(1, int(workers)),
-            warmStart=warm,
-            logPath=str(log),
-            gapRel=0.0,
-            keepFiles=False,
-            options=[f"randomCbcSeed {int(seed) % (2**31 - 1) + 1}"],
-        )
-        t1 = time.perf_counter()
-        try:
-            prob_lp.solve(cmd)
-        except pulp.PulpSolverError as exc:  # CBC died: this solve found nothing; the loop keeps its best plan
-            return LinearSolve("unknown", None, None, None, build_s, time.perf_counter() - t1, {"cbc_error": str(exc)[:300]})
-        solve_s = time.perf_counter() - t1
-        text = log.read_text() if log.exists() else ""
-    return _read_cbc(prob_lp, variables, rows, b, prob, lin, text, build_s, solve_s)
-
-
-def _pulp_model(rows: _Rows, b: dict[str, Any], tiebreak: bool) -> tuple[Any, list[Any]]:
-    """The rows as a PuLP problem: (the problem, its variables in column order)."""
-    import pulp
-
     n = len(rows.pairs)
-    integer = set(np.asarray(b.get("integer", []), dtype=int).tolist())
-    variables = []
-    for j in range(rows.n_vars):
-        lo = None if not np.isfinite(b["lo"][j]) else float(b["lo"][j])
-        hi = None if not np.isfinite(b["hi"][j]) else float(b["hi"][j])
-        if j < n:
-            name = f"x{rows.pairs[j, 0]}_{rows.pairs[j, 1]}"
-            variables.append(pulp.LpVariable(name, cat=pulp.LpBinary) if hi == 1.0 else pulp.LpVariable(name, lowBound=0, upBound=hi, cat=pulp.LpInteger))
-        else:
-            variables.append(pulp.LpVariable(f"v{j}", lowBound=lo, upBound=hi, cat=pulp.LpInteger if j in integer else pulp.LpContinuous))
-    prob_lp = pulp.LpProblem("shardopt", pulp.LpMinimize)
-    if b["stay"] is not None and tiebreak:
-        prob_lp += variables[b["Z"]] - MOVE_TIEBREAK_MS * pulp.lpSum(variables[j] for j in b["stay"])
-    else:
-        prob_lp += variables[b["Z"]]
-    r_cols: list[list[tuple[int, float]]] = [[] for _ in range(len(rows.row_lo))]
-    for r, c, v in zip(rows.rows, rows.cols, rows.vals):
-        r_cols[r].append((c, v))
-    for r, terms in enumerate(r_cols):
-        expr = pulp.LpAffineExpression([(variables[c], v) for c, v in terms])
-        lo, hi = rows.row_lo[r], rows.row_hi[r]
-        if lo == hi:
-            prob_lp += expr == lo, f"r{r}"
-        else:
-            if np.isfinite(lo):
-                prob_lp += expr >= lo, f"r{r}_lo"
-            if np.isfinite(hi):
-                prob_lp += expr <= hi, f"r{r}_hi"
-    return prob_lp, variables
-
-
-def _set_start(variables: list[Any], rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.ndarray, D: int) -> None:
-    """CBC's mipstart: every column's value at the hint plan (the extension's columns too, when it has them)."""
-    import pulp
-
-    values = _hint_vector(rows, b, lin, hint, D)
-    if "hint" in b:
-        values = b["hint"](values)
-    for j, (var, val) in enumerate(zip(variables, values)):
-        val = min(max(float(val), b["lo"][j]), b["hi"][j])  # (float noise must not put a start value out of bounds)
-        var.setInitialValue(float(round(val)) if var.cat != pulp.LpContinuous else val)
-
-
-def _read_cbc(
-    prob_lp: Any, variables: list[Any], rows: _Rows, b: dict[str, Any], prob: Problem, lin: Linearization, text: str, build_s: float, solve_s: float
-) -> LinearSolve:
-    """The solve's status, item counts, linear cost and bound (from CBC's log `text`)."""
-    import pulp
-
-    result = _CBC_RESULT.findall(text)
-    bound_m = _CBC_BOUND.findall(text)
-    info = {"variables": rows.n_vars, "rows": len(rows.row_lo), "table_cuts": b.get("cuts", 0), "cbc_result": result[-1].strip() if result else None, "planes": lin.num_planes, "pulp_status": pulp.LpStatus.get(prob_lp.status)}
-    bound = float(bound_m[-1]) if bound_m else None
-    if prob_lp.status == pulp.LpStatusInfeasible or (result and "infeasible" in result[-1].lower()):
+    c = np.zeros(rows.n_vars)
+    c[b["Z"]] = 1.0
+    if b["stay"] is not None and prob.tiebreak:
+        c[b["stay"]] = -MOVE_TIEBREAK_MS
+    integrality = np.zeros(rows.n_vars, dtype=bool)
+    integrality[:n] = True
+    integrality[np.asarray(b.get("integer", []), dtype=int)] = True
+    start = None
+    if hint is not None:
+        start = _hint_vector(rows, b, lin, hint, prob.num_devices)
+        if "hint" in b:
+            start = b["hint"](start)
+    names = [f"x{rows.pairs[j, 0]}_{rows.pairs[j, 1]}" if j < n else f"v{j}" for j in range(rows.n_vars)]
+    build_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    res = solve_milp_cbc(rows, c, time_limit=time_limit - build_s, integrality=integrality, lb=np.array(b["lo"], dtype=float), ub=np.array(b["hi"], dtype=float),
+                         start=start, seed=seed, names=names,
+                         # deterministic: one thread (CBC 2.10.3's deterministic parallel mode, threads + 100, crashes on
+                         # some of these models)
+                         threads=1 if deterministic else max(1, int(workers)))
+    solve_s = time.perf_counter() - t1
+    info = {"variables": rows.n_vars, "rows": len(rows.row_lo), "table_cuts": b.get("cuts", 0), "cbc_result": res.message, "planes": lin.num_planes}
+    if res.status is MilpStatus.infeasible:
         return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
-    if prob_lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
-    xv = np.array([v.varValue if v.varValue is not None else 0.0 for v in variables])
-    counts = _counts_from(rows, xv, prob.num_items, prob.num_devices)
-    info["solution"] = xv
-    proven = prob_lp.sol_status == pulp.LpSolutionOptimal and bool(result) and result[-1].strip().startswith("Optimal")
-    objective = float(variables[b["Z"]].varValue)
-    if proven and bound is None:
-        bound = objective
+    if res.x is None:
+        return LinearSolve("unknown", None, None, res.dual_bound, build_s, solve_s, info)
+    counts = _counts_from(rows, res.x, prob.num_items, prob.num_devices)
+    info["solution"] = res.x
+    objective = float(res.x[b["Z"]])
+    proven = res.status is MilpStatus.optimal
+    bound = res.dual_bound if res.dual_bound is not None else (objective if proven else None)
     return LinearSolve("optimal" if proven else "feasible", counts, objective, bound, build_s, solve_s, info)

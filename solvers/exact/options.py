@@ -43,7 +43,7 @@ class ExactOptions:
     relaxation_share: float = option(DEFAULT_RELAXATION_SHARE, "share of the limit for the bound relaxation's warm start", **_SHARE)
     neighbourhood: int = option(DEFAULT_NEIGHBOURHOOD, "devices re-solved at a time on large models (0: solve whole)", low=0)
     search_share: float = option(DEFAULT_SEARCH_SHARE, "share of the time left for a local search of each new plan (0: none)", **_SHARE)
-    certified_bound: bool = option(False, "compute the analytic model's certified bound within the limit (large models)")
+    certified_bound: bool = option(False, "compute the analytic model's certified bound of the plan cost within the limit")
     tiered: bool = option(True, "beyond table-wise HBM: start from NeuroShard's tiered plan")
     tiered_share: float = option(DEFAULT_TIERED_SHARE, "share of the limit for NeuroShard's tiered start", **_SHARE)
     row_wise: bool = option(True, "offer row-wise / table-row-wise splits of a table on the bottleneck device")

@@ -25,7 +25,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes, table_bytes_array
-from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
+from solvers.base import Budget, ProvenBound, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.exact import constants
 from solvers.exact.cpsat import solve_cpsat
 from solvers.exact.formulation import (
@@ -57,9 +57,8 @@ from solvers.exact.starts import relaxation_start
 WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
 EXACT_NEURAL_MAX_TABLES = 12
 EXACT_NEURAL_MAX_DEVICES = 4
-# large models (neighbourhood search), analytic cost model, `certified_bound=True`: the certified bound's share of the
-# time limit. Off by default: on the largest models it costs the search seconds of its limit for a bound that
-# `shardopt bound` gives outside the solve's time.
+# analytic cost model, `certified_bound=True`: the certified bound's share of the time limit. Off by default: on the
+# largest models it costs the search seconds of its limit for a bound that `shardopt bound` gives outside the solve's time.
 CERTIFIED_BOUND_SHARE = 0.15
 CERTIFIED_BOUND_MAX_S = 15.0
 # each heuristic warm start may use this share of the limit: they finish in milliseconds on most instances, but packing a
@@ -200,9 +199,10 @@ class ExactSolver(Solver):
         run = _Run(instance, cost_model, bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info,
                    start_plan=start_plan)
         st = _Loop(best, best_cost, best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64))
-        certified: float | None = None
+        # the analytic model's certified bound, when asked for: the one bound of the plan cost (solvers.results)
+        certified = self._certified_bound(instance, cost_model, budget, clock, info) if self.options.certified_bound and best is not None else None
         if self.options.neighbourhood > 0 and best is not None and int(fits.sum()) > constants.LARGE_MODEL:
-            certified = self._solve_large(run, st)
+            self._solve_large(run, st)
         else:
             self._relinearise(run, st)
         if st.proven_infeasible and self.options.tiered and not self.options.exact_neural:  # its own placements do not pack: try a tiered layout
@@ -226,10 +226,11 @@ class ExactSolver(Solver):
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
         # greedy may take the whole limit (packing a tight tiered instance can: then its plan is the answer), NeuroShard
         # its share of what is left
-        starts = {"greedy": GreedySolver().solve(instance, model, seed=seed, time_limit=max(0.05, budget - clock.elapsed))}
-        if self.options.tiered_share > 0 and budget - clock.elapsed > 0.1:
+        time_left = Budget.of(clock, budget)
+        starts = {"greedy": GreedySolver().solve(instance, model, seed=seed, time_limit=max(0.05, time_left.left()))}
+        if self.options.tiered_share > 0 and time_left.left() > 0.1:
             starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed,
-                                                            time_limit=min(self.options.tiered_share * budget, budget - clock.elapsed))
+                                                            time_limit=min(self.options.tiered_share * budget, time_left.left()))
         costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None}
         shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
         names = list(starts)
@@ -299,24 +300,21 @@ class ExactSolver(Solver):
                 break
         return items, best, best_cost, (good[0] if best is None and good else None)
 
-    def _solve_large(self, run: _Run, st: _Loop) -> float | None:
-        """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed (and first, when asked
-        for, the certified bound). Returns the certified bound (None: none)."""
+    def _solve_large(self, run: _Run, st: _Loop) -> None:
+        """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed."""
         assert st.best is not None
-        # (a tiered run's instance is a sub-instance without its fixed shards: the certified bound of that is no bound here)
-        certified = self._certified_bound(run.instance, run.cost_model, run.budget, run.clock, run.info) if self.options.certified_bound and run.tiered is None else None
         st.best, st.best_cost, st.cut_bound = self._neighbourhoods(run, st.best, st.best_cost)
         if math.isfinite(st.cut_bound):
-            st.bound = {"value": st.cut_bound, "point": st.best.copy(), "proven": False}
+            st.bound = {"value": st.cut_bound, "point": st.best.copy(), "proven": False,
+                        "of": "the linear model's table cuts (solved a neighbourhood at a time)"}
         st.timed_out = True
-        return certified
 
     # -- the re-linearisation loop ------------------------------------------------------------------------------
     def _relinearise(self, run: _Run, st: _Loop) -> None:
         """Linearise around the plan in hand, solve, judge with the full model; again around every better plan, in
         a shrinking trust region around a plan the linear model did not improve (the package's docstring)."""
         for it in range(self.options.max_iterations):
-            if run.budget - run.reserve - run.clock.elapsed <= 0.05:
+            if run.search.left() <= 0.05:
                 st.timed_out = True
                 break
             if not self._iteration(run, st, it):
@@ -334,7 +332,7 @@ class ExactSolver(Solver):
             return True
         restricted = st.radius is not None
         prob, classes = self._problem(run, st)
-        remaining = run.budget - run.reserve - run.clock.elapsed
+        remaining = run.search.left()
         n_center = int(st.best.sum()) if st.best is not None else len(run.instance.tables)  # shards of the plan in hand
         res = self.linear_solve(prob, lin, run.bm, prob.center, max(0.05, remaining * self._time_share(run, st)), run.seed)
         st.tried[st.radius] = res.status in ("optimal", "infeasible")
@@ -380,7 +378,7 @@ class ExactSolver(Solver):
         assert st.lin is not None
         st.searched = st.best.copy()  # (once per plan in hand: with its seed the search is deterministic)
         found = self._local_search(
-            run.bm, st.lin, run.items, run.caps, st.best, st.best_cost, run.seed + it, (run.budget - run.reserve - run.clock.elapsed) * self.options.search_share, run.info, it
+            run.bm, st.lin, run.items, run.caps, st.best, st.best_cost, run.seed + it, run.search.left() * self.options.search_share, run.info, it
         )
         if found is None:
             return False
@@ -473,7 +471,7 @@ class ExactSolver(Solver):
         if radius < 1:
             # the bound of the linear model around this plan needs an unrestricted solve; one that ended on its
             # time share without a proof gets the rest of the time
-            if None not in st.tried or (not st.tried[None] and not st.final and run.budget - run.clock.elapsed > 0.5):
+            if None not in st.tried or (not st.tried[None] and not st.final and run.time.left() > 0.5):
                 st.final = None in st.tried
                 st.radius = None
                 return True
@@ -497,7 +495,7 @@ class ExactSolver(Solver):
             info["returned_warm_start"] = (f"{start_plan['solver']}'s plan: it fits, but the items offered (whole tables and "
                                            f"dyadic column pieces) cannot express it and {BACKEND_LABEL[self.backend]} "
                                            "found no assignment of its own in time")
-            status = SolveStatus.timeout if clock.elapsed > run.budget or st.timed_out else SolveStatus.feasible
+            status = SolveStatus.timeout if run.time.spent() or st.timed_out else SolveStatus.feasible
             shards = list(start_plan["shards"])
             if run.tiered is not None:
                 assert run.whole is not None
@@ -513,28 +511,24 @@ class ExactSolver(Solver):
             )
             return fail(self, SolveStatus.no_solution, why, clock, info)
         bound = st.bound
-        lower = bound["value"] if bound is not None else None
-        around_best = bound is not None and np.array_equal(bound["point"], best)
-        bound_is_for = None if bound is None else (
-            "the linearised model around the returned plan" if around_best else "the linearised model around an earlier plan"
-        )
-        linear_lower = lower
-        if certified is not None and (lower is None or certified > lower):
-            # a bound of the cost model itself over every table- and column-wise plan: stronger in meaning (and, on
-            # 856 x 128, in value) than the linear model's table cuts
-            lower, bound_is_for = certified, "the analytic model itself (certified: every table- and column-wise plan)"
+        linear = None if bound is None else ProvenBound(bound["value"], bound.get("of") or (
+            "the linearised model around the returned plan" if np.array_equal(bound["point"], best)
+            else "the linearised model around an earlier plan"))
+        # the certified bound of the analytic model itself, over every table- and column-wise plan (solvers.bound):
+        # the only one that bounds the plan cost; the linear model's bound is the search's own
+        lower = None if certified is None else ProvenBound(certified, "every table- and column-wise plan (certified, the analytic model)")
         info.update(
             best_full_cost=st.best_cost,
-            linear_bound=linear_lower,
+            linear_bound=linear.value if linear is not None else None,
             linear_bound_proven_optimal=bool(bound and bound["proven"]),
-            bound_is_for=bound_is_for,
             converged=st.converged,
             iterations_run=len(info["iterations"]),
             split_tables_used=[instance.tables[t].name for t in items.split_used(best)],
         )
-        if linear_lower is not None and st.best_cost > 0:
-            info["gap_to_linear_bound"] = (st.best_cost - linear_lower) / st.best_cost
-        over = clock.elapsed > run.budget
+        if linear is not None and st.best_cost > 0:
+            info["gap_to_linear_bound"] = (st.best_cost - linear.value) / st.best_cost
+        over = run.time.spent()
+        around_best = bound is not None and np.array_equal(bound["point"], best)
         if st.converged and not over and around_best and bound is not None and bound["proven"]:
             status = SolveStatus.optimal
         elif st.timed_out or over:
@@ -542,7 +536,7 @@ class ExactSolver(Solver):
         else:
             status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
         shards = items.shards(best, instance)
-        if run.tiered is None and info["split_tables_used"] and clock.elapsed < run.budget:
+        if run.tiered is None and info["split_tables_used"] and not run.time.spent():
             shards, moved, after = self._per_type_polish(run, shards)
             if moved:
                 info["per_type_polish"] = {"moves": moved, "cost_before": st.best_cost, "cost_after": after}
@@ -551,13 +545,14 @@ class ExactSolver(Solver):
             if status is SolveStatus.optimal:  # (optimal for the HBM tables only: the fixed shards were never optimised)
                 status = SolveStatus.feasible  # the HBM tables' plan and the fixed row-wise / host-memory shards, on the whole instance
             assert run.whole is not None
-            info["bound_is_for"] = (f"{bound_is_for}, with the tiered plan's row-wise and host-memory shards fixed" if bound_is_for else None)
-            return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, lower_bound=lower, info=info,
+            fixed = None if linear is None else ProvenBound(linear.value, f"{linear.of}, with the tiered plan's row-wise and host-memory shards fixed")
+            return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, model_bound=fixed, info=info,
                           extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"
                                         if run.tiered.fixed else "the start plan's column pieces (any 4-aligned widths), all in HBM, placed exactly"})
-        if self.options.row_wise and clock.elapsed < run.budget:
+        if self.options.row_wise and not run.time.spent():
             shards, status, lower = self._row_splits(run, shards, status, lower)
-        return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, info=info, bound=run.bm)
+        return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, model_bound=linear,
+                      info=info, bound=run.bm)
 
     def _per_type_polish(self, run: _Run, shards: list[Shard]) -> tuple[list[Shard], int, float]:
         """NeuroShard's device polish (moves and swaps of pieces, solvers.neuroshard.search) on a plan of whole tables and
@@ -568,23 +563,23 @@ class ExactSolver(Solver):
         from solvers.neuroshard.search import _device_polish
 
         before = float(run.bm.plan_costs(shards).max_cost)
-        polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.clock, run.budget)
+        polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.time)
         after = float(run.bm.plan_costs(polished).max_cost) if n else before
         if after < before * (1 - 1e-12):
             return polished, n, after
         return shards, 0, before
 
-    def _row_splits(self, run: _Run, shards: list[Shard], status: SolveStatus, lower: float | None) -> tuple[list[Shard], SolveStatus, float | None]:
+    def _row_splits(self, run: _Run, shards: list[Shard], status: SolveStatus, lower: ProvenBound | None) -> tuple[list[Shard], SolveStatus, ProvenBound | None]:
         """Row-wise / table-row-wise splits of tables on the bottleneck device where the cost model says they pay
         (solvers.placement.polish): a table too hot for one device that column pieces cannot balance. The linear
-        model and its bounds know only table- and column-wise placements, so a plan with a split is never `optimal`
-        and its bound is dropped (kept in info as `table_column_wise_bound`: a split plan may be below it)."""
-        split, got = polish_placements(run.instance, run.bm, shards, row_wise=True, clock=run.clock, deadline=run.budget)
+        model and the certified bound know only table- and column-wise placements, so a plan with a split is never
+        `optimal` and the certified bound is dropped (kept in info as `table_column_wise_bound`: a split plan may be
+        below it)."""
+        split, got = polish_placements(run.instance, run.bm, shards, row_wise=True, budget=run.time)
         if not got["moves"]:
             return shards, status, lower
         run.info["row_splits"] = got["moves"]
-        run.info["table_column_wise_bound"] = lower
-        run.info["bound_is_for"] = None
+        run.info["table_column_wise_bound"] = lower.value if lower is not None else None
         return split, SolveStatus.feasible if status is SolveStatus.optimal else status, None
 
     def _local_search(
@@ -631,14 +626,14 @@ class ExactSolver(Solver):
         on them free to move among them, the rest of the plan fixed -- linearised around the best plan, judged by the
         full model. Tables with pieces on other devices too stay fixed. Returns (best, its cost, the table-cut bound
         of the last linearisation)."""
-        clock, info, items, caps = run.clock, run.info, run.items, run.caps
-        deadline = run.budget - run.reserve
+        info, items, caps = run.info, run.items, run.caps
+        search = run.search
         k = max(1, self.options.neighbourhood // 2)
         fails, cut = 0, -math.inf
         lin: Linearization | None = None
         rank = np.zeros(items.num_items, dtype=np.int64)
         searched: np.ndarray | None = None
-        while deadline - clock.elapsed > 0.5:
+        while search.left() > 0.5:
             t0 = time.perf_counter()
             if lin is None or not np.array_equal(lin.point, best):
                 lin, _, cut = self._linearisation(run, best)
@@ -648,13 +643,13 @@ class ExactSolver(Solver):
                 # after every plan a neighbourhood improved
                 searched = best.copy()
                 found = self._local_search(run.bm, lin, items, caps, best, best_cost, run.seed + len(info["iterations"]),
-                                           (deadline - clock.elapsed) * self.options.search_share, info, len(info["iterations"]))
+                                           search.left() * self.options.search_share, info, len(info["iterations"]))
                 if found is not None:
                     best, best_cost = found
                     continue
             chosen, free_tables, allowed = _neighbourhood(lin, items, run.fits, best, k, fails)
             prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.options.tiebreak, False, None)
-            share = min(deadline - clock.elapsed - 0.3, max(1.0, 0.1 * deadline))
+            share = min(search.left() - 0.3, max(1.0, 0.1 * search.deadline))
             res = self._neighbourhood_solve(prob, lin, run.bm, best, max(0.2, share), run.seed + fails)
             row: dict[str, Any] = {"neighbourhood_devices": [int(d) for d in chosen], "free_tables": int(len(free_tables)),
                                    "linear_status": res.status, "linear_objective": res.objective, "solve_s": round(res.solve_s, 4),

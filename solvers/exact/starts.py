@@ -17,15 +17,13 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
     judged by the full model; None for a cost model other than the analytic one or a model of more than
     RELAXATION_MAX_PAIRS (table, device) pairs (there the bound takes its symmetric LP, which has no plan).
 
-    Not for a measured model: the relaxation of its analytic surrogate (the card's refitted profile) gave plans
-    1.3-3x the greedy start under the neural model, and the searches' plans changed by -0.1 / +0.4 % (geometric mean,
-    simulated, cpu-test and the H200 campaign suite; benchmarks/bench_relaxation_start.py, docs/benchmarks.md) for
-    30 % of the time limit.
+    Not for a measured model: the relaxation of its analytic surrogate (the card's refitted profile) gave plans far
+    from the greedy start under the neural model, and the searches' plans did not improve for the time it took
+    (benchmarks/bench_relaxation_start.py, docs/benchmarks.md).
 
     Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
-    neither the dyadic items nor NeuroShard's halvings reach (bench_tiered random-505, 16 GH200s at 83 % of HBM:
-    NeuroShard's pieces do not pack and it splits tables by rows, 0.285 ms; the relaxation's plan at 10 s, 0.212;
-    TorchRec 0.234; simulated)."""
+    neither the dyadic items nor NeuroShard's halvings reach (where NeuroShard's pieces do not pack and it splits
+    tables by rows). The instances: docs/benchmarks.md, "Instances behind design choices"."""
     from solvers.bound import BoundError, analytic_lower_bound
 
     if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:

@@ -10,7 +10,7 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance
-from solvers.base import Stopwatch
+from solvers.base import Budget, Stopwatch
 from solvers.exact.linearize import Linearization
 from solvers.placement.split_items import Items
 
@@ -34,6 +34,16 @@ class _Run:
     tiered: Any = None  # solvers.exact.tiered.TieredSplit: the instance above is its sub-instance of HBM tables
     whole: Instance | None = None  # ... and this the whole instance the plan is for
     start_plan: dict[str, Any] | None = None  # a warm start that fits but the items cannot express: returned if nothing else is found
+
+    @property
+    def time(self) -> Budget:
+        """The whole solve's time: the limit on the solve's clock."""
+        return Budget.of(self.clock, self.budget)
+
+    @property
+    def search(self) -> Budget:
+        """The searches' time: the limit less the reserve for the last plan."""
+        return Budget.of(self.clock, self.budget - self.reserve)
 
 
 @dataclass

@@ -38,7 +38,7 @@ each where both its HBM bytes and its host bytes have room.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -49,7 +49,7 @@ from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import TABLE_WISE
-from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.base import Budget, FallbackUse, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.placement.completion import completion_mask
 from solvers.options import option
 from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
@@ -347,8 +347,7 @@ class HeuristicSolver(Solver):
     def setup(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None = None) -> tuple[np.ndarray, DeviceRule]:
         raise NotImplementedError
 
-    def _pack(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None, clock: Stopwatch,
-              time_limit: float | None) -> tuple[Packer, BoundCostModel | None, list[tuple[str, np.ndarray]], list[PackFailure], list[str], bool]:
+    def _pack(self, instance: Instance, cost_model: CostModel, seed: int, layout: TieredLayout | None, budget: Budget) -> Packing:
         """One packing attempt: the primary pass and the fallback stages (see the module docstring)."""
         packer = Packer(instance, layout)
         order, rule = self.setup(instance, cost_model, seed, layout)
@@ -365,40 +364,34 @@ class HeuristicSolver(Solver):
                 ("worst_fit", by_bytes, FitRule("worst", packer.sizes, lambda: packer.free), False),
                 ("best_fit", by_bytes, FitRule("best", packer.sizes, lambda: packer.free), False),
             ]
-
-        failures: list[PackFailure] = []
-        timed_out = False
-        placed: list[tuple[str, np.ndarray]] = []
-        tried: list[str] = []
+        got = Packing(packer, bound)
         for name, stage_order, stage_rule, safe in stages:
-            if placed and not (bound is not None and name == "memory_order"):  # (greedy compares the two)
+            if got.placed and not (bound is not None and name == "memory_order"):  # (greedy compares the two)
                 break
-            if (failures or placed) and time_limit is not None and clock.elapsed > time_limit:
-                timed_out = not placed
+            if (got.failures or got.placed) and budget.spent():
+                got.timed_out = not got.placed
                 break
             out = packer.run(name, stage_order, stage_rule, safe)
-            tried.append(name)
+            got.tried.append(name)
             if isinstance(out, PackFailure):
-                if not placed:  # (a comparison run that fails is no failure of the solver)
-                    failures.append(out)
+                if not got.placed:  # (a comparison run that fails is no failure of the solver)
+                    got.failures.append(out)
                 continue
-            placed.append((name, out))
+            got.placed.append((name, out))
             if name == "primary":
                 break
-        return packer, bound, placed, failures, tried, timed_out
+        return got
 
-    def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, clock: Stopwatch, time_limit: float | None,
-                     within_host: bool, lean: bool = False, to_host: bool | frozenset[int] = False,
-                     retry_to_host: bool = False, start: TieredLayout | str | None = None, headroom: float = HEADROOM,
-                     ) -> str | tuple[TieredLayout, bool, set[int], tuple, bool | frozenset[int]]:
-        """The tiered layout (solvers.placement.tiering) and the packing into it: (layout, lean, tables retried row-wise, what
-        `_pack` returned, the tables sent to host memory whole), or why no layout could be made. A table no device had
-        room for goes row-wise too (with `retry_to_host`: first to host memory whole, behind a cache, as TorchRec
-        offloads a cold mid-sized table that the row-wise blocks of the big ones left no device room for:
-        random-434 of bench_tiered), and when that is no way out either, the lean layout (smallest caches, largest
-        tables to host memory) once. `lean`: start from the lean layout; `to_host`: the tables no device holds (or
-        those named) go to host memory whole where they can (plan_tiers' oversized_to_host). `start`: plan_tiers'
-        answer for these arguments where the caller has it already."""
+    def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, budget: Budget, within_host: bool, lean: bool = False,
+                     to_host: bool | frozenset[int] = False, retry_to_host: bool = False, start: TieredLayout | str | None = None,
+                     headroom: float = HEADROOM) -> str | TieredPacking:
+        """The tiered layout (solvers.placement.tiering) and the packing into it, or why no layout could be made. A
+        table no device had room for goes row-wise too (with `retry_to_host`: first to host memory whole, behind a
+        cache, as TorchRec offloads a cold mid-sized table that the row-wise blocks of the big ones left no device
+        room for), and when that is no way out either, the lean layout (smallest caches, largest tables to host
+        memory) once. `lean`: start from the lean layout; `to_host`: the tables no device holds (or those named) go to
+        host memory whole where they can (plan_tiers' oversized_to_host). `start`: plan_tiers' answer for these
+        arguments where the caller has it already."""
         rowwise: set[int] = set()
         if retry_to_host and not isinstance(to_host, frozenset):
             to_host = frozenset(oversized_tables(instance)) if to_host else frozenset()
@@ -411,11 +404,10 @@ class HeuristicSolver(Solver):
             if isinstance(layout, str):
                 return f"{first}; and with the smallest caches: {layout}"
         while True:
-            packed = self._pack(instance, cost_model, seed, layout, clock, time_limit)
-            _, _, placed, failures, _, timed_out = packed
-            if placed or timed_out:
+            packed = self._pack(instance, cost_model, seed, layout, budget)
+            if packed.placed or packed.timed_out:
                 break
-            stuck = failures[-1].table
+            stuck = packed.failures[-1].table
             if retry_to_host and isinstance(to_host, frozenset) and stuck not in to_host and stuck not in rowwise:
                 to_host = to_host | {stuck}
             elif stuck in rowwise:
@@ -433,92 +425,97 @@ class HeuristicSolver(Solver):
                 if isinstance(retry, str):
                     break
             layout = retry
-        return layout, lean, rowwise, packed, to_host
+        return TieredPacking(layout, lean, rowwise, packed, to_host)
+
+    def _layout_variants(self, instance: Instance) -> tuple[list[tuple[bool, bool, bool | frozenset[int], bool]], int]:
+        """The tiered layouts greedy packs, as (within_host, lean first, to_host, retry_to_host), and how many of them
+        come first (the rest only within EXTRA_VARIANTS_SHARE of the time). Oversized tables split within one host
+        (table_row_wise: devices-per-host times less network, but one host's HBM full of them, which can starve the
+        caches of the host-memory tables) and over all devices (row_wise), both where the cluster has several hosts of
+        several devices; the lean layout (the largest tables to host memory first, smallest caches) beside the default
+        one (the coldest per byte first), which can move one huge table where the default moves every other table and
+        loses their caches; the layout that puts the tables no device holds in host memory whole (a cold huge table
+        split by rows fills every device's HBM); with several oversized tables, only the coldest of them in host
+        memory (the hot ones split by rows in HBM); the tables the packer finds no room for in host memory whole
+        instead of split; and every oversized table named (those a device's host memory holds go there whole, the
+        others by rows in HBM). The instances that asked for each: docs/benchmarks.md, "Instances behind design
+        choices"."""
+        topo = instance.topology
+        nested = 1 < topo.devices_per_host < topo.num_devices
+        attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.options.row_splits] if nested else (False,)
+        variants: list[tuple[bool, bool, bool | frozenset[int], bool]] = (
+            [(a, False, False, False) for a in attempts] + [(a, True, False, False) for a in attempts] + [(a, False, True, False) for a in attempts])
+        base_variants = len(variants)
+        if topo.has_host_memory:
+            big = oversized_tables(instance)
+            prefixes = [frozenset(big[:k]) for k in range(1, min(len(big), TO_HOST_PREFIXES + 1))]
+            variants += [(a, False, p, False) for p in prefixes for a in attempts]
+            variants += [(a, False, frozenset(), True) for a in attempts]
+            # (last: the extra layouts stop at EXTRA_VARIANTS_SHARE of the time; packed before the retry layout, this
+            # one took that layout's time)
+            if big and frozenset(big) not in prefixes:
+                variants += [(a, False, frozenset(big), False) for a in attempts]
+        return variants, base_variants
+
+    def _best_tiered(self, instance: Instance, cost_model: CostModel, seed: int, budget: Budget, time_limit: float | None) -> str | TieredChoice:
+        """Every tiered layout of `_layout_variants` packed, the cheapest plan kept (by the cost model; the first that
+        packs where there is none), or why none could be made. The layouts within HEADROOM of each device's HBM
+        first; only where none of them packs, the same with all of it."""
+        variants, base_variants = self._layout_variants(instance)
+        best: TieredChoice | None = None
+        seen: set[tuple] = set()
+        started: set[tuple] = set()
+        packed_layouts: list[dict[str, Any]] = []  # every distinct layout that packed, with its plan's cost
+        failed = ""
+        for headroom in (HEADROOM, 1.0):
+            for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
+                if n >= base_variants and time_limit is not None and budget.clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
+                    break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
+                first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host, headroom=headroom)
+                if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
+                    start = (first.key(), attempt, lean_first, retry_to_host)
+                    if start in started:
+                        continue
+                    started.add(start)
+                got = self._tiered_pack(instance, cost_model, seed, budget, attempt, lean_first, to_host, retry_to_host, first, headroom)
+                if isinstance(got, str):
+                    failed = got if headroom == 1.0 else (failed or got)  # (the last try's reason: what it tested)
+                    continue
+                key = got.layout.key()
+                if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
+                    continue
+                seen.add(key)
+                packed = got.packed
+                cost = (min((float(packed.bound.plan_costs(packed.packer.shards(d)).max_cost) for _, d in packed.placed), default=np.inf)
+                        if packed.bound is not None else 0.0)
+                if packed.placed:
+                    packed_layouts.append({"within_host": attempt, "lean": got.lean, "rowwise": sorted(instance.tables[i].name for i in got.rowwise),
+                                           "oversized_to_host": _to_host_names(instance, got.to_host), "cost": cost,
+                                           **({"headroom": headroom} if headroom != HEADROOM else {})})
+                if best is None or (packed.placed and (not best.placed or cost < best.cost)):
+                    best = TieredChoice(bool(packed.placed), cost, attempt, got)
+                if packed.timed_out or (packed.placed and packed.bound is None):
+                    return _ranked(best, packed_layouts)
+            if best is not None and best.placed:
+                break
+        return failed if best is None else _ranked(best, packed_layouts)
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
-        layout: TieredLayout | None = None
-        rowwise: set[int] = set()
-        lean = within_host = to_host_used = False
-        failed = ""
+        budget = Budget.of(clock, time_limit)
+        tiered: TieredChoice | None = None
         if needs_tiers(instance):
             reason = tiered_infeasibility_reason(instance)
             if reason is not None:
                 return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
-            topo = instance.topology
-            # oversized tables split within one host (table_row_wise: devices-per-host times less network, but one
-            # host's HBM full of them, which can starve the caches of the host-memory tables) and over all devices
-            # (row_wise): both layouts packed where the cluster has several hosts of several devices; and the lean
-            # layout (the largest tables to host memory first, smallest caches) beside the default one (the coldest
-            # per byte first), which can move one huge table where the default moves every other table and loses
-            # their caches (random-972 of benchmarks/bench_tiered.py: 9.45 ms against TorchRec's 3.98, one table
-            # out); and the layout that puts the tables no device holds in host memory whole (a cold huge table
-            # split by rows fills every device's HBM: random-314, 9.54 ms against TorchRec's 5.51). The cheapest plan
-            # kept (by the cost model; the first that packs where there is none)
-            best: tuple[bool, float, bool, Any] | None = None  # (placed, cost, within_host, what _tiered_pack returned)
-            nested = 1 < topo.devices_per_host < topo.num_devices
-            attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.options.row_splits] if nested else (False,)
-            seen: set[tuple] = set()
-            variants: list[tuple[bool, bool, bool | frozenset[int], bool]] = (
-                [(a, False, False, False) for a in attempts] + [(a, True, False, False) for a in attempts] + [(a, False, True, False) for a in attempts])
-            # with several oversized tables, only the coldest of them to host memory (prefixes, coldest per byte first):
-            # the hot ones split by rows in HBM (random-285: the cold 15 GB table to host memory, the hot one split);
-            # and the tables the packer finds no room for to host memory whole instead of split (random-434)
-            base_variants = len(variants)
-            if topo.has_host_memory:
-                big = oversized_tables(instance)
-                prefixes = [frozenset(big[:k]) for k in range(1, min(len(big), TO_HOST_PREFIXES + 1))]
-                variants += [(a, False, p, False) for p in prefixes for a in attempts]
-                variants += [(a, False, frozenset(), True) for a in attempts]
-                # every oversized table named: those a device's host memory holds go there whole, the others by rows
-                # in HBM (with `True` the others go to host memory by rows; random-244 / -862 of bench_tiered want this
-                # form). Last: the extra layouts stop at EXTRA_VARIANTS_SHARE of the time, and packed before the retry
-                # layout it took that layout's time (random-431: neuroshard 9.94 -> 10.87 ms at 10 s, simulated)
-                if big and frozenset(big) not in prefixes:
-                    variants += [(a, False, frozenset(big), False) for a in attempts]
-            started: set[tuple] = set()
-            packed_layouts: list[dict[str, Any]] = []  # every distinct layout that packed, with its plan's cost
-            # the layouts within HEADROOM of each device's HBM; only where none of them packs, the same with all of it
-            stop = False
-            for headroom in (HEADROOM, 1.0):
-                for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
-                    if n >= base_variants and time_limit is not None and clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
-                        break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
-                    first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host, headroom=headroom)
-                    if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
-                        start = (first.key(), attempt, lean_first, retry_to_host)
-                        if start in started:
-                            continue
-                        started.add(start)
-                    got = self._tiered_pack(instance, cost_model, seed, clock, time_limit, attempt, lean_first, to_host, retry_to_host,
-                                            first, headroom)
-                    if isinstance(got, str):
-                        failed = got if headroom == 1.0 else (failed or got)  # (the last try's reason: what it tested)
-                        continue
-                    key = got[0].key()
-                    if key in seen:  # (the same layout as an earlier attempt: nothing new to pack)
-                        continue
-                    seen.add(key)
-                    _, _, _, (packer_a, bound_a, placed_a, _, _, timed_out_a), to_host_a = got
-                    cost = min((float(bound_a.plan_costs(packer_a.shards(d)).max_cost) for _, d in placed_a), default=np.inf) if bound_a is not None else 0.0
-                    if placed_a:
-                        packed_layouts.append({"within_host": attempt, "lean": got[1], "rowwise": sorted(instance.tables[i].name for i in got[2]),
-                                               "oversized_to_host": _to_host_names(instance, to_host_a), "cost": cost,
-                                               **({"headroom": headroom} if headroom != HEADROOM else {})})
-                    if best is None or (placed_a and (not best[0] or cost < best[1])):
-                        best = (bool(placed_a), cost, attempt, got)
-                        to_host_used = to_host_a
-                    if timed_out_a or (placed_a and bound_a is None):
-                        stop = True
-                        break
-                if stop or (best is not None and best[0]):
-                    break
-            if best is not None:
-                _, _, within_host, (layout, lean, rowwise, (packer, bound, placed, failures, tried, timed_out), _) = best
-            if layout is None:
-                return fail(self, SolveStatus.no_solution, f"{self.name}: {failed}. The instance is not proven infeasible.", clock, {"tiers": "failed"})
+            got = self._best_tiered(instance, cost_model, seed, budget, time_limit)
+            if isinstance(got, str):
+                return fail(self, SolveStatus.no_solution, f"{self.name}: {got}", clock, {"tiers": "failed"})
+            tiered, packed = got, got.packing.packed
         else:
-            packer, bound, placed, failures, tried, timed_out = self._pack(instance, cost_model, seed, None, clock, time_limit)
+            packed = self._pack(instance, cost_model, seed, None, budget)
+        layout = tiered.packing.layout if tiered is not None else None
+        packer, bound, placed, failures = packed.packer, packed.bound, packed.placed, packed.failures
         device_of: np.ndarray | None = None
         used = None
         compared: dict[str, float] = {}
@@ -531,7 +528,7 @@ class HeuristicSolver(Solver):
         info: dict[str, Any] = {
             "stage": used,
             "fallback_used": used not in (None, "primary"),
-            "stages_tried": tried,
+            "stages_tried": packed.tried,
         }
         if compared:
             info["fallbacks_compared"] = compared
@@ -542,38 +539,91 @@ class HeuristicSolver(Solver):
             ]
         if device_of is None:
             f = failures[-1]
-            name = instance.tables[f.table].name
-            tried = ", ".join(x.stage for x in failures)
-            why = (
-                f"{self.name}: could not place table {name!r} ({f.table_bytes:,} bytes): the largest free space on any "
-                f"device at that moment was {f.largest_free:,} bytes (after placing {f.placed} of {len(instance.tables)} "
-                f"tables; stages tried: {tried})"
-            )
-            if timed_out:
-                why += f"; the time limit of {time_limit:g} s ended the search before the remaining fallback stages"
-            why += (". The instance is not proven infeasible: every table fits on some device and the total memory suffices."
-                    if layout is None else ". The instance is not proven infeasible: the tables fit in the cluster's HBM and host memory together.")
-            info.update(failed_table=name, failed_table_bytes=f.table_bytes, largest_free=f.largest_free, timed_out=timed_out)
-            return fail(self, SolveStatus.no_solution, why, clock, info)
+            info.update(failed_table=instance.tables[f.table].name, failed_table_bytes=f.table_bytes, largest_free=f.largest_free, timed_out=packed.timed_out)
+            return fail(self, SolveStatus.no_solution, self._no_room_reason(instance, packed, layout, time_limit), clock, info)
 
         shards = packer.shards(device_of)
         over = time_limit is not None and clock.elapsed > time_limit
         info["time_limit_exceeded"] = bool(over)
         extra: dict[str, Any] = {"fallback_used": used if used != "primary" else None}
-        if layout is not None:
+        if tiered is not None:
+            assert layout is not None
             extra["placements"] = layout.summary()
-            info["lean_tiers"] = lean
-            info["oversized_to_host"] = _to_host_names(instance, to_host_used)
+            info["lean_tiers"] = tiered.packing.lean
+            info["oversized_to_host"] = _to_host_names(instance, tiered.packing.to_host)
             # the other layouts that packed, cheapest first: a search after greedy (neuroshard) may start from several
-            info["layouts_ranked"] = sorted(packed_layouts, key=lambda d: d["cost"])
-            info["row_splits_within_host"] = within_host
-            info["rowwise_retried"] = sorted(instance.tables[i].name for i in rowwise)
+            info["layouts_ranked"] = tiered.ranked
+            info["row_splits_within_host"] = tiered.within_host
+            info["rowwise_retried"] = sorted(instance.tables[i].name for i in tiered.packing.rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.preplaced or t.kernel is not Kernel.fused}
+        fallback = None
+        if used not in (None, "primary") and failures:
+            fallback = FallbackUse(stage=used, stage_text=FALLBACK_STAGES.get(used, used), failed_table=instance.tables[failures[0].table].name,
+                                   placed_before=failures[0].placed, compared=compared)
         return finish(
             self, instance, cost_model, shards, clock, seed=seed,
             status=SolveStatus.timeout if over else SolveStatus.feasible, info=info, bound=bound,
-            extra_params=extra,
+            extra_params=extra, fallback=fallback,
         )
+
+    def _no_room_reason(self, instance: Instance, packed: Packing, layout: TieredLayout | None, time_limit: float | None) -> str:
+        """Why no stage placed every table: the table, its bytes and the largest free space when it failed."""
+        f = packed.failures[-1]
+        name = instance.tables[f.table].name
+        tried = ", ".join(x.stage for x in packed.failures)
+        why = (
+            f"{self.name}: could not place table {name!r} ({f.table_bytes:,} bytes): the largest free space on any "
+            f"device at that moment was {f.largest_free:,} bytes (after placing {f.placed} of {len(instance.tables)} "
+            f"tables; stages tried: {tried})"
+        )
+        if packed.timed_out:
+            why += f"; the time limit of {time_limit:g} s ended the search before the remaining fallback stages"
+        return why + (". The instance is not proven infeasible: every table fits on some device and the total memory suffices."
+                      if layout is None else ". The instance is not proven infeasible: the tables fit in the cluster's HBM and host memory together.")
+
+
+@dataclass
+class Packing:
+    """What one packing attempt (`HeuristicSolver._pack`) found: the plans of the stages that placed every table (by
+    stage name), the first stage's failures, the stages tried, and whether the time limit cut it short."""
+
+    packer: Packer
+    bound: BoundCostModel | None  # the binding greedy's cost rule searched with (None: a cost-model-free rule)
+    placed: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    failures: list[PackFailure] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)
+    timed_out: bool = False
+
+
+@dataclass
+class TieredPacking:
+    """A tiered layout and its packing (`HeuristicSolver._tiered_pack`): the layout, whether it is the lean one, the
+    tables retried row-wise, the packing, and the tables sent to host memory whole."""
+
+    layout: TieredLayout
+    lean: bool
+    rowwise: set[int]
+    packed: Packing
+    to_host: bool | frozenset[int]
+
+
+@dataclass
+class TieredChoice:
+    """The layout greedy keeps (`HeuristicSolver._best_tiered`): whether it placed every table, its plan's cost, whether
+    its row splits stay within a host, its packing, and every layout that packed, cheapest first."""
+
+    placed: bool
+    cost: float
+    within_host: bool
+    packing: TieredPacking
+    ranked: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _ranked(best: TieredChoice | None, packed_layouts: list[dict[str, Any]]) -> TieredChoice | str:
+    if best is None:  # (cannot happen: called only once a layout was packed)
+        return "no tiered layout packed"
+    best.ranked = sorted(packed_layouts, key=lambda d: d["cost"])
+    return best
 
 
 def _to_host_names(instance: Instance, to_host: bool | frozenset[int]) -> bool | list[str]:

@@ -15,7 +15,7 @@ from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
-from solvers.base import Stopwatch
+from solvers.base import Budget
 from solvers.neuroshard.config import NeuroShardConfig
 from solvers.placement.completion import completion_mask
 from solvers.placement.tiering import TieredLayout
@@ -146,8 +146,7 @@ def grid_greedy(
     states_list: list[list[Piece]],
     cfg: NeuroShardConfig,
     comm_aware: bool = False,
-    clock: Stopwatch | None = None,
-    deadline: float | None = None,
+    budget: Budget | None = None,
     safe: bool = False,
 ) -> list[GridResult] | None:
     """The inner greedy for several beam states (same piece count) under every dim-cap scale, all in lock-step:
@@ -160,15 +159,15 @@ def grid_greedy(
 
     `safe`: each piece only where the state's remaining pieces still fit by worst fit (solvers.placement.completion, greedy's
     `primary_safe`): for tight instances whose cost-ordered grid fills the devices so that a large piece left for
-    later fits nowhere (huge-test-s1-0010: 41.5 GB of tables in 46.2 GB of HBM, a 24.7 GB table in quarters; no lane
-    packed, and the search fell back to splitting it by rows: 1.545 ms, where cpsat's column-wise plan is 1.237)."""
+    later fits nowhere (no lane packs, and the search falls back to splitting the table by rows, far dearer than
+    the column-wise plan that exists)."""
     bm = pm.bm
     order = _greedy_order(pm, states_list)
     sib = _sibling_positions(order.owner)
     lanes = _start_lanes(pm, order, cfg.scales, cfg.soft_dim_cap)
     group = lanes.state.copy()  # lanes with equal group hold equal devices
     for i in range(order.widths.shape[1]):
-        if deadline is not None and clock is not None and i % 32 == 31 and clock.elapsed >= deadline:
+        if budget is not None and i % 32 == 31 and budget.spent():
             return None
         x = order.states[lanes.state, i]  # [L, F]
         w = order.widths[lanes.state, i]
@@ -272,8 +271,8 @@ class _Lanes:
 def _start_lanes(pm: PieceModel, order: _GreedyOrder, scales: tuple[float, ...], soft_cap: bool = True) -> _Lanes:
     """Devices holding only the background (nothing without a layout) in every lane; each lane's dim cap is its
     scale x its state's total width (background included) / devices, and at least its widest piece: a cap below
-    it left that piece no device in any lane, so no state holding the piece whole could pack (bench_tiered random-669:
-    16 devices, a 60-column table against a cap of at most 30, and the beam never found a state that packed)."""
+    it left that piece no device in any lane, so no state holding the piece whole could pack (a wide table on many
+    devices: the beam never found a state that packed)."""
     n_states, n_pieces, F = order.states.shape
     n_scales, n_dev = len(scales), pm.bm.num_devices
     L = n_states * n_scales

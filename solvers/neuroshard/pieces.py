@@ -7,13 +7,13 @@ import numpy as np
 
 from costmodels.base import BoundCostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
-from solvers.base import Stopwatch
+from solvers.base import Budget, Stopwatch
 from solvers.neuroshard.config import NeuroShardConfig
 from solvers.neuroshard.grid import Piece, PieceModel, grid_greedy
 from solvers.placement.tiering import TieredLayout
 
 
-def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None) -> tuple[np.ndarray, int]:
+def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig, budget: Budget) -> tuple[np.ndarray, int]:
     """First-improvement local search: move a piece off the bottleneck device, or swap it with a piece elsewhere,
     while memory holds (and halves stay apart with `split_apart`). The pieces on the bottleneck are tried in order,
     each against every device (moves) and then every piece elsewhere (swaps) in order, the first that lowers the plan
@@ -44,7 +44,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     cost = float(totals.max())
     moves = 0
     improved = True
-    while improved and (deadline is None or clock.elapsed < deadline):
+    while improved and not budget.spent():
         improved = False
         hot = int(np.argmax(totals))
         hot_owners = set(owner[device_of == hot].tolist())
@@ -109,7 +109,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                 S, dims, compute, totals = summed()
                 cost = float(totals.max())
                 break
-            if deadline is not None and clock.elapsed >= deadline:
+            if budget.spent():
                 break
     return device_of, moves
 
@@ -119,7 +119,7 @@ def split(piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
     (28 -> 12 + 16; `uneven=False`: exact halves only, as published); None below 8 columns. Why not only exact
     halves: random dims (4 x 1..64) are mostly not 4 x a power of two, and exact halving could not cut a 108-column
     table at all, so a table too big for one device went row-wise over all devices where column pieces are far
-    cheaper (bench_tiered random-669: 3.04 ms row-wise, 0.50 with column pieces, simulated)."""
+    cheaper."""
     t, off, cols = piece
     units = cols // DIM_ALIGNMENT
     if units < 2 or (not uneven and units % 2):
@@ -143,14 +143,15 @@ def presplit_plan(
     polish, not restructure, a plan) a split layout to work from. `time_limit` ends the polish (the grid runs whole)."""
     cfg = cfg or NeuroShardConfig()
     clock = Stopwatch()
+    clock_only = Budget.of(clock, None)  # (the grid runs whole)
     pm = PieceModel(instance, bm, layout)
     pieces = presplit_pieces(pm, max_pieces, uneven)
-    results = grid_greedy(pm, [pieces], cfg, comm_aware=True, clock=clock)
+    results = grid_greedy(pm, [pieces], cfg, comm_aware=True, budget=clock_only)
     if not results or results[0].device_of is None:
-        results = grid_greedy(pm, [pieces], cfg, clock=clock)
+        results = grid_greedy(pm, [pieces], cfg, budget=clock_only)
         if not results or results[0].device_of is None:
             return None
-    device_of, _ = polish(pm, pieces, results[0].device_of, cfg, clock, time_limit)
+    device_of, _ = polish(pm, pieces, results[0].device_of, cfg, Budget.of(clock, time_limit))
     states, widths, _, _ = pm.info(pieces)
     cost, _ = pm.plan_cost(states, widths, device_of, pm.rows(pieces))
     return pm.to_shards(pieces, device_of), cost
@@ -161,8 +162,8 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
     device (as far as 4-column pieces go: a table several devices large needs that many pieces to fit at all) or
     its compute alone exceeds the mean device compute (while the table stays within `max_pieces` pieces). A piece
     is halved on its own (`split`): a 28-column table too big for 8-column pieces ends as seven 4-column ones, where
-    halving every piece of a round at once stopped at the first piece that could not be halved (bench_tiered
-    random-669: no state packed, and the table went row-wise)."""
+    halving every piece of a round at once stopped at the first piece that could not be halved (then no state
+    packed, and the table went row-wise)."""
     whole: list[Piece] = list(pm.all_pieces())
     _, _, nbytes, single = pm.info(whole)
     target = (float(single.sum()) + float(pm.base_compute.sum())) / pm.bm.num_devices

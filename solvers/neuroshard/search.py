@@ -79,8 +79,8 @@ class _StateScorer:
     `dedup` remembering every state scored; counts the states scored. One per solve: the seeds, the beam steps and
     the info all go through it."""
 
-    def __init__(self, pm: PieceModel, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None, num_devices: int):
-        self.pm, self.cfg, self.clock, self.deadline = pm, cfg, clock, deadline
+    def __init__(self, pm: PieceModel, cfg: NeuroShardConfig, budget: Budget, num_devices: int):
+        self.pm, self.cfg, self.budget = pm, cfg, budget
         self.seen: dict[tuple[Piece, ...], GridResult] = {}
         self.evaluated = 0
         self.rescored_safe = 0  # states no grid lane packed, scored again with the completion check
@@ -90,7 +90,7 @@ class _StateScorer:
     def score(self, states: list[tuple[Piece, ...]]) -> list[GridResult | None]:
         """Grid results aligned with `states`, new ones scored in lock-step batches (with dedup, a state seen
         before is not scored again); None for states the time budget left unscored."""
-        cfg, seen, batch, deadline, clock = self.cfg, self.seen, self.batch, self.deadline, self.clock
+        cfg, seen, batch, budget = self.cfg, self.seen, self.batch, self.budget
         results: list[GridResult | None] = [seen.get(st) if cfg.dedup else None for st in states]
         todo = [i for i, r in enumerate(results) if r is None]
         if cfg.dedup:
@@ -101,12 +101,12 @@ class _StateScorer:
             grp = list(same)
             chunks += [grp[k : k + batch] for k in range(0, len(grp), batch)]
         for chunk in chunks:
-            scored = grid_greedy(self.pm, [list(states[i]) for i in chunk], cfg, clock=clock, deadline=deadline)
+            scored = grid_greedy(self.pm, [list(states[i]) for i in chunk], cfg, budget=budget)
             if scored is None:
                 break
             unpacked = [k for k, r in enumerate(scored) if r.device_of is None]
             if cfg.safe_fallback and unpacked:  # (no lane packed: again, each piece only where the rest still fit)
-                again = grid_greedy(self.pm, [list(states[chunk[k]]) for k in unpacked], cfg, clock=clock, deadline=deadline, safe=True)
+                again = grid_greedy(self.pm, [list(states[chunk[k]]) for k in unpacked], cfg, budget=budget, safe=True)
                 if again is None:
                     break
                 self.rescored_safe += len(unpacked)
@@ -117,7 +117,7 @@ class _StateScorer:
                 results[i] = r
                 if cfg.dedup:
                     seen[states[i]] = r
-            if deadline is not None and clock.elapsed >= deadline:
+            if budget.spent():
                 break
         if cfg.dedup:
             results = [seen.get(st) for st in states]
@@ -210,7 +210,7 @@ def seed_devices(pm: PieceModel, shards: list[Shard], start: tuple[Piece, ...]) 
     return np.array(out, dtype=np.int64)
 
 
-def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, clock: Stopwatch, deadline: float | None) -> None:
+def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, budget: Budget) -> None:
     """Up to `max_steps` steps: every split proposal of the beam scored, the best child kept as the best plan,
     the `beam_width` cheapest children (distinct with `dedup`) the next beam. Stops when nothing splits, or with
     `timed_out` when the budget left proposals unscored or ran out (the beam then stays as it was)."""
@@ -231,7 +231,7 @@ def _beam_search(search: _Search, pm: PieceModel, scorer: _StateScorer, clock: S
                 search.best, search.best_state = r, st
                 stale = 0
                 report(best_cost=c)
-        if len(children) < len(proposals) or (deadline is not None and clock.elapsed >= deadline):
+        if len(children) < len(proposals) or budget.spent():
             search.timed_out = True
             break
         children.sort(key=lambda c: (c[0], c[1]))
@@ -261,7 +261,7 @@ def _split_proposals(pm: PieceModel, beam: list[tuple[float, tuple[Piece, ...]]]
     return proposals
 
 
-def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, clock: Stopwatch, deadline: float | None,
+def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, budget: Budget,
                        seen: dict[tuple[Piece, ...], GridResult] | None = None) -> None:
     """`comm_aware`: the grid re-run for the best few states with the comm-aware greedy (it scores each move by
     the plan cost, all-to-all included); whatever is best is kept. Sets `timed_out` when the budget ends it.
@@ -273,7 +273,7 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, c
         extra = [st for _, st in ranked if st not in finalists][: cfg.refine_extra]
         finalists += extra
     for st in finalists:
-        refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, clock=clock, deadline=deadline)
+        refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, budget=budget)
         if refined is None:
             search.timed_out = True
             break
@@ -281,7 +281,7 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, c
         if r.cost < search.best.cost:
             search.best, search.best_state, search.comm_refined = r, st, True
             report(best_cost=r.cost)
-        if deadline is not None and clock.elapsed >= deadline:
+        if budget.spent():
             search.timed_out = True
             break
 
@@ -299,7 +299,7 @@ def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list
     """`shards` with each table's column pieces on one device merged into one shard, the table's columns laid out
     again so that each device's share is one contiguous range (columns are interchangeable in the cost model), where
     that is no dearer by the cost model. Why: the safe grid (completion-checked) can leave several slices of one table
-    on a device (huge-test-s1-0010: three of t631's on device 0), each paying its own per-shard costs."""
+    on a device, each paying its own per-shard costs."""
     by_table: dict[str, list[Shard]] = {}
     for s in shards:
         by_table.setdefault(s.table, []).append(s)
@@ -504,36 +504,34 @@ class NeuroShardSolver(Solver):
         clock = budget.clock
         if not cfg.anytime:  # (the published search has no budget)
             budget = budget.unlimited()
-        deadline = budget.deadline
         bm = cost_model.bind(instance)
         pm = PieceModel(instance, bm, layout)
         if not pm.tables:  # the layout splits every table by rows: no piece to search, only the tiers to polish
             assert layout is not None
-            return self._polished_plan(instance, cost_model, bm, list(layout.fixed), cfg, clock, deadline, seed, 0,
+            return self._polished_plan(instance, cost_model, bm, list(layout.fixed), cfg, budget, seed, 0,
                                        "every table row-wise in the tiered layout: nothing to search")
         # the search stops early enough to leave the polish its share of the budget
         # (of the time from now to the deadline: a layout searched after another starts late on the clock)
-        begun = clock.elapsed
-        search_deadline = None if deadline is None else (begun + (deadline - begun) * (1.0 - cfg.polish_reserve) if cfg.polish else deadline)
-        scorer = _StateScorer(pm, cfg, clock, search_deadline, instance.topology.num_devices)
+        search_budget = budget.share(1.0 - cfg.polish_reserve) if cfg.polish else budget
+        scorer = _StateScorer(pm, cfg, search_budget, instance.topology.num_devices)
 
         start = pm.all_pieces()
         (first,) = scorer.score([start])
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
-                        f"into the solve, its deadline {deadline:g} s)", clock)
+                        f"into the solve, its deadline {budget.deadline:g} s)", clock)
         search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
         if search.best.device_of is not None:
             report(best_cost=search.best.cost)
-        _beam_search(search, pm, scorer, clock, search_deadline)
+        _beam_search(search, pm, scorer, search_budget)
         if cfg.comm_aware and search.best.device_of is not None and not search.timed_out:
-            _refine_comm_aware(search, pm, cfg, clock, search_deadline, scorer.seen)
+            _refine_comm_aware(search, pm, cfg, search_budget, scorer.seen)
 
         best = search.best
         if best.device_of is None and layout is not None and greedy is not None and greedy.plan is not None:
             # no grid plan fits within the layout, but greedy's plan does (its packer's memory-first fallbacks): it
             # is the plan, after the placement polish
-            return self._polished_plan(instance, cost_model, bm, greedy.plan.shards, cfg, clock, deadline, seed, scorer.evaluated,
+            return self._polished_plan(instance, cost_model, bm, greedy.plan.shards, cfg, budget, seed, scorer.evaluated,
                                        "no grid plan fits within the tiered layout: greedy's plan, polished")
         if best.device_of is None:
             where = "within the tiered layout" if layout is not None else "split or not"
@@ -542,16 +540,16 @@ class NeuroShardSolver(Solver):
         device_of = best.device_of
         moves = 0
         timed_out = search.timed_out
-        if cfg.polish and (deadline is None or clock.elapsed < deadline):
-            device_of, moves = polish(pm, pieces, device_of, cfg, clock, deadline)
-            timed_out = timed_out or (deadline is not None and clock.elapsed >= deadline)
+        if cfg.polish and not budget.spent():
+            device_of, moves = polish(pm, pieces, device_of, cfg, budget)
+            timed_out = timed_out or budget.spent()
         shards = pm.to_shards(pieces, device_of)
         if cfg.safe_fallback:
             shards = merge_colocated_columns(instance, bm, shards)
         dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
         placed: dict[str, Any] | None = None
         if (cfg.placement_polish and layout is not None) or dp or cfg.row_wise:
-            shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, clock, deadline, timed_out)
+            shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, budget, timed_out)
         info: dict[str, Any] = {
             "states_scored": scorer.evaluated,
             "states_rescored_safe": scorer.rescored_safe,
@@ -575,21 +573,21 @@ class NeuroShardSolver(Solver):
 
 
     def _polished_plan(self, instance: Instance, cost_model: CostModel, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig,
-                       clock: Stopwatch, deadline: float | None, seed: int, scored: int, note: str) -> SolveResult:
+                       budget: Budget, seed: int, scored: int, note: str) -> SolveResult:
         """A plan the search did not make (the layout's fixed shards when nothing is left to search; greedy's plan
         when no grid plan fits) as the result, after the placement polish."""
         placed: dict[str, Any] | None = None
         timed_out = False
         dp = cfg.data_parallel if cfg.data_parallel is not None else True  # (a tiered layout: replicas offered, as in _search)
         if cfg.placement_polish or dp or cfg.row_wise:
-            shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, clock, deadline, False)
+            shards, placed, timed_out = _polish_placements(instance, bm, shards, cfg, dp, budget, False)
         info: dict[str, Any] = {"states_scored": scored, "note": note}
         if placed is not None:
             info["placement_polish"] = placed
         extra: dict[str, Any] = {}
         extra["placements"], info["tiers"] = describe_placements(instance, shards)
         status = SolveStatus.timeout if timed_out else SolveStatus.feasible
-        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
+        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
 
 
 class NeuroShardFaithfulSolver(NeuroShardSolver):
@@ -598,7 +596,7 @@ class NeuroShardFaithfulSolver(NeuroShardSolver):
 
 
 def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, data_parallel: bool,
-                       clock: Stopwatch, deadline: float | None, timed_out: bool, rounds: int = 3) -> tuple[list[Shard], dict[str, Any], bool]:
+                       budget: Budget, timed_out: bool, rounds: int = 3) -> tuple[list[Shard], dict[str, Any], bool]:
     """Cost-driven caches, HBM moves and (with `data_parallel`) replicas on the searched plan
     (solvers.placement.polish), then, while that changed something, the device polish again under the new tiers
     (a table whose cache grew may now be better elsewhere). Row splits (`row_wise`) come in a second phase, once the
@@ -610,19 +608,19 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
     before = None
 
     def out_of_time() -> bool:
-        return deadline is not None and clock.elapsed >= deadline
+        return budget.spent()
 
     phases = [(False, rounds)] + ([(True, rounds)] if cfg.row_wise else [])
     for row_wise, n_rounds in phases:
         for _ in range(n_rounds):
             if out_of_time():
                 break
-            shards, got = polish_placements(instance, bm, shards, data_parallel=data_parallel, row_wise=row_wise, clock=clock, deadline=deadline)
+            shards, got = polish_placements(instance, bm, shards, data_parallel=data_parallel, row_wise=row_wise, budget=budget)
             before = got["cost_before"] if before is None else before
             moves += got["moves"]
             if not got["moves"] or not cfg.polish or out_of_time():
                 break
-            shards, n = _device_polish(instance, bm, shards, cfg, clock, deadline)
+            shards, n = _device_polish(instance, bm, shards, cfg, budget)
             device_moves += n
             if n == 0:
                 break
@@ -631,8 +629,7 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
     return shards, {"moves": moves, "device_moves": device_moves, "cost_before": before, "cost_after": after}, timed_out
 
 
-def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, clock: Stopwatch,
-                   deadline: float | None) -> tuple[list[Shard], int]:
+def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Shard], int]:
     """The device polish (moves and swaps of the packed tables' pieces) around the plan's row-split and replicated
     tables, which stay where they are. Returns the plan and the number of moves."""
     pm = PieceModel(instance, bm, layout_of(instance, shards))
@@ -642,7 +639,7 @@ def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], 
     if not mine:  # every table is row-wise or replicated now: nothing left for the device polish to move
         return shards, 0
     pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
-    device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, clock, deadline)
+    device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, budget)
     return pm.to_shards(pieces, device_of), n
 
 

@@ -49,7 +49,7 @@ from costmodels.base import BoundCostModel
 from costmodels.hierarchical import OUTPUT_DIST_ORDER, table_comm_widths
 from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
-from solvers.base import Stopwatch
+from solvers.base import Budget
 from solvers.placement.tiering import CACHE_LOAD_FACTORS, TableTier, TieredLayout, row_wise_shards
 
 POLISH_LOAD_FACTORS = tuple(sorted(set(CACHE_LOAD_FACTORS) | {0.75}))  # the caches a table may grow to
@@ -152,7 +152,7 @@ def _row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel,
     if kernel is Kernel.fused and topo.has_host_memory and 1 < per_host < D:
         # an HBM table's blocks within one host in host memory behind caches: the partial sums stay on NVLink, and
         # only the misses cross the host link, where the blocks in HBM over every device send them over the network
-        # (random-763 of bench_tiered: TorchRec holds its hot 7.5 GB table so, 1.02 ms against 1.72 split over all)
+        # (as TorchRec holds a hot table larger than a device)
         out += [(f"{what}, host memory + cache {f:g}", row_wise_shards(table, devs, Kernel.fused_uvm_caching, f))
                 for what, devs in groups[1:] for f in ROW_SPLIT_LOAD_FACTORS]
     return out
@@ -174,84 +174,106 @@ class _Candidate:
 
 def polish_placements(
     instance: Instance, bm: BoundCostModel, shards: list[Shard], *, data_parallel: bool = False, row_wise: bool = False,
-    clock: Stopwatch | None = None, deadline: float | None = None, max_moves: int = 10_000,
+    budget: Budget | None = None, max_moves: int = 10_000,
 ) -> tuple[list[Shard], dict[str, Any]]:
     """The plan after the cost-driven moves of the module docstring, and what was done ({"moves": [...],
     "cost_before", "cost_after"}). The devices of every shard stay; only kernels, caches and replication change.
     Only placements `bm` can price are offered (a neural model has no replicas and no host-memory tier): a search
     never proposes what its cost model cannot cost."""
-    D = bm.num_devices
-    data_parallel = data_parallel and bm.replicas
-    index = instance.table_index()
-    groups: dict[int, list[Shard]] = {}
-    for s in shards:
-        groups.setdefault(index[s.table], []).append(s)
-    contrib = {t: table_contribution(instance, bm, t, g) for t, g in groups.items()}
-    plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros((len(OUTPUT_DIST_ORDER), D)), np.zeros(D), np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64),
-                 np.zeros(instance.topology.num_hosts))
-    for c in contrib.values():
-        plan.add(c)
-    caps = np.array(instance.topology.capacities(), dtype=np.int64)
-    hosts = np.array(instance.topology.host_capacities(), dtype=np.int64)
+    polish = _Polish(instance, bm, shards, data_parallel and bm.replicas, row_wise, budget)
+    before = float(polish.totals.max())
+    if polish.data_parallel and polish.D > 1:
+        polish.replica_sweep()
+    polish.run(max_moves)
+    out = [s for t in sorted(polish.plan.shards) for s in polish.plan.shards[t]]
+    return out, {"moves": polish.moves, "cost_before": before, "cost_after": float(polish.totals.max())}
 
-    def candidates(t: int, splits: bool = False) -> list[_Candidate]:
+
+class _Polish:
+    """One polish of a plan: the plan as it changes, each table's contribution, the per-device costs, the moves
+    offered (row splits built lazily: they cost a shard on every device to build) and the moves made."""
+
+    def __init__(self, instance: Instance, bm: BoundCostModel, shards: list[Shard], data_parallel: bool, row_wise: bool,
+                 budget: Budget | None) -> None:
+        self.instance, self.bm, self.data_parallel, self.row_wise, self.budget = instance, bm, data_parallel, row_wise, budget
+        self.D = D = bm.num_devices
+        index = instance.table_index()
+        groups: dict[int, list[Shard]] = {}
+        for s in shards:
+            groups.setdefault(index[s.table], []).append(s)
+        self.contrib = {t: table_contribution(instance, bm, t, g) for t, g in groups.items()}
+        self.plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros((len(OUTPUT_DIST_ORDER), D)), np.zeros(D), np.zeros(D, dtype=np.int64),
+                          np.zeros(D, dtype=np.int64), np.zeros(instance.topology.num_hosts))
+        for c in self.contrib.values():
+            self.plan.add(c)
+        self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
+        self.hosts = np.array(instance.topology.host_capacities(), dtype=np.int64)
+        self.recost()
+        self.moves: list[dict[str, Any]] = []
+        self.cands: dict[int, list[_Candidate]] = {}  # built by run(), after the replica sweep
+        self.split_cands: dict[int, list[_Candidate]] = {}  # built lazily (see candidates)
+
+    def recost(self) -> None:
+        """Every device's compute, comm and total from the plan's sums."""
+        self.compute = self.bm.compute_costs(self.plan.S).sum(axis=-1)
+        self.comm = comm_totals(self.bm, self.plan.dims, self.plan.hier)
+        self.totals = self.compute + self.comm + self.plan.extra
+
+    def set_table(self, t: int, shards: list[Shard], new: tuple) -> None:
+        self.plan.replace(self.contrib[t], new)
+        self.plan.shards[t], self.contrib[t] = shards, new
+
+    def candidates(self, t: int, splits: bool = False) -> list[_Candidate]:
         """The table's moves other than row splits, or (`splits`) its row splits only: those cost a shard on every
         device to build, so they are built only for tables on the bottleneck device, when first needed."""
         out = []
-        old = contrib[t]
-        for what, new_shards in _options(instance, t, plan.shards[t], D, data_parallel, row_wise and splits):
-            if ("row-wise" in what) is not splits or any(s.kernel not in bm.kernels for s in new_shards):
+        old = self.contrib[t]
+        for what, new_shards in _options(self.instance, t, self.plan.shards[t], self.D, self.data_parallel, self.row_wise and splits):
+            if ("row-wise" in what) is not splits or any(s.kernel not in self.bm.kernels for s in new_shards):
                 continue
-            new = table_contribution(instance, bm, t, new_shards)
-            devs = np.unique([s.device for s in plan.shards[t]] + [s.device for s in new_shards])
+            new = table_contribution(self.instance, self.bm, t, new_shards)
+            devs = np.unique([s.device for s in self.plan.shards[t]] + [s.device for s in new_shards])
             widths_change = not (np.array_equal(new[1], old[1]) and np.array_equal(new[2], old[2]) and np.array_equal(new[5], old[5]))
             out.append(_Candidate(t, what, new_shards, new, devs, widths_change))
         return out
 
-    compute = bm.compute_costs(plan.S).sum(axis=-1)
-    comm = comm_totals(bm, plan.dims, plan.hier)
-    totals = compute + comm + plan.extra
-    before = float(totals.max())
-    moves: list[dict[str, Any]] = []
-    if data_parallel and D > 1:
-        swept = _replica_sweep(instance, bm, plan, contrib, caps, hosts, (float(totals.max()), float(totals.sum())))
+    def out_of_time(self) -> bool:
+        return self.budget is not None and self.budget.spent()
+
+    def replica_sweep(self) -> None:
+        """The replicas no single move finds (`_replica_sweep`), applied before the moves."""
+        swept = _replica_sweep(self.instance, self.bm, self.plan, self.contrib, self.caps, self.hosts,
+                               (float(self.totals.max()), float(self.totals.sum())))
         for t, new_shards, new in swept:
-            plan.replace(contrib[t], new)
-            plan.shards[t], contrib[t] = new_shards, new
+            self.set_table(t, new_shards, new)
         if swept:
-            compute = bm.compute_costs(plan.S).sum(axis=-1)
-            comm = comm_totals(bm, plan.dims, plan.hier)
-            totals = compute + comm + plan.extra
-            moves += [{"table": instance.tables[t].name, "move": "replicate (sweep)", "cost_ms": float(totals.max())} for t, _, _ in swept]
-    cands: dict[int, list[_Candidate]] = {t: candidates(t) for t in sorted(groups)}
-    split_cands: dict[int, list[_Candidate]] = {}  # built lazily (see candidates)
+            self.recost()
+            self.moves += [{"table": self.instance.tables[t].name, "move": "replicate (sweep)", "cost_ms": float(self.totals.max())} for t, _, _ in swept]
 
-    def out_of_time() -> bool:
-        return deadline is not None and clock is not None and clock.elapsed >= deadline
-
-    def split_pool(bottleneck: int) -> dict[int, list[_Candidate]]:
+    def split_pool(self, bottleneck: int) -> dict[int, list[_Candidate]]:
         """The row splits of the tables on the bottleneck device (a split pays by relieving the device that sets the
         cost), and the other groups of every table split by rows already, wherever it is: a shard moved *onto* an
-        under-occupied device can make it cheaper (its bags raise the kernel's occupancy: random-84 of bench_tiered,
-        one hot table alone on a host's devices at 0.48 occupancy, 0.277 -> 0.222 ms with small tables' rows moved
-        to the same host)."""
+        under-occupied device can make it cheaper (its bags raise the kernel's occupancy: one hot table alone on a
+        host's devices leaves them under-occupied, and small tables' rows moved there cost almost nothing)."""
+        instance = self.instance
         pool = {}
-        for t in sorted(cands):
-            g = plan.shards[t]
+        for t in sorted(self.cands):
+            g = self.plan.shards[t]
             split_elsewhere = len(g) > 1 and all(s.height(instance.tables[t]) != instance.tables[t].rows for s in g)
             if split_elsewhere or any(s.device == bottleneck for s in g):
-                if t not in split_cands:
-                    split_cands[t] = candidates(t, True)
-                pool[t] = split_cands[t]
+                if t not in self.split_cands:
+                    self.split_cands[t] = self.candidates(t, True)
+                pool[t] = self.split_cands[t]
         return pool
 
-    def best_move(pool: dict[int, list[_Candidate]]) -> tuple[tuple[float, float], _Candidate] | None:
+    def best_move(self, pool: dict[int, list[_Candidate]]) -> tuple[tuple[float, float], _Candidate] | None:
         """The move of `pool` with the lowest (plan cost, sum of device costs) that both memory tiers allow."""
+        plan, bm, caps, hosts = self.plan, self.bm, self.caps, self.hosts
         best: tuple[tuple[float, float], _Candidate] | None = None
         for t in sorted(pool):
-            old = contrib[t]
+            old = self.contrib[t]
             for c in pool[t]:
-                if out_of_time():
+                if self.out_of_time():
                     return best
                 d = c.devices
                 if (plan.hbm[d] - old[3][d] + c.new[3][d] > caps[d]).any() or (plan.host[d] - old[4][d] + c.new[4][d] > hosts[d]).any():
@@ -262,58 +284,65 @@ def polish_placements(
                 else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
                     if c.compute is None:
                         c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
-                    cand = totals.copy()
-                    cand[d] = c.compute + comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
+                    cand = self.totals.copy()
+                    cand[d] = c.compute + self.comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
                 key = (float(cand.max()), float(cand.sum()))
                 if best is None or key < best[0]:
                     best = (key, c)
         return best
 
-    swept = False
-    while len(moves) < max_moves and not out_of_time():
-        cur = (float(totals.max()), float(totals.sum()))
-        found = best_move(cands)
-        if row_wise and (found is None or not _better(found[0], cur)):  # row splits only when no other move pays
-            found = best_move(split_pool(int(np.argmax(totals))))
-        if (found is None or not _better(found[0], cur)) and row_wise and D > 1 and not swept:
-            # nothing one table can do: every table split by rows at once (`_layout_sweep`), then the moves again
-            swept = True
-            layout = _layout_sweep(instance, bm, plan, caps, hosts, cur)
-            if layout is not None:
-                what, new_shards_of = layout
-                for t, new_shards in new_shards_of.items():
-                    new = table_contribution(instance, bm, t, new_shards)
-                    plan.replace(contrib[t], new)
-                    plan.shards[t], contrib[t] = new_shards, new
-                compute = bm.compute_costs(plan.S).sum(axis=-1)
-                comm = comm_totals(bm, plan.dims, plan.hier)
-                totals = compute + comm + plan.extra
-                moves.append({"table": f"{len(new_shards_of)} tables", "move": what, "cost_ms": float(totals.max())})
-                cands = {t: candidates(t) for t in sorted(plan.shards)}
-                split_cands.clear()
-                continue
-        if found is None or not _better(found[0], cur):
-            break
-        chosen = found[1]
+    def sweep_layout(self, cur: tuple[float, float]) -> bool:
+        """Every table split by rows at once (`_layout_sweep`), where that beats `cur`. Returns whether it did."""
+        layout = _layout_sweep(self.instance, self.bm, self.plan, self.caps, self.hosts, cur)
+        if layout is None:
+            return False
+        what, new_shards_of = layout
+        for t, new_shards in new_shards_of.items():
+            self.set_table(t, new_shards, table_contribution(self.instance, self.bm, t, new_shards))
+        self.recost()
+        self.moves.append({"table": f"{len(new_shards_of)} tables", "move": what, "cost_ms": float(self.totals.max())})
+        self.cands = {t: self.candidates(t) for t in sorted(self.plan.shards)}
+        self.split_cands.clear()
+        return True
+
+    def apply(self, chosen: _Candidate) -> None:
+        """Make the move, re-cost what it changed, and rebuild the table's moves (the cached compute of every move on
+        a changed device is dropped)."""
         t = chosen.table
-        plan.replace(contrib[t], chosen.new)
-        plan.shards[t], contrib[t] = chosen.shards, chosen.new
-        changed = chosen.devices if not chosen.all_devices else np.arange(D)
-        compute[changed] = bm.compute_costs(plan.S[changed]).sum(axis=-1)
+        self.set_table(t, chosen.shards, chosen.new)
+        changed = chosen.devices if not chosen.all_devices else np.arange(self.D)
+        self.compute[changed] = self.bm.compute_costs(self.plan.S[changed]).sum(axis=-1)
         if chosen.all_devices:
-            comm = comm_totals(bm, plan.dims, plan.hier)
-        totals = compute + comm + plan.extra
-        moves.append({"table": instance.tables[t].name, "move": chosen.what, "cost_ms": float(totals.max())})
-        cands[t] = candidates(t)
-        split_cands.pop(t, None)
-        hit = np.zeros(D, dtype=bool)
+            self.comm = comm_totals(self.bm, self.plan.dims, self.plan.hier)
+        self.totals = self.compute + self.comm + self.plan.extra
+        self.moves.append({"table": self.instance.tables[t].name, "move": chosen.what, "cost_ms": float(self.totals.max())})
+        self.cands[t] = self.candidates(t)
+        self.split_cands.pop(t, None)
+        hit = np.zeros(self.D, dtype=bool)
         hit[changed] = True
-        for lst in cands.values():
+        for lst in self.cands.values():
             for c in lst:
                 if c.compute is not None and hit[c.devices].any():
                     c.compute = None
-    out = [s for t in sorted(plan.shards) for s in plan.shards[t]]
-    return out, {"moves": moves, "cost_before": before, "cost_after": float(totals.max())}
+
+    def run(self, max_moves: int) -> None:
+        """The best move while one pays: kernel, cache and replica moves first; row splits only when none of those
+        pays; every table split by rows at once, once, when no single move does."""
+        self.cands = {t: self.candidates(t) for t in sorted(self.plan.shards)}
+        swept = False
+        while len(self.moves) < max_moves and not self.out_of_time():
+            cur = (float(self.totals.max()), float(self.totals.sum()))
+            found = self.best_move(self.cands)
+            if self.row_wise and (found is None or not _better(found[0], cur)):  # row splits only when no other move pays
+                found = self.best_move(self.split_pool(int(np.argmax(self.totals))))
+            if (found is None or not _better(found[0], cur)) and self.row_wise and self.D > 1 and not swept:
+                # nothing one table can do: every table split by rows at once, then the moves again
+                swept = True
+                if self.sweep_layout(cur):
+                    continue
+            if found is None or not _better(found[0], cur):
+                break
+            self.apply(found[1])
 
 
 def _better(key: tuple[float, float], than: tuple[float, float]) -> bool:
@@ -365,9 +394,8 @@ def _layout_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, caps: np.
     devices: tables by decreasing predicted cost, each onto the host with the least predicted load so far that has
     room), each table in its own memory tier. Why: the judge runs one all-to-all per sharding type (docs/analytic-
     model.md), so a plan of whole tables, column pieces and row splits pays a collective for each kind; one table
-    moved to another kind removes none of them, all of them together do (random-579 of bench_tiered: TorchRec holds
-    its 4 small tables table-row-wise and its big one row-wise, two kinds, 0.403 ms; split one at a time from
-    neuroshard's three kinds, 0.527). Replicas stay. (what, the new shards of every table it changes), or None when
+    moved to another kind removes none of them, all of them together do (TorchRec's plans are often of one or two
+    kinds for this reason). Replicas stay. (what, the new shards of every table it changes), or None when
     neither layout fits both tiers and beats `current` (plan cost, sum of device costs). Skipped above `limit`
     table x device pairs (each layout is a shard per table and device)."""
     topo = instance.topology

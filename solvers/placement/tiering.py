@@ -234,112 +234,153 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     for when the first does not pack: it fills one host's HBM where the other spreads over every device).
     `oversized_to_host`: a table no device can hold goes to host memory whole, behind an HBM cache on one device,
     where a device's host memory holds it (else row-wise as above): a cold huge table split by rows fills every
-    device's HBM with rows that are seldom read, which the hot tables then miss (random-314 of
-    benchmarks/bench_tiered.py: 9.54 ms, where TorchRec's plan, the cold table in host memory, costs 5.51).
+    device's HBM with rows that are seldom read, which the hot tables then miss.
     A set of table indices instead of True: only those tables go to host memory whole, oversized or not (the cold
     ones of several oversized tables, `oversized_tables`' prefixes: a hot oversized table is better split by rows in HBM, and the
-    HBM it then leaves can hold a mid-sized table whole that would otherwise be split too; random-285: 3.75 ms
-    with all three split, TorchRec 2.93 with the cold one in host memory)."""
+    HBM it then leaves can hold a mid-sized table whole that would otherwise be split too). The instances that
+    showed each: docs/benchmarks.md, "Instances behind design choices"."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason
-    topo = instance.topology
-    D = topo.num_devices
-    caps = np.array(topo.capacities(), dtype=np.int64)
-    hosts = np.array(topo.host_capacities(), dtype=np.int64)
-    tables = instance.tables
-    full = table_bytes_array(instance)
-    tiers = [TableTier() for _ in tables]
-    hbm = full.astype(np.int64).copy()
-    host = np.zeros(len(tables), dtype=np.int64)
-    fixed: list[Shard] = []
-    fixed_hbm = np.zeros(D, dtype=np.int64)
-    fixed_host = np.zeros(D, dtype=np.int64)
-
+    st = _TierState.of(instance)
     # 1. tables no device can hold: row-wise within one host where its blocks fit there in HBM (several hosts of
     # several devices), else over all devices, in HBM when the blocks fit, else behind a cache
-    per_host = topo.devices_per_host
     # hottest per byte first: the HBM left for row-wise blocks goes to the tables with the most lookups per byte
-    # (in table order, a cold huge table could take the HBM that a hot one then misses: random-986 of
-    # benchmarks/bench_tiered.py, 10.09 ms where TorchRec's plan, the hot table's blocks in HBM, costs 7.15)
+    # (in table order, a cold huge table could take the HBM that a hot one then misses)
+    tables, full = instance.tables, st.full
     named = oversized_to_host if isinstance(oversized_to_host, frozenset) else frozenset()
-    oversized = [i for i in range(len(tables)) if full[i] > caps.max() or i in rowwise or i in named]
+    oversized = [i for i in range(len(tables)) if full[i] > st.caps.max() or i in rowwise or i in named]
     if hot_first:
         oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
     for i in oversized:
-        t = tables[i]
         to_host = i in oversized_to_host if isinstance(oversized_to_host, frozenset) else bool(oversized_to_host)
-        if to_host and i not in rowwise:
-            f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
-            # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge)
-            for f in sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True):
-                probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
-                if shard_bytes(instance, t, probe) <= headroom * caps.max():
-                    break
-            need = shard_host_bytes(instance, t, probe)
-            if need <= (hosts - fixed_host).max() - host.sum() and shard_bytes(instance, t, probe) <= headroom * caps.max():
-                tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
-                hbm[i], host[i] = shard_bytes(instance, t, probe), need
-                continue
-        block = -(-t.rows // D)
-        uvm_block = Shard(table=t.name, device=0, rows=block, kernel=Kernel.fused_uvm)
-        host_ok = shard_host_bytes(instance, t, uvm_block) <= (hosts - fixed_host).min()
-        # sent to host memory but too big for one device's: its row-wise blocks go there, behind caches, as TorchRec
-        # places such a table (seed 1369 of bench_tiered's generator: two tables of 47 and 41 GB on 4 devices of
-        # 22.9 GB HBM and 22.9 GB host memory; split by rows in HBM they left no room for the rest, and no plan was found)
-        blocks_to_host = oversized_to_host is True and i not in rowwise and host_ok
-        host_devices = _host_with_room(instance, t, caps, fixed_hbm, headroom) if within_host and 1 < per_host < D and not blocks_to_host else None
-        if host_devices is not None:
-            tiers[i] = TableTier(Kernel.fused, None, True)
-            hbm[i] = host[i] = 0
-            for s in row_wise_shards(t, host_devices):
-                fixed.append(s)
-                fixed_hbm[s.device] += shard_bytes(instance, t, s)
+        if to_host and i not in rowwise and _whole_to_host(instance, st, i, lean, headroom):
             continue
-        block_bytes = slice_bytes(instance, t, block, t.dim)
-        if block_bytes <= headroom * caps.min() - fixed_hbm.max() and not blocks_to_host:
-            tier = TableTier(Kernel.fused, None, True)
-        elif host_ok:
-            tier = TableTier(Kernel.fused_uvm_caching, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t, block), True)
-        else:
-            room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - fixed_host).min()):,} bytes of host memory left on some device"
-            tested = f"{int(caps.min()):,} bytes on the smallest device" + (
-                f", {headroom:.0%} of it planned for" if headroom < 1 else "") + (
-                f", {int(fixed_hbm.max()):,} taken by other tables' blocks" if fixed_hbm.max() else "")
-            return (f"table {t.name!r} ({int(full[i]):,} bytes) fits on no device, and its row-wise blocks over all "
-                    f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({tested}) nor in host memory ({room})")
-        tiers[i] = tier
-        hbm[i] = host[i] = 0
-        for s in row_wise_shards(t, range(D), tier.kernel, tier.cache_load_factor):
-            fixed.append(s)
-            d = s.device
-            fixed_hbm[d] += shard_bytes(instance, t, s)
-            fixed_host[d] += shard_host_bytes(instance, t, s)
+        why = _split_by_rows(instance, st, i, lean, within_host, oversized_to_host is True and i not in rowwise, headroom)
+        if why is not None:
+            return why
+    why = _uncache_row_blocks(instance, st, headroom)
+    if why is not None:
+        return why
+    # 2. more than the HBM holds: the coldest tables per byte to host memory, first with a cache, then without
+    return _coldest_to_host(instance, st, lean, headroom)
 
-    # the row-wise tables' caches crowd out the HBM: the coldest of them lose their cache until they fit
-    cached_rw = [i for i, t in enumerate(tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching]
+
+@dataclass
+class _TierState:
+    """A layout as `_plan_tiers` builds it: each table's tier and bytes in each memory, the row-wise blocks fixed so
+    far and what they take on each device, and the devices' capacities."""
+
+    tiers: list[TableTier]
+    hbm: np.ndarray  # [T] each table's HBM bytes (0 for a row-wise table: its blocks are in `fixed`)
+    host: np.ndarray  # [T] its host-memory bytes
+    fixed: list[Shard]
+    fixed_hbm: np.ndarray  # [D]
+    fixed_host: np.ndarray  # [D]
+    caps: np.ndarray  # [D] HBM
+    hosts: np.ndarray  # [D] host memory
+    full: np.ndarray  # [T] each table's bytes whole in HBM
+
+    @classmethod
+    def of(cls, instance: Instance) -> _TierState:
+        topo, D = instance.topology, instance.topology.num_devices
+        full = table_bytes_array(instance)
+        return cls([TableTier() for _ in instance.tables], full.astype(np.int64).copy(), np.zeros(len(instance.tables), dtype=np.int64), [],
+                   np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64), np.array(topo.capacities(), dtype=np.int64),
+                   np.array(topo.host_capacities(), dtype=np.int64), full)
+
+
+def _whole_to_host(instance: Instance, st: _TierState, i: int, lean: bool, headroom: float) -> bool:
+    """Table i whole in host memory behind the largest offered cache (up to its own) that a device's HBM holds, where
+    a device's host memory has room. Returns whether it went."""
+    t = instance.tables[i]
+    f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
+    # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge)
+    for f in sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True):
+        probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
+        if shard_bytes(instance, t, probe) <= headroom * st.caps.max():
+            break
+    need = shard_host_bytes(instance, t, probe)
+    if need <= (st.hosts - st.fixed_host).max() - st.host.sum() and shard_bytes(instance, t, probe) <= headroom * st.caps.max():
+        st.tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
+        st.hbm[i], st.host[i] = shard_bytes(instance, t, probe), need
+        return True
+    return False
+
+
+def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, within_host: bool, to_host: bool, headroom: float) -> str | None:
+    """Table i split by rows: within one host in HBM where a host holds its blocks (`within_host`), else over all
+    devices, in HBM when the blocks fit, else in host memory behind caches. `to_host` (oversized_to_host=True): a
+    table sent to host memory but too big for one device's goes there by rows, as TorchRec places such a table (split
+    by rows in HBM, two such tables left no room for the rest). Returns why it cannot be split (None: it was)."""
+    topo, D, t = instance.topology, instance.topology.num_devices, instance.tables[i]
+    caps, hosts = st.caps, st.hosts
+    block = -(-t.rows // D)
+    uvm_block = Shard(table=t.name, device=0, rows=block, kernel=Kernel.fused_uvm)
+    host_ok = shard_host_bytes(instance, t, uvm_block) <= (hosts - st.fixed_host).min()
+    blocks_to_host = to_host and host_ok
+    per_host = topo.devices_per_host
+    host_devices = _host_with_room(instance, t, caps, st.fixed_hbm, headroom) if within_host and 1 < per_host < D and not blocks_to_host else None
+    if host_devices is not None:
+        st.tiers[i] = TableTier(Kernel.fused, None, True)
+        st.hbm[i] = st.host[i] = 0
+        for s in row_wise_shards(t, host_devices):
+            st.fixed.append(s)
+            st.fixed_hbm[s.device] += shard_bytes(instance, t, s)
+        return None
+    block_bytes = slice_bytes(instance, t, block, t.dim)
+    if block_bytes <= headroom * caps.min() - st.fixed_hbm.max() and not blocks_to_host:
+        tier = TableTier(Kernel.fused, None, True)
+    elif host_ok:
+        tier = TableTier(Kernel.fused_uvm_caching, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t, block), True)
+    else:
+        room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - st.fixed_host).min()):,} bytes of host memory left on some device"
+        tested = f"{int(caps.min()):,} bytes on the smallest device" + (
+            f", {headroom:.0%} of it planned for" if headroom < 1 else "") + (
+            f", {int(st.fixed_hbm.max()):,} taken by other tables' blocks" if st.fixed_hbm.max() else "")
+        return (f"table {t.name!r} ({int(st.full[i]):,} bytes) fits on no device, and its row-wise blocks over all "
+                f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({tested}) nor in host memory ({room})")
+    st.tiers[i] = tier
+    st.hbm[i] = st.host[i] = 0
+    for s in row_wise_shards(t, range(D), tier.kernel, tier.cache_load_factor):
+        st.fixed.append(s)
+        st.fixed_hbm[s.device] += shard_bytes(instance, t, s)
+        st.fixed_host[s.device] += shard_host_bytes(instance, t, s)
+    return None
+
+
+def _uncache_row_blocks(instance: Instance, st: _TierState, headroom: float) -> str | None:
+    """The row-wise tables' caches crowd out the HBM: the coldest of them lose their cache until they fit. Returns
+    why the row-wise blocks cannot fit (None: they do)."""
+    tables, full, caps, hosts = instance.tables, st.full, st.caps, st.hosts
+    cached_rw = [i for i, t in enumerate(st.tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching]
     cached_rw.sort(key=lambda i: tables[i].pooling_factor / max(int(full[i]), 1))
     for i in cached_rw:
-        if (fixed_hbm <= headroom * caps).all():
+        if (st.fixed_hbm <= headroom * caps).all():
             break
-        tiers[i] = TableTier(Kernel.fused_uvm, None, True)
-        for k, sh in enumerate(fixed):
+        st.tiers[i] = TableTier(Kernel.fused_uvm, None, True)
+        for k, sh in enumerate(st.fixed):
             if sh.table == tables[i].name:
-                fixed[k] = sh.model_copy(update={"kernel": Kernel.fused_uvm, "cache_load_factor": None})
-                fixed_hbm[sh.device] += shard_bytes(instance, tables[i], fixed[k]) - shard_bytes(instance, tables[i], sh)
-    if (fixed_hbm > caps).any() or (fixed_host > hosts).any():
-        d = int(np.argmax(np.maximum(fixed_hbm - caps, fixed_host - hosts)))
-        return (f"the row-wise blocks of the tables that fit on no device need {int(fixed_hbm[d]):,} bytes of HBM and "
-                f"{int(fixed_host[d]):,} of host memory on device {d}, which has {int(caps[d]):,} and {int(hosts[d]):,}")
+                st.fixed[k] = sh.model_copy(update={"kernel": Kernel.fused_uvm, "cache_load_factor": None})
+                st.fixed_hbm[sh.device] += shard_bytes(instance, tables[i], st.fixed[k]) - shard_bytes(instance, tables[i], sh)
+    if (st.fixed_hbm > caps).any() or (st.fixed_host > hosts).any():
+        d = int(np.argmax(np.maximum(st.fixed_hbm - caps, st.fixed_host - hosts)))
+        return (f"the row-wise blocks of the tables that fit on no device need {int(st.fixed_hbm[d]):,} bytes of HBM and "
+                f"{int(st.fixed_host[d]):,} of host memory on device {d}, which has {int(caps[d]):,} and {int(hosts[d]):,}")
+    return None
 
-    # 2. more than the HBM holds: the coldest tables per byte to host memory, first with a cache, then without
-    budget = headroom * caps.sum() - fixed_hbm.sum()
+
+def _coldest_to_host(instance: Instance, st: _TierState, lean: bool, headroom: float) -> TieredLayout | str:
+    """More than the HBM holds: the coldest tables per byte (`lean`: the largest) to host memory, first with a cache,
+    then without; the layout, or why the tables left in HBM still do not fit."""
+    tables, full, caps, hosts, tiers, hbm, host = instance.tables, st.full, st.caps, st.hosts, st.tiers, st.hbm, st.host
+    budget = headroom * caps.sum() - st.fixed_hbm.sum()
     packed = [i for i, t in enumerate(tiers) if not t.rowwise]
     heat = np.array([tables[i].pooling_factor / max(int(full[i]), 1) for i in packed])
     coldest = [packed[k] for k in np.argsort(heat, kind="stable")]
     if lean:  # the largest first (ties: the colder)
         coldest = sorted(coldest, key=lambda i: (-int(full[i]), tables[i].pooling_factor / max(int(full[i]), 1), i))
-    host_left = (hosts - fixed_host).astype(np.float64)  # host memory the table-wise UVM tables may still take
+    host_left = (hosts - st.fixed_host).astype(np.float64)  # host memory the table-wise UVM tables may still take
     if hbm[packed].sum() > budget and hosts.sum() > 0:
         for i in coldest:
             if hbm[packed].sum() <= budget:
@@ -358,7 +399,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
             if tiers[i].kernel is Kernel.fused_uvm_caching:
                 tiers[i] = TableTier(Kernel.fused_uvm, None, False)
                 hbm[i] = shard_bytes(instance, tables[i], Shard(table=tables[i].name, device=0, kernel=Kernel.fused_uvm))
-    if hbm[packed].sum() > caps.sum() - fixed_hbm.sum():
+    if hbm[packed].sum() > caps.sum() - st.fixed_hbm.sum():
         return (f"the tables left in HBM need {int(hbm[packed].sum()):,} bytes after moving every table that can go to "
-                f"host memory there, but the devices have {int(caps.sum() - fixed_hbm.sum()):,} bytes of HBM left")
-    return TieredLayout(tiers, hbm, host, fixed, fixed_hbm, fixed_host)
+                f"host memory there, but the devices have {int(caps.sum() - st.fixed_hbm.sum()):,} bytes of HBM left")
+    return TieredLayout(tiers, hbm, host, st.fixed, st.fixed_hbm, st.fixed_host)

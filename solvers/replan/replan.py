@@ -40,7 +40,7 @@ from costmodels.hierarchical import OUTPUT_DIST_ORDER
 from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
 from shardopt.core.plan_check import check_plan
-from solvers.base import SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.base import Budget, ReplanReport, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.placement.polish import comm_totals, table_contribution
 
 GIB = float(2**30)
@@ -270,13 +270,13 @@ def _moved_if_on(st: _State, t: int, device: int) -> int:
     return int(round(moved))
 
 
-def _local_search(st: _State, budget: int | None, clock: Stopwatch, deadline: float | None) -> int:
+def _local_search(st: _State, budget: int | None, time: Budget) -> int:
     """Returns of tables to their old shards and whole-table moves off the bottleneck (a table whose shards all sit
     on it, to every other device in order: all such moves of one table costed in one batched call), first
     improvement of the objective within the budget."""
     steps = 0
     bm = st.bm
-    while deadline is None or clock.elapsed < deadline:
+    while not time.spent():
         cur = st.objective(st.cost, st.moved_bytes)
         hot = int(np.argmax(st.totals))
         improved = False
@@ -317,7 +317,7 @@ def _local_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
                     st.apply(t, shards, table_contribution(st.instance, bm, t, shards))
                     improved = True
                     break
-                if deadline is not None and clock.elapsed >= deadline:
+                if time.spent():
                     break
         if not improved:
             break
@@ -350,7 +350,7 @@ class _ShardMoved:
         return self.area[p] - np.array([kept.get(int(d), 0.0) for d in devices])
 
 
-def _shard_search(st: _State, budget: int | None, clock: Stopwatch, deadline: float | None) -> int:
+def _shard_search(st: _State, budget: int | None, time: Budget) -> int:
     """Single shards moved off the bottleneck device, or swapped with a shard elsewhere (solvers.placement.plan_moves: both
     memory tiers checked, pieces of one table kept apart), the best change of the first shard that has an improving
     one taken, while the objective improves and the moved bytes stay within the budget. Finer than the whole-table
@@ -361,7 +361,7 @@ def _shard_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
     mv = _ShardMoved(st, ps.shards)
     moved = np.array([mv.on(p, np.array([d]))[0] for p, d in enumerate(ps.device)])
     steps = 0
-    while deadline is None or clock.elapsed < deadline:
+    while not time.spent():
         cur = st.objective(ps.cost, int(round(moved.sum())))
         hot = ps.bottleneck
         improved = False
@@ -397,7 +397,7 @@ def _shard_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
                 ps.refresh()
                 steps += 1
                 break
-            if deadline is not None and clock.elapsed >= deadline:
+            if time.spent():
                 break
         if not improved:
             break
@@ -417,10 +417,10 @@ def _shard_search(st: _State, budget: int | None, clock: Stopwatch, deadline: fl
     return steps
 
 
-def _return_until_within(st: _State, budget: int, clock: Stopwatch, deadline: float | None) -> bool:
+def _return_until_within(st: _State, budget: int, time: Budget) -> bool:
     """Move tables back to their old shards, most bytes saved per ms of cost added first, until the moved bytes
     are within the budget. Whether it got there."""
-    while st.moved_bytes > budget and (deadline is None or clock.elapsed < deadline):
+    while st.moved_bytes > budget and not time.spent():
         best: tuple[float, int, tuple] | None = None
         for t in sorted(st.groups):
             if t not in st.old or st.moved[t] == 0:
@@ -488,11 +488,11 @@ def warm_start(instance: Instance, bm: BoundCostModel, carried: CarryOver, max_p
     return groups
 
 
-def _toward(st: _State, target: dict[int, list[Shard]], budget: int | None, clock: Stopwatch, deadline: float | None) -> int:
+def _toward(st: _State, target: dict[int, list[Shard]], budget: int | None, time: Budget) -> int:
     """From the plan in `st`, tables changed to their shards in `target` (the scratch plan), the one that lowers
     the objective most per byte it moves first, while the budget and memory hold and the objective improves."""
     steps = 0
-    while deadline is None or clock.elapsed < deadline:
+    while not time.spent():
         cur = st.objective(st.cost, st.moved_bytes)
         best: tuple[float, int, tuple] | None = None
         for t in sorted(target):
@@ -599,7 +599,7 @@ def replan(
     # the solver's own plan gets half the budget (its own default without one); the local searches the rest (without
     # a limit: neuroshard's size-based default budget, so a large instance still returns in seconds)
     scratch = solver.solve(instance, cost_model, time_limit=None if time_limit is None else 0.5 * time_limit, seed=seed)
-    deadline = time_limit if time_limit is not None else clock.elapsed + default_budget(instance)
+    time = Budget.of(clock, time_limit if time_limit is not None else clock.elapsed + default_budget(instance))
     starts: list[tuple[str, dict[int, list[Shard]]]] = []
     warm = warm_start(instance, bm, carried)
     if warm is not None:
@@ -631,19 +631,19 @@ def replan(
         budget = 0 if name == "warm_start_kept" else max_moved_bytes
         within = True
         if budget is not None and st.moved_bytes > budget:
-            within = _return_until_within(st, budget, clock, deadline)
+            within = _return_until_within(st, budget, time)
         # each start's search gets an equal share of the time left, so a slow first start cannot starve the others
-        share = clock.elapsed + max(deadline - clock.elapsed, 0.0) / (len(starts) - k)
+        share = time.share(1.0 / (len(starts) - k))
         # (the walk gets half of the start's time at most: on 906 x 128 it otherwise took all of it, and the local
         # searches none, ending above the plan the 0-byte budget found)
-        walk_until = clock.elapsed + 0.5 * max(share - clock.elapsed, 0.0)
-        toward = _toward(st, target, budget, clock, walk_until) if name.startswith("warm_start") and target is not None else 0
+        walk = share.share(0.5)
+        toward = _toward(st, target, budget, walk) if name.startswith("warm_start") and target is not None else 0
         steps = shard_steps = 0
         while within:  # whole-table returns and moves, then single-shard moves and swaps, until neither improves
-            steps += _local_search(st, budget, clock, share)
-            more = _shard_search(st, budget, clock, share)
+            steps += _local_search(st, budget, share)
+            more = _shard_search(st, budget, share)
             shard_steps += more
-            if not more or clock.elapsed >= share:
+            if not more or share.spent():
                 break
         tried[name] = {"cost": st.cost, "moved_bytes": st.moved_bytes, "within_budget": within, "search_steps": steps, "shard_steps": shard_steps,
                        "toward_scratch_steps": toward}
@@ -657,10 +657,10 @@ def replan(
     check = check_plan(instance, shards)
     if not check.ok:  # (a bug, never a silent wrong plan)
         raise AssertionError(f"re-planning produced an invalid plan: {check.violations[:3]}")
-    info = {"replan": {"moved_bytes": best.moved_bytes, "max_moved_bytes": max_moved_bytes, "move_weight_ms_per_gib": move_weight,
-                       "model_bytes": int(sum(table_bytes(instance, t) for t in instance.tables)), "carried_over": carried.report(),
-                       "scratch": scratch_info, "starts": tried}}
-    timed_out = clock.elapsed >= deadline
+    moves = ReplanReport(moved_bytes=best.moved_bytes, max_moved_bytes=max_moved_bytes, move_weight_ms_per_gib=move_weight,
+                          model_bytes=int(sum(table_bytes(instance, t) for t in instance.tables)), carried_over=carried.report(),
+                          scratch=scratch_info, starts=tried)
+    timed_out = time.spent()
     return finish(solver, instance, cost_model, shards, clock, seed=seed, status=SolveStatus.timeout if timed_out else SolveStatus.feasible,
-                  info=info, bound=bm, extra_params={"replanned_from": old.instance or "?", "max_moved_bytes": max_moved_bytes,
-                                                     "move_weight_ms_per_gib": move_weight})
+                  info={"replan": moves.to_dict()}, bound=bm, replan=moves,
+                  extra_params={"replanned_from": old.instance or "?", "max_moved_bytes": max_moved_bytes, "move_weight_ms_per_gib": move_weight})

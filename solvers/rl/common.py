@@ -39,7 +39,7 @@ from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
-from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
+from solvers.base import Budget, PolicyUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.placement.completion import completion_mask
 from solvers.options import existing_file, option
 
@@ -502,9 +502,9 @@ class PolicySolver(Solver):
         info: dict[str, Any] = {"policy": str(self.checkpoint)}
         if policy_card is not None:
             info["policy_from_card"] = policy_card
-        stop = None if time_limit is None else (lambda: clock.elapsed >= time_limit)
+        budget = Budget.of(clock, time_limit)
         try:
-            best, last = self._rollouts(ctx, policy, rng, clock, time_limit, stop, tried, info)
+            best, last = self._rollouts(ctx, policy, rng, budget, tried, info)
         except RolloutTimeout as cut:
             why = (f"{self.name}: the time limit of {time_limit:g} s ended the policy's rollout ({'; '.join(tried)}) after "
                    f"{cut.placed} of {ctx.T} tables, before it had a plan")
@@ -526,18 +526,21 @@ class PolicySolver(Solver):
             return fail(self, SolveStatus.no_solution, why, clock, info)
         device_of = best[1]
         shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
-        over = time_limit is not None and clock.elapsed > time_limit
+        over = budget.spent()
         info["fallback_used"] = tried[-1] != "primary"
         return finish(
             self, instance, cost_model, shards, clock, seed=seed, bound=bm, info=info,
             status=SolveStatus.timeout if over else SolveStatus.feasible,
             extra_params={"fallback_used": tried[-1] if tried[-1] != "primary" else None},
+            policy=PolicyUse(str(self.checkpoint), policy_card),
         )
 
-    def _rollouts(self, ctx: Context, policy: NumpyPolicy, rng: np.random.Generator, clock: Stopwatch, time_limit: float | None,
-                  stop: Callable[[], bool] | None, tried: list[str], info: dict[str, Any]) -> tuple[tuple[float, np.ndarray] | None, Rollout | None]:
+    def _rollouts(self, ctx: Context, policy: NumpyPolicy, rng: np.random.Generator, budget: Budget, tried: list[str],
+                  info: dict[str, Any]) -> tuple[tuple[float, np.ndarray] | None, Rollout | None]:
         """The policy's greedy rollout (and its samples while half the budget is left), in the cost order and, if
         that finds no plan, in the memory order: (best (cost, devices) or None, the last rollout)."""
+        stop = None if budget.deadline is None else budget.spent
+        samples_until = Budget.of(budget.clock, None if budget.deadline is None else 0.5 * budget.deadline)  # (half the limit)
         best: tuple[float, np.ndarray] | None = None
         last: Rollout | None = None
         for stage in ("cost", "bytes"):
@@ -547,7 +550,7 @@ class PolicySolver(Solver):
             cands = [(float(ro.costs[0]), ro.device_of[0])] if not ro.failed[0] else []
             info["greedy_cost"] = float(ro.costs[0]) if not ro.failed[0] else None
             sampled_best = None
-            if self.options.samples > 0 and (time_limit is None or clock.elapsed < 0.5 * time_limit):
+            if self.options.samples > 0 and not samples_until.spent():
                 try:
                     rs = rollout(ctx, policy, self.options.samples, rng, greedy_lanes=0, order=stage, safe=self.options.safe_mask, temperature=self.options.temperature, stop=stop)
                 except RolloutTimeout:  # (the greedy rollout's plan stands)
