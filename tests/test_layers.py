@@ -21,8 +21,10 @@ ALLOWED: dict[str, set[str]] = {
     "solvers": {"core", "data", "costmodels", "solvers"},
     "measure": {"core", "data", "costmodels", "measure"},
     "leaderboard": {"core", "data", "costmodels", "solvers", "measure", "leaderboard"},
-    "cli": {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "cli"},
-    "top": {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "cli", "top"},
+    # the TorchRec planner (shardopt.torchrec): solvers behind TorchRec's interface, beside the leaderboard
+    "torchrec": {"core", "data", "costmodels", "solvers", "torchrec"},
+    "cli": {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "torchrec", "cli"},
+    "top": {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "torchrec", "cli", "top"},
 }
 
 

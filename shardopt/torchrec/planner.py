@@ -1,0 +1,354 @@
+"""`ShardoptPlanner`: shardopt's solvers behind TorchRec's planner interface.
+
+A TorchRec user passes it where `EmbeddingShardingPlanner` goes: `plan(module, sharders)` on one process, or
+`collective_plan(module, sharders, pg)`, which plans on rank 0 and broadcasts so that every rank shards by the same
+plan. It reads what TorchRec's planner reads - every embedding collection the sharders can shard (at any depth, bag
+and sequence collections alike), the `Topology`, the per-rank batch size and the `ParameterConstraints` - turns them
+into one instance of shardopt's IR, solves it with the solver, cost model, time limit and seed it was given, and
+returns a real `ShardingPlan` (one module plan per collection, keyed by its path in the model).
+
+Why an instance of its own rather than TorchRec's `ShardingOption`s: every solver here plans over the IR, and the IR
+is also what the plan checker checks, the cost models price and the certified bound bounds; so the plan TorchRec
+receives is one those parts have seen.
+
+What maps, and what is refused (a constraint is never silently dropped):
+- tables: name, rows, dim and data type from the collection's configs; a table's feature names are kept in the
+  instance's metadata; tables of several collections get the collection's path as a prefix where names repeat;
+- topology: world size, local world size, each rank's HBM (less `storage_reservation`, TorchRec's 15 % for the
+  dense part of the model) and, on CUDA, its DDR as host memory for UVM; the intra- and inter-host bandwidths;
+- batch: TorchRec's per-rank batch x world size (shardopt's batch is global);
+- optimizer: the one `_apply_optimizer_in_backward` attached to the tables, else the sharders' `fused_params`
+  optimizer, else TorchRec's default for a table without one (exact SGD);
+- constraints: `pooling_factors` (summed over a table's features: lookups per sample add up), `num_poolings` and
+  `batch_sizes` only where they say what the instance already says; `stochastic_rounding`, `bounds_check_mode` and
+  `output_dtype` travel to the table's ParameterSharding unchanged; every other field that is set is refused by name
+  (placement constraints in the IR are issue 'planner', item 2, and not built yet).
+
+A sequence collection (`EmbeddingCollection`) sends each looked-up row through the all-to-all, not one pooled row
+per sample; the IR prices pooled tables only, so its all-to-all is under-estimated by its pooling factor, and the
+plan log says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardopt.core.errors import UserError
+from shardopt.core.hardware import DEFAULT_PROFILE
+from shardopt.core.ir import Instance, Plan
+from shardopt.data.torchrec_install import require_torchrec
+
+require_torchrec()  # (an ImportError naming the exact pip commands when TorchRec is not installed)
+
+from torchrec.distributed.types import ShardingPlanner  # noqa: E402
+
+logger = logging.getLogger("shardopt.torchrec")
+
+# TorchRec's planner keeps this share of each rank's HBM for the dense part of the model and its activations
+# (torchrec.distributed.planner.storage_reservations.HeuristicalStorageReservation's default percentage)
+DEFAULT_STORAGE_RESERVATION = 0.15
+# the optimizer TorchRec's fused kernel trains a table with when nothing names one (EmbOptimType.EXACT_SGD)
+TORCHREC_DEFAULT_OPTIMIZER = "sgd"
+# constraint fields that do not change where a table goes: copied onto its ParameterSharding as they are
+PASSED_THROUGH = ("stochastic_rounding", "bounds_check_mode", "output_dtype")
+# constraint fields with no equivalent yet: refused by name when set
+UNSUPPORTED_CONSTRAINTS = ("sharding_types", "compute_kernels", "min_partition", "cache_params", "enforce_hbm", "device_group",
+                           "key_value_params")
+_OPTIMIZERS = {"SGD": "sgd", "EXACT_SGD": "sgd", "RowWiseAdagrad": "rowwise_adagrad", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
+               "ROWWISE_ADAGRAD": "rowwise_adagrad", "Adam": "adam", "ADAM": "adam"}
+
+
+class PlannerInputError(UserError, ValueError):
+    """The module, topology or constraints ask for something this planner cannot plan (the message names it)."""
+
+
+@dataclass
+class Collection:
+    """One shardable embedding collection of the model: its path, kind, sharder and tables (config per name)."""
+
+    path: str
+    kind: str  # "bag" (pooled outputs) or "sequence" (one output row per lookup)
+    sharder: Any
+    configs: list[Any]
+
+
+@dataclass
+class PlannedTables:
+    """The instance made of a model's collections, and which table of which collection each instance table is."""
+
+    instance: Instance
+    owner: dict[str, tuple[str, str]]  # instance table name -> (collection path, table name in the collection)
+    collections: list[Collection]
+    notes: list[str] = field(default_factory=list)
+
+
+class ShardoptPlanner(ShardingPlanner):
+    """A TorchRec `ShardingPlanner` that plans with a shardopt solver.
+
+    `topology`: TorchRec's `Topology` (world size, local world size, per-rank HBM / DDR, bandwidths, compute device);
+    `batch_size`: the per-rank batch, as TorchRec's planner takes it; `constraints`: TorchRec's
+    `ParameterConstraints` per table name; `solver`, `cost_model` (`auto`: a calibrated model of this hardware where
+    one is registered, else the analytic model), `time_limit` (seconds; None: the solver's own budget), `seed`,
+    `options` (the solver's options), `hardware` (the shardopt hardware profile the analytic model prices with)."""
+
+    def __init__(self, topology: Any, batch_size: int = 512, constraints: dict[str, Any] | None = None, *, solver: str = "neuroshard",
+                 cost_model: str = "auto", time_limit: float | None = None, seed: int = 0, options: dict[str, Any] | None = None,
+                 hardware: str = DEFAULT_PROFILE, storage_reservation: float = DEFAULT_STORAGE_RESERVATION) -> None:
+        from solvers.catalog import get_solver
+
+        if batch_size < 1:
+            raise PlannerInputError(f"batch_size: {batch_size} must be >= 1 (the per-rank batch)")
+        if not 0.0 <= storage_reservation < 1.0:
+            raise PlannerInputError(f"storage_reservation: {storage_reservation} must be in [0, 1)")
+        if time_limit is not None and not time_limit > 0:
+            raise PlannerInputError(f"time_limit: {time_limit} must be > 0 seconds (or None: the solver's own budget)")
+        self.topology, self.batch_size, self.constraints = topology, int(batch_size), dict(constraints or {})
+        self.solver_name, self.cost_model, self.time_limit, self.seed = solver, cost_model, time_limit, int(seed)
+        self.hardware, self.storage_reservation = hardware, float(storage_reservation)
+        self.solver = get_solver(solver, **(options or {}))  # (an unknown solver or option fails here, before any planning)
+        self.last: dict[str, Any] | None = None  # what the last plan() did: solver, cost, bound, stop reason, notes
+
+    # -- TorchRec's interface ------------------------------------------------------------------------------------
+
+    def plan(self, module: Any, sharders: list[Any]) -> Any:
+        """The `ShardingPlan` of every collection in `module` that one of `sharders` shards."""
+        from costmodels.auto import choose_cost_model
+
+        t0 = time.perf_counter()
+        planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, self.storage_reservation)
+        choice = choose_cost_model(self.cost_model, planned.instance)
+        notes = list(planned.notes) + ([choice.notice] if choice.notice else []) + list(choice.warnings)
+        result = self.solver.solve(planned.instance, choice.model, time_limit=self.time_limit, seed=self.seed)
+        if not result.status.has_plan or result.plan is None:
+            raise PlannerInputError(f"shardopt ({self.solver_name}) found no plan: {result.reason}")
+        sharding_plan = export_plan(planned, result.plan, self.topology.compute_device, self.constraints)
+        self.last = {"solver": self.solver_name, "cost_model": choice.name, "status": result.status.value,
+                     "stopped": result.stopped.value if result.stopped is not None else None,
+                     "predicted_ms": result.predicted_cost, "lower_bound_ms": result.lower_bound,
+                     "solver_bound": result.model_bound.to_dict() if result.model_bound is not None else None,
+                     "seconds": time.perf_counter() - t0, "tables": len(planned.instance.tables),
+                     "collections": [c.path for c in planned.collections], "notes": notes, "instance": planned.instance}
+        _log_plan(self.last, result.plan, planned)
+        return sharding_plan
+
+    def collective_plan(self, module: Any, sharders: list[Any] | None = None, pg: Any = None) -> Any:
+        """`plan` on rank 0 of `pg` (the default group when None), broadcast to every rank: all shard by one plan."""
+        import torch.distributed as dist
+        from torchrec.distributed.collective_utils import invoke_on_rank_and_broadcast_result
+        from torchrec.distributed.sharding_plan import get_default_sharders
+
+        if pg is None:
+            if not dist.is_initialized():
+                raise PlannerInputError("collective_plan: no process group (call torch.distributed.init_process_group first, or use plan())")
+            pg = dist.GroupMember.WORLD
+        return invoke_on_rank_and_broadcast_result(pg, 0, self.plan, module, sharders if sharders is not None else get_default_sharders())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the model's collections -> an instance
+
+
+def collections_of(module: Any, sharders: list[Any]) -> list[Collection]:
+    """Every submodule (the module itself included, at any depth) that a sharder shards and that holds embedding
+    configs, outermost first; the submodules of a sharded collection are its own business."""
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+
+    found: list[Collection] = []
+    taken: list[str] = []
+    for path, child in module.named_modules():
+        if any(outer == "" or path == outer or path.startswith(outer + ".") for outer in taken):
+            continue
+        sharder = next((s for s in sharders if isinstance(child, s.module_type)), None)
+        if sharder is None:
+            continue
+        if isinstance(child, EmbeddingBagCollection):
+            found.append(Collection(path, "bag", sharder, list(child.embedding_bag_configs())))
+        elif isinstance(child, EmbeddingCollection):
+            found.append(Collection(path, "sequence", sharder, list(child.embedding_configs())))
+        else:
+            raise PlannerInputError(f"module {path or '(the model)'!r}: {type(child).__name__} is sharded by {type(sharder).__name__}, "
+                                    "but this planner places EmbeddingBagCollection and EmbeddingCollection tables only")
+        taken.append(path)
+    return found
+
+
+def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, constraints: dict[str, Any], hardware: str,
+              storage_reservation: float) -> PlannedTables:
+    """The instance of `module`'s collections on `topology` (the module docstring says what maps)."""
+    from shardopt.data.torchrec_configs import instance_from_configs
+
+    collections = collections_of(module, sharders)
+    if not collections:
+        raise PlannerInputError(f"the module ({type(module).__name__}) holds no EmbeddingBagCollection or EmbeddingCollection "
+                                f"that the sharders given ({', '.join(type(s).__name__ for s in sharders) or 'none'}) shard")
+    names = [c.name for col in collections for c in col.configs]
+    clash = len(set(names)) < len(names)
+    owner: dict[str, tuple[str, str]] = {}
+    configs: list[Any] = []
+    for col in collections:
+        for c in col.configs:
+            name = f"{col.path}.{c.name}" if clash and col.path else c.name
+            if name in owner:
+                raise PlannerInputError(f"table {c.name!r}: two collections hold a table of this name and one of them is the model itself")
+            owner[name] = (col.path, c.name)
+            configs.append(_renamed(c, name))
+    unknown = sorted(set(constraints) - {c.name for col in collections for c in col.configs} - set(owner))
+    if unknown:
+        raise PlannerInputError(f"constraints: {unknown[0]!r} names no table of the model's collections")
+    keys = {name: name if name in constraints else owner[name][1] for name in owner}  # (the constraint's key as the user wrote it)
+    pooling = {name: _pooling_factor(keys[name], constraints.get(keys[name]), batch_size) for name in owner}
+    pooling = {k: v for k, v in pooling.items() if v is not None}
+    topo = _topology_fields(topology, storage_reservation)
+    optimizer = _optimizer(module, collections)
+    instance = instance_from_configs(configs, num_devices=topo["num_devices"], devices_per_host=topo["devices_per_host"],
+                                     memory_bytes=topo["memory_bytes"], hardware=hardware, batch_size=batch_size * topo["num_devices"],
+                                     pooling=pooling, optimizer=optimizer, name=type(module).__name__, provenance="ShardoptPlanner",
+                                     source="ParameterConstraints.pooling_factors")
+    doc = instance.model_dump(mode="json")
+    doc["topology"].update({k: v for k, v in topo.items() if k not in ("num_devices", "devices_per_host", "memory_bytes")})
+    doc["metadata"]["features"] = {name: list(c.feature_names) for name, c in zip(owner, configs)}
+    doc["metadata"]["collections"] = {name: owner[name][0] for name in owner}
+    from shardopt.core.ir import instance_from_dict
+
+    instance = instance_from_dict(doc, "ShardoptPlanner")
+    notes = []
+    sequence = [col.path or "(the model)" for col in collections if col.kind == "sequence"]
+    if sequence:
+        notes.append(f"sequence collection(s) {', '.join(sequence)}: their all-to-all is priced as pooled (one row per sample), "
+                     "under-estimated by each table's pooling factor")
+    if optimizer == TORCHREC_DEFAULT_OPTIMIZER and not _named_optimizer(module, collections):
+        notes.append("no optimizer attached to the tables or in the sharders' fused_params: planned for TorchRec's default, exact SGD")
+    return PlannedTables(instance, owner, collections, notes)
+
+
+def _renamed(config: Any, name: str) -> Any:
+    if config.name == name:
+        return config
+    import dataclasses
+
+    return dataclasses.replace(config, name=name)
+
+
+def _pooling_factor(name: str, pc: Any, batch_size: int) -> float | None:
+    """A table's pooling factor from its ParameterConstraints (None: no constraints, the default applies), after
+    refusing every field this planner cannot honour."""
+    if pc is None:
+        return None
+    for f in UNSUPPORTED_CONSTRAINTS:
+        value = getattr(pc, f, None)
+        if value is not None:
+            raise PlannerInputError(f"constraints[{name!r}].{f}: {value!r} cannot be honoured yet (placement constraints are not in "
+                                    "shardopt's IR); leave it unset, or plan this model with EmbeddingShardingPlanner")
+    if getattr(pc, "use_virtual_table", False):
+        raise PlannerInputError(f"constraints[{name!r}].use_virtual_table: True (key-value / SSD tables are not in shardopt's IR)")
+    if pc.batch_sizes is not None and any(int(b) != batch_size for b in pc.batch_sizes):
+        raise PlannerInputError(f"constraints[{name!r}].batch_sizes: {list(pc.batch_sizes)} differ from the planner's batch_size {batch_size} "
+                                "(shardopt's IR has one batch for all tables)")
+    if pc.num_poolings is not None and any(float(n) != 1.0 for n in pc.num_poolings):
+        raise PlannerInputError(f"constraints[{name!r}].num_poolings: {list(pc.num_poolings)} (several poolings per sample are not in shardopt's IR)")
+    factors = [float(x) for x in pc.pooling_factors]
+    if not factors or any(not math.isfinite(x) or x < 0 for x in factors):
+        raise PlannerInputError(f"constraints[{name!r}].pooling_factors: {factors} must be finite numbers >= 0, one per feature")
+    return sum(factors)
+
+
+def _topology_fields(topology: Any, storage_reservation: float) -> dict[str, Any]:
+    """The IR topology fields of TorchRec's `Topology`: devices, HBM less the reservation (on CPU: its DDR, the only
+    memory there), host memory for UVM on CUDA, bandwidths (TorchRec's bytes per ms as bytes per second)."""
+    world, local = int(topology.world_size), int(topology.local_world_size)
+    if world % local:
+        raise PlannerInputError(f"topology: world_size {world} is not a multiple of local_world_size {local} (equal hosts only)")
+    cuda = topology.compute_device == "cuda"
+    if topology.compute_device not in ("cuda", "cpu"):
+        raise PlannerInputError(f"topology.compute_device: {topology.compute_device!r} (this planner plans for cuda or cpu)")
+    hbm = [int(d.storage.hbm) for d in topology.devices] if cuda else [int(d.storage.ddr) for d in topology.devices]
+    ddr = [int(d.storage.ddr) for d in topology.devices] if cuda else [0] * world
+    usable = [int(h * (1.0 - storage_reservation)) for h in hbm]
+    if min(usable) <= 0:
+        raise PlannerInputError(f"topology: rank {usable.index(min(usable))} has no memory for tables ({hbm[usable.index(min(usable))]:,} bytes)")
+    one = (lambda v: v[0] if len(set(v)) == 1 else v)
+    return {"num_devices": world, "devices_per_host": local, "memory_bytes": one(usable), "host_memory_bytes": one(ddr),
+            "intra_host_bandwidth": float(topology.intra_host_bw) * 1000.0, "inter_host_bandwidth": float(topology.inter_host_bw) * 1000.0}
+
+
+def _named_optimizer(module: Any, collections: list[Collection]) -> str | None:
+    """The optimizer class or type the model names for its tables: `_apply_optimizer_in_backward`'s on a table's
+    weight, else a sharder's fused_params; None when nothing names one."""
+    by_path = dict(module.named_modules())
+    for col in collections:
+        for p in by_path[col.path].parameters():
+            classes = getattr(p, "_optimizer_classes", None)
+            if classes:
+                return classes[0].__name__
+    for col in collections:
+        opt = (getattr(col.sharder, "fused_params", None) or {}).get("optimizer")
+        if opt is not None:
+            return getattr(opt, "name", str(opt))
+    return None
+
+
+def _optimizer(module: Any, collections: list[Collection]) -> str:
+    named = _named_optimizer(module, collections)
+    if named is None:
+        return TORCHREC_DEFAULT_OPTIMIZER
+    if named not in _OPTIMIZERS:
+        raise PlannerInputError(f"optimizer {named!r}: shardopt's IR prices the memory of {', '.join(sorted(set(_OPTIMIZERS.values())))} only")
+    return _OPTIMIZERS[named]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the plan -> TorchRec's ShardingPlan
+
+
+def export_plan(planned: PlannedTables, plan: Plan, compute_device: str, constraints: dict[str, Any]) -> Any:
+    """One module plan per collection, each table's ParameterSharding as `shardopt.data.torchrec_io` exports it, under
+    the table's own name; refused (naming the table) where the collection's sharder does not offer the sharding
+    type or compute kernel the plan chose."""
+    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ShardingPlan
+
+    from shardopt.data.torchrec_io import to_torchrec_plan
+
+    whole = to_torchrec_plan(planned.instance, plan, module_path="", compute_device=compute_device).plan[""]
+    by_path = {col.path: col for col in planned.collections}
+    plans: dict[str, Any] = {col.path: EmbeddingModuleShardingPlan() for col in planned.collections}
+    for name, ps in whole.items():
+        path, table = planned.owner[name]
+        sharder = by_path[path].sharder
+        types = sharder.sharding_types(compute_device)
+        if ps.sharding_type not in types:
+            raise PlannerInputError(f"table {table!r} of {path or '(the model)'}: the plan shards it {ps.sharding_type}, which "
+                                    f"{type(sharder).__name__} does not offer ({', '.join(types)})")
+        kernels = sharder.compute_kernels(ps.sharding_type, compute_device)
+        if ps.compute_kernel not in kernels:
+            raise PlannerInputError(f"table {table!r} of {path or '(the model)'}: compute kernel {ps.compute_kernel} is not one "
+                                    f"{type(sharder).__name__} offers for {ps.sharding_type} ({', '.join(kernels)})")
+        pc = constraints.get(table) or constraints.get(name)
+        for f in PASSED_THROUGH:
+            value = getattr(pc, f, None) if pc is not None else None
+            if value is not None:
+                setattr(ps, f, value)
+        plans[path][table] = ps
+    return ShardingPlan(plans)
+
+
+def _log_plan(last: dict[str, Any], plan: Plan, planned: PlannedTables) -> None:
+    """The plan's summary on the `shardopt.torchrec` logger, as TorchRec's planner logs its stats."""
+    from collections import Counter
+
+    from shardopt.core.sharding_types import sharding_type
+
+    instance = planned.instance
+    kinds = Counter(sharding_type(instance.topology, t, [s for s in plan.shards if s.table == t.name]) for t in instance.tables)
+    bound = (f"certified lower bound {last['lower_bound_ms']:.3f} ms" if last["lower_bound_ms"] is not None
+             else "no certified bound (shardopt bound INSTANCE.json computes the analytic model's)")
+    logger.info("shardopt planner: %s with %s placed %d tables of %s on %d ranks in %.2f s (%s, %s)", last["solver"], last["cost_model"],
+                last["tables"], ", ".join(p or "(the model)" for p in last["collections"]), instance.topology.num_devices, last["seconds"],
+                last["status"], last["stopped"])
+    logger.info("shardopt planner: predicted %.3f ms per iteration (max over ranks); %s; sharding types %s", last["predicted_ms"], bound,
+                ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    for note in last["notes"]:
+        logger.warning("shardopt planner: %s", note)
