@@ -251,3 +251,41 @@ def equal_tables_instance(name: str, devices: int) -> Instance:
         "topology": {"num_devices": devices, "devices_per_host": devices, "memory_bytes": 10**9, "hardware": "v100"},
         "workload": {"batch_size": 512, "optimizer": "sgd"},
     })
+
+
+def launch_ranks(argv: list[str], tmp: Path, world: int, per_host: int, timeout: float = 420.0) -> list[dict[str, Any]]:
+    """`argv` + [its report path] started once per rank as torchrun starts them on hosts of `per_host` (RANK,
+    LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR / MASTER_PORT on a free port), each writing its
+    log to tmp/rank{r}.log and its report (JSON) to tmp/rank{r}.json; every rank's report, AssertionError with the
+    failed ranks' logs otherwise."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank % per_host), "GROUP_RANK": str(rank // per_host),
+               "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(per_host), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": "1"}
+        log = open(tmp / f"rank{rank}.log", "w")
+        procs.append((subprocess.Popen([*argv, str(tmp / f"rank{rank}.json")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp), log))
+    deadline = time.monotonic() + timeout
+    try:
+        for p, _ in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+    failed = [(r, p.returncode) for r, (p, _) in enumerate(procs) if p.returncode != 0]
+    assert not failed, f"ranks {failed} failed:\n" + "\n".join((tmp / f"rank{r}.log").read_text()[-3000:] for r, _ in failed[:2])
+    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]

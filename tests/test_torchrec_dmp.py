@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -170,46 +167,11 @@ def _worker(instance_path: str, plan_path: str, out_path: str) -> None:
 # the test
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(instance_path: Path, plan_path: Path, tmp: Path, timeout: float = 420.0) -> list[dict[str, Any]]:
     """The 4 ranks, as torchrun would start them on 2 hosts of 2; every rank's report (AssertionError otherwise)."""
-    port = _free_port()
-    procs = []
-    for rank in range(WORLD):
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank % PER_HOST),
-            "GROUP_RANK": str(rank // PER_HOST),
-            "WORLD_SIZE": str(WORLD),
-            "LOCAL_WORLD_SIZE": str(PER_HOST),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-        }
-        log = open(tmp / f"rank{rank}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, __file__, str(instance_path), str(plan_path), str(tmp / f"rank{rank}.json")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp), log))
-    deadline = time.monotonic() + timeout
-    try:
-        for p, _ in procs:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for p, log in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            log.close()
-    failed = [(r, p.returncode) for r, (p, _) in enumerate(procs) if p.returncode != 0]
-    assert not failed, f"ranks {failed} failed:\n" + "\n".join((tmp / f"rank{r}.log").read_text()[-2500:] for r, _ in failed[:2])
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    from conftest import launch_ranks
+
+    return launch_ranks([sys.executable, __file__, str(instance_path), str(plan_path)], tmp, WORLD, PER_HOST, timeout)
 
 
 # 37-57 s on the shared 2-core machine (two plans x 4 processes, each importing TorchRec): under the ~60 s above which

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -268,36 +266,10 @@ def test_the_docs_training_example_trains_under_torchrun(tmp_path: Path) -> None
     assert "predicted" in run.stdout and "ms per iteration by analytic" in run.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_collective_plan_shards_a_two_collection_model_in_dmp_on_4_gloo_ranks(tmp_path: Path) -> None:
-    port = _free_port()
-    procs = []
-    for rank in range(WORLD):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank % PER_HOST), "GROUP_RANK": str(rank // PER_HOST),
-               "WORLD_SIZE": str(WORLD), "LOCAL_WORLD_SIZE": str(PER_HOST), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-        log = open(tmp_path / f"rank{rank}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, __file__, str(tmp_path / f"rank{rank}.json")], env=env, stdout=log,
-                                       stderr=subprocess.STDOUT, cwd=tmp_path), log))
-    deadline = time.monotonic() + 420.0
-    try:
-        for p, _ in procs:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for p, log in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            log.close()
-    failed = [r for r, (p, _) in enumerate(procs) if p.returncode != 0]
-    assert not failed, "\n".join((tmp_path / f"rank{r}.log").read_text()[-3000:] for r in failed[:2])
-    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    from conftest import launch_ranks
+
+    reports = launch_ranks([sys.executable, __file__], tmp_path, WORLD, PER_HOST)
     assert all(rep["plan"] == reports[0]["plan"] for rep in reports)  # rank 0's plan everywhere, whatever each rank's seed
     assert set(reports[0]["plan"]) == {"sparse.ebc", "seq"}
     for rep in reports:
