@@ -25,8 +25,19 @@ class ExportFormat(str, Enum):
 
 
 class ComputeDevice(str, Enum):
+    auto = "auto"
     cuda = "cuda"
     cpu = "cpu"
+
+
+def _resolve_device(device: ComputeDevice) -> str:
+    """auto: cuda where CUDA is available here, cpu otherwise (load_torchrec_plan(..., compute_device=) overrides it
+    where the plan runs)."""
+    if device is not ComputeDevice.auto:
+        return device.value
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _need_torchrec() -> None:
@@ -51,7 +62,7 @@ def export_cmd(
     ] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="Write here instead of stdout.")] = None,
     module_path: Annotated[str, typer.Option("--module-path", help="Path of the EmbeddingBagCollection in the model ('' when it is the model).")] = "",
-    compute_device: Annotated[ComputeDevice, typer.Option("--compute-device", help="Placement device: rank:N/cuda:M (M = N % devices per host) or rank:N/cpu.")] = ComputeDevice.cuda,
+    compute_device: Annotated[ComputeDevice, typer.Option("--compute-device", help="Placement device: rank:N/cuda:M (M = N % devices per host) or rank:N/cpu; auto: cuda where CUDA is available here, else cpu (load_torchrec_plan(..., compute_device=) overrides it where the plan runs).")] = ComputeDevice.auto,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a plan to TorchRec: one ParameterSharding per table, for DistributedModelParallel(plan=...)."""
@@ -72,8 +83,10 @@ def export_cmd(
         _need_torchrec()
         from shardopt.data.torchrec_io import _to_torchrec_plan, from_torchrec_plan, normalize_shards, plan_to_json
 
+        device = _resolve_device(compute_device)
+
         try:
-            sharding_plan, warnings = _to_torchrec_plan(instance, plan, module_path=module_path, compute_device=compute_device.value)
+            sharding_plan, warnings = _to_torchrec_plan(instance, plan, module_path=module_path, compute_device=device)
         except ValueError as exc:
             raise CLIError(f"{plan_path}: {exc}", EXIT_BAD_INPUT, "invalid_plan") from None
         # the export must say exactly what the plan says: read it back and compare, shard for shard
@@ -85,7 +98,7 @@ def export_cmd(
         types = Counter(ps.sharding_type for ps in sharding_plan.plan[module_path].values())
         kernels = Counter(ps.compute_kernel for ps in sharding_plan.plan[module_path].values())
         if fmt is ExportFormat.torchrec:
-            doc = plan_to_json(sharding_plan, instance=instance, plan=plan, compute_device=compute_device.value, warnings=warnings)
+            doc = plan_to_json(sharding_plan, instance=instance, plan=plan, compute_device=device, warnings=warnings)
             text = dumps_document(doc) + "\n"
         else:
             text = str(sharding_plan).rstrip("\n") + "\n"
@@ -99,6 +112,7 @@ def export_cmd(
             "sharding_types": dict(types),
             "compute_kernels": dict(kernels),
             "world_size": instance.topology.num_devices,
+            "compute_device": device,
             "warnings": warnings,
             "round_trip": "identical",
         }

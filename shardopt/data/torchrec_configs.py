@@ -21,16 +21,26 @@ DEFAULT_ACCESS = {"zipf": 0.9}
 
 
 def embedding_bag_configs(instance: Instance) -> list[Any]:
-    """One `EmbeddingBagConfig` per table (feature name = table name; fp16 tables as DataType.FP16)."""
+    """One `EmbeddingBagConfig` per table: its feature names as imported (the instance's metadata "features"), else
+    the table's name; fp16 tables as DataType.FP16."""
     require_torchrec()
     from torchrec import EmbeddingBagConfig
     from torchrec.modules.embedding_configs import DataType
 
+    features = feature_names_of(instance)
     out = []
     for t in instance.tables:
         dtype = DataType.FP16 if instance.table_dtype(t) is Dtype.fp16 else DataType.FP32
-        out.append(EmbeddingBagConfig(name=t.name, num_embeddings=t.rows, embedding_dim=t.dim, feature_names=[t.name], data_type=dtype))
+        out.append(EmbeddingBagConfig(name=t.name, num_embeddings=t.rows, embedding_dim=t.dim, feature_names=features[t.name], data_type=dtype))
     return out
+
+
+def feature_names_of(instance: Instance) -> dict[str, list[str]]:
+    """Each table's feature names: as its configs had them (metadata "features", written by `instance_from_configs`),
+    else the table's own name."""
+    kept = instance.metadata.get("features") if isinstance(instance.metadata, dict) else None
+    kept = kept if isinstance(kept, dict) else {}
+    return {t.name: [str(f) for f in kept[t.name]] if isinstance(kept.get(t.name), list) and kept[t.name] else [t.name] for t in instance.tables}
 
 
 def load_configs(spec: str) -> tuple[list[Any], str]:
@@ -239,7 +249,8 @@ def instance_from_configs(
         "memory_bytes": memory_bytes if memory_bytes is not None else PROFILES[hardware].memory_bytes,
         "hardware": hardware,
     }
-    metadata: dict[str, Any] = {"generator": "shardopt import-torchrec", "provenance": provenance}
+    metadata: dict[str, Any] = {"generator": "shardopt import-torchrec", "provenance": provenance,
+                                "features": {c.name: list(c.feature_names) for c in configs}}
     multi = [c.name for c in configs if len(c.feature_names) > 1]
     if multi:
         metadata["shared_tables"] = {

@@ -44,6 +44,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from shardopt.core.errors import UserError
 from shardopt.core.hardware import PROFILES
 from shardopt.core.ir import Instance, IRError, Kernel, Plan, Shard, Table, Topology
 from shardopt.core.sharding_types import (  # (the names live in the leaf module the cost model shares)
@@ -341,14 +342,34 @@ def export_warnings(instance: Instance, plan: Plan | list[Shard], compute_device
     """What TorchRec accepts but may not run as the plan means (empty when all is plain): UVM kernels placed on
     compute device cpu, where TorchRec keeps every table in host memory whatever the kernel."""
     shards = plan.shards if isinstance(plan, Plan) else plan
+    out = []
     uvm = sorted({s.table for s in shards if s.kernel is not Kernel.fused})
     if compute_device == "cpu" and uvm:
-        return [
+        out.append(
             f"{len(uvm)} table(s) ({', '.join(repr(n) for n in uvm[:5])}{', ...' if len(uvm) > 5 else ''}) use UVM kernels, "
             "exported for compute device cpu: TorchRec's CPU path keeps every table in host memory (fbgemm's HOST "
             "location) whatever the kernel, so the memory tiers of the plan do not apply there"
-        ]
-    return []
+        )
+    uneven = uneven_column_tables(instance, shards)
+    if uneven:
+        out.append(
+            f"{len(uneven)} table(s) ({', '.join(repr(n) for n in uneven[:5])}{', ...' if len(uneven) > 5 else ''}) have column "
+            "shards of unequal widths: DistributedModelParallel trains them, but TorchRec's own checkpoint round trip "
+            "(dmp.load_state_dict(dmp.state_dict())) fails on them; checkpoint with torch.distributed.checkpoint "
+            "(docs/torchrec.md, 'Checkpoints')"
+        )
+    return out
+
+
+def uneven_column_tables(instance: Instance, shards: Iterable[Shard]) -> list[str]:
+    """The tables whose column slices are not all of one width (cpsat's and neuroshard's uneven pieces)."""
+    widths: dict[str, set[int]] = defaultdict(set)
+    by_name = {t.name: t for t in instance.tables}
+    for s in shards:
+        t = by_name.get(s.table)
+        if t is not None and not s.replicated and s.width(t) != t.dim:
+            widths[s.table].add(s.width(t))
+    return sorted(name for name, w in widths.items() if len(w) > 1)
 
 
 def _to_torchrec_plan(instance: Instance, plan: Plan | list[Shard], *, module_path: str, compute_device: str) -> tuple[Any, list[str]]:
@@ -554,6 +575,20 @@ def plan_to_json(sharding_plan: Any, *, instance: Instance | None = None, plan: 
         doc["solver"] = plan.solver
         doc["predicted_cost_ms"] = plan.predicted_cost
     doc["load_with"] = "shardopt.data.torchrec_io.load_torchrec_plan(PATH) -> torchrec ShardingPlan (for DistributedModelParallel(plan=...))"
+    if instance is not None:
+        doc["optimizer"] = {
+            "instance": instance.workload.optimizer.value,
+            "fused_params": {"optimizer": FUSED_OPTIMIZERS[instance.workload.optimizer.value], "learning_rate": "yours (the instance has none)"},
+            "how": "EmbeddingBagCollectionSharder(fused_params=shardopt.data.torchrec_io.fused_params_for(instance, learning_rate)): "
+                   "without it TorchRec trains every table with exact SGD, whatever the plan was priced for",
+        }
+        dp = sorted(name for mp in sharding_plan.plan.values() for name, ps in mp.items() if ps.sharding_type == DATA_PARALLEL)
+        if dp:
+            doc["optimizer"]["data_parallel_tables"] = {
+                "tables": dp,
+                "note": "replicated tables are dense parameters: DistributedModelParallel wraps them in DDP, which averages their "
+                        "gradients; train them with a dense optimizer (e.g. KeyedOptimizerWrapper over torch.optim.SGD) beside dmp.fused_optimizer",
+            }
     doc["warnings"] = list(warnings or [])
     doc["plan"] = modules
     return doc
@@ -613,9 +648,22 @@ def _cache_params_from_json(cache: dict[str, Any] | None, where: str) -> Any:
     return CacheParams(**kw)
 
 
-def load_torchrec_plan(source: str | Path | dict[str, Any]) -> Any:
+class TorchRecPlanError(UserError, ValueError):
+    """A TorchRec plan that cannot serve as asked: another world size, a module path the model lacks (the message
+    names both sides)."""
+
+
+def load_torchrec_plan(source: str | Path | dict[str, Any], *, compute_device: str | None = None, world_size: int | None = None,
+                       model: Any = None) -> Any:
     """The TorchRec `ShardingPlan` of a document written by `shardopt export --format torchrec` (a path or the dict),
-    cache_params included."""
+    cache_params included.
+
+    `compute_device` ("cuda" / "cpu"): the placements' device, whatever the export said (rank:N/cuda:M with M = N %
+    the plan's local world size, or rank:N/cpu). `world_size`: the world the plan will run in (default: the
+    initialised default process group's, if any); a plan for another world is refused naming both sizes, where
+    TorchRec would fail deep inside with an IndexError. `model`: every module path of the plan must be an embedding
+    collection of it, else the refusal names the path and the collections the model has (a wrong path leaves the
+    collection unsharded, every rank holding every table, and TorchRec says nothing)."""
     require_torchrec()
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
     from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
@@ -627,15 +675,23 @@ def load_torchrec_plan(source: str | Path | dict[str, Any]) -> Any:
 
         doc, where = read_json(source), str(source)
     doc = _check_export_doc(doc, where)
+    if compute_device is not None and compute_device not in COMPUTE_DEVICES:
+        raise TorchRecPlanError(f"compute_device: {compute_device!r} is not one of {', '.join(COMPUTE_DEVICES)}")
+    local = int(doc.get("local_world_size") or doc.get("world_size") or 1)
+    _check_world(doc, where, world_size)
+    if model is not None:
+        check_module_paths(list(doc["plan"]), model, where)
     plans = {}
     for path, tables in doc["plan"].items():
         module_plan = EmbeddingModuleShardingPlan()
         for name, e in tables.items():
             spec = None
             if e.get("shards") is not None:
-                spec = EnumerableShardingSpec(
-                    [ShardMetadata(shard_offsets=list(s["offsets"]), shard_sizes=list(s["sizes"]), placement=s["placement"]) for s in e["shards"]]
-                )
+                spec = EnumerableShardingSpec([
+                    ShardMetadata(shard_offsets=list(s["offsets"]), shard_sizes=list(s["sizes"]),
+                                  placement=s["placement"] if compute_device is None else placement(rank_of_placement(s["placement"]), local, compute_device))
+                    for s in e["shards"]
+                ])
             module_plan[name] = ParameterSharding(
                 sharding_type=e["sharding_type"],
                 compute_kernel=e["compute_kernel"],
@@ -645,6 +701,49 @@ def load_torchrec_plan(source: str | Path | dict[str, Any]) -> Any:
             )
         plans[path] = module_plan
     return ShardingPlan(plans)
+
+
+def _check_world(doc: dict[str, Any], where: str, world_size: int | None) -> None:
+    if world_size is None:
+        import torch.distributed as dist
+
+        world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+    if world_size is None:
+        return
+    ranks = [r for tables in doc["plan"].values() for e in tables.values() for r in (e.get("ranks") or [])]
+    planned = int(doc.get("world_size") or (max(ranks) + 1 if ranks else 0))
+    if planned != world_size or (ranks and max(ranks) >= world_size):
+        raise TorchRecPlanError(f"{where}: the plan is for a world of {planned} ranks, this one has {world_size}: plan again for "
+                                f"{world_size} ranks (shardopt solve on an instance of {world_size} devices, or ShardoptPlanner)")
+
+
+def check_module_paths(paths: list[str], model: Any, where: str = "the plan") -> None:
+    """Every path names an embedding collection of `model` (TorchRec leaves a collection at another path unsharded,
+    silently); TorchRecPlanError naming the path and the collections the model has otherwise."""
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+
+    found = {p: m for p, m in model.named_modules() if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))}
+    for path in paths:
+        if path not in found:
+            have = ", ".join(repr(p) for p in found) or "none"
+            raise TorchRecPlanError(f"{where}: module path {path!r} is no embedding collection of the model (its collections: {have}); "
+                                    "export again with --module-path set to one of them")
+
+
+# the sharders' fused optimizer for the instance's optimizer (fbgemm's EmbOptimType names)
+FUSED_OPTIMIZERS = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD", "adam": "ADAM"}
+
+
+def fused_params_for(instance: Instance, learning_rate: float) -> dict[str, Any]:
+    """The `fused_params` for the sharders (`EmbeddingBagCollectionSharder(fused_params=...)`) that train the tables
+    with the optimizer the plan was priced for (its state's memory is in the plan); without them TorchRec trains every
+    table with exact SGD. The IR holds no learning rate: give yours."""
+    require_torchrec()
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    if not learning_rate > 0:
+        raise TorchRecPlanError(f"learning_rate: {learning_rate} must be > 0")
+    return {"optimizer": getattr(EmbOptimType, FUSED_OPTIMIZERS[instance.workload.optimizer.value]), "learning_rate": float(learning_rate)}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -210,7 +210,6 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
                                      source="ParameterConstraints.pooling_factors")
     doc = instance.model_dump(mode="json")
     doc["topology"].update({k: v for k, v in topo.items() if k not in ("num_devices", "devices_per_host", "memory_bytes")})
-    doc["metadata"]["features"] = {name: list(c.feature_names) for name, c in zip(owner, configs)}
     doc["metadata"]["collections"] = {name: owner[name][0] for name in owner}
     from shardopt.core.ir import instance_from_dict
 
