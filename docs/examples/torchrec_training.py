@@ -9,6 +9,7 @@ On GPUs, use backend "nccl", compute device "cuda" in the topology, and torch.de
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -106,7 +107,13 @@ def main() -> None:
     if rank == 0:
         print("plan:", {path: {t: ps.sharding_type for t, ps in mp.items()} for path, mp in plan.plan.items()})
         print(f"predicted {planner.last['predicted_ms']:.3f} ms per iteration by {planner.last['cost_model']}")
-    dist.barrier()  # (the process group ends with the process; tearing gloo down by hand sometimes aborted the exit)
+    # release the sharded model (its DDP and gloo work) before the process group, and both before the interpreter's
+    # own teardown: left to it, the exit sometimes aborted with "terminate called without an active exception"
+    # (1 run in 8 beside two CPU burners; 0 in 22 with this order)
+    dist.barrier()
+    del optimizer, dense, dmp, model, plan, planner
+    gc.collect()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import shardopt.cli.costmodel  # noqa: E402,F401  (costmodel collect / train / e
 import shardopt.cli.calibrate  # noqa: E402,F401  (calibrate)
 import shardopt.cli.rl  # noqa: E402,F401  (rl train)
 import shardopt.cli.torchrec  # noqa: E402,F401  (export, import-torchrec)
+import shardopt.cli.profile  # noqa: E402,F401  (profile)
 import shardopt.cli.leaderboard  # noqa: E402,F401  (leaderboard run / report)
 import shardopt.cli.bound  # noqa: E402,F401  (bound)
 import shardopt.cli.explain  # noqa: E402,F401  (explain)

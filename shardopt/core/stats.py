@@ -210,6 +210,11 @@ def _histogram_of_counts(counts: np.ndarray) -> tuple[tuple[float, ...], int]:
     return tuple(float(x) for x in per_bin / unique), unique
 
 
+def histogram_of_counts(counts: np.ndarray) -> tuple[tuple[float, ...], int]:
+    """(the 17-bin histogram, unique rows) of per-row access counts within one batch; rows never read are ignored."""
+    return _histogram_of_counts(np.asarray(counts))
+
+
 def _run_starts(ordered: np.ndarray) -> np.ndarray:
     """Mask of the first element of each run of equal values in a sorted array."""
     return np.concatenate(([True], ordered[1:] != ordered[:-1])) if ordered.size else np.zeros(0, dtype=bool)
