@@ -208,6 +208,19 @@ def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.nd
     return v
 
 
+def _objective(rows: _Rows, b: dict[str, Any], prob: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """Both backends' objective (z, less the move tie-break where the problem asks for it) and integrality (the item
+    counts and the model's integer columns: 1, the rest 0)."""
+    c = np.zeros(rows.n_vars)
+    c[b["Z"]] = 1.0
+    if b["stay"] is not None and prob.tiebreak:
+        c[b["stay"]] = -MOVE_TIEBREAK_MS
+    integrality = np.zeros(rows.n_vars)
+    integrality[: len(rows.pairs)] = 1
+    integrality[np.asarray(b.get("integer", []), dtype=int)] = 1
+    return c, integrality
+
+
 def _counts_from(rows: _Rows, xv: np.ndarray, I: int, D: int) -> np.ndarray:
     n = len(rows.pairs)
     counts = np.zeros((I, D), dtype=np.int64)
@@ -228,13 +241,7 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
     if extra is not None:
         rows, b = extra(rows, b)
     n = len(rows.pairs)
-    c = np.zeros(rows.n_vars)
-    c[b["Z"]] = 1.0
-    if b["stay"] is not None and prob.tiebreak:
-        c[b["stay"]] = -MOVE_TIEBREAK_MS
-    integrality = np.zeros(rows.n_vars)
-    integrality[:n] = 1
-    integrality[b["integer"]] = 1
+    c, integrality = _objective(rows, b, prob)
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     # (HiGHS checks its clock between phases: on models over LARGE_MODEL pairs it was seen 5 s late; 10 % margin)
@@ -268,13 +275,7 @@ def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_l
     if extra is not None:
         rows, b = extra(rows, b)
     n = len(rows.pairs)
-    c = np.zeros(rows.n_vars)
-    c[b["Z"]] = 1.0
-    if b["stay"] is not None and prob.tiebreak:
-        c[b["stay"]] = -MOVE_TIEBREAK_MS
-    integrality = np.zeros(rows.n_vars, dtype=bool)
-    integrality[:n] = True
-    integrality[np.asarray(b.get("integer", []), dtype=int)] = True
+    c, integrality = _objective(rows, b, prob)
     start = None
     if hint is not None:
         start = _hint_vector(rows, b, lin, hint, prob.num_devices)
