@@ -14,7 +14,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from shardopt.core.ir import CONSTRAINT_KINDS, Instance
 from solvers.base import Solver
+from shardopt.core.errors import UserError
 from solvers.errors import UnknownSolverError
 from solvers.options import OptionSpec, option_specs
 
@@ -28,7 +30,9 @@ class SolverSpec:
     module / cls: where its class lives (`solver_class` imports it); family: heuristic, search, exact, rl or
     baseline; placements: the placement kinds it can produce, in words; uses_cost_model: whether its plan depends on
     the cost model it is given (a model-free solver is solved once per instance and reported beside every model);
-    needs: the optional extra it needs ('' for none), for `shardopt solvers`."""
+    needs: the optional extra it needs ('' for none), for `shardopt solvers`; constraints: the kinds of placement
+    constraint it honours (shardopt.core.ir.CONSTRAINT_KINDS): an instance with any other is refused by name before
+    it solves (`unhonoured`)."""
 
     name: str
     module: str
@@ -38,6 +42,7 @@ class SolverSpec:
     placements: str
     uses_cost_model: bool = True
     needs: str = ""
+    constraints: tuple[str, ...] = ()
 
     def solver_class(self) -> type[Solver]:
         klass = getattr(importlib.import_module(self.module), self.cls)
@@ -52,6 +57,30 @@ class SolverSpec:
 
 
 _SPECS: dict[str, SolverSpec] = {}
+
+
+class UnhonouredConstraints(UserError, ValueError):
+    """The instance has placement constraints the solver does not honour (the message names them and the solvers that
+    do)."""
+
+
+def check_honoured(name: str, instance: Instance) -> None:
+    """UnhonouredConstraints when solver `name` would not honour the instance's constraints."""
+    why = unhonoured(spec_of(name), instance)
+    if why is not None:
+        raise UnhonouredConstraints(why)
+
+
+def unhonoured(spec: SolverSpec, instance: Instance) -> str | None:
+    """Why `spec`'s solver cannot be given `instance` (the constraint kinds it would not honour), or None. A solver
+    never sees constraints it ignores: its plan would break them, and the plan checker would call that a bug."""
+    used = instance.constraints.kinds() if instance.constraints is not None else set()
+    missing = sorted(used - set(spec.constraints))
+    if not missing:
+        return None
+    honours = ", ".join(spec.constraints) if spec.constraints else "none"
+    return (f"solver {spec.name!r} does not honour the instance's {', '.join(missing)} constraint(s) (it honours: {honours}); "
+            f"solvers that do: {', '.join(s.name for s in specs() if not (used - set(s.constraints))) or 'none yet'}")
 
 
 def register(spec: SolverSpec) -> None:
@@ -135,20 +164,20 @@ _EXACT_COMMON = ("on the linearised cost model, re-linearised until no improveme
 
 for _spec in (
     SolverSpec("greedy", _H, "GreedySolver", "heuristic",
-               "largest predicted cost first onto the device of lowest predicted cost (cost-model aware)", _HEURISTIC_PLACEMENTS),
+               "largest predicted cost first onto the device of lowest predicted cost (cost-model aware)", _HEURISTIC_PLACEMENTS, constraints=CONSTRAINT_KINDS),
     SolverSpec("random", _H, "RandomSolver", "heuristic", "uniformly random device among those with memory left",
-               _HEURISTIC_PLACEMENTS, uses_cost_model=False),
+               _HEURISTIC_PLACEMENTS, uses_cost_model=False, constraints=CONSTRAINT_KINDS),
     SolverSpec("round_robin", _H, "RoundRobinSolver", "heuristic", "tables in order onto devices in turn, skipping full devices",
-               _HEURISTIC_PLACEMENTS, uses_cost_model=False),
+               _HEURISTIC_PLACEMENTS, uses_cost_model=False, constraints=CONSTRAINT_KINDS),
     SolverSpec("size", _H, "SizeSolver", "heuristic", "proxy = table bytes; largest first onto the lowest accumulated proxy",
-               _HEURISTIC_PLACEMENTS, uses_cost_model=False),
+               _HEURISTIC_PLACEMENTS, uses_cost_model=False, constraints=CONSTRAINT_KINDS),
     SolverSpec("dim", _H, "DimSolver", "heuristic", "proxy = dim; largest first onto the lowest accumulated proxy",
-               _HEURISTIC_PLACEMENTS, uses_cost_model=False),
+               _HEURISTIC_PLACEMENTS, uses_cost_model=False, constraints=CONSTRAINT_KINDS),
     SolverSpec("lookup", _H, "LookupSolver", "heuristic", "proxy = dim x pooling factor; largest first onto the lowest accumulated proxy",
-               _HEURISTIC_PLACEMENTS, uses_cost_model=False),
+               _HEURISTIC_PLACEMENTS, uses_cost_model=False, constraints=CONSTRAINT_KINDS),
     SolverSpec("size_lookup", _H, "SizeLookupSolver", "heuristic",
                "proxy = dim x pooling factor x log10(rows); largest first onto the lowest accumulated proxy",
-               _HEURISTIC_PLACEMENTS, uses_cost_model=False),
+               _HEURISTIC_PLACEMENTS, uses_cost_model=False, constraints=CONSTRAINT_KINDS),
     SolverSpec("neuroshard", "solvers.neuroshard.search", "NeuroShardSolver", "search",
                "NeuroShard beam search over column splits + grid-searched greedy, improved (halves apart, comm-aware, "
                "de-duplicated, polished, anytime)",

@@ -31,7 +31,7 @@ def list_solvers(
             _list_options(spec_of(options_of), json_out)
             return
         rows = [{"name": s.name, "family": s.family, "placements": s.placements, "description": s.description,
-                 "uses_cost_model": s.uses_cost_model, "needs": s.needs or None} for s in specs()]
+                 "uses_cost_model": s.uses_cost_model, "needs": s.needs or None, "constraints": list(s.constraints)} for s in specs()]
         if json_out:
             _emit_json({"solvers": rows, "default": DEFAULT_SOLVER})
             return
@@ -46,6 +46,7 @@ def list_solvers(
             name = r["name"] + (" (default)" if r["name"] == DEFAULT_SOLVER else "")
             about = r["description"] + ("" if r["uses_cost_model"] else "; its plan does not depend on the cost model")
             about += f"; needs the [{r['needs']}] extra" if r["needs"] else ""
+            about += "; honours placement constraints" if r["constraints"] else ""
             table.add_row(_esc(name), _esc(r["family"]), _esc(r["placements"]), _esc(about))
         _console().print(table)
 

@@ -292,6 +292,60 @@ def check_unique_names(tables: list[Any]) -> None:
         seen[t.name] = i
 
 
+# TorchRec's sharding types a constraint may name (shardopt.core.sharding_types has the same names; it imports this module)
+CONSTRAINT_SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise", "data_parallel", "grid_shard")
+# the kinds of placement constraint, as solvers declare what they honour (solvers.catalog.SolverSpec.constraints)
+CONSTRAINT_KINDS = ("sharding_types", "kernels", "devices", "min_partition", "cache_load_factor", "colocate", "separate")
+
+
+class TableConstraint(IRModel):
+    """What one table may be, each field unset when free: its sharding types (TorchRec's names), its kernels (memory
+    tiers), the devices its shards may use (pinning), the narrowest column piece it may be cut into (TorchRec's
+    `min_partition`), and the cache load factor of its UVM-cached shards."""
+
+    table: str = Field(min_length=1)
+    sharding_types: list[str] | None = Field(default=None, min_length=1)
+    kernels: list[Kernel] | None = Field(default=None, min_length=1)
+    devices: list[int] | None = Field(default=None, min_length=1)
+    min_partition: int | None = Field(default=None, ge=DIM_ALIGNMENT)
+    cache_load_factor: float | None = Field(default=None, gt=0, le=1)
+
+    @field_validator("sharding_types")
+    @classmethod
+    def _known_types(cls, v: list[str] | None) -> list[str] | None:
+        for x in v or []:
+            if x not in CONSTRAINT_SHARDING_TYPES:
+                raise ValueError(f"{x!r} is not a sharding type (known: {', '.join(CONSTRAINT_SHARDING_TYPES)})")
+        return v
+
+    @field_validator("min_partition")
+    @classmethod
+    def _aligned(cls, v: int | None) -> int | None:
+        if v is not None and v % DIM_ALIGNMENT:
+            raise ValueError(f"{v} is not a multiple of {DIM_ALIGNMENT}")
+        return v
+
+    def kinds(self) -> set[str]:
+        return {k for k in ("sharding_types", "kernels", "devices", "min_partition", "cache_load_factor") if getattr(self, k) is not None}
+
+
+class PlacementConstraints(IRModel):
+    """Where tables may go: per table (`tables`), and across tables - each group of `colocate` on the same devices,
+    no two tables of a group of `separate` on one device. TorchRec's planner can do neither of the last two."""
+
+    tables: list[TableConstraint] = Field(default_factory=list)
+    colocate: list[list[str]] = Field(default_factory=list)
+    separate: list[list[str]] = Field(default_factory=list)
+
+    def kinds(self) -> set[str]:
+        """The constraint kinds used (CONSTRAINT_KINDS), for a solver to say which it does not honour."""
+        out = {k for c in self.tables for k in c.kinds()}
+        return out | ({"colocate"} if self.colocate else set()) | ({"separate"} if self.separate else set())
+
+    def of(self, table: str) -> TableConstraint | None:
+        return next((c for c in self.tables if c.table == table), None)
+
+
 class Instance(IRModel):
     """Tables + topology + workload: one min-max partitioning problem."""
 
@@ -302,10 +356,36 @@ class Instance(IRModel):
     topology: Topology
     workload: Workload
     metadata: dict[str, Any] = Field(default_factory=dict, description="free: suite, family, seed, provenance")
+    constraints: PlacementConstraints | None = Field(default=None, description="where tables may go (absent: anywhere)")
 
     @model_validator(mode="after")
     def _unique_names(self) -> Instance:
         check_unique_names(self.tables)
+        return self
+
+    @model_validator(mode="after")
+    def _constraints_name_what_exists(self) -> Instance:
+        c = self.constraints
+        if c is None:
+            return self
+        names = {t.name for t in self.tables}
+        seen: set[str] = set()
+        for i, tc in enumerate(c.tables):
+            if tc.table not in names:
+                raise ValueError(f"constraints.tables[{i}].table: {tc.table!r} is not a table of the instance")
+            if tc.table in seen:
+                raise ValueError(f"constraints.tables[{i}].table: {tc.table!r} is constrained twice (one entry per table)")
+            seen.add(tc.table)
+            for d in tc.devices or []:
+                if not 0 <= d < self.topology.num_devices:
+                    raise ValueError(f"constraints.tables[{i}].devices: {d} is not a device (0..{self.topology.num_devices - 1})")
+        for kind in ("colocate", "separate"):
+            for g, group in enumerate(getattr(c, kind)):
+                if len(set(group)) < 2:
+                    raise ValueError(f"constraints.{kind}[{g}]: {group} names fewer than two distinct tables")
+                for name in group:
+                    if name not in names:
+                        raise ValueError(f"constraints.{kind}[{g}]: {name!r} is not a table of the instance")
         return self
 
     def table_dtype(self, table: Table) -> Dtype:
@@ -316,7 +396,7 @@ class Instance(IRModel):
 
     def content_hash(self) -> str:
         """A short stable hash of the problem (not its name or metadata), to tie plans and results to it."""
-        body = self.model_dump(mode="json", exclude={"name", "metadata"})
+        body = self.model_dump(mode="json", exclude={"name", "metadata"} | ({"constraints"} if self.constraints is None else set()))
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -91,6 +91,8 @@ def check_plan(instance: Instance, plan: Plan | list[Shard]) -> PlanCheck:
 
     for t in instance.tables:
         out.extend(_check_coverage(instance, t, by_table.get(t.name, [])))
+    if instance.constraints is not None:
+        out.extend(_check_constraints(instance, by_table))
 
     for d in range(n_dev):
         cap = topo.capacity(d)
@@ -168,6 +170,50 @@ def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[P
                     None,
                 )
             )
+    return out
+
+
+def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> list[PlanViolation]:
+    """The instance's placement constraints (shardopt.core.ir.PlacementConstraints), each broken one named."""
+    from shardopt.core.sharding_types import sharding_type
+
+    c = instance.constraints
+    assert c is not None
+    out: list[PlanViolation] = []
+    tables = {t.name: t for t in instance.tables}
+    for tc in c.tables:
+        t, shards = tables[tc.table], by_table.get(tc.table, [])
+        if not shards:
+            continue  # (coverage says so)
+        if tc.sharding_types is not None:
+            kind = sharding_type(instance.topology, t, shards)
+            if kind not in tc.sharding_types:
+                out.append(PlanViolation("constraint", f"table {t.name!r} is placed {kind}; its constraint allows {', '.join(tc.sharding_types)}", t.name, None))
+        for s in shards:
+            if tc.kernels is not None and s.kernel not in tc.kernels:
+                out.append(PlanViolation("constraint", f"table {t.name!r} on device {s.device}: kernel {s.kernel.value}; its constraint allows "
+                                         f"{', '.join(k.value for k in tc.kernels)}", t.name, s.device))
+            if tc.devices is not None and s.device not in tc.devices:
+                out.append(PlanViolation("constraint", f"table {t.name!r} has a shard on device {s.device}; its constraint allows devices {tc.devices}",
+                                         t.name, s.device))
+            if tc.min_partition is not None and not s.replicated and tc.min_partition <= t.dim and s.width(t) < tc.min_partition:
+                out.append(PlanViolation("constraint", f"table {t.name!r} on device {s.device}: a column piece {s.width(t)} wide, narrower than "
+                                         f"its min_partition {tc.min_partition}", t.name, s.device))
+            if tc.cache_load_factor is not None and s.kernel is Kernel.fused_uvm_caching and s.cache_load_factor != tc.cache_load_factor:
+                out.append(PlanViolation("constraint", f"table {t.name!r} on device {s.device}: cache load factor {s.cache_load_factor}; its "
+                                         f"constraint says {tc.cache_load_factor}", t.name, s.device))
+    devices = {name: {s.device for s in shards} for name, shards in by_table.items()}
+    for group in c.colocate:
+        sets = {name: devices.get(name, set()) for name in group}
+        if len({frozenset(v) for v in sets.values()}) > 1:
+            shown = "; ".join(f"{n} on {sorted(v)}" for n, v in sets.items())
+            out.append(PlanViolation("constraint", f"co-located tables on different devices: {shown}", group[0], None))
+    for group in c.separate:
+        for a_i, a in enumerate(group):
+            for b in group[a_i + 1 :]:
+                both = devices.get(a, set()) & devices.get(b, set())
+                if both:
+                    out.append(PlanViolation("constraint", f"tables {a!r} and {b!r} must be apart but share device(s) {sorted(both)}", a, min(both)))
     return out
 
 

@@ -68,7 +68,7 @@ def solve_task(task: Task) -> dict[str, Any]:
     from costmodels.auto import model_for
     from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
     from shardopt.core.ir import load_instance
-    from solvers.catalog import get_solver
+    from solvers.catalog import UnhonouredConstraints, get_solver, spec_of, unhonoured
 
     instance = load_instance(task.path)
     row: dict[str, Any] = {
@@ -82,8 +82,13 @@ def solve_task(task: Task) -> dict[str, Any]:
     solver.prepare()  # (one-time imports: not part of any row's solve time)
     row["params"] = json.dumps(solver.params(), sort_keys=True, default=str)
     start = time.perf_counter()
+    refused = unhonoured(spec_of(task.solver), instance)
     try:
+        if refused is not None:  # (the solver would break constraints it does not honour: a failed row, named)
+            raise UnhonouredConstraints(refused)
         result = solver.solve(instance, model, time_limit=task.time_limit, seed=task.seed)
+    except UnhonouredConstraints as exc:
+        row.update(status="no_solution", reason=str(exc), solve_time_s=0.0)
     except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost one
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
     else:

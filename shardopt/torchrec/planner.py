@@ -117,9 +117,11 @@ class ShardoptPlanner(ShardingPlanner):
     def plan(self, module: Any, sharders: list[Any]) -> Any:
         """The `ShardingPlan` of every collection in `module` that one of `sharders` shards."""
         from costmodels.auto import choose_cost_model
+        from solvers.catalog import check_honoured
 
         t0 = time.perf_counter()
         planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, self.storage_reservation)
+        check_honoured(self.solver_name, planned.instance)
         choice = choose_cost_model(self.cost_model, planned.instance)
         notes = list(planned.notes) + ([choice.notice] if choice.notice else []) + list(choice.warnings)
         result = self.solver.solve(planned.instance, choice.model, time_limit=self.time_limit, seed=self.seed)

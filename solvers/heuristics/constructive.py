@@ -216,12 +216,59 @@ class PackFailure:
     placed: int
 
 
+class PlacementMask:
+    """The devices each table may take given the instance's placement constraints and the tables placed so far
+    (whole tables: a co-located group shares one device): its pins, less the devices of the placed tables it must be
+    apart from, and only the device of a placed table it goes with."""
+
+    def __init__(self, instance: Instance) -> None:
+        n, index = instance.topology.num_devices, instance.table_index()
+        c = instance.constraints
+        self.pins: dict[int, np.ndarray] = {}
+        self.apart: dict[int, list[int]] = {}
+        self.together: dict[int, list[int]] = {}
+        if c is None:
+            return
+        for tc in c.tables:
+            if tc.devices is not None:
+                m = np.zeros(n, dtype=bool)
+                m[tc.devices] = True
+                self.pins[index[tc.table]] = m
+        for kind, out in (("separate", self.apart), ("colocate", self.together)):
+            for group in getattr(c, kind):
+                ids = [index[name] for name in group]
+                for i in ids:
+                    out.setdefault(i, []).extend(j for j in ids if j != i)
+        for i, others in self.together.items():  # a group's pins bind every member
+            for j in others:
+                if j in self.pins:
+                    self.pins[i] = self.pins.get(i, np.ones(n, dtype=bool)) & self.pins[j]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.pins or self.apart or self.together)
+
+    def allowed(self, t: int, device_of: np.ndarray, room: np.ndarray) -> np.ndarray:
+        out = room & self.pins[t] if t in self.pins else room.copy()
+        for j in self.apart.get(t, ()):
+            if device_of[j] >= 0:
+                out[device_of[j]] = False
+        placed = [int(device_of[j]) for j in self.together.get(t, ()) if device_of[j] >= 0]
+        if placed:
+            keep = np.zeros_like(out)
+            keep[placed[0]] = out[placed[0]]
+            out = keep
+        return out
+
+
 class Packer:
-    """Places tables one at a time on devices with room; never on a device without room."""
+    """Places tables one at a time on devices with room; never on a device without room (nor against the instance's
+    placement constraints: PlacementMask)."""
 
     def __init__(self, instance: Instance, layout: TieredLayout | None = None):
         self.instance = instance
         self.layout = layout
+        self.mask = PlacementMask(instance)
         topo = instance.topology
         self.caps = np.array(topo.capacities(), dtype=np.int64)
         self.host_caps = np.array(topo.host_capacities(), dtype=np.int64)
@@ -249,6 +296,8 @@ class Packer:
             room = self.free >= size
             if self.host_sizes[t]:
                 room &= self.free_host >= self.host_sizes[t]
+            if not self.mask.empty:
+                room = self.mask.allowed(t, device_of, room)
             if safe and room.any():
                 room = completion_mask(self.free[None], int(size), rest_bytes[n + 1 :], room[None])[0]
             candidates = np.flatnonzero(room)
@@ -504,6 +553,9 @@ class HeuristicSolver(Solver):
         clock = Stopwatch()
         budget = Budget.of(clock, time_limit)
         tiered: TieredChoice | None = None
+        conflict = _constraint_conflict(instance)
+        if conflict is not None:
+            return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         if needs_tiers(instance):
             reason = tiered_infeasibility_reason(instance)
             if reason is not None:
@@ -624,6 +676,23 @@ def _ranked(best: TieredChoice | None, packed_layouts: list[dict[str, Any]]) -> 
         return "no tiered layout packed"
     best.ranked = sorted(packed_layouts, key=lambda d: d["cost"])
     return best
+
+
+def _constraint_conflict(instance: Instance) -> str | None:
+    """Why the heuristics' whole-table plans cannot meet the instance's constraints (None: they can try): a table that
+    may not be table_wise or in HBM, or constraints on an instance that needs memory tiers (the tiered layouts place
+    row-wise blocks before any constraint is looked at)."""
+    c = instance.constraints
+    if c is None:
+        return None
+    for tc in c.tables:
+        if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types:
+            return f"table {tc.table!r} may not be table_wise (constraint: {', '.join(tc.sharding_types)}), and the heuristics place whole tables"
+        if tc.kernels is not None and Kernel.fused not in tc.kernels:
+            return f"table {tc.table!r} may not be in HBM (constraint: {', '.join(k.value for k in tc.kernels)}), and the heuristics place it there"
+    if needs_tiers(instance) and c.kinds():
+        return "the instance needs memory tiers (row-wise blocks, host memory), which the heuristics lay out without the placement constraints"
+    return None
 
 
 def _to_host_names(instance: Instance, to_host: bool | frozenset[int]) -> bool | list[str]:
