@@ -71,12 +71,11 @@ def solve(
     measured-fastest plan of a portfolio)."""
     with _guard(json_out):
         from shardopt.core.ir import save
+        from solvers.catalog import check_honoured
 
         solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
         pick_backend, portfolio_names = _check_flags(pick_backend, candidates, portfolio, from_plan, max_moved_bytes, move_weight)
         instance = _load_instance(instance_path)
-        from solvers.catalog import check_honoured
-
         for name in portfolio_names if pick_backend is not None else [solver]:
             check_honoured(name, instance)  # (exit 2 naming the constraints a solver would break, and who honours them)
         choice = _choose_cost_model(cost_model, instance, models)

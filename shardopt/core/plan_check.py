@@ -15,6 +15,7 @@ import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
+from shardopt.core.sharding_types import sharding_type
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,6 @@ def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[P
 
 def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> list[PlanViolation]:
     """The instance's placement constraints (shardopt.core.ir.PlacementConstraints), each broken one named."""
-    from shardopt.core.sharding_types import sharding_type
-
     c = instance.constraints
     assert c is not None
     out: list[PlanViolation] = []

@@ -159,8 +159,8 @@ def profile_instance(instance: Instance, paths: list[Path], feature_map: dict[st
         for table, parts in per_table.items():
             lens = np.sum([p[0] for p in parts], axis=0)
             # a sample's ids over the table's features, sample by sample (the order within a sample does not count)
-            starts = [np.concatenate(([0], np.cumsum(p[0]))) for p in parts]
-            ids = np.concatenate([parts[k][1][starts[k][s] : starts[k][s + 1]] for s in range(len(lens)) for k in range(len(parts))]) if lens.sum() else np.zeros(0, np.int64)
+            sample = np.concatenate([np.repeat(np.arange(len(p[0])), p[0]) for p in parts])
+            ids = np.concatenate([p[1] for p in parts])[np.argsort(sample, kind="stable")]
             traces[table].lengths.append(lens)
             traces[table].ids.append(ids)
         batches += 1

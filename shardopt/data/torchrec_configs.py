@@ -194,6 +194,8 @@ def instance_from_configs(
     name: str = "",
     provenance: str = "",
     source: str = "pooling factors",
+    topology_extra: Mapping[str, Any] | None = None,
+    metadata_extra: Mapping[str, Any] | None = None,
 ) -> Instance:
     """An instance of `configs` (one table per config) on a topology of `num_devices` devices.
 
@@ -201,7 +203,8 @@ def instance_from_configs(
     histogram}. A table's pooling factor is its own entry's, else the sum over its features (lookups per sample add
     up; a feature without an entry counts DEFAULT_POOLING_FACTOR); its access profile is its own entry's, else the
     first of its features' that gives one, else DEFAULT_ACCESS. Every default used is listed in the instance's
-    metadata under "assumed", per table. IRError naming the field for anything invalid."""
+    metadata under "assumed", per table. `topology_extra` / `metadata_extra`: more topology fields (host memory,
+    bandwidths) and metadata. IRError naming the field for anything invalid."""
     if hardware not in PROFILES:
         raise IRError([f"hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})"])
     pooling = dict(pooling or {})
@@ -248,8 +251,9 @@ def instance_from_configs(
         "devices_per_host": devices_per_host or num_devices,
         "memory_bytes": memory_bytes if memory_bytes is not None else PROFILES[hardware].memory_bytes,
         "hardware": hardware,
+        **(topology_extra or {}),
     }
-    metadata: dict[str, Any] = {"generator": "shardopt import-torchrec", "provenance": provenance,
+    metadata: dict[str, Any] = {"generator": "shardopt import-torchrec", "provenance": provenance, **(metadata_extra or {}),
                                 "features": {c.name: list(c.feature_names) for c in configs}}
     multi = [c.name for c in configs if len(c.feature_names) > 1]
     if multi:

@@ -205,23 +205,19 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
     pooling = {name: _pooling_factor(keys[name], constraints.get(keys[name]), batch_size) for name in owner}
     pooling = {k: v for k, v in pooling.items() if v is not None}
     topo = _topology_fields(topology, storage_reservation)
-    optimizer = _optimizer(module, collections)
-    instance = instance_from_configs(configs, num_devices=topo["num_devices"], devices_per_host=topo["devices_per_host"],
-                                     memory_bytes=topo["memory_bytes"], hardware=hardware, batch_size=batch_size * topo["num_devices"],
+    named = _named_optimizer(module, collections)
+    optimizer = _optimizer(named)
+    instance = instance_from_configs(configs, num_devices=topo.pop("num_devices"), devices_per_host=topo.pop("devices_per_host"),
+                                     memory_bytes=topo.pop("memory_bytes"), hardware=hardware, batch_size=batch_size * topology.world_size,
                                      pooling=pooling, optimizer=optimizer, name=type(module).__name__, provenance="ShardoptPlanner",
-                                     source="ParameterConstraints.pooling_factors")
-    doc = instance.model_dump(mode="json")
-    doc["topology"].update({k: v for k, v in topo.items() if k not in ("num_devices", "devices_per_host", "memory_bytes")})
-    doc["metadata"]["collections"] = {name: owner[name][0] for name in owner}
-    from shardopt.core.ir import instance_from_dict
-
-    instance = instance_from_dict(doc, "ShardoptPlanner")
+                                     source="ParameterConstraints.pooling_factors", topology_extra=topo,
+                                     metadata_extra={"collections": {name: owner[name][0] for name in owner}})
     notes = []
     sequence = [col.path or "(the model)" for col in collections if col.kind == "sequence"]
     if sequence:
         notes.append(f"sequence collection(s) {', '.join(sequence)}: their all-to-all is priced as pooled (one row per sample), "
                      "under-estimated by each table's pooling factor")
-    if optimizer == TORCHREC_DEFAULT_OPTIMIZER and not _named_optimizer(module, collections):
+    if named is None:
         notes.append("no optimizer attached to the tables or in the sharders' fused_params: planned for TorchRec's default, exact SGD")
     return PlannedTables(instance, owner, collections, notes)
 
@@ -292,8 +288,8 @@ def _named_optimizer(module: Any, collections: list[Collection]) -> str | None:
     return None
 
 
-def _optimizer(module: Any, collections: list[Collection]) -> str:
-    named = _named_optimizer(module, collections)
+def _optimizer(named: str | None) -> str:
+    """The IR's optimizer for the one the model names (`_named_optimizer`; None: TorchRec's default)."""
     if named is None:
         return TORCHREC_DEFAULT_OPTIMIZER
     if named not in _OPTIMIZERS:
@@ -338,12 +334,15 @@ def export_plan(planned: PlannedTables, plan: Plan, compute_device: str, constra
 
 def _log_plan(last: dict[str, Any], plan: Plan, planned: PlannedTables) -> None:
     """The plan's summary on the `shardopt.torchrec` logger, as TorchRec's planner logs its stats."""
-    from collections import Counter
+    from collections import Counter, defaultdict
 
     from shardopt.core.sharding_types import sharding_type
 
     instance = planned.instance
-    kinds = Counter(sharding_type(instance.topology, t, [s for s in plan.shards if s.table == t.name]) for t in instance.tables)
+    by_table: dict[str, list[Any]] = defaultdict(list)
+    for s in plan.shards:
+        by_table[s.table].append(s)
+    kinds = Counter(sharding_type(instance.topology, t, by_table[t.name]) for t in instance.tables)
     bound = (f"certified lower bound {last['lower_bound_ms']:.3f} ms" if last["lower_bound_ms"] is not None
              else "no certified bound (shardopt bound INSTANCE.json computes the analytic model's)")
     logger.info("shardopt planner: %s with %s placed %d tables of %s on %d ranks in %.2f s (%s, %s)", last["solver"], last["cost_model"],

@@ -506,7 +506,7 @@ class HeuristicSolver(Solver):
                 variants += [(a, False, frozenset(big), False) for a in attempts]
         return variants, base_variants
 
-    def _best_tiered(self, instance: Instance, cost_model: CostModel, seed: int, budget: Budget, time_limit: float | None) -> str | TieredChoice:
+    def _best_tiered(self, instance: Instance, cost_model: CostModel, seed: int, budget: Budget) -> str | TieredChoice:
         """Every tiered layout of `_layout_variants` packed, the cheapest plan kept (by the cost model; the first that
         packs where there is none), or why none could be made. The layouts within HEADROOM of each device's HBM
         first; only where none of them packs, the same with all of it."""
@@ -518,7 +518,7 @@ class HeuristicSolver(Solver):
         failed = ""
         for headroom in (HEADROOM, 1.0):
             for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
-                if n >= base_variants and time_limit is not None and budget.clock.elapsed > EXTRA_VARIANTS_SHARE * time_limit:
+                if n >= base_variants and budget.deadline is not None and budget.clock.elapsed > EXTRA_VARIANTS_SHARE * budget.deadline:
                     break  # (the extra layouts only while the budget allows: the search after greedy needs the rest)
                 first = plan_tiers(instance, lean=lean_first, within_host=attempt, oversized_to_host=to_host, headroom=headroom)
                 if not isinstance(first, str):  # (a to-host variant whose tables stayed where they were: a layout packed already)
@@ -560,7 +560,7 @@ class HeuristicSolver(Solver):
             reason = tiered_infeasibility_reason(instance)
             if reason is not None:
                 return fail(self, SolveStatus.infeasible, reason, clock, {"proof": "feasibility"})
-            got = self._best_tiered(instance, cost_model, seed, budget, time_limit)
+            got = self._best_tiered(instance, cost_model, seed, budget)
             if isinstance(got, str):
                 return fail(self, SolveStatus.no_solution, f"{self.name}: {got}", clock, {"tiers": "failed"})
             tiered, packed = got, got.packing.packed
