@@ -185,22 +185,25 @@ for _spec in (
                "cost model says they pay (-O row_wise=false: none); where those cannot hold the instance in HBM: row-wise for "
                "a table larger than every device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest "
                "searched table- and column-wise, then caches grown / tables moved back to HBM / small tables replicated "
-               "data-parallel where the cost model says so (data-parallel on HBM instances with -O data_parallel=true)"),
+               "data-parallel where the cost model says so (data-parallel on HBM instances with -O data_parallel=true)",
+               constraints=CONSTRAINT_KINDS),
     SolverSpec("neuroshard_faithful", "solvers.neuroshard.search", "NeuroShardFaithfulSolver", "search",
                "NeuroShard as published (beam 3, top-10 size/cost candidates, 10 halvings, dim-cap grid 1.0..1.5)",
                "table-wise, column-wise; where those cannot hold the instance in HBM: row-wise for a table larger than every "
-               "device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest searched table- and column-wise"),
+               "device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest searched table- and column-wise",
+               constraints=CONSTRAINT_KINDS),
     SolverSpec("cpsat", "solvers.exact.solver", "CpSatSolver", "exact",
                f"OR-Tools CP-SAT {_EXACT_COMMON}; warm start from the best heuristic / pre-split plan; reports the linear model's bound",
-               _EXACT_PLACEMENTS),
+               _EXACT_PLACEMENTS, constraints=CONSTRAINT_KINDS),
     SolverSpec("milp", "solvers.exact.solver", "MilpSolver", "exact",
-               f"MILP (PuLP + CBC) {_EXACT_COMMON}; warm start; reports the linear model's bound", _EXACT_PLACEMENTS),
+               f"MILP (PuLP + CBC) {_EXACT_COMMON}; warm start; reports the linear model's bound", _EXACT_PLACEMENTS, constraints=CONSTRAINT_KINDS),
     SolverSpec("milp_highs", "solvers.exact.solver", "MilpHighsSolver", "exact",
                f"MILP (scipy.optimize.milp, i.e. HiGHS) {_EXACT_COMMON}; the warm start only as a cutoff (scipy's HiGHS "
-               f"takes no starting solution); reports the linear model's bound", _EXACT_PLACEMENTS),
+               f"takes no starting solution); reports the linear model's bound", _EXACT_PLACEMENTS, constraints=CONSTRAINT_KINDS),
     SolverSpec("milp_exact_neural", "solvers.exact.solver", "MilpExactNeuralSolver", "exact",
                "MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents), comm "
-               "linearised; neural cost model only, at most 12 tables x 4 devices", "table-wise (HBM only)"),
+               "linearised; neural cost model only, at most 12 tables x 4 devices", "table-wise (HBM only)",
+               constraints=CONSTRAINT_KINDS),
     SolverSpec("torchrec", "solvers.torchrec_solver", "TorchRecSolver", "baseline",
                "TorchRec's EmbeddingShardingPlanner (its analytic perf / storage estimators, proposers, greedy partitioner)",
                "table-wise, column-wise, row-wise, table-row-wise, data-parallel; UVM-cached / UVM when the instance has host "

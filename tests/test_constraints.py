@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import make_instance
 from shardopt.cli import app
-from shardopt.core.ir import IRError, Plan, Shard, instance_from_dict, save
+from shardopt.core.ir import Instance, IRError, Plan, Shard, instance_from_dict, save
 from shardopt.core.plan_check import check_plan
 
 HEURISTICS = ["greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup"]
@@ -107,10 +107,10 @@ def test_heuristics_honour_random_pins_colocation_and_separation(seed: int) -> N
 def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     save(instance_from_dict(_doc({"tables": [{"table": "t0", "devices": [1]}], "separate": [["t1", "t2"]]})), path)
-    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "neuroshard"])
+    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "dreamshard"])
     assert r.exit_code == 2
     text = " ".join(r.stderr.split())
-    assert "solver 'neuroshard' does not honour the instance's devices, separate constraint(s)" in text and "greedy" in text
+    assert "solver 'dreamshard' does not honour the instance's devices, separate constraint(s)" in text and "greedy" in text
     ok = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json"])
     assert ok.exit_code == 0, ok.stderr
     where = {s["table"]: s["device"] for s in json.loads(ok.stdout)["plan"]["shards"]}
@@ -119,3 +119,62 @@ def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> Non
     save(instance_from_dict(_doc({"tables": [{"table": "t0", "sharding_types": ["column_wise"]}]})), path)
     r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy"])
     assert r.exit_code == 3 and "may not be table_wise" in r.stderr
+
+
+def _random_constraints(seed: int) -> tuple[Instance, dict]:
+    """12 tables on 4 devices with 3 random pins, a co-located pair, a separate triple, a table that may only be
+    column-wise and one with a min_partition of 8 columns."""
+    rng = np.random.default_rng(seed)
+    base = make_instance(12, 4, seed=seed, mem_factor=3.0)
+    pick = [str(n) for n in rng.permutation([t.name for t in base.tables])]
+    want = {"pins": {n: sorted(int(d) for d in rng.choice(4, size=int(rng.integers(1, 3)), replace=False)) for n in pick[:3]},
+            "colocate": pick[3:5], "separate": pick[5:8], "column_wise": pick[8], "min_partition": pick[9]}
+    doc = base.model_dump(mode="json")
+    doc["constraints"] = {"tables": [{"table": n, "devices": d} for n, d in want["pins"].items()]
+                          + [{"table": pick[8], "sharding_types": ["column_wise"]}, {"table": pick[9], "min_partition": 8}],
+                          "colocate": [want["colocate"]], "separate": [want["separate"]]}
+    return instance_from_dict(doc), want
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp_highs", "neuroshard"])
+@pytest.mark.parametrize("seed", range(3))
+def test_searches_honour_random_constraints(solver: str, seed: int) -> None:
+    """The exact solvers' model carries the constraints (pins and types in its allowed pairs, co-location and
+    separation as rows), NeuroShard's grid, splits and polish keep to them (solvers.placement.rules): each plan
+    checked here shard by shard, apart from the checker - including a table that may only be column-wise, which the
+    whole-table heuristics must refuse."""
+    from costmodels.registry import get_cost_model
+    from solvers.catalog import get_solver
+
+    inst, want = _random_constraints(seed)
+    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=seed, time_limit=3)
+    assert r.plan is not None, r.reason
+    by: dict[str, list[Shard]] = {}
+    for s in r.plan.shards:
+        by.setdefault(s.table, []).append(s)
+    for n, devs in want["pins"].items():
+        assert {s.device for s in by[n]} <= set(devs), (n, by[n], devs)
+    a, b = want["colocate"]
+    assert {s.device for s in by[a]} == {s.device for s in by[b]}
+    sep = [{s.device for s in by[n]} for n in want["separate"]]
+    assert all(not (sep[i] & sep[j]) for i in range(3) for j in range(i + 1, 3))
+    cw = by[want["column_wise"]]
+    assert len(cw) >= 2 and all(s.rows is None and s.cols is not None for s in cw)  # column pieces, every row
+    assert all(s.cols is None or s.cols >= 8 for s in by[want["min_partition"]])
+    assert check_plan(inst, r.plan).ok
+    refused = get_solver("greedy").solve(inst, get_cost_model("analytic"), seed=seed)
+    assert refused.plan is None and "may not be table_wise" in refused.reason
+
+
+def test_exact_solver_proves_a_constraint_set_without_a_plan() -> None:
+    """Five tables that must be pairwise apart on four devices: CP-SAT proves its placements cannot meet them and
+    says so naming the constraint kinds (not 'does not pack', not a proof about the whole instance)."""
+    from costmodels.registry import get_cost_model
+    from solvers.catalog import get_solver
+
+    base = make_instance(8, 4, seed=1, mem_factor=3.0)
+    doc = base.model_dump(mode="json")
+    doc["constraints"] = {"separate": [[t.name for t in base.tables[:5]]]}
+    r = get_solver("cpsat").solve(instance_from_dict(doc), get_cost_model("analytic"), seed=0, time_limit=5)
+    assert r.plan is None and r.status.value == "no_solution"
+    assert "meets the placement constraints (separate)" in r.reason and "not proven infeasible" in r.reason

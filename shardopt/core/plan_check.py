@@ -174,6 +174,17 @@ def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[P
     return out
 
 
+def constraint_violations(instance: Instance, shards: list[Shard]) -> list[PlanViolation]:
+    """Only the placement constraints broken by `shards` (none on an instance without constraints): for a search
+    that keeps a step's plan only where the constraints still hold, without the whole check's memory and coverage."""
+    if instance.constraints is None:
+        return []
+    by_table: dict[str, list[Shard]] = defaultdict(list)
+    for s in shards:
+        by_table[s.table].append(s)
+    return _check_constraints(instance, by_table)
+
+
 def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> list[PlanViolation]:
     """The instance's placement constraints (shardopt.core.ir.PlacementConstraints), each broken one named."""
     c = instance.constraints

@@ -118,6 +118,20 @@ def _assignment(prob: Problem) -> _Model:
     return _Model(model, x, by_item, by_device)
 
 
+def _add_groups(cm: _Model, prob: Problem) -> None:
+    """The placement constraints across tables, on every device: co-located whole tables both there or both not,
+    at most one table of a separate group (a pair the mask leaves out is a 0)."""
+    for d in range(prob.num_devices):
+        for a, b in prob.groups.together:
+            xa, xb = cm.x.get((a, d)), cm.x.get((b, d))
+            if xa is not None or xb is not None:
+                cm.model.add((xa if xa is not None else 0) == (xb if xb is not None else 0))
+        for group in prob.groups.apart:
+            on = [cm.x[i, d] for i in group if (i, d) in cm.x]
+            if len(on) > 1:
+                cm.model.add_at_most_one(on)
+
+
 def _add_cover(cm: _Model, prob: Problem) -> None:
     """Every table on exactly one device, or covered by its pieces (and, apart, at most one piece per device)."""
     from ortools.sat.python import cp_model
@@ -412,6 +426,7 @@ def solve_cpsat(
     sc = _scale(lin)
     cm = _assignment(prob)
     _add_cover(cm, prob)
+    _add_groups(cm, prob)
     _add_memory(cm, prob)
     _add_comm(cm, prob, lin, sc)
     _add_used(cm, prob)

@@ -23,6 +23,7 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance
 from shardopt.core.memory import table_bytes_array
+from solvers.exact.constraints import TableGroups
 from solvers.exact.linearize import Linearization
 from solvers.milp import MilpStatus, solve_lp
 from solvers.placement.split_items import Items
@@ -59,6 +60,7 @@ class Problem:
     tiebreak: bool = True
     table_cuts: bool = True
     lb: np.ndarray | None = None  # [I, D] table_lower_bounds of the linearisation (for the cuts), when computed
+    groups: TableGroups = field(default_factory=TableGroups)  # co-locate / separate rows (the constraints' pins are in `allowed`)
 
     @property
     def num_tables(self) -> int:
@@ -111,6 +113,7 @@ def _symmetry(instance: Instance, lin: Linearization, fits: np.ndarray, items: I
             round(float(lin.c0[d]), 12),
             np.stack([lin.k0[:, d], lin.k1[:, d], lin.k2[:, d], lin.k3[:, d]]).round(12).tobytes(),
             round(float(lin.comm_const[d]), 12),
+            fits[:, d].tobytes(),  # (a placement constraint's pin tells devices apart)
         )
         groups.setdefault(key, []).append(d)
     classes = [g for g in groups.values() if len(g) > 1]

@@ -57,7 +57,7 @@ class _State:
     """Units (one per piece placed) and the per-device sums the search updates. A step moves pieces whole, so each
     collective's total width and whether it runs stay as they are; its widths per device change."""
 
-    def __init__(self, lin: Linearization, sizes: np.ndarray, counts: np.ndarray):
+    def __init__(self, lin: Linearization, sizes: np.ndarray, counts: np.ndarray, allowed: np.ndarray | None = None):
         self.lin = lin
         item, dev = [], []
         for i, d in zip(*np.nonzero(counts)):
@@ -70,6 +70,7 @@ class _State:
         self.width = lin.dims[self.item].astype(np.float64)
         self.bytes = sizes[self.item].astype(np.float64)
         self.a = lin.a[self.item]  # [n, D]
+        self.allowed = None if allowed is None else np.asarray(allowed, dtype=bool)[self.item]  # [n, D] where a unit may go
         D = lin.num_devices
         self.D = D
         C = lin.num_collectives
@@ -192,6 +193,8 @@ def _collective_deltas(s: _State, rows: np.ndarray, F: Callable[[np.ndarray], np
         new_q = comp_q + s.comm(all_q, s.u[None, :] + w[:, None], np.broadcast_to(vv, (n_r, D)))
         dmove = (F(new_p) - Fc[src])[:, None] + F(new_q) - Fc[None, :]
     ok = (s.mem[None, :] + s.bytes[rows][:, None] <= caps[None, :]) & (devs[None, :] != src[:, None])
+    if s.allowed is not None:
+        ok &= s.allowed[rows]
     if apart:
         ok &= s.occ[s.table[rows]] == 0
     dmove = np.where(ok, dmove, np.inf)
@@ -223,6 +226,8 @@ def _collective_deltas(s: _State, rows: np.ndarray, F: Callable[[np.ndarray], np
     okS &= (s.mem[p] - s.bytes[rows][:, None] + s.bytes[None, :] <= caps[p]) & (s.mem[q] - s.bytes[None, :] + s.bytes[rows][:, None] <= caps[q])
     if apart:
         okS &= (s.occ[s.table[None, :], p] == 0) & (s.occ[s.table[rows][:, None], q] == 0)
+    if s.allowed is not None:  # unit rows[r] goes to q = dev[j], unit j to p = dev[rows[r]]
+        okS &= s.allowed[rows][:, s.dev] & s.allowed[:, src].T
     dswap = np.where(okS, dswap, np.inf)
     return dmove, dswap
 
@@ -238,15 +243,17 @@ def linear_local_search(
     stall: int = DEFAULT_STALL,
     max_steps: int | None = None,
     tau: float = DEFAULT_TAU,
+    allowed: np.ndarray | None = None,
 ) -> LocalSearchResult:
-    """Improve the plan `counts` ([I, D] pieces of item i on device d, a complete plan that fits) under `lin`.
+    """Improve the plan `counts` ([I, D] pieces of item i on device d, a complete plan that fits) under `lin`; with
+    `allowed` ([I, D]), no step puts a piece where it is False (the placement constraints' pins).
 
     Returns the best plan seen (never worse than `counts` in the linear model; the same plan when nothing helps)."""
     t0 = time.perf_counter()
     counts = np.asarray(counts, dtype=np.int64)
     caps = np.asarray(caps, dtype=np.float64)
     rng = np.random.default_rng(seed)
-    s = _State(lin, sizes, counts)
+    s = _State(lin, sizes, counts, allowed)
     n, D = len(s.item), s.D
     start_cost = float(s.cost.max())
     best_dev, best_cost = s.dev.copy(), start_cost
@@ -310,6 +317,8 @@ def linear_local_search(
             if s.mem[pi] - s.bytes[i] + s.bytes[j] > caps[pi] or s.mem[pj] - s.bytes[j] + s.bytes[i] > caps[pj]:
                 continue
             if apart and (s.occ[s.table[j], pi] > 0 or s.occ[s.table[i], pj] > 0):
+                continue
+            if s.allowed is not None and not (s.allowed[i, pj] and s.allowed[j, pi]):
                 continue
             s.dev[i], s.dev[j] = pj, pi
             s.refresh()

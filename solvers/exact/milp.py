@@ -60,6 +60,7 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     total = lin.total_width
     starts = np.searchsorted(pairs[:, 0], np.arange(I + 1))  # pairs are sorted by item
     _add_cover(rows, prob, starts)
+    _add_groups(rows, prob)
     order = np.argsort(pairs[:, 1], kind="stable")
     dev_starts = np.searchsorted(pairs[order, 1], np.arange(D + 1))
     by_dev = [order[dev_starts[d] : dev_starts[d + 1]] for d in range(D)]
@@ -84,6 +85,25 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
     integer = np.concatenate([np.arange(Y, Y + D), np.arange(PP, PP + C)]).astype(np.int64)
     return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "MC": MC, "M": M, "Y": Y, "T": TT, "P": PP, "Z": Z, "W": W, "stay": stay,
                   "integer": integer, "cuts": cuts, "keep_pairs": keep_pairs, "K0": K0}
+
+
+def _add_groups(rows: _Rows, prob: Problem) -> None:
+    """The placement constraints across tables, on every device: x[a, d] - x[b, d] = 0 for co-located whole tables
+    (where the mask leaves one pair out, the other is fixed at 0), sum of a separate group's x[i, d] <= 1."""
+    if prob.groups.empty:
+        return
+    col = {(int(i), int(d)): k for k, (i, d) in enumerate(rows.pairs)}
+    for d in range(prob.num_devices):
+        for a, b in prob.groups.together:
+            ka, kb = col.get((a, d)), col.get((b, d))
+            if ka is not None and kb is not None:
+                rows.add(np.array([ka, kb]), np.array([1.0, -1.0]), 0.0, 0.0)
+            elif ka is not None or kb is not None:
+                rows.add(np.array([ka if ka is not None else kb]), np.array([1.0]), 0.0, 0.0)
+        for group in prob.groups.apart:
+            on = [col[i, d] for i in group if (i, d) in col]
+            if len(on) > 1:
+                rows.add(np.array(on), np.ones(len(on)), -np.inf, 1.0)
 
 
 def _add_cover(rows: _Rows, prob: Problem, starts: np.ndarray) -> None:

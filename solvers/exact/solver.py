@@ -25,8 +25,10 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes, table_bytes_array
+from shardopt.core.plan_check import constraint_violations
 from solvers.base import Budget, ProvenBound, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.exact import constants
+from solvers.exact.constraints import constraint_mask, exact_conflict, table_groups
 from solvers.exact.cpsat import solve_cpsat
 from solvers.exact.formulation import (
     LinearSolve,
@@ -46,6 +48,7 @@ from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolve
 from solvers.exact.linear_search import linear_local_search
 from solvers.exact.linearize import Linearization, linearize
 from solvers.placement.polish import polish_placements
+from solvers.placement.rules import must_split, whole_only
 from solvers.options import OptionError
 from solvers.progress import report
 from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
@@ -182,6 +185,9 @@ class ExactSolver(Solver):
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
         budget = self.options.default_time_limit if time_limit is None else float(time_limit)
+        conflict = exact_conflict(instance, self.max_split)
+        if conflict is not None:
+            return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         reason = self._infeasibility(instance)
         if reason is not None:
             return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)
@@ -195,9 +201,9 @@ class ExactSolver(Solver):
         info["warm_start_s"] = clock.elapsed
         if best is None:
             info["warm_start"] = None
-        fits = items.size[:, None] <= caps[None, :]
+        fits = (items.size[:, None] <= caps[None, :]) & constraint_mask(instance, items)
         run = _Run(instance, cost_model, bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info,
-                   start_plan=start_plan)
+                   start_plan=start_plan, groups=table_groups(instance, items))
         st = _Loop(best, best_cost, best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64))
         # the analytic model's certified bound, when asked for: the one bound of the plan cost (solvers.results)
         certified = self._certified_bound(instance, cost_model, budget, clock, info) if self.options.certified_bound and best is not None else None
@@ -205,6 +211,12 @@ class ExactSolver(Solver):
             self._solve_large(run, st)
         else:
             self._relinearise(run, st)
+        if st.proven_infeasible and instance.constraints is not None and instance.constraints.kinds():
+            kinds = ", ".join(sorted(instance.constraints.kinds()))
+            return fail(self, SolveStatus.no_solution, (
+                f"{self.name}: {BACKEND_LABEL[self.backend]} proved that no plan of whole tables and the column pieces offered fits in memory "
+                f"and meets the placement constraints ({kinds}); the instance is not proven infeasible (other placements may exist)"),
+                clock, {**info, "constraints": "not met"})
         if st.proven_infeasible and self.options.tiered and not self.options.exact_neural:  # its own placements do not pack: try a tiered layout
             why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
             return self._solve_tiered(instance, cost_model, budget, seed, clock, why)
@@ -221,6 +233,9 @@ class ExactSolver(Solver):
 
         if tiered_infeasibility_reason(instance) is not None or self.options.exact_neural or not self.options.tiered:
             return unplaceable(self, instance, reason, clock, self._placements())
+        if instance.constraints is not None and instance.constraints.kinds():
+            return fail(self, SolveStatus.no_solution, f"{reason}; a tiered plan is needed, and the exact solvers lay out row-wise blocks "
+                        "and host memory without the placement constraints; the instance is not proven infeasible", clock, {"constraints": "not met"})
         bm = cost_model.bind(instance)
         model = _Bound(bm, cost_model.describe())
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
@@ -284,6 +299,9 @@ class ExactSolver(Solver):
         as item counts with its full cost (None, inf: none), and, where no start that fits is expressible in the
         items, the cheapest such start (the plan to return if the search finds none; else None)."""
         starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.options.warm_start else []
+        for s in starts:  # (the heuristics honour the constraints; the pre-split, relaxation and NeuroShard starts may not)
+            if s["cost"] is not None and constraint_violations(instance, s["shards"]):
+                s.update(cost=None, status="breaks the placement constraints")
         good = sorted((s for s in starts if s["cost"] is not None), key=lambda s: s["cost"])  # (stable: ties keep list order)
         items = self.items(instance, bm, good[0]["shards"] if good else None)  # (pieces for what the best start cuts)
         info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
@@ -378,7 +396,7 @@ class ExactSolver(Solver):
         assert st.lin is not None
         st.searched = st.best.copy()  # (once per plan in hand: with its seed the search is deterministic)
         found = self._local_search(
-            run.bm, st.lin, run.items, run.caps, st.best, st.best_cost, run.seed + it, run.search.left() * self.options.search_share, run.info, it
+            run, st.lin, st.best, st.best_cost, run.seed + it, run.search.left() * self.options.search_share, it
         )
         if found is None:
             return False
@@ -399,7 +417,7 @@ class ExactSolver(Solver):
             hint = None  # (cannot happen: the canonical form meets the rule) never hand a solver a bad hint
         prob = Problem(
             run.instance, run.items, run.items.size, run.caps, allowed, classes, rank, hint, st.radius if hint is not None else None, self.options.tiebreak,
-            self.table_cuts, st.lb,
+            self.table_cuts, st.lb, run.groups,
         )
         return prob, classes
 
@@ -564,6 +582,8 @@ class ExactSolver(Solver):
 
         before = float(run.bm.plan_costs(shards).max_cost)
         polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.time)
+        if n and constraint_violations(run.instance, polished):  # (the polish moves pieces anywhere they fit)
+            return shards, 0, before
         after = float(run.bm.plan_costs(polished).max_cost) if n else before
         if after < before * (1 - 1e-12):
             return polished, n, after
@@ -576,23 +596,25 @@ class ExactSolver(Solver):
         `optimal` and the certified bound is dropped (kept in info as `table_column_wise_bound`: a split plan may be
         below it)."""
         split, got = polish_placements(run.instance, run.bm, shards, row_wise=True, budget=run.time)
-        if not got["moves"]:
+        if not got["moves"] or constraint_violations(run.instance, split):
             return shards, status, lower
         run.info["row_splits"] = got["moves"]
         run.info["table_column_wise_bound"] = lower.value if lower is not None else None
         return split, SolveStatus.feasible if status is SolveStatus.optimal else status, None
 
     def _local_search(
-        self, bm: BoundCostModel, lin: Linearization, items: Items, caps: np.ndarray, best: np.ndarray, best_cost: float,
-        seed: int, time_limit: float, info: dict[str, Any], iteration: int,
+        self, run: _Run, lin: Linearization, best: np.ndarray, best_cost: float, seed: int, time_limit: float, iteration: int,
     ) -> tuple[np.ndarray, float] | None:
-        """A local search of the linear model around `best` (solvers.exact.linear_search); the plans along its path judged
-        by the full model. Returns a better plan and its full cost, or None. Each search is a row of
+        """A local search of the linear model around `best` (solvers.exact.linear_search), its steps within the pairs the
+        constraints allow; the plans along its path judged by the full model (those that part co-located tables or
+        join separate ones left out). Returns a better plan and its full cost, or None. Each search is a row of
         info["local_searches"]."""
-        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL)
+        bm, items, caps, info = run.bm, run.items, run.caps, run.info
+        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL,
+                                  allowed=run.fits if run.instance.constraints is not None else None)
         t0 = time.perf_counter()
         plans = res.plans()
-        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(plans) if _unusable(items, c, caps) is None]
+        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(plans) if _unusable(items, c, caps) is None and run.groups.met_by(c)]
         full, k = min(judged) if judged else (math.inf, -1)
         improved = bool(judged) and full < best_cost - 1e-9 * max(1.0, abs(best_cost))
         plan = plans[k] if improved else None
@@ -642,13 +664,13 @@ class ExactSolver(Solver):
                 # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again
                 # after every plan a neighbourhood improved
                 searched = best.copy()
-                found = self._local_search(run.bm, lin, items, caps, best, best_cost, run.seed + len(info["iterations"]),
-                                           search.left() * self.options.search_share, info, len(info["iterations"]))
+                found = self._local_search(run, lin, best, best_cost, run.seed + len(info["iterations"]),
+                                           search.left() * self.options.search_share, len(info["iterations"]))
                 if found is not None:
                     best, best_cost = found
                     continue
             chosen, free_tables, allowed = _neighbourhood(lin, items, run.fits, best, k, fails)
-            prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.options.tiebreak, False, None)
+            prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.options.tiebreak, False, None, run.groups)
             share = min(search.left() - 0.3, max(1.0, 0.1 * search.deadline))
             res = self._neighbourhood_solve(prob, lin, run.bm, best, max(0.2, share), run.seed + fails)
             row: dict[str, Any] = {"neighbourhood_devices": [int(d) for d in chosen], "free_tables": int(len(free_tables)),
@@ -685,11 +707,17 @@ class ExactSolver(Solver):
         too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
         if self.max_split > 1 and too_big:
             split = np.union1d(split, np.array(too_big, dtype=np.int64))
+        if self.max_split > 1 and must_split(instance):  # (placement constraints: tables that may only be column-wise)
+            split = np.union1d(split, np.array(sorted(must_split(instance)), dtype=np.int64))
+        whole = whole_only(instance)  # (... and tables that must stay whole)
+        split = np.array([t for t in split if int(t) not in whole], dtype=np.int64)
         deeper: dict[int, int] = {}
         widths: dict[int, set[int]] = {}
         index = instance.table_index()
         for sh in start or []:
             t = index[sh.table]
+            if t in whole:
+                continue
             w = sh.width(instance.tables[t])
             if w != instance.tables[t].dim:
                 deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)  # (the dyadic pieces down to it too)

@@ -11,6 +11,7 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance
 from solvers.base import Budget, Stopwatch
+from solvers.exact.constraints import TableGroups
 from solvers.exact.linearize import Linearization
 from solvers.placement.split_items import Items
 
@@ -34,6 +35,7 @@ class _Run:
     tiered: Any = None  # solvers.exact.tiered.TieredSplit: the instance above is its sub-instance of HBM tables
     whole: Instance | None = None  # ... and this the whole instance the plan is for
     start_plan: dict[str, Any] | None = None  # a warm start that fits but the items cannot express: returned if nothing else is found
+    groups: TableGroups = field(default_factory=TableGroups)  # the placement constraints' co-locate / separate rows
 
     @property
     def time(self) -> Budget:

@@ -18,6 +18,7 @@ from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.base import Budget
 from solvers.neuroshard.config import NeuroShardConfig
 from solvers.placement.completion import completion_mask
+from solvers.placement.rules import PlacementRules
 from solvers.placement.tiering import TieredLayout
 
 
@@ -48,6 +49,7 @@ class PieceModel:
 
     def __init__(self, instance: Instance, bm: BoundCostModel, layout: TieredLayout | None = None):
         self.instance, self.bm, self.layout = instance, bm, layout
+        self.rules = PlacementRules(instance)  # (the placement constraints: pins, co-location, separation, splits)
         self._cache: dict[Piece, tuple[np.ndarray, int, float, int]] = {}
         D = instance.topology.num_devices
         self.base_states = np.zeros((D, bm.state_size))
@@ -164,6 +166,10 @@ def grid_greedy(
     bm = pm.bm
     order = _greedy_order(pm, states_list)
     sib = _sibling_positions(order.owner)
+    rules = pm.rules if pm.rules.active else None
+    if rules is not None:
+        apart_pos = _sibling_positions(order.owner, rules.apart)
+        together_pos = _sibling_positions(order.owner, rules.together)
     lanes = _start_lanes(pm, order, cfg.scales, cfg.soft_dim_cap)
     group = lanes.state.copy()  # lanes with equal group hold equal devices
     for i in range(order.widths.shape[1]):
@@ -175,6 +181,9 @@ def grid_greedy(
         ok = (lanes.free >= size[:, None]) & lanes.alive[:, None]
         if lanes.host_free is not None:
             ok &= lanes.host_free >= order.host[lanes.state, i][:, None]
+        if rules is not None:  # (before the dim cap: its fallback to memory alone must not undo them)
+            ok &= rules.pins[order.owner[lanes.state, i]]
+            _keep_rules(ok, apart_pos[lanes.state, i], together_pos[lanes.state, i], lanes)
         room = ok.copy() if cfg.soft_dim_cap else None
         ok &= lanes.dims + w[:, None] <= lanes.cap[:, None] + 1e-9
         if room is not None:  # the cap is a balance target: a piece it admits nowhere goes where memory allows
@@ -216,9 +225,12 @@ class _GreedyOrder:
 
 def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrder:
     """Pieces by decreasing single cost, so the greedy places the heaviest first (the stable sort keeps it
-    deterministic)."""
+    deterministic); under placement constraints, the pieces of pinned tables first, by how few devices they may use."""
     infos = [pm.info(pieces) for pieces in states_list]
     orders = [np.argsort(-info[3], kind="stable") for info in infos]
+    if pm.rules.active:  # pinned pieces first, fewest devices first: a device filled before its pinned tables came loses them
+        allowed = pm.rules.pins.sum(axis=1)
+        orders = [o[np.argsort(allowed[np.array([p[0] for p in pieces])][o], kind="stable")] for pieces, o in zip(states_list, orders)]
     st = np.stack([info[0][o] for info, o in zip(infos, orders)])  # [B, P, F]
     wd = np.stack([info[1][o] for info, o in zip(infos, orders)])  # [B, P]
     sz = np.stack([info[2][o] for info, o in zip(infos, orders)])  # [B, P]
@@ -228,9 +240,11 @@ def _greedy_order(pm: PieceModel, states_list: list[list[Piece]]) -> _GreedyOrde
     return _GreedyOrder(perm=orders, states=st, widths=wd, sizes=sz, owner=own, host=hb, rows=rw)
 
 
-def _sibling_positions(own: np.ndarray) -> np.ndarray:
+def _sibling_positions(own: np.ndarray, related: list[set[int]] | None = None) -> np.ndarray:
     """[B, P, K] greedy positions of the earlier pieces of the same table (-1 padded): `split_apart` keeps a piece
-    off the devices its siblings already went to, and this lets every lane look them up in one indexing."""
+    off the devices its siblings already went to, and this lets every lane look them up in one indexing. With
+    `related` (per table, a set of tables): the earlier pieces of those tables instead (the placement constraints'
+    separate and co-locate groups)."""
     n_states, n_pieces = own.shape
     k_max = 1
     sib_lists = []
@@ -238,8 +252,9 @@ def _sibling_positions(own: np.ndarray) -> np.ndarray:
         first: dict[int, list[int]] = {}
         rows = []
         for i in range(n_pieces):
-            rows.append(list(first.get(int(own[b, i]), [])))
-            first.setdefault(int(own[b, i]), []).append(i)
+            t = int(own[b, i])
+            rows.append(list(first.get(t, [])) if related is None else sorted(j for r in related[t] for j in first.get(r, [])))
+            first.setdefault(t, []).append(i)
         k_max = max(k_max, max((len(r) for r in rows), default=0))
         sib_lists.append(rows)
     sib = np.full((n_states, n_pieces, k_max), -1, dtype=np.int64)
@@ -306,6 +321,24 @@ def _keep_apart(ok: np.ndarray, sibs: np.ndarray, lanes: _Lanes) -> None:
         apart[rr, devs[rr, kk]] = False
         use = apart.any(axis=1)  # apart when possible; together only if nothing else has room
         ok[use] = apart[use]
+
+
+def _keep_rules(ok: np.ndarray, apart: np.ndarray, together: np.ndarray, lanes: _Lanes) -> None:
+    """The placement constraints' groups, in place on the [L, D] mask `ok` (PlacementRules): never a device that holds
+    an earlier piece of a table to keep apart from (`apart`: [L, K] their greedy positions), only the device of an
+    earlier-placed table to go with (`together`). Hard, unlike `_keep_apart`: a lane left no device dies."""
+    for pos, keep in ((apart, False), (together, True)):
+        if not (pos >= 0).any():
+            continue
+        devs = np.where(pos >= 0, lanes.placed_on[lanes.ids[:, None], np.maximum(pos, 0)], -1)
+        rr, kk = np.nonzero(devs >= 0)
+        if not keep:
+            ok[rr, devs[rr, kk]] = False
+            continue
+        only = np.zeros_like(ok)
+        only[rr, devs[rr, kk]] = True
+        bound = np.unique(rr)
+        ok[bound] &= only[bound]
 
 
 def _score_by_plan_cost(bm: BoundCostModel, score: np.ndarray, ok: np.ndarray, new: np.ndarray, lanes: _Lanes, w: np.ndarray,

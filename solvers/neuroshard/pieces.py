@@ -10,6 +10,7 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from solvers.base import Budget, Stopwatch
 from solvers.neuroshard.config import NeuroShardConfig
 from solvers.neuroshard.grid import Piece, PieceModel, grid_greedy
+from solvers.placement.rules import PlacementRules
 from solvers.placement.tiering import TieredLayout
 
 
@@ -25,6 +26,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     hsizes = pm.host_sizes(pieces)
     owner = np.array([p[0] for p in pieces])
     device_of = device_of.copy()
+    rules = pm.rules if pm.rules.active else None
     n_dev = bm.num_devices
     idx = np.arange(len(pieces))
     used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
@@ -54,6 +56,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
             ok = (used + sizes[p] <= pm.caps) & (hused + hsizes[p] <= pm.host_caps)
             ok[hot] = False
             ok[siblings] = False
+            if rules is not None:
+                ok &= rules.pins[owner[p]]
             cands = np.flatnonzero(ok)
             target = -1
             if len(cands):
@@ -66,6 +70,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                 tot[:, hot] += new[0] - compute[hot]
                 tot[k, cands] += new[1:] - compute[cands]
                 better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
+                if rules is not None and rules.grouped:
+                    better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(cands[k])})]
                 if len(better):
                     target = int(cands[better[0]])
             if target >= 0:
@@ -83,6 +89,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                     ok &= ~np.isin(dq, siblings) & (owner[qs] != owner[p]) & ~np.isin(owner[qs], list(hot_owners))
                 ok &= (used[dq] - sizes[qs] + sizes[p] <= pm.caps[dq]) & (used[hot] - sizes[p] + sizes[qs] <= pm.caps[hot])
                 ok &= (hused[dq] - hsizes[qs] + hsizes[p] <= pm.host_caps[dq]) & (hused[hot] - hsizes[p] + hsizes[qs] <= pm.host_caps[hot])
+                if rules is not None:
+                    ok &= rules.pins[owner[p], dq] & rules.pins[owner[qs], hot]
                 qs, dq = qs[ok], dq[ok]
                 if len(qs):
                     k = np.arange(len(qs))
@@ -96,6 +104,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                     tot[:, hot] += new[: len(qs)] - compute[hot]
                     tot[k, dq] += new[len(qs):] - compute[dq]
                     better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
+                    if rules is not None and rules.grouped:
+                        better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(dq[k]), int(qs[k]): hot})]
                     if len(better):
                         q, d = int(qs[better[0]]), int(dq[better[0]])
                         used[hot] += sizes[q] - sizes[p]
@@ -112,6 +122,44 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
             if budget.spent():
                 break
     return device_of, moves
+
+
+def _groups_kept(rules: PlacementRules, owner: np.ndarray, device_of: np.ndarray, moved: dict[int, int]) -> bool:
+    """Whether the plan with the pieces `moved` (piece -> new device) keeps the placement constraints' groups for the
+    tables of the moved pieces: apart from every table of their separate groups (and, for a table that must be cut,
+    its pieces from each other), on the devices of every table they go with."""
+    after = device_of.copy()
+    for k, d in moved.items():
+        after[k] = d
+    for t in {int(owner[k]) for k in moved}:
+        mine = after[owner == t]
+        for j in rules.apart[t]:
+            theirs = after[owner == j]
+            if j == t and len(np.unique(mine)) < len(mine):
+                return False
+            if j != t and np.intersect1d(mine, theirs).size:
+                return False
+        if any(set(mine.tolist()) != set(after[owner == j].tolist()) for j in rules.together[t] if (owner == j).any()):
+            return False
+    return True
+
+
+def cuttable(pm: PieceModel, piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
+    """`split(piece)` where the placement constraints let its table be cut into those halves (PlacementRules), else None."""
+    halves = split(piece, uneven)
+    if halves is None or not pm.rules.may_split(piece[0], (halves[0][2], halves[1][2])):
+        return None
+    return halves
+
+
+def start_pieces(pm: PieceModel, uneven: bool = True) -> tuple[Piece, ...]:
+    """The search's first state: every table whole (PieceModel.all_pieces), but a table the placement constraints do
+    not let be whole (it may only be column-wise) halved."""
+    out: list[Piece] = []
+    for p in pm.all_pieces():
+        halves = cuttable(pm, p, uneven) if p[0] in pm.rules.split_only else None
+        out += list(halves) if halves is not None else [p]
+    return tuple(sorted(out))
 
 
 def split(piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
@@ -164,7 +212,7 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
     is halved on its own (`split`): a 28-column table too big for 8-column pieces ends as seven 4-column ones, where
     halving every piece of a round at once stopped at the first piece that could not be halved (then no state
     packed, and the table went row-wise)."""
-    whole: list[Piece] = list(pm.all_pieces())
+    whole: list[Piece] = list(start_pieces(pm, uneven))
     _, _, nbytes, single = pm.info(whole)
     target = (float(single.sum()) + float(pm.base_compute.sum())) / pm.bm.num_devices
     room = float(pm.caps.max()) / 2  # a piece bigger than half a device is hard to pack: halve it too
@@ -174,7 +222,7 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
         while True:
             _, _, b, c = pm.info(todo)
             more = len(todo) * 2 <= max_pieces
-            halves = [split(q, uneven) for q in todo]
+            halves = [cuttable(pm, q, uneven) for q in todo]
             cut = {k for k, h in enumerate(halves) if h is not None and (b[k] > room or (more and c[k] > target))}
             if not cut:
                 break

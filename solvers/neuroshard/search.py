@@ -59,13 +59,15 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes
+from shardopt.core.plan_check import constraint_violations
 from solvers.base import Budget, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish, unplaceable
 from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.grid import BATCH_STATES, GridResult, LANE_DEVICES, Piece, PieceModel, grid_greedy
-from solvers.neuroshard.pieces import polish, presplit_pieces, split
+from solvers.neuroshard.pieces import cuttable, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
+from solvers.placement.rules import min_widths, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 from solvers.progress import report
 
@@ -252,11 +254,11 @@ def _split_proposals(pm: PieceModel, beam: list[tuple[float, tuple[Piece, ...]]]
     for _, state in beam:
         pieces = list(state)
         _, _, sizes, single = pm.info(pieces)
-        splittable = [k for k, p in enumerate(pieces) if split(p, cfg.uneven_halves) is not None]
+        splittable = [k for k, p in enumerate(pieces) if cuttable(pm, p, cfg.uneven_halves) is not None]
         by_size = heapq.nlargest(cfg.candidates_by_size, splittable, key=lambda k: (sizes[k], -k))
         by_cost = heapq.nlargest(cfg.candidates_by_cost, splittable, key=lambda k: (single[k], -k))
         for k in sorted(set(by_size) | set(by_cost)):
-            a, b = split(pieces[k], cfg.uneven_halves)  # type: ignore[misc]
+            a, b = cuttable(pm, pieces[k], cfg.uneven_halves)  # type: ignore[misc]
             proposals.append(tuple(sorted(pieces[:k] + pieces[k + 1 :] + [a, b])))
     return proposals
 
@@ -387,6 +389,9 @@ class NeuroShardSolver(Solver):
         clock = Stopwatch()
         cfg = self.config
         budget = Budget.of(clock, time_limit if time_limit is not None else (cfg.default_time_limit or default_budget(instance)))
+        conflict = self._constraint_conflict(instance)
+        if conflict is not None:
+            return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         # its seed, computed once: the HBM search starts from it, the tiered layouts are read off it, and it is the
         # answer where the search ends without a plan (a search that is not seeded with it computes it on demand)
         greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget.left()) if cfg.seed_with_greedy else None
@@ -408,7 +413,7 @@ class NeuroShardSolver(Solver):
                 # a tight instance (some state packed only with the completion check) may still be cheaper in a tiered
                 # layout: a cold table in host memory frees the HBM the column slices crowd; both are searched (the
                 # tiered layouts in the time left) and the cheaper kept
-                tight = result.info.get("states_rescored_safe", 0) > 0 and not budget.spent()
+                tight = result.info.get("states_rescored_safe", 0) > 0 and not budget.spent() and not constrained(instance)
                 if not tight:
                     return self._replica_searches(instance, cost_model, result, budget, seed)
                 hbm, reason = result, "the HBM plan packed only with the completion check"
@@ -416,6 +421,10 @@ class NeuroShardSolver(Solver):
                 reason = result.reason or "no plan in HBM"
         if tiered_infeasibility_reason(instance) is not None:
             return hbm if hbm is not None else unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
+        if constrained(instance):
+            return fail(self, SolveStatus.no_solution, f"{reason.removesuffix('; the instance is not proven infeasible')}; {self.name} lays out row-wise blocks and host memory without the placement "
+                        "constraints, so it searched table- and column-wise plans in HBM only; the instance is not proven infeasible",
+                        clock, {"constraints": "not met"})
         tiered = self._solve_tiered(instance, cost_model, budget, seed, reason, greedy)
         if hbm is None:
             return tiered
@@ -425,6 +434,17 @@ class NeuroShardSolver(Solver):
         chosen.info["hbm_or_tiered"] = costs
         return chosen
 
+    def _constraint_conflict(self, instance: Instance) -> str | None:
+        """Why the search's placements (whole tables and column halves in HBM) cannot meet the placement constraints."""
+        narrowest = min_widths(instance)
+        uneven = self.config.uneven_halves
+
+        def can_split(t: int, table: Any) -> bool:
+            halves = split((t, 0, table.dim), uneven)
+            return halves is not None and min(h[2] for h in halves) >= narrowest[t]
+
+        return placement_conflict(instance, self.name, can_split)
+
     def _replica_searches(self, instance: Instance, cost_model: CostModel, result: SolveResult, budget: Budget, seed: int) -> SolveResult:
         """With `data_parallel=True` on an HBM instance, the search again around sets of replicas, the cheapest plan
         kept. Why: the placement polish replicates tables of the searched plan where they sit, and a replica set it
@@ -433,7 +453,7 @@ class NeuroShardSolver(Solver):
         smallest tables (`replica_order`) are pre-placed as replicas, prefixes of growing size (REPLICA_PREFIXES), and
         the other tables searched around them, each prefix an equal share of the time left, until REPLICA_PATIENCE
         prefixes in a row are not cheaper or the copies no longer fit."""
-        if (self.config.data_parallel is not True or result.plan is None or result.predicted is None
+        if (self.config.data_parallel is not True or result.plan is None or result.predicted is None or constrained(instance)
                 or not cost_model.bind(instance).replicas):  # (a model that cannot price replicas: none proposed)
             return result
         order = replica_order(instance)
@@ -515,7 +535,7 @@ class NeuroShardSolver(Solver):
         search_budget = budget.share(1.0 - cfg.polish_reserve) if cfg.polish else budget
         scorer = _StateScorer(pm, cfg, search_budget, instance.topology.num_devices)
 
-        start = pm.all_pieces()
+        start = start_pieces(pm, cfg.uneven_halves)
         (first,) = scorer.score([start])
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
@@ -545,7 +565,8 @@ class NeuroShardSolver(Solver):
             timed_out = timed_out or budget.spent()
         shards = pm.to_shards(pieces, device_of)
         if cfg.safe_fallback:
-            shards = merge_colocated_columns(instance, bm, shards)
+            merged = merge_colocated_columns(instance, bm, shards)
+            shards = shards if constraint_violations(instance, merged) else merged  # (a table that may only be column-wise stays cut)
         dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
         placed: dict[str, Any] | None = None
         if (cfg.placement_polish and layout is not None) or dp or cfg.row_wise:
@@ -569,6 +590,10 @@ class NeuroShardSolver(Solver):
         if layout is not None or any(s.replicated or s.rows is not None or s.row_offset for s in shards):
             extra["placements"], info["tiers"] = describe_placements(instance, shards)
         status = SolveStatus.timeout if timed_out else SolveStatus.feasible
+        broken = constraint_violations(instance, shards)
+        if broken:  # (never expected: every stage keeps to them) never a plan that breaks one
+            return fail(self, SolveStatus.no_solution, f"{self.name}: its plan breaks a placement constraint ({broken[0].message}); "
+                        "the instance is not proven infeasible", clock, info)
         return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra or None)
 
 
@@ -615,8 +640,11 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
         for _ in range(n_rounds):
             if out_of_time():
                 break
-            shards, got = polish_placements(instance, bm, shards, data_parallel=data_parallel, row_wise=row_wise, budget=budget)
+            polished, got = polish_placements(instance, bm, shards, data_parallel=data_parallel, row_wise=row_wise, budget=budget)
             before = got["cost_before"] if before is None else before
+            if got["moves"] and constraint_violations(instance, polished):  # (row splits and replicas are outside the constraints' placements)
+                break
+            shards = polished
             moves += got["moves"]
             if not got["moves"] or not cfg.polish or out_of_time():
                 break
@@ -641,6 +669,12 @@ def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], 
     pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
     device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, budget)
     return pm.to_shards(pieces, device_of), n
+
+
+def constrained(instance: Instance) -> bool:
+    """Whether the instance has placement constraints (the search then stays with whole tables and column pieces in
+    HBM, where solvers.placement.rules says how it keeps them)."""
+    return instance.constraints is not None and bool(instance.constraints.kinds())
 
 
 def split_infeasibility(instance: Instance) -> str | None:

@@ -1,0 +1,153 @@
+"""Placement constraints (shardopt.core.ir.PlacementConstraints) as the searches read them.
+
+Why one module: the exact solvers (solvers.exact.constraints: a mask of (item, device) pairs and rows) and
+NeuroShard (its grid greedy, split proposals and device polish) honour the same constraints in different shapes, and
+must agree on what each asks of a plan of whole tables and column pieces:
+- a pinned table's pieces go only on its devices;
+- a table in a co-locate or separate group is placed whole ("on the same devices" and "never on one device" are then
+  a device each; pieces would only multiply the cases), and a table that may not be column-wise too;
+- a table that may not be table-wise is cut into at least two pieces, kept on different devices (two pieces on one
+  device would be merged back into the whole table);
+- no column piece narrower than the table's `min_partition` (where that is not wider than the table).
+Row-wise splits, replicas and memory tiers are not among these placements: a stage that makes them keeps its plan
+only where `shardopt.core.plan_check.constraint_violations` finds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from shardopt.core.ir import Instance, Kernel, Table
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
+
+
+def grouped_tables(instance: Instance) -> set[int]:
+    """The tables named in a co-locate or separate group."""
+    c = instance.constraints
+    if c is None:
+        return set()
+    index = instance.table_index()
+    return {index[name] for group in (*c.colocate, *c.separate) for name in group}
+
+
+def whole_only(instance: Instance) -> set[int]:
+    """Tables not to be cut into column pieces: grouped ones and those that may not be column-wise."""
+    c = instance.constraints
+    if c is None:
+        return set()
+    index = instance.table_index()
+    out = grouped_tables(instance)
+    return out | {index[tc.table] for tc in c.tables if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types}
+
+
+def must_split(instance: Instance) -> set[int]:
+    """Tables that may not be placed whole (their sharding types leave out table_wise): column pieces only."""
+    c = instance.constraints
+    if c is None:
+        return set()
+    index = instance.table_index()
+    return {index[tc.table] for tc in c.tables if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types}
+
+
+def min_widths(instance: Instance) -> np.ndarray:
+    """[T] the narrowest column piece each table may be cut into (0: any; a min_partition wider than the table
+    binds nothing, as in TorchRec)."""
+    out = np.zeros(len(instance.tables), dtype=np.int64)
+    c = instance.constraints
+    if c is None:
+        return out
+    index = instance.table_index()
+    for tc in c.tables:
+        t = index[tc.table]
+        if tc.min_partition is not None and tc.min_partition <= instance.tables[t].dim:
+            out[t] = tc.min_partition
+    return out
+
+
+def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, Table], bool]) -> str | None:
+    """Why whole tables and column pieces in HBM (the placements of `who`) cannot meet the constraints, or None (they
+    can try: whether a plan exists is the search's to find). `can_split(t, table)`: whether `who` can cut table t
+    into two or more pieces at all."""
+    c = instance.constraints
+    if c is None:
+        return None
+    grouped = grouped_tables(instance)
+    index = instance.table_index()
+    for tc in c.tables:
+        t = index[tc.table]
+        if tc.kernels is not None and Kernel.fused not in tc.kernels:
+            return f"table {tc.table!r} may not be in HBM (constraint: {', '.join(k.value for k in tc.kernels)}), and {who} place every table there"
+        types = tc.sharding_types
+        if types is None or TABLE_WISE in types:
+            continue
+        if COLUMN_WISE not in types:
+            return f"table {tc.table!r} may be only {', '.join(types)}, and {who} place whole tables and column pieces (table_wise, column_wise)"
+        if t in grouped:
+            return f"table {tc.table!r} may only be column_wise, and {who} place the tables of co-locate / separate groups whole"
+        if not can_split(t, instance.tables[t]):
+            return f"table {tc.table!r} may only be column_wise, but {who} cannot cut its {instance.tables[t].dim} columns into pieces within its constraints"
+    return None
+
+
+class PlacementRules:
+    """The constraints for a search that places pieces one at a time or moves them: per table its devices (`pins`,
+    [T, D]), the tables it must share no device with (`apart`: a must-split table is apart from itself: its pieces
+    on different devices) and the ones it goes with (`together`), whether it may be cut and how narrow."""
+
+    def __init__(self, instance: Instance):
+        T, D = len(instance.tables), instance.topology.num_devices
+        c = instance.constraints
+        self.active = c is not None and bool(c.kinds())
+        self.pins = np.ones((T, D), dtype=bool)
+        self.apart: list[set[int]] = [set() for _ in range(T)]
+        self.together: list[set[int]] = [set() for _ in range(T)]
+        self.whole = whole_only(instance)
+        self.split_only = must_split(instance)
+        self.min_width = min_widths(instance)
+        if c is None:
+            return
+        index = instance.table_index()
+        for tc in c.tables:
+            if tc.devices is not None:
+                self.pins[index[tc.table]] = False
+                self.pins[index[tc.table], tc.devices] = True
+        for kind, out in (("separate", self.apart), ("colocate", self.together)):
+            for group in getattr(c, kind):
+                ids = {index[name] for name in group}
+                for i in ids:
+                    out[i] |= ids - {i}
+        for t in self.split_only:
+            self.apart[t].add(t)
+        for t in range(T):  # a co-located group shares its devices: every member's pins and separations bind them all
+            for j in self.together[t]:
+                self.pins[t] &= self.pins[j]
+        joined = [set().union(*(self.apart[j] for j in self.together[t] | {t})) for t in range(T)]
+        for t in range(T):
+            for a in list(joined[t]):
+                joined[a].add(t)  # (apart is symmetric: a table kept from a group is kept from each member)
+        self.apart = joined
+
+    @property
+    def grouped(self) -> bool:
+        """Whether any table has to be apart from or together with another (beyond the pins)."""
+        return any(self.apart) or any(self.together)
+
+    def may_split(self, t: int, halves: tuple[int, int]) -> bool:
+        """Whether table t may be cut into pieces of these two widths."""
+        return t not in self.whole and min(halves) >= self.min_width[t]
+
+    def allowed_devices(self, t: int, device_of_table: Callable[[int], np.ndarray]) -> np.ndarray:
+        """[D] where a piece of table t may go, given `device_of_table(j)`: the devices holding pieces of table j now
+        (the piece itself not among them)."""
+        ok = self.pins[t].copy()
+        for j in self.apart[t]:
+            ok[device_of_table(j)] = False
+        for j in self.together[t]:
+            held = device_of_table(j)
+            if len(held):
+                keep = np.zeros_like(ok)
+                keep[held] = ok[held]
+                ok = keep
+        return ok
