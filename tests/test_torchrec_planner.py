@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORLD = 4
 PER_HOST = 2
 LOCAL_BATCH = 4
+PLACEMENT = {"tables": [{"table": "user", "devices": [3]}], "separate": [["user", "history"]], "colocate": [["sparse.ebc.shared", "seq.shared"]]}
 
 pytest.importorskip("torchrec")
 
@@ -133,8 +134,15 @@ def test_what_cannot_be_honoured_is_refused_by_name() -> None:
             planner.plan(_model(), _sharders())
         assert all(w in str(err.value) for w in words), str(err.value)
 
-    refused({"user": ParameterConstraints(sharding_types=["table_wise"])}, "constraints['user'].sharding_types", "table_wise")
-    refused({"user": ParameterConstraints(min_partition=8)}, "min_partition")
+    refused({"user": ParameterConstraints(compute_kernels=["quant"])}, "constraints['user'].compute_kernels", "'quant'")
+    refused({"user": ParameterConstraints(sharding_types=["diagonal"])}, "constraints['user'].sharding_types", "'diagonal'")
+    refused({"user": ParameterConstraints(device_group="cuda")}, "constraints['user'].device_group", "'cuda'", "'cpu'")
+    refused({"user": ParameterConstraints(feature_names=["f_other"])}, "constraints['user'].feature_names", "f_other", "f_user")
+    refused({"user": ParameterConstraints(compute_kernels=["fused_uvm"], enforce_hbm=True)}, "constraints['user'].enforce_hbm")
+    refused({}, "placement.separate[0]", "'nobody'", placement={"separate": [["user", "nobody"]]})
+    refused({}, "placement.colocate[0]", "'shared'", placement={"colocate": [["shared", "user"]]})  # (two tables of that name)
+    refused({"user": ParameterConstraints(min_partition=8)}, "placement.tables[0].min_partition", "ParameterConstraints too",
+            placement={"tables": [{"table": "user", "min_partition": 8}]})
     refused({"user": ParameterConstraints(batch_sizes=[7])}, "batch_sizes", "7")
     refused({"nope": ParameterConstraints()}, "'nope'", "names no table")
     refused({"item": ParameterConstraints(pooling_factors=[-1.0])}, "pooling_factors")
@@ -153,6 +161,41 @@ def test_what_cannot_be_honoured_is_refused_by_name() -> None:
         planner.collective_plan(_model(), _sharders())
 
 
+def test_parameter_constraints_map_onto_placement_constraints_field_by_field() -> None:
+    """Each ParameterConstraints field that says where a table goes becomes the IR's constraint as the mapping's
+    docstring says; the plan keeps to them and the pass-through fields reach the ParameterSharding."""
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.types import CacheAlgorithm, CacheParams
+
+    from shardopt.core.ir import CONSTRAINT_SHARDING_TYPES
+    from shardopt.torchrec import ShardoptPlanner
+    from shardopt.torchrec.parameter_constraints import table_constraint
+
+    def mapped(**kw: Any) -> dict[str, Any] | None:
+        return table_constraint("t", "t", ParameterConstraints(**kw), ["f"], "cuda")
+
+    no_dp = [t for t in CONSTRAINT_SHARDING_TYPES if t != "data_parallel"]
+    assert mapped() is None  # (pooling factors only: nothing about where the table goes)
+    assert mapped(compute_kernels=["fused", "fused_uvm_caching"]) == {"table": "t", "kernels": ["fused", "fused_uvm_caching"], "sharding_types": no_dp}
+    assert mapped(compute_kernels=["dense"]) == {"table": "t", "sharding_types": ["data_parallel"]}
+    assert mapped(compute_kernels=["fused", "dense"], sharding_types=["table_wise", "data_parallel"]) == {
+        "table": "t", "kernels": ["fused"], "sharding_types": ["table_wise", "data_parallel"]}
+    assert mapped(min_partition=30) == {"table": "t", "min_partition": 32}  # (TorchRec's column shards are multiples of 4)
+    assert mapped(cache_params=CacheParams(load_factor=0.3)) == {"table": "t", "cache_load_factor": 0.3}
+    assert mapped(enforce_hbm=True) == {"table": "t", "kernels": ["fused"]}
+    planner = ShardoptPlanner(_topology(), batch_size=LOCAL_BATCH, solver="cpsat", cost_model="analytic", time_limit=3,
+                              constraints={"item": ParameterConstraints(pooling_factors=[1.0, 1.0], sharding_types=["column_wise"], min_partition=13),
+                                           "user": ParameterConstraints(enforce_hbm=True, cache_params=CacheParams(algorithm=CacheAlgorithm.LFU))},
+                              placement=PLACEMENT)
+    plan = planner.plan(_model(), _sharders())
+    c = planner.last["instance"].constraints
+    assert c.of("sparse.ebc.item").min_partition == 16 and c.of("sparse.ebc.user").devices == [3]  # (placement by the table's own name)
+    bag, seq = plan.plan["sparse.ebc"], plan.plan["seq"]
+    assert bag["item"].sharding_type == "column_wise" and all(m.shard_sizes[1] >= 16 for m in bag["item"].sharding_spec.shards)
+    assert bag["user"].ranks == [3] and 3 not in seq["history"].ranks and set(bag["shared"].ranks) == set(seq["shared"].ranks)
+    assert bag["user"].enforce_hbm is True and bag["user"].cache_params.algorithm == CacheAlgorithm.LFU
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 4 gloo ranks
 
@@ -167,6 +210,7 @@ def _worker(out_path: str) -> None:
     from torch.distributed.optim import _apply_optimizer_in_backward
     from torchrec import KeyedJaggedTensor
     from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner.types import ParameterConstraints
 
     from shardopt.torchrec import ShardoptPlanner
 
@@ -182,10 +226,16 @@ def _worker(out_path: str) -> None:
     model = _model("meta")
     _apply_optimizer_in_backward(trec_optim.SGD, model.parameters(), {"lr": lr})
     # a different seed on every rank: the plan must still be rank 0's
-    planner = ShardoptPlanner(_topology(), batch_size=LOCAL_BATCH, solver="neuroshard", cost_model="analytic", seed=rank, time_limit=5)
+    # (placement constraints: a table that may only be column-wise, one pinned to rank 3 and kept apart from another,
+    # the two tables named "shared" co-located)
+    planner = ShardoptPlanner(_topology(), batch_size=LOCAL_BATCH, solver="neuroshard", cost_model="analytic", seed=rank, time_limit=5,
+                              constraints={"item": ParameterConstraints(pooling_factors=[1.0, 1.0], sharding_types=["column_wise"], min_partition=13)},
+                              placement=PLACEMENT)
     plan = planner.collective_plan(model, _sharders(), dist.group.WORLD)
     report: dict[str, Any] = {"rank": rank, "plan": {p: {n: [ps.sharding_type, ps.compute_kernel, list(ps.ranks)] for n, ps in mp.items()}
-                                                     for p, mp in plan.plan.items()}}
+                                                     for p, mp in plan.plan.items()},
+                              "widths": {n: [int(m.shard_sizes[1]) for m in ps.sharding_spec.shards] for n, ps in plan.plan["sparse.ebc"].items()
+                                         if ps.sharding_spec is not None}}
     dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan, sharders=_sharders())
     ref_params = dict(ref.named_parameters())
     with torch.no_grad():
@@ -242,6 +292,11 @@ def _worker(out_path: str) -> None:
                 worst = max(worst, float((sh.tensor - want).abs().max()))
                 moved += int((want != ref_params[name][r0 : r0 + h, c0 : c0 + w]).any(dim=1).sum())
     report["step_max_abs_diff"], report["rows_moved"] = worst, moved
+    # TorchRec's own checkpoint path (it broke on uneven column widths, which this plan's even pieces avoid)
+    saved = {k: [sh.tensor.clone() for sh in v.local_shards()] for k, v in dmp.state_dict().items() if hasattr(v, "local_shards")}
+    dmp.load_state_dict(dmp.state_dict())
+    after = dmp.state_dict()
+    report["state_dict_round_trip"] = all(torch.equal(sh.tensor, t) for k, ts in saved.items() for sh, t in zip(after[k].local_shards(), ts))
     dist.barrier()
     dist.destroy_process_group()
     Path(out_path).write_text(json.dumps(report))
@@ -272,6 +327,13 @@ def test_collective_plan_shards_a_two_collection_model_in_dmp_on_4_gloo_ranks(tm
     reports = launch_ranks([sys.executable, __file__], tmp_path, WORLD, PER_HOST)
     assert all(rep["plan"] == reports[0]["plan"] for rep in reports)  # rank 0's plan everywhere, whatever each rank's seed
     assert set(reports[0]["plan"]) == {"sparse.ebc", "seq"}
+    bag, seq = reports[0]["plan"]["sparse.ebc"], reports[0]["plan"]["seq"]
+    # the constraints, read off the plan DMP sharded by: item column-wise in pieces of >= 16 columns, user on rank 3 only,
+    # history never beside user, the two "shared" tables on the same ranks
+    assert bag["item"][0] == "column_wise" and len(bag["item"][2]) >= 2 and min(reports[0]["widths"]["item"]) >= 16
+    assert bag["user"][2] == [3] and 3 not in seq["history"][2]
+    assert set(bag["shared"][2]) == set(seq["shared"][2])
+    assert all(rep["state_dict_round_trip"] for rep in reports)
     for rep in reports:
         bad = {k: v for k, v in rep["max_abs_diff"].items() if v > 1e-5}
         assert not bad, (rep["rank"], bad)

@@ -20,9 +20,13 @@ What maps, and what is refused (a constraint is never silently dropped):
 - optimizer: the one `_apply_optimizer_in_backward` attached to the tables, else the sharders' `fused_params`
   optimizer, else TorchRec's default for a table without one (exact SGD);
 - constraints: `pooling_factors` (summed over a table's features: lookups per sample add up), `num_poolings` and
-  `batch_sizes` only where they say what the instance already says; `stochastic_rounding`, `bounds_check_mode` and
-  `output_dtype` travel to the table's ParameterSharding unchanged; every other field that is set is refused by name
-  (placement constraints in the IR are issue 'planner', item 2, and not built yet).
+  `batch_sizes` only where they say what the instance already says; where a table may go (sharding types, compute
+  kernels, min_partition, cache load factor, enforce_hbm) becomes the instance's placement constraints
+  (shardopt.torchrec.parameter_constraints says how each field maps, and what is refused by name);
+  `stochastic_rounding`, `bounds_check_mode`, `output_dtype`, `cache_params` and `enforce_hbm` travel to the table's
+  ParameterSharding unchanged;
+- placement: shardopt's own constraints, which TorchRec's cannot say - a table pinned to ranks, tables co-located on
+  the same ranks, tables kept apart (`PlacementConstraints` or its dict, by table name).
 
 A sequence collection (`EmbeddingCollection`) sends each looked-up row through the all-to-all, not one pooled row
 per sample; the IR prices pooled tables only, so its all-to-all is under-estimated by its pooling factor, and the
@@ -31,6 +35,7 @@ plan log says so.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -39,12 +44,14 @@ from typing import Any
 
 from shardopt.core.errors import UserError
 from shardopt.core.hardware import DEFAULT_PROFILE
-from shardopt.core.ir import Instance, Plan
+from shardopt.core.ir import Instance, Plan, PlacementConstraints
 from shardopt.data.torchrec_install import require_torchrec
 
 require_torchrec()  # (an ImportError naming the exact pip commands when TorchRec is not installed)
 
 from torchrec.distributed.types import ShardingPlanner  # noqa: E402
+
+from shardopt.torchrec.parameter_constraints import PASSED_THROUGH, ConstraintMappingError, table_constraint, with_constraints  # noqa: E402
 
 logger = logging.getLogger("shardopt.torchrec")
 
@@ -53,11 +60,6 @@ logger = logging.getLogger("shardopt.torchrec")
 DEFAULT_STORAGE_RESERVATION = 0.15
 # the optimizer TorchRec's fused kernel trains a table with when nothing names one (EmbOptimType.EXACT_SGD)
 TORCHREC_DEFAULT_OPTIMIZER = "sgd"
-# constraint fields that do not change where a table goes: copied onto its ParameterSharding as they are
-PASSED_THROUGH = ("stochastic_rounding", "bounds_check_mode", "output_dtype")
-# constraint fields with no equivalent yet: refused by name when set
-UNSUPPORTED_CONSTRAINTS = ("sharding_types", "compute_kernels", "min_partition", "cache_params", "enforce_hbm", "device_group",
-                           "key_value_params")
 _OPTIMIZERS = {"SGD": "sgd", "EXACT_SGD": "sgd", "RowWiseAdagrad": "rowwise_adagrad", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
                "ROWWISE_ADAGRAD": "rowwise_adagrad", "Adam": "adam", "ADAM": "adam"}
 
@@ -91,13 +93,16 @@ class ShardoptPlanner(ShardingPlanner):
 
     `topology`: TorchRec's `Topology` (world size, local world size, per-rank HBM / DDR, bandwidths, compute device);
     `batch_size`: the per-rank batch, as TorchRec's planner takes it; `constraints`: TorchRec's
-    `ParameterConstraints` per table name; `solver`, `cost_model` (`auto`: a calibrated model of this hardware where
-    one is registered, else the analytic model), `time_limit` (seconds; None: the solver's own budget), `seed`,
-    `options` (the solver's options), `hardware` (the shardopt hardware profile the analytic model prices with)."""
+    `ParameterConstraints` per table name; `placement`: shardopt's placement constraints TorchRec has no field for
+    (pins to ranks, co-locate and separate groups; `PlacementConstraints` or its dict, by table name); `solver`,
+    `cost_model` (`auto`: a calibrated model of this hardware where one is registered, else the analytic model),
+    `time_limit` (seconds; None: the solver's own budget), `seed`, `options` (the solver's options), `hardware` (the
+    shardopt hardware profile the analytic model prices with)."""
 
     def __init__(self, topology: Any, batch_size: int = 512, constraints: dict[str, Any] | None = None, *, solver: str = "neuroshard",
                  cost_model: str = "auto", time_limit: float | None = None, seed: int = 0, options: dict[str, Any] | None = None,
-                 hardware: str = DEFAULT_PROFILE, storage_reservation: float = DEFAULT_STORAGE_RESERVATION) -> None:
+                 hardware: str = DEFAULT_PROFILE, storage_reservation: float = DEFAULT_STORAGE_RESERVATION,
+                 placement: PlacementConstraints | dict[str, Any] | None = None) -> None:
         from solvers.catalog import get_solver
 
         if batch_size < 1:
@@ -109,6 +114,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.topology, self.batch_size, self.constraints = topology, int(batch_size), dict(constraints or {})
         self.solver_name, self.cost_model, self.time_limit, self.seed = solver, cost_model, time_limit, int(seed)
         self.hardware, self.storage_reservation = hardware, float(storage_reservation)
+        self.placement = placement
         self.solver = get_solver(solver, **(options or {}))  # (an unknown solver or option fails here, before any planning)
         self.last: dict[str, Any] | None = None  # what the last plan() did: solver, cost, bound, stop reason, notes
 
@@ -120,7 +126,8 @@ class ShardoptPlanner(ShardingPlanner):
         from solvers.catalog import check_honoured
 
         t0 = time.perf_counter()
-        planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, self.storage_reservation)
+        planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, self.storage_reservation,
+                            self.placement)
         check_honoured(self.solver_name, planned.instance)
         choice = choose_cost_model(self.cost_model, planned.instance)
         notes = list(planned.notes) + ([choice.notice] if choice.notice else []) + list(choice.warnings)
@@ -179,7 +186,7 @@ def collections_of(module: Any, sharders: list[Any]) -> list[Collection]:
 
 
 def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, constraints: dict[str, Any], hardware: str,
-              storage_reservation: float) -> PlannedTables:
+              storage_reservation: float, placement: PlacementConstraints | dict[str, Any] | None = None) -> PlannedTables:
     """The instance of `module`'s collections on `topology` (the module docstring says what maps)."""
     from shardopt.data.torchrec_configs import instance_from_configs
 
@@ -212,6 +219,14 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
                                      pooling=pooling, optimizer=optimizer, name=type(module).__name__, provenance="ShardoptPlanner",
                                      source="ParameterConstraints.pooling_factors", topology_extra=topo,
                                      metadata_extra={"collections": {name: owner[name][0] for name in owner}})
+    try:
+        features = {c.name: list(c.feature_names) for c in configs}
+        mapped = [tc for name in owner if (tc := table_constraint(keys[name], name, constraints.get(keys[name]), features[name],
+                                                                      topology.compute_device)) is not None]
+        own = [owner[n][1] for n in owner]
+        instance = with_constraints(instance, mapped, placement, {owner[n][1]: n for n in owner if own.count(owner[n][1]) == 1})
+    except ConstraintMappingError as exc:
+        raise PlannerInputError(str(exc)) from None
     notes = []
     sequence = [col.path or "(the model)" for col in collections if col.kind == "sequence"]
     if sequence:
@@ -225,23 +240,14 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
 def _renamed(config: Any, name: str) -> Any:
     if config.name == name:
         return config
-    import dataclasses
-
     return dataclasses.replace(config, name=name)
 
 
 def _pooling_factor(name: str, pc: Any, batch_size: int) -> float | None:
-    """A table's pooling factor from its ParameterConstraints (None: no constraints, the default applies), after
-    refusing every field this planner cannot honour."""
+    """A table's pooling factor from its ParameterConstraints (None: no constraints, the default applies); the batch
+    sizes and poolings per sample must say what the instance says."""
     if pc is None:
         return None
-    for f in UNSUPPORTED_CONSTRAINTS:
-        value = getattr(pc, f, None)
-        if value is not None:
-            raise PlannerInputError(f"constraints[{name!r}].{f}: {value!r} cannot be honoured yet (placement constraints are not in "
-                                    "shardopt's IR); leave it unset, or plan this model with EmbeddingShardingPlanner")
-    if getattr(pc, "use_virtual_table", False):
-        raise PlannerInputError(f"constraints[{name!r}].use_virtual_table: True (key-value / SSD tables are not in shardopt's IR)")
     if pc.batch_sizes is not None and any(int(b) != batch_size for b in pc.batch_sizes):
         raise PlannerInputError(f"constraints[{name!r}].batch_sizes: {list(pc.batch_sizes)} differ from the planner's batch_size {batch_size} "
                                 "(shardopt's IR has one batch for all tables)")
@@ -326,6 +332,8 @@ def export_plan(planned: PlannedTables, plan: Plan, compute_device: str, constra
         pc = constraints.get(table) or constraints.get(name)
         for f in PASSED_THROUGH:
             value = getattr(pc, f, None) if pc is not None else None
+            if f == "cache_params" and value is not None and ps.cache_params is not None:  # (the user's cache, at the plan's load factor)
+                value = dataclasses.replace(value, load_factor=ps.cache_params.load_factor)
             if value is not None:
                 setattr(ps, f, value)
         plans[path][table] = ps
