@@ -214,9 +214,9 @@ for _spec in (
                "when the instance has host memory (TorchRec's planner chooses)", uses_cost_model=False, needs="torchrec"),
     SolverSpec("dreamshard", "solvers.rl.dreamshard", "DreamShardSolver", "rl",
                "DreamShard policy (per-device scorer shared across devices, REINFORCE on the estimated MDP): greedy + "
-               "best-of-k sampled rollouts", "table-wise (HBM only)"),
+               "best-of-k sampled rollouts", "table-wise (HBM only)", constraints=CONSTRAINT_KINDS),
     SolverSpec("autoshard", "solvers.rl.autoshard", "AutoShardSolver", "rl",
                "AutoShard LSTM actor-critic (A2C, reward = -plan cost) over the table sequence: greedy + best-of-k sampled "
-               "rollouts", "table-wise (HBM only)"),
+               "rollouts", "table-wise (HBM only)", constraints=CONSTRAINT_KINDS),
 ):
     register(_spec)

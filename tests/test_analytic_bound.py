@@ -264,8 +264,9 @@ def test_bound_below_every_solver_plan(seed: int, n_tables: int, n_devices: int,
     assert plan_gap(inst, best, bound) < 0.10
 
 
-def enumerate_table_wise(inst: Instance) -> float:
-    """The best table-wise plan by brute force (every assignment that fits in memory)."""
+def enumerate_table_wise(inst: Instance, keep=None) -> float:
+    """The best table-wise plan by brute force (every assignment that fits in memory; with `keep`, a mask over the
+    assignments [A, T] -> [A], only those it keeps)."""
     bm = CM.bind(inst)
     n, d = len(inst.tables), inst.topology.num_devices
     sizes = table_bytes_array(inst)
@@ -274,8 +275,9 @@ def enumerate_table_wise(inst: Instance) -> float:
     use = np.zeros((len(assign), d))
     for t in range(n):
         np.add.at(use, (np.arange(len(assign)), assign[:, t]), sizes[t])
+    ok = (use <= caps).all(axis=1) & (keep(assign) if keep is not None else True)
     best = math.inf
-    for a in assign[(use <= caps).all(axis=1)]:
+    for a in assign[ok]:
         best = min(best, bm.assignment_costs(a).max_cost)
     return best
 
@@ -479,3 +481,27 @@ def test_cli_bound_under_a_calibrated_model_takes_its_analytic_profile_and_says_
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["cost_model"] == by_profile["cost_model"]
     assert "not of the neural model's" in r.stderr and "calibrated-h200-torch/analytic" in r.stderr
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bound_counts_placement_constraints_against_enumeration(seed: int) -> None:
+    """Pins (the two costliest tables on device 0), a separate pair and a co-located pair: the table-wise bound of
+    the constrained instance is below the best constrained assignment (brute force, the constraints applied here
+    by hand), at least the unconstrained bound, and says it counted them."""
+    inst = make_instance(6, 3, seed=seed, mem_factor=3.0, batch_size=65536)
+    order = [int(i) for i in np.argsort(-CM.bind(inst).single_table_costs, kind="stable")]
+    heavy, (a, b), (c, d) = order[:2], order[2:4], order[4:6]
+    doc = to_dict(inst)
+    name = [t.name for t in inst.tables]
+    doc["constraints"] = {"tables": [{"table": name[t], "devices": [0]} for t in heavy], "separate": [[name[a], name[b]]],
+                          "colocate": [[name[c], name[d]]]}
+    constrained = instance_from_dict(doc)
+    best = enumerate_table_wise(inst, lambda A: (A[:, heavy[0]] == 0) & (A[:, heavy[1]] == 0) & (A[:, a] != A[:, b]) & (A[:, c] == A[:, d]))
+    got = analytic_lower_bound(constrained, CM, table_wise=True, time_limit=20)
+    free = analytic_lower_bound(inst, CM, table_wise=True, time_limit=20)
+    assert got.info["constraints"] == "counted"
+    assert free.value_ms * (1 - 1e-7) <= got.value_ms <= best * (1 + 1e-7), (free.value_ms, got.value_ms, best)
+    assert got.value_ms > free.value_ms * 1.01  # (two heavy tables on one device: the bound sees it)
+    # a table that may not be in HBM leaves no covered plan: said so, not a bound
+    doc["constraints"] = {"tables": [{"table": name[0], "kernels": ["fused_uvm"]}]}
+    assert analytic_lower_bound(instance_from_dict(doc), CM).status == "infeasible"

@@ -107,10 +107,10 @@ def test_heuristics_honour_random_pins_colocation_and_separation(seed: int) -> N
 def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     save(instance_from_dict(_doc({"tables": [{"table": "t0", "devices": [1]}], "separate": [["t1", "t2"]]})), path)
-    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "dreamshard"])
+    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "torchrec"])
     assert r.exit_code == 2
     text = " ".join(r.stderr.split())
-    assert "solver 'dreamshard' does not honour the instance's devices, separate constraint(s)" in text and "greedy" in text
+    assert "solver 'torchrec' does not honour the instance's devices, separate constraint(s)" in text and "greedy" in text
     ok = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json"])
     assert ok.exit_code == 0, ok.stderr
     where = {s["table"]: s["device"] for s in json.loads(ok.stdout)["plan"]["shards"]}
@@ -121,9 +121,9 @@ def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> Non
     assert r.exit_code == 3 and "may not be table_wise" in r.stderr
 
 
-def _random_constraints(seed: int) -> tuple[Instance, dict]:
-    """12 tables on 4 devices with 3 random pins, a co-located pair, a separate triple, a table that may only be
-    column-wise and one with a min_partition of 8 columns."""
+def _random_constraints(seed: int, cuts: bool = True) -> tuple[Instance, dict]:
+    """12 tables on 4 devices with 3 random pins, a co-located pair, a separate triple and (`cuts`) a table that may
+    only be column-wise and one with a min_partition of 8 columns."""
     rng = np.random.default_rng(seed)
     base = make_instance(12, 4, seed=seed, mem_factor=3.0)
     pick = [str(n) for n in rng.permutation([t.name for t in base.tables])]
@@ -131,7 +131,7 @@ def _random_constraints(seed: int) -> tuple[Instance, dict]:
             "colocate": pick[3:5], "separate": pick[5:8], "column_wise": pick[8], "min_partition": pick[9]}
     doc = base.model_dump(mode="json")
     doc["constraints"] = {"tables": [{"table": n, "devices": d} for n, d in want["pins"].items()]
-                          + [{"table": pick[8], "sharding_types": ["column_wise"]}, {"table": pick[9], "min_partition": 8}],
+                          + ([{"table": pick[8], "sharding_types": ["column_wise"]}, {"table": pick[9], "min_partition": 8}] if cuts else []),
                           "colocate": [want["colocate"]], "separate": [want["separate"]]}
     return instance_from_dict(doc), want
 
@@ -162,6 +162,11 @@ def test_searches_honour_random_constraints(solver: str, seed: int) -> None:
     assert len(cw) >= 2 and all(s.rows is None and s.cols is not None for s in cw)  # column pieces, every row
     assert all(s.cols is None or s.cols >= 8 for s in by[want["min_partition"]])
     assert check_plan(inst, r.plan).ok
+    from solvers.bound import analytic_lower_bound, uncovered_reason
+
+    if uncovered_reason(r.plan.shards) is None:  # (the certified bound counts the constraints and stays below the plan)
+        bound = analytic_lower_bound(inst, get_cost_model("analytic"), time_limit=3)
+        assert bound.info.get("constraints") == "counted" and bound.value_ms <= r.predicted_cost * (1 + 1e-7)
     refused = get_solver("greedy").solve(inst, get_cost_model("analytic"), seed=seed)
     assert refused.plan is None and "may not be table_wise" in refused.reason
 
@@ -178,3 +183,23 @@ def test_exact_solver_proves_a_constraint_set_without_a_plan() -> None:
     r = get_solver("cpsat").solve(instance_from_dict(doc), get_cost_model("analytic"), seed=0, time_limit=5)
     assert r.plan is None and r.status.value == "no_solution"
     assert "meets the placement constraints (separate)" in r.reason and "not proven infeasible" in r.reason
+
+
+@pytest.mark.parametrize("solver", ["dreamshard", "autoshard"])
+def test_rl_policies_place_within_pins_and_groups(solver: str) -> None:
+    """The RL policies' lanes mask the devices the constraints leave each table (whole tables): checked here on the
+    plan's devices, over three seeds; a table that may only be column-wise is refused by name."""
+    from costmodels.registry import get_cost_model
+    from solvers.catalog import get_solver
+
+    for seed in range(3):
+        inst, want = _random_constraints(seed, cuts=False)
+        r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=seed)
+        assert r.plan is not None, r.reason
+        where = {s.table: s.device for s in r.plan.shards}
+        assert all(where[n] in d for n, d in want["pins"].items())
+        assert where[want["colocate"][0]] == where[want["colocate"][1]]
+        assert len({where[n] for n in want["separate"]}) == 3
+    cut, _ = _random_constraints(0)
+    r = get_solver(solver).solve(cut, get_cost_model("analytic"), seed=0)
+    assert r.plan is None and "may only be column_wise" in r.reason

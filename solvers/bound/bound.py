@@ -91,10 +91,20 @@ def analytic_lower_bound(
     ctx = AnalyticRelaxation(instance, cost_model)
     model_name = (cost_model or AnalyticCostModel()).name
     covers = COVERS_TABLE_WISE if table_wise else COVERS
-    reason = _memory_reason(instance, ctx.terms, table_wise)
+    reason = _memory_reason(instance, ctx.terms, table_wise) or _constraint_reason(instance, table_wise)
     if reason is not None:
         return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
                              model_name, reason=reason)
+    if instance.constraints is not None and instance.constraints.kinds():
+        free = instance.model_copy(update={"constraints": None})
+        if len(_pairs(free, ctx.terms, table_wise)[0]) > FULL_RELAXATION_MAX_PAIRS:
+            # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
+            # so the symmetric LP does not hold for it): the bound of every plan, also a bound of the constrained ones
+            out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
+                                       table_wise=table_wise, backend=backend)
+            out.info.update(_constraints_info(instance, counted=False))
+            out.time_s = time.perf_counter() - start
+            return out
     solver = "HiGHS (scipy.optimize.milp)"
     symmetric = devices_interchangeable(instance)
     sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
@@ -103,11 +113,12 @@ def analytic_lower_bound(
         sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit))
     if sym is not None and math.isfinite(sym):
         # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
-        # full relaxation's LP bound (build_symmetric_lp)
+        # full relaxation's LP bound (build_symmetric_lp), of every plan: constraints only take plans away
         return AnalyticBound(
             value_ms=sym, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
             cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
             solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on)",
+            info=_constraints_info(instance, counted=False),
         )
     model, layout = build_relaxation(ctx, table_wise)
     left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
@@ -134,8 +145,29 @@ def analytic_lower_bound(
     return AnalyticBound(
         value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
         cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,
-        solver_message=res["message"], source=source, **sizes,
+        solver_message=res["message"], source=source, **sizes, info=_constraints_info(instance, counted=source == "relaxation"),
     )
+
+
+def _constraints_info(instance: Instance, counted: bool) -> dict[str, Any]:
+    """Whether the bound counts the instance's placement constraints: the relaxation carries them (solvers.bound.milp);
+    the symmetric LP and the table cuts bound every plan, which is also a bound of the plans that meet them."""
+    if instance.constraints is None or not instance.constraints.kinds():
+        return {}
+    return {"constraints": "counted" if counted else "not counted (a bound of every plan, so of the constrained ones too)"}
+
+
+def _constraint_reason(instance: Instance, table_wise: bool) -> str | None:
+    """Why no covered plan (in HBM; table-wise with `table_wise`) meets the placement constraints, where that follows
+    from one table's constraint alone."""
+    c = instance.constraints
+    for tc in c.tables if c is not None else []:
+        if tc.kernels is not None and Kernel.fused not in tc.kernels:
+            return f"table {tc.table!r} may not be in HBM (its constraint allows {', '.join(k.value for k in tc.kernels)}), and the bound covers HBM plans"
+        types = tc.sharding_types
+        if types is not None and "table_wise" not in types and ("column_wise" not in types or table_wise):
+            return f"table {tc.table!r} may be only {', '.join(types)}, which no {'table-wise' if table_wise else 'table- or column-wise'} plan is"
+    return None
 
 
 def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:

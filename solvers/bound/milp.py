@@ -21,17 +21,23 @@ m_d (fwd + bwd all-to-all, ms); and z. Minimise z subject to::
     m_d >= every linear piece of the all-to-all (it is a max of linear pieces: exact)
     z >= 4 launch y_d + f_d + b_d + m_d
     k_t = sum_d x[t, d],  z >= alpha + beta k_t                 t's widest part: Psi_t(k), its lower convex hull
-    u_d >= u_d' for consecutive interchangeable devices         symmetry (same host, same capacity)
+    u_d >= u_d' for consecutive interchangeable devices         symmetry (same host, same capacity, same pins)
+
+and the instance's placement constraints, as every covered plan that meets them does: no pair off a table's pins; a
+table that may not be column-wise whole (n = dim/4 x); n >= min_partition/4 x; x[a, d] = x[b, d] for co-located
+tables; sum of x[t, d] <= 1 over a separate group.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from shardopt.core.sharding_types import COLUMN_WISE
+from solvers.placement.rules import PlacementRules
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.table_cuts import table_cut_lines
@@ -51,8 +57,10 @@ class _Layout:
 
 
 def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
-    """(t, d) pairs where t can have a shard on d, and the most units of 4 columns of t that d can hold."""
+    """(t, d) pairs where t can have a shard on d (its memory, and its placement constraints' pins), and the most
+    units of 4 columns of t that d can hold."""
     caps = instance.topology.capacities()
+    pins = PlacementRules(instance).pins
     pairs: list[tuple[int, int]] = []
     nmax: dict[tuple[int, int], int] = {}
     for t, dim in enumerate(terms.dims.astype(int)):
@@ -61,7 +69,7 @@ def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[lis
         for d, cap in enumerate(caps):
             room = cap - terms.mem_fixed[t]  # what is left for columns after one shard's fixed bytes
             fit = int(min(units, math.floor(room / per_unit))) if room >= 0 else 0
-            if table_wise and fit < units:
+            if (table_wise and fit < units) or not pins[t, d]:
                 continue
             if fit >= 1:
                 pairs.append((t, d))
@@ -70,11 +78,13 @@ def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[lis
 
 
 def _symmetry_classes(instance: Instance) -> list[list[int]]:
-    """Devices on one host with equal capacity: permuting them permutes the devices' costs and nothing else."""
+    """Devices on one host with equal capacity and the same tables pinned to them: permuting them permutes the
+    devices' costs and nothing else."""
     topo = instance.topology
-    groups: dict[tuple[int, int], list[int]] = {}
+    pins = PlacementRules(instance).pins
+    groups: dict[tuple[int, int, bytes], list[int]] = {}
     for d in range(topo.num_devices):
-        groups.setdefault((topo.host_of(d), topo.capacity(d)), []).append(d)
+        groups.setdefault((topo.host_of(d), topo.capacity(d), pins[:, d].tobytes()), []).append(d)
     return [g for g in groups.values() if len(g) > 1]
 
 
@@ -107,6 +117,7 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     _add_device_rows(m, ctx, v)
     _add_comm_rows(m, ctx, v)
     _add_table_cut_rows(m, ctx, v, table_wise)
+    _add_constraint_rows(m, ctx.bm.instance, v)
     if symmetry:  # within a class, order devices by pooled width (any plan can be permuted so)
         _add_symmetry_rows(m, ctx.bm.instance, v)
     return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z)
@@ -223,6 +234,38 @@ def _add_table_cut_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table
         m.row([(k, 1.0)] + [(x[p], -1.0) for p in ps], 0.0, 0.0)
         for alpha, beta in lines:
             m.row({z: 1.0, k: -beta}, alpha, math.inf)
+
+
+def _add_constraint_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:
+    """The placement constraints every covered plan that meets them meets (their pins are in the pairs): a table that
+    may not be column-wise all on one device; every shard at least min_partition wide, so a device holding t holds
+    at least that; co-located tables on the same devices; at most one table of a separate group per device."""
+    c = instance.constraints
+    if c is None:
+        return
+    index = instance.table_index()
+    x, n = v.x, v.n
+    for tc in c.tables:
+        t = index[tc.table]
+        units = instance.tables[t].dim // DIM_ALIGNMENT
+        for p in v.by_table[t]:
+            if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types:
+                m.row({n[p]: 1.0, x[p]: -float(units)}, 0.0, 0.0)
+            elif tc.min_partition is not None and tc.min_partition <= instance.tables[t].dim:
+                m.row({n[p]: 1.0, x[p]: -float(tc.min_partition // DIM_ALIGNMENT)}, 0.0, math.inf)
+    for d in range(instance.topology.num_devices):
+        for group in c.colocate:
+            ids = [index[name] for name in group]
+            for a, b in zip(ids[:-1], ids[1:]):
+                row = {x[(a, d)]: 1.0} if (a, d) in x else {}
+                if (b, d) in x:
+                    row[x[(b, d)]] = row.get(x[(b, d)], 0.0) - 1.0
+                if row:
+                    m.row(row, 0.0, 0.0)
+        for group in c.separate:
+            on = [x[(index[name], d)] for name in group if (index[name], d) in x]
+            if len(on) > 1:
+                m.row([(k, 1.0) for k in on], -math.inf, 1.0)
 
 
 def _add_symmetry_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:

@@ -41,6 +41,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Budget, PolicyUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.placement.completion import completion_mask
+from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.options import existing_file, option
 
 CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "checkpoints"  # solvers/checkpoints
@@ -86,9 +87,16 @@ class Context:
             [self.single / self.scale, self.sizes / mean_cap, self.widths / max(self.widths.mean(), 1.0), np.log1p(pooling) / 5.0], axis=1
         )
         self.total_width = float(self.widths.sum())
+        rules = PlacementRules(instance)
+        self.rules = rules if rules.active else None  # (whole tables: pins and groups narrow each lane's devices)
 
     def order(self, kind: str) -> np.ndarray:
-        return self.cost_order if kind == "cost" else self.bytes_order
+        """The table order of a rollout; under placement constraints the pinned tables first, by how few devices
+        they may use (a device filled before its pinned tables came loses them)."""
+        base = self.cost_order if kind == "cost" else self.bytes_order
+        if self.rules is None:
+            return base
+        return base[np.argsort(self.rules.pins.sum(axis=1)[base], kind="stable")]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -146,6 +154,23 @@ class Lanes:
         cand = np.arange(D)
         return np.stack([np.asarray(bm.comm_totals_after_adding(self.dims[k], width, cand), dtype=np.float64) for k in range(K)])
 
+    def _allowed(self, t: int) -> np.ndarray:
+        """[K, D] the devices the placement constraints leave table t in each lane: its pins, less the devices of the
+        tables it must be apart from, only the device of a placed table it goes with."""
+        rules, K = self.ctx.rules, self.K
+        assert rules is not None
+        ok = np.broadcast_to(rules.pins[t], (K, self.ctx.D)).copy()
+        lanes = np.arange(K)
+        for j in rules.apart[t]:
+            on = self.device_of[:, j] >= 0
+            ok[lanes[on], self.device_of[on, j]] = False
+        for j in rules.together[t]:
+            on = self.device_of[:, j] >= 0
+            keep = np.zeros_like(ok)
+            keep[lanes[on], self.device_of[on, j]] = True
+            ok[on] &= keep[on]
+        return ok
+
     def _safe_mask(self, room: np.ndarray, size: int) -> np.ndarray:
         return completion_mask(self.free, size, self.ctx.sizes[self.order[self.i + 1 :]], room)
 
@@ -155,6 +180,8 @@ class Lanes:
         size = int(ctx.sizes[t])
         s = ctx.scale
         room = self.free >= size
+        if ctx.rules is not None:
+            room &= self._allowed(t)
         newly_dead = self.alive & ~room.any(axis=1)
         if newly_dead.any():
             self.fail_step[newly_dead] = self.i
@@ -490,6 +517,9 @@ class PolicySolver(Solver):
         policy_card = self.use_policy_of(cost_model)
         policy = self.policy  # loaded (and cached) before the clock starts: loading is not solving
         clock = Stopwatch()
+        conflict = placement_conflict(instance, self.name, lambda t, table: False)  # (whole tables only)
+        if conflict is not None:
+            return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         reason = infeasibility_reason(instance)
         if reason is not None:
             return unplaceable(self, instance, reason, clock, "table-wise in HBM")
@@ -522,6 +552,8 @@ class PolicySolver(Solver):
                 f"stages tried: {', '.join(tried)}). The instance is not proven infeasible: every table fits on some device "
                 f"and the total memory suffices."
             )
+            if ctx.rules is not None:
+                why = why.replace(" (after placing", " among the devices its placement constraints left it (after placing", 1)
             info.update(failed_table=name, failed_table_bytes=int(ctx.sizes[t]), largest_free=int(last.fail_largest_free[k]))
             return fail(self, SolveStatus.no_solution, why, clock, info)
         device_of = best[1]
