@@ -159,6 +159,8 @@ _EXACT_PLACEMENTS = (
     "best tiered plan of greedy / neuroshard (row-wise, UVM-cached / UVM, data-parallel shards kept as it has them) "
     "with its HBM tables re-placed exactly"
 )
+# what TorchRec's planner honours through its own ParameterConstraints (it has no pins nor groups)
+_TORCHREC_CONSTRAINTS = ("sharding_types", "kernels", "min_partition", "cache_load_factor")
 _EXACT_COMMON = ("on the linearised cost model, re-linearised until no improvement; whole tables and dyadic column pieces "
                  "(and the warm start's widths); hard memory capacities")
 
@@ -207,11 +209,13 @@ for _spec in (
     SolverSpec("torchrec", "solvers.torchrec_solver", "TorchRecSolver", "baseline",
                "TorchRec's EmbeddingShardingPlanner (its analytic perf / storage estimators, proposers, greedy partitioner)",
                "table-wise, column-wise, row-wise, table-row-wise, data-parallel; UVM-cached / UVM when the instance has host "
-               "memory (TorchRec's planner chooses)", uses_cost_model=False, needs="torchrec"),
+               "memory (TorchRec's planner chooses)", uses_cost_model=False, needs="torchrec",
+               constraints=_TORCHREC_CONSTRAINTS),
     SolverSpec("torchrec_all", "solvers.torchrec_solver", "TorchRecAllTypesSolver", "baseline",
                "TorchRec's planner with every sharding type the IR expresses",
                "table-wise, column-wise, row-wise, table-row-wise, table-column-wise, grid, data-parallel; UVM-cached / UVM "
-               "when the instance has host memory (TorchRec's planner chooses)", uses_cost_model=False, needs="torchrec"),
+               "when the instance has host memory (TorchRec's planner chooses)", uses_cost_model=False, needs="torchrec",
+               constraints=_TORCHREC_CONSTRAINTS),
     SolverSpec("dreamshard", "solvers.rl.dreamshard", "DreamShardSolver", "rl",
                "DreamShard policy (per-device scorer shared across devices, REINFORCE on the estimated MDP): greedy + "
                "best-of-k sampled rollouts", "table-wise (HBM only)", constraints=CONSTRAINT_KINDS),

@@ -346,24 +346,65 @@ class TorchRecSolver(Solver):
             kernels.append(DENSE)
         return kernels
 
-    def _constraints(self, instance: Instance) -> dict[str, Any]:
+    def _constraints(self, planned: Instance, instance: Instance) -> dict[str, Any]:
+        """TorchRec's ParameterConstraints per table of `planned` (the aliased `instance`): the solver's sharding types,
+        kernels and min_partition, narrowed by the table's placement constraints (`table_options`)."""
         from torchrec.distributed.planner import ParameterConstraints
+        from torchrec.distributed.types import CacheParams
 
         out = {}
-        kernels = self.compute_kernels(instance)
-        for t in instance.tables:
+        for t, own in zip(planned.tables, instance.tables):
+            types, kernels, min_partition, load_factor = self.table_options(instance, own.name)
             out[t.name] = ParameterConstraints(
-                sharding_types=list(self.options.sharding_types),
-                compute_kernels=list(kernels),
-                min_partition=self.options.min_partition,
+                sharding_types=types,
+                compute_kernels=kernels,
+                min_partition=min_partition,
                 pooling_factors=[float(t.pooling_factor)],
+                cache_params=CacheParams(load_factor=load_factor) if load_factor is not None else None,
             )
         return out
+
+    def table_options(self, instance: Instance, table: str) -> tuple[list[str], list[str], int | None, float | None]:
+        """(sharding types, compute kernels, min_partition, cache load factor) TorchRec's planner gets for `table`: the
+        solver's own, narrowed by the table's placement constraint (types and kernels intersected; a replica's kernel
+        is HBM's, so a table kept out of HBM gets no data_parallel; the larger min_partition); empty lists where
+        nothing is left (`constraint_gap` says so first)."""
+        types, kernels = list(self.options.sharding_types), self.compute_kernels(instance)
+        min_partition, load_factor = self.options.min_partition, None
+        tc = instance.constraints.of(table) if instance.constraints is not None else None
+        if tc is None:
+            return types, kernels, min_partition, load_factor
+        if tc.sharding_types is not None:
+            types = [k for k in types if k in tc.sharding_types]
+        if tc.kernels is not None:
+            allowed = {k.value for k in tc.kernels}
+            if FUSED not in allowed:
+                types = [k for k in types if k != DATA_PARALLEL]
+            kernels = [k for k in kernels if k in allowed or (k == DENSE and FUSED in allowed)]
+        if DATA_PARALLEL not in types:
+            kernels = [k for k in kernels if k != DENSE]
+        if tc.min_partition is not None:
+            min_partition = max(min_partition or 0, tc.min_partition)
+        return types, kernels, min_partition, tc.cache_load_factor
+
+    def constraint_gap(self, instance: Instance) -> str | None:
+        """Why the planner cannot be offered what a table's constraint allows (None: every table has a type and a
+        kernel left)."""
+        c = instance.constraints
+        for tc in c.tables if c is not None else []:
+            types, kernels, _, _ = self.table_options(instance, tc.table)
+            if not types or not [k for k in kernels if k != DENSE or DATA_PARALLEL in types]:
+                return (f"table {tc.table!r}: its constraint and the solver's options ({', '.join(self.options.sharding_types)}; kernels "
+                        f"{', '.join(self.compute_kernels(instance))}) leave TorchRec's planner no sharding type and kernel to offer")
+        return None
 
     # -- the solve -------------------------------------------------------------------------------------------------
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
+        gap = self.constraint_gap(instance)
+        if gap is not None:
+            return fail(self, SolveStatus.no_solution, f"{self.name}: {gap}; the instance is not proven infeasible", clock, {"constraints": "not met"})
         if time_limit is None:  # (the default budget: without one the planner runs every proposer, 30 min on production)
             time_limit = self.options.default_time_limit
         timeout = None if time_limit is None else max(1, math.floor(TIMEOUT_SHARE * time_limit))
@@ -418,6 +459,11 @@ class TorchRecSolver(Solver):
         info.update(out["estimates"])
         shards = out["shards"]
         check = check_plan(instance, shards)
+        broken = [v.message for v in check.violations if v.kind == "constraint"]
+        if broken:  # (never a silent wrong plan: TorchRec's reading of a constraint differs from the IR's)
+            info["violations"] = broken
+            return fail(self, SolveStatus.no_solution, f"TorchRec's plan breaks a placement constraint ({broken[0]}); the plan is not "
+                        "repaired; the instance is not proven infeasible", clock, info)
         over = [v for v in check.violations if v.kind in ("memory", "host_memory")]
         if over:
             topo = instance.topology
@@ -474,7 +520,7 @@ class TorchRecSolver(Solver):
                 topology=topology,
                 batch_size=batch,
                 proposer=self._proposers(),
-                constraints=self._constraints(planned),
+                constraints=self._constraints(planned, instance),
                 storage_reservation=FixedPercentageStorageReservation(self.options.storage_reservation),
                 stats=[],
                 debug=False,

@@ -203,3 +203,30 @@ def test_rl_policies_place_within_pins_and_groups(solver: str) -> None:
     cut, _ = _random_constraints(0)
     r = get_solver(solver).solve(cut, get_cost_model("analytic"), seed=0)
     assert r.plan is None and "may only be column_wise" in r.reason
+
+
+def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constraints() -> None:
+    """TorchRec's planner gets a table's allowed sharding types, kernels and min_partition in its ParameterConstraints
+    (narrowing the solver's own), and its plan keeps them; pins and groups it cannot take are refused by name."""
+    pytest.importorskip("torchrec")
+    from costmodels.registry import get_cost_model
+    from shardopt.core.sharding_types import sharding_type
+    from solvers.catalog import UnhonouredConstraints, check_honoured, get_solver
+
+    base = make_instance(10, 4, seed=3, mem_factor=3.0)
+    wide = max(base.tables, key=lambda t: t.dim)
+    doc = base.model_dump(mode="json")
+    doc["constraints"] = {"tables": [{"table": wide.name, "sharding_types": ["column_wise"], "min_partition": 8},
+                                     {"table": base.tables[0].name, "sharding_types": ["row_wise"]}]}
+    inst = instance_from_dict(doc)
+    check_honoured("torchrec_all", inst)
+    r = get_solver("torchrec_all").solve(inst, get_cost_model("analytic"), time_limit=60)
+    assert r.plan is not None, r.reason
+    by: dict[str, list[Shard]] = {}
+    for s in r.plan.shards:
+        by.setdefault(s.table, []).append(s)
+    assert sharding_type(inst.topology, wide, by[wide.name]) == "column_wise" and all(s.width(wide) >= 8 for s in by[wide.name])
+    assert sharding_type(inst.topology, base.tables[0], by[base.tables[0].name]) == "row_wise"
+    doc["constraints"] = {"separate": [[base.tables[1].name, base.tables[2].name]]}
+    with pytest.raises(UnhonouredConstraints, match="separate"):
+        check_honoured("torchrec", instance_from_dict(doc))
