@@ -171,18 +171,41 @@ def test_searches_honour_random_constraints(solver: str, seed: int) -> None:
     assert refused.plan is None and "may not be table_wise" in refused.reason
 
 
-def test_exact_solver_proves_a_constraint_set_without_a_plan() -> None:
-    """Five tables that must be pairwise apart on four devices: CP-SAT proves its placements cannot meet them and
-    says so naming the constraint kinds (not 'does not pack', not a proof about the whole instance)."""
+def test_a_constraint_set_without_a_plan_exits_3_naming_the_constraints(tmp_path: Path) -> None:
+    """Constraints that provably leave no plan of any kind: `shardopt solve` exits 3 before any solver runs, naming
+    them (shardopt.core.constraint_proofs); a solver that meets them on its own says so too (status infeasible)."""
     from costmodels.registry import get_cost_model
+    from shardopt.core.constraint_proofs import constraint_infeasibility
     from solvers.catalog import get_solver
 
+    cases = [
+        ({"separate": [["t0", "t1", "t2", "t3", "t4"]]}, "constraints.separate[0]", "only 4"),
+        ({"tables": [{"table": "t0", "devices": [0]}, {"table": "t1", "devices": [0]}], "separate": [["t0", "t1"]]}, "constraints.separate[0]", "only 1"),
+        ({"tables": [{"table": "t0", "devices": [0]}, {"table": "t1", "devices": [1]}], "colocate": [["t0", "t2"], ["t2", "t1"]]},
+         "constraints.colocate", "none in common"),
+        ({"colocate": [["t0", "t1"], ["t1", "t2"]], "separate": [["t2", "t0"]]}, "constraints.separate[0] keeps 't2' and 't0' apart", "same devices"),
+        ({"tables": [{"table": "t5", "devices": [3]}, {"table": "t4", "devices": [3]}]}, "pinned within devices [3]", "bytes"),
+    ]
+    for k, (constraints, *words) in enumerate(cases):
+        doc = _doc(constraints)
+        if k == 4:  # (two big tables on one small device)
+            doc["topology"]["memory_bytes"] = 400_000
+        inst = instance_from_dict(doc)
+        assert constraint_infeasibility(inst) is not None
+        path = tmp_path / f"c{k}.json"
+        save(inst, path)
+        r = CliRunner().invoke(app, ["solve", str(path), "--solver", "cpsat", "--json"])
+        assert r.exit_code == 3, r.stderr
+        err = json.loads(r.stdout)["error"] if r.stdout.strip() else {}
+        text = " ".join((r.stderr + json.dumps(err)).split())
+        assert "no plan can meet the instance's placement constraints" in text and all(w in text for w in words), text
+    ok = _doc({"tables": [{"table": "t0", "devices": [0, 1]}], "colocate": [["t0", "t1"]], "separate": [["t2", "t3"]]})
+    assert constraint_infeasibility(instance_from_dict(ok)) is None
     base = make_instance(8, 4, seed=1, mem_factor=3.0)
     doc = base.model_dump(mode="json")
     doc["constraints"] = {"separate": [[t.name for t in base.tables[:5]]]}
     r = get_solver("cpsat").solve(instance_from_dict(doc), get_cost_model("analytic"), seed=0, time_limit=5)
-    assert r.plan is None and r.status.value == "no_solution"
-    assert "meets the placement constraints (separate)" in r.reason and "not proven infeasible" in r.reason
+    assert r.plan is None and r.status.value == "infeasible" and "constraints.separate[0]" in r.reason
 
 
 @pytest.mark.parametrize("solver", ["dreamshard", "autoshard"])

@@ -37,6 +37,8 @@ def list_solvers(
             return
         from rich.table import Table
 
+        from shardopt.core.ir import CONSTRAINT_KINDS
+
         table = Table(title="solvers (shardopt solvers --options NAME: a solver's options)", title_justify="left")
         table.add_column("name")
         table.add_column("family")
@@ -46,7 +48,9 @@ def list_solvers(
             name = r["name"] + (" (default)" if r["name"] == DEFAULT_SOLVER else "")
             about = r["description"] + ("" if r["uses_cost_model"] else "; its plan does not depend on the cost model")
             about += f"; needs the [{r['needs']}] extra" if r["needs"] else ""
-            about += "; honours placement constraints" if r["constraints"] else ""
+            if r["constraints"]:
+                every = set(r["constraints"]) >= set(CONSTRAINT_KINDS)
+                about += "; honours every placement constraint" if every else f"; honours placement constraints: {', '.join(r['constraints'])}"
             table.add_row(_esc(name), _esc(r["family"]), _esc(r["placements"]), _esc(about))
         _console().print(table)
 

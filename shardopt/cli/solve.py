@@ -78,6 +78,7 @@ def solve(
         instance = _load_instance(instance_path)
         for name in portfolio_names if pick_backend is not None else [solver]:
             check_honoured(name, instance)  # (exit 2 naming the constraints a solver would break, and who honours them)
+        _no_constraint_proof(instance, instance_path)
         choice = _choose_cost_model(cost_model, instance, models)
         model = choice.model
         picked: dict[str, Any] | None = None
@@ -127,6 +128,18 @@ def _check_flags(pick_backend: str | None, candidates: int | None, portfolio: st
     if from_plan is None and (max_moved_bytes is not None or move_weight is not None):
         raise CLIError("--max-moved-bytes and --move-weight need --from OLD_PLAN.json (the plan whose placement moving away from costs)")
     return pick_backend, portfolio_names
+
+
+def _no_constraint_proof(instance: Any, instance_path: Path) -> None:
+    """Exit 3 before any solver runs where the placement constraints provably leave no plan, naming them
+    (shardopt.core.constraint_proofs)."""
+    from shardopt.core.constraint_proofs import constraint_infeasibility
+
+    proof = constraint_infeasibility(instance)
+    if proof is not None:
+        reason = f"no plan can meet the instance's placement constraints: {proof}"
+        raise CLIError(reason, EXIT_INFEASIBLE, "infeasible", extra={"instance": {"path": str(instance_path), "name": instance.name},
+                                                                    "status": "infeasible", "reason": reason})
 
 
 def _plan_or_refusal(result: SolveResult, solver: str, head: dict[str, Any]) -> Any:

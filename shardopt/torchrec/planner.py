@@ -123,12 +123,16 @@ class ShardoptPlanner(ShardingPlanner):
     def plan(self, module: Any, sharders: list[Any]) -> Any:
         """The `ShardingPlan` of every collection in `module` that one of `sharders` shards."""
         from costmodels.auto import choose_cost_model
+        from shardopt.core.constraint_proofs import constraint_infeasibility
         from solvers.catalog import check_honoured
 
         t0 = time.perf_counter()
         planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, self.storage_reservation,
                             self.placement)
         check_honoured(self.solver_name, planned.instance)
+        proof = constraint_infeasibility(planned.instance)
+        if proof is not None:
+            raise PlannerInputError(f"no plan can meet the placement constraints: {proof}")
         choice = choose_cost_model(self.cost_model, planned.instance)
         notes = list(planned.notes) + ([choice.notice] if choice.notice else []) + list(choice.warnings)
         result = self.solver.solve(planned.instance, choice.model, time_limit=self.time_limit, seed=self.seed)

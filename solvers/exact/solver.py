@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
+from shardopt.core.constraint_proofs import constraint_infeasibility
 from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes, table_bytes_array
@@ -213,6 +214,9 @@ class ExactSolver(Solver):
             self._relinearise(run, st)
         if st.proven_infeasible and instance.constraints is not None and instance.constraints.kinds():
             kinds = ", ".join(sorted(instance.constraints.kinds()))
+            proof = constraint_infeasibility(instance)
+            if proof is not None:  # (an argument for every plan, not only the model's: infeasible, the constraints named)
+                return fail(self, SolveStatus.infeasible, f"no plan can meet the placement constraints: {proof}", clock, {**info, "proof": "constraints"})
             return fail(self, SolveStatus.no_solution, (
                 f"{self.name}: {BACKEND_LABEL[self.backend]} proved that no plan of whole tables and the column pieces offered fits in memory "
                 f"and meets the placement constraints ({kinds}); the instance is not proven infeasible (other placements may exist)"),
