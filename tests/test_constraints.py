@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import make_instance
+from conftest import ROOT, make_instance
 from shardopt.cli import app
 from shardopt.core.ir import Instance, IRError, Plan, Shard, instance_from_dict, save
 from shardopt.core.plan_check import check_plan
@@ -253,3 +253,33 @@ def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constr
     doc["constraints"] = {"separate": [[base.tables[1].name, base.tables[2].name]]}
     with pytest.raises(UnhonouredConstraints, match="separate"):
         check_honoured("torchrec", instance_from_dict(doc))
+
+
+@pytest.mark.parametrize("solver", ["greedy", "neuroshard"])
+def test_memory_tiers_honour_kernels_cache_factors_pins_and_groups(solver: str) -> None:
+    """A tiered instance (its tables beyond the HBM) with a table held in host memory behind a cache of a given load
+    factor, one in host memory without a cache, one kept in HBM, a pin and two groups: the tiered layouts and the
+    search within them keep every one (checked here shard by shard)."""
+    from costmodels.registry import get_cost_model
+    from shardopt.core.ir import load_instance
+    from solvers.catalog import get_solver
+
+    inst = load_instance(ROOT / "instances/suites/tiered-test/tiered-test-s1-0001.json")
+    pick = [str(n) for n in np.random.default_rng(0).permutation([t.name for t in inst.tables])]
+    doc = inst.model_dump(mode="json")
+    doc["constraints"] = {"tables": [{"table": pick[0], "kernels": ["fused_uvm_caching"], "cache_load_factor": 0.3},
+                                     {"table": pick[1], "kernels": ["fused"]}, {"table": pick[2], "devices": [0, 1]},
+                                     {"table": pick[3], "kernels": ["fused_uvm"]}],
+                          "separate": [[pick[4], pick[5]]], "colocate": [[pick[6], pick[7]]]}
+    c = instance_from_dict(doc)
+    r = get_solver(solver).solve(c, get_cost_model("analytic"), seed=0, time_limit=6)
+    assert r.plan is not None, r.reason
+    by: dict[str, list[Shard]] = {}
+    for s in r.plan.shards:
+        by.setdefault(s.table, []).append(s)
+    assert all(s.kernel.value == "fused_uvm_caching" and s.cache_load_factor == 0.3 for s in by[pick[0]])
+    assert all(s.kernel.value == "fused" for s in by[pick[1]]) and all(s.kernel.value == "fused_uvm" for s in by[pick[3]])
+    assert {s.device for s in by[pick[2]]} <= {0, 1}
+    assert not ({s.device for s in by[pick[4]]} & {s.device for s in by[pick[5]]})
+    assert {s.device for s in by[pick[6]]} == {s.device for s in by[pick[7]]}
+    assert check_plan(c, r.plan).ok

@@ -679,19 +679,15 @@ def _ranked(best: TieredChoice | None, packed_layouts: list[dict[str, Any]]) -> 
 
 
 def _constraint_conflict(instance: Instance) -> str | None:
-    """Why the heuristics' whole-table plans cannot meet the instance's constraints (None: they can try): a table that
-    may not be table_wise or in HBM, or constraints on an instance that needs memory tiers (the tiered layouts place
-    row-wise blocks before any constraint is looked at)."""
+    """Why the heuristics' plans cannot meet the instance's constraints (None: they can try): a table that may not be
+    table_wise - they pack whole tables (the tiered layouts honour kernels, cache load factors and which tables may
+    be split by rows: solvers.placement.rules.TierRules)."""
     c = instance.constraints
     if c is None:
         return None
     for tc in c.tables:
         if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types:
             return f"table {tc.table!r} may not be table_wise (constraint: {', '.join(tc.sharding_types)}), and the heuristics place whole tables"
-        if tc.kernels is not None and Kernel.fused not in tc.kernels:
-            return f"table {tc.table!r} may not be in HBM (constraint: {', '.join(k.value for k in tc.kernels)}), and the heuristics place it there"
-    if needs_tiers(instance) and c.kinds():
-        return "the instance needs memory tiers (row-wise blocks, host memory), which the heuristics lay out without the placement constraints"
     return None
 
 

@@ -405,7 +405,7 @@ class NeuroShardSolver(Solver):
 
     def _solve(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, greedy: SolveResult | None) -> SolveResult:
         clock = budget.clock
-        reason = split_infeasibility(instance)
+        reason = split_infeasibility(instance) or _kept_out_of_hbm(instance)
         hbm: SolveResult | None = None
         if reason is None:
             result = self._search(instance, cost_model, None, budget, seed, greedy)
@@ -413,7 +413,7 @@ class NeuroShardSolver(Solver):
                 # a tight instance (some state packed only with the completion check) may still be cheaper in a tiered
                 # layout: a cold table in host memory frees the HBM the column slices crowd; both are searched (the
                 # tiered layouts in the time left) and the cheaper kept
-                tight = result.info.get("states_rescored_safe", 0) > 0 and not budget.spent() and not constrained(instance)
+                tight = result.info.get("states_rescored_safe", 0) > 0 and not budget.spent()
                 if not tight:
                     return self._replica_searches(instance, cost_model, result, budget, seed)
                 hbm, reason = result, "the HBM plan packed only with the completion check"
@@ -421,10 +421,6 @@ class NeuroShardSolver(Solver):
                 reason = result.reason or "no plan in HBM"
         if tiered_infeasibility_reason(instance) is not None:
             return hbm if hbm is not None else unplaceable(self, instance, reason, clock, "table-wise and column-wise in HBM, or in a tiered layout")
-        if constrained(instance):
-            return fail(self, SolveStatus.no_solution, f"{reason.removesuffix('; the instance is not proven infeasible')}; {self.name} lays out row-wise blocks and host memory without the placement "
-                        "constraints, so it searched table- and column-wise plans in HBM only; the instance is not proven infeasible",
-                        clock, {"constraints": "not met"})
         tiered = self._solve_tiered(instance, cost_model, budget, seed, reason, greedy)
         if hbm is None:
             return tiered
@@ -443,7 +439,7 @@ class NeuroShardSolver(Solver):
             halves = split((t, 0, table.dim), uneven)
             return halves is not None and min(h[2] for h in halves) >= narrowest[t]
 
-        return placement_conflict(instance, self.name, can_split)
+        return placement_conflict(instance, self.name, can_split, tiers=True)
 
     def _replica_searches(self, instance: Instance, cost_model: CostModel, result: SolveResult, budget: Budget, seed: int) -> SolveResult:
         """With `data_parallel=True` on an HBM instance, the search again around sets of replicas, the cheapest plan
@@ -675,6 +671,15 @@ def constrained(instance: Instance) -> bool:
     """Whether the instance has placement constraints (the search then stays with whole tables and column pieces in
     HBM, where solvers.placement.rules says how it keeps them)."""
     return instance.constraints is not None and bool(instance.constraints.kinds())
+
+
+def _kept_out_of_hbm(instance: Instance) -> str | None:
+    """Why the search goes to the tiered layouts at once: a table its placement constraints keep out of HBM."""
+    from solvers.placement.rules import TierRules
+
+    rules = TierRules(instance)
+    out = [t.name for i, t in enumerate(instance.tables) if rules.active and rules.host_only(i)]
+    return f"the placement constraints keep {', '.join(out)} out of HBM" if out else None
 
 
 def split_infeasibility(instance: Instance) -> str | None:

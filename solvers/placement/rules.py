@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from shardopt.core.ir import Instance, Kernel, Table
-from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
 
 
 def grouped_tables(instance: Instance) -> set[int]:
@@ -66,10 +66,11 @@ def min_widths(instance: Instance) -> np.ndarray:
     return out
 
 
-def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, Table], bool]) -> str | None:
+def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, Table], bool], tiers: bool = False) -> str | None:
     """Why whole tables and column pieces in HBM (the placements of `who`) cannot meet the constraints, or None (they
     can try: whether a plan exists is the search's to find). `can_split(t, table)`: whether `who` can cut table t
-    into two or more pieces at all."""
+    into two or more pieces at all. `tiers`: `who` also lays out memory tiers (TierRules), so a table kept out of HBM
+    is no conflict."""
     c = instance.constraints
     if c is None:
         return None
@@ -77,7 +78,7 @@ def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, T
     index = instance.table_index()
     for tc in c.tables:
         t = index[tc.table]
-        if tc.kernels is not None and Kernel.fused not in tc.kernels:
+        if tc.kernels is not None and Kernel.fused not in tc.kernels and not tiers:
             return f"table {tc.table!r} may not be in HBM (constraint: {', '.join(k.value for k in tc.kernels)}), and {who} place every table there"
         types = tc.sharding_types
         if types is None or TABLE_WISE in types:
@@ -151,3 +152,42 @@ class PlacementRules:
                 keep[held] = ok[held]
                 ok = keep
         return ok
+
+
+class TierRules:
+    """The placement constraints as memory-tier layouts (solvers.placement.tiering) read them, per table: the kernels
+    it may use (None: any), its cache load factor (None: the layout's choice), and the row splits it may be cut into
+    - none for a pinned or grouped table (the layouts spread a split over devices chosen without them) or where its
+    sharding types leave out row_wise (over all devices) / table_row_wise (within one host)."""
+
+    def __init__(self, instance: Instance):
+        T = len(instance.tables)
+        self.kernels: list[set[Kernel] | None] = [None] * T
+        self.factor: list[float | None] = [None] * T
+        self.rows: list[set[str]] = [{ROW_WISE, TABLE_ROW_WISE} for _ in range(T)]
+        c = instance.constraints
+        self.active = c is not None and bool(c.kinds())
+        if c is None:
+            return
+        index = instance.table_index()
+        for tc in c.tables:
+            t = index[tc.table]
+            if tc.kernels is not None:
+                self.kernels[t] = set(tc.kernels)
+            self.factor[t] = tc.cache_load_factor
+            if tc.sharding_types is not None:
+                self.rows[t] &= set(tc.sharding_types)
+            if tc.devices is not None:
+                self.rows[t] = set()
+        for t in grouped_tables(instance):
+            self.rows[t] = set()
+
+    def allows(self, t: int, kernel: Kernel) -> bool:
+        return self.kernels[t] is None or kernel in self.kernels[t]  # type: ignore[operator]
+
+    def host_only(self, t: int) -> bool:
+        """Whether table t may not be in HBM (its kernels are host-memory ones only)."""
+        return not self.allows(t, Kernel.fused)
+
+    def cache_factor(self, t: int, default: float) -> float:
+        return self.factor[t] if self.factor[t] is not None else default

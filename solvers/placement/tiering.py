@@ -45,8 +45,10 @@ from costmodels.analytic import cache_miss_share
 from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
+from shardopt.core.sharding_types import ROW_WISE, TABLE_ROW_WISE
 from shardopt.core.stats import table_histogram
 from shardopt.data.torchrec_io import rw_layout
+from solvers.placement.rules import TierRules
 
 HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables plan for first (the packer needs slack); a preference: the solvers retry their layouts with all of it where none packs within it
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
@@ -158,8 +160,12 @@ def row_wise_shards(table: Table, devices: list[int] | np.ndarray, kernel: Kerne
 
 
 def needs_tiers(instance: Instance) -> bool:
-    """Whether table-wise HBM placement is impossible (a table fits on no device, or the tables exceed all HBM)."""
-    return infeasibility_reason(instance) is not None
+    """Whether table-wise HBM placement is impossible (a table fits on no device, or the tables exceed all HBM), or
+    the placement constraints keep a table out of HBM."""
+    if infeasibility_reason(instance) is not None:
+        return True
+    rules = TierRules(instance)
+    return rules.active and any(rules.host_only(i) for i in range(len(instance.tables)))
 
 
 def cached_lookup_share(histogram: np.ndarray, rows: int, lookups: float, cache_rows: float) -> float:
@@ -243,6 +249,9 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     if reason is not None:
         return reason
     st = _TierState.of(instance)
+    why = _host_only_first(instance, st, lean)
+    if why is not None:
+        return why
     # 1. tables no device can hold: row-wise within one host where its blocks fit there in HBM (several hosts of
     # several devices), else over all devices, in HBM when the blocks fit, else behind a cache
     # hottest per byte first: the HBM left for row-wise blocks goes to the tables with the most lookups per byte
@@ -252,10 +261,17 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     oversized = [i for i in range(len(tables)) if full[i] > st.caps.max() or i in rowwise or i in named]
     if hot_first:
         oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
+    if st.rules.active:  # (tables their constraints keep in HBM first: the others have host memory to go to)
+        oversized.sort(key=lambda i: st.rules.allows(i, Kernel.fused_uvm_caching) or st.rules.allows(i, Kernel.fused_uvm))
     for i in oversized:
-        to_host = i in oversized_to_host if isinstance(oversized_to_host, frozenset) else bool(oversized_to_host)
-        if to_host and i not in rowwise and _whole_to_host(instance, st, i, lean, headroom):
+        if st.tiers[i].kernel is not Kernel.fused:  # (kept out of HBM by its constraint: in host memory already)
             continue
+        to_host = i in oversized_to_host if isinstance(oversized_to_host, frozenset) else bool(oversized_to_host)
+        if (to_host or not st.rules.rows[i]) and i not in rowwise and _whole_to_host(instance, st, i, lean, headroom):
+            continue
+        if not st.rules.rows[i]:
+            return (f"table {tables[i].name!r} ({int(full[i]):,} bytes) needs a row split or host memory, and its placement constraints "
+                    "allow neither (pinned or grouped, its sharding types, or its kernels)")
         why = _split_by_rows(instance, st, i, lean, within_host, oversized_to_host is True and i not in rowwise, headroom)
         if why is not None:
             return why
@@ -280,6 +296,7 @@ class _TierState:
     caps: np.ndarray  # [D] HBM
     hosts: np.ndarray  # [D] host memory
     full: np.ndarray  # [T] each table's bytes whole in HBM
+    rules: TierRules  # the placement constraints' kernels, cache load factors and row splits
 
     @classmethod
     def of(cls, instance: Instance) -> _TierState:
@@ -287,16 +304,43 @@ class _TierState:
         full = table_bytes_array(instance)
         return cls([TableTier() for _ in instance.tables], full.astype(np.int64).copy(), np.zeros(len(instance.tables), dtype=np.int64), [],
                    np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64), np.array(topo.capacities(), dtype=np.int64),
-                   np.array(topo.host_capacities(), dtype=np.int64), full)
+                   np.array(topo.host_capacities(), dtype=np.int64), full, TierRules(instance))
+
+
+def _host_only_first(instance: Instance, st: _TierState, lean: bool) -> str | None:
+    """The tables the placement constraints keep out of HBM, whole to host memory before anything else: behind a
+    cache (the constraint's load factor, else the layout's) where their kernels allow one, else without. Returns why
+    one cannot go (None: they went)."""
+    for i, t in enumerate(instance.tables):
+        if not st.rules.host_only(i):
+            continue
+        if st.rules.allows(i, Kernel.fused_uvm_caching):
+            f = st.rules.cache_factor(i, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t))
+            probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
+        else:
+            f, probe = None, Shard(table=t.name, device=0, kernel=Kernel.fused_uvm)
+        need = shard_host_bytes(instance, t, probe)
+        if need > (st.hosts - st.fixed_host).max() - st.host.sum():
+            if st.rules.rows[i] and st.full[i] > st.caps.max():
+                continue  # (too big for one device's host memory: split by rows in host memory with the oversized tables)
+            return (f"table {t.name!r} may only be in host memory (its constraint), but no device has {need:,} bytes of host memory "
+                    "left for it")
+        st.tiers[i] = TableTier(probe.kernel, f, False)
+        st.hbm[i], st.host[i] = shard_bytes(instance, t, probe), need
+    return None
 
 
 def _whole_to_host(instance: Instance, st: _TierState, i: int, lean: bool, headroom: float) -> bool:
     """Table i whole in host memory behind the largest offered cache (up to its own) that a device's HBM holds, where
     a device's host memory has room. Returns whether it went."""
     t = instance.tables[i]
+    if not st.rules.allows(i, Kernel.fused_uvm_caching):
+        return False
     f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
-    # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge)
-    for f in sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True):
+    # the largest offered cache up to that one that a device's HBM holds (a huge table's cache can be huge); the
+    # constraint's load factor where it names one
+    offered = [st.rules.factor[i]] if st.rules.factor[i] is not None else sorted((g for g in CACHE_LOAD_FACTORS if g <= f), reverse=True)
+    for f in offered:
         probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
         if shard_bytes(instance, t, probe) <= headroom * st.caps.max():
             break
@@ -320,7 +364,12 @@ def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, withi
     host_ok = shard_host_bytes(instance, t, uvm_block) <= (hosts - st.fixed_host).min()
     blocks_to_host = to_host and host_ok
     per_host = topo.devices_per_host
-    host_devices = _host_with_room(instance, t, caps, st.fixed_hbm, headroom) if within_host and 1 < per_host < D and not blocks_to_host else None
+    rules = st.rules
+    in_host_ok = TABLE_ROW_WISE in rules.rows[i] and rules.allows(i, Kernel.fused)
+    host_devices = (_host_with_room(instance, t, caps, st.fixed_hbm, headroom)
+                    if within_host and 1 < per_host < D and not blocks_to_host and in_host_ok else None)
+    if host_devices is None and ROW_WISE not in rules.rows[i]:
+        return f"table {t.name!r} fits on no device, and its sharding types allow no row split over all {D} devices (row_wise)"
     if host_devices is not None:
         st.tiers[i] = TableTier(Kernel.fused, None, True)
         st.hbm[i] = st.host[i] = 0
@@ -329,17 +378,20 @@ def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, withi
             st.fixed_hbm[s.device] += shard_bytes(instance, t, s)
         return None
     block_bytes = slice_bytes(instance, t, block, t.dim)
-    if block_bytes <= headroom * caps.min() - st.fixed_hbm.max() and not blocks_to_host:
+    if block_bytes <= headroom * caps.min() - st.fixed_hbm.max() and not blocks_to_host and rules.allows(i, Kernel.fused):
         tier = TableTier(Kernel.fused, None, True)
-    elif host_ok:
-        tier = TableTier(Kernel.fused_uvm_caching, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t, block), True)
+    elif host_ok and rules.allows(i, Kernel.fused_uvm_caching):
+        tier = TableTier(Kernel.fused_uvm_caching, rules.cache_factor(i, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t, block)), True)
+    elif host_ok and rules.allows(i, Kernel.fused_uvm):
+        tier = TableTier(Kernel.fused_uvm, None, True)
     else:
         room = "no host memory" if hosts.max() == 0 else f"at most {int((hosts - st.fixed_host).min()):,} bytes of host memory left on some device"
         tested = f"{int(caps.min()):,} bytes on the smallest device" + (
             f", {headroom:.0%} of it planned for" if headroom < 1 else "") + (
             f", {int(st.fixed_hbm.max()):,} taken by other tables' blocks" if st.fixed_hbm.max() else "")
+        kept = "" if rules.kernels[i] is None else f" (its constraint allows the kernels {', '.join(sorted(k.value for k in rules.kernels[i]))})"
         return (f"table {t.name!r} ({int(st.full[i]):,} bytes) fits on no device, and its row-wise blocks over all "
-                f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({tested}) nor in host memory ({room})")
+                f"{D} devices ({block_bytes:,} bytes each) fit neither in HBM ({tested}) nor in host memory ({room}){kept}")
     st.tiers[i] = tier
     st.hbm[i] = st.host[i] = 0
     for s in row_wise_shards(t, range(D), tier.kernel, tier.cache_load_factor):
@@ -353,7 +405,7 @@ def _uncache_row_blocks(instance: Instance, st: _TierState, headroom: float) -> 
     """The row-wise tables' caches crowd out the HBM: the coldest of them lose their cache until they fit. Returns
     why the row-wise blocks cannot fit (None: they do)."""
     tables, full, caps, hosts = instance.tables, st.full, st.caps, st.hosts
-    cached_rw = [i for i, t in enumerate(st.tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching]
+    cached_rw = [i for i, t in enumerate(st.tiers) if t.rowwise and t.kernel is Kernel.fused_uvm_caching and st.rules.allows(i, Kernel.fused_uvm)]
     cached_rw.sort(key=lambda i: tables[i].pooling_factor / max(int(full[i]), 1))
     for i in cached_rw:
         if (st.fixed_hbm <= headroom * caps).all():
@@ -376,8 +428,13 @@ def _coldest_to_host(instance: Instance, st: _TierState, lean: bool, headroom: f
     tables, full, caps, hosts, tiers, hbm, host = instance.tables, st.full, st.caps, st.hosts, st.tiers, st.hbm, st.host
     budget = headroom * caps.sum() - st.fixed_hbm.sum()
     packed = [i for i, t in enumerate(tiers) if not t.rowwise]
-    heat = np.array([tables[i].pooling_factor / max(int(full[i]), 1) for i in packed])
-    coldest = [packed[k] for k in np.argsort(heat, kind="stable")]
+    rules = st.rules
+    # (a table whose kernels are constrained moves only where they allow host memory and HBM both: one kept out of
+    # HBM is there already)
+    movable = [i for i in packed if rules.kernels[i] is None
+               or (not rules.host_only(i) and (rules.allows(i, Kernel.fused_uvm_caching) or rules.allows(i, Kernel.fused_uvm)))]
+    heat = np.array([tables[i].pooling_factor / max(int(full[i]), 1) for i in movable])
+    coldest = [movable[k] for k in np.argsort(heat, kind="stable")]
     if lean:  # the largest first (ties: the colder)
         coldest = sorted(coldest, key=lambda i: (-int(full[i]), tables[i].pooling_factor / max(int(full[i]), 1), i))
     host_left = (hosts - st.fixed_host).astype(np.float64)  # host memory the table-wise UVM tables may still take
@@ -386,17 +443,20 @@ def _coldest_to_host(instance: Instance, st: _TierState, lean: bool, headroom: f
             if hbm[packed].sum() <= budget:
                 break
             t = tables[i]
-            f = CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t)
-            probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
+            if rules.allows(i, Kernel.fused_uvm_caching):
+                f = rules.cache_factor(i, CACHE_LOAD_FACTORS[0] if lean else cache_load_factor_for(instance, t))
+                probe = Shard(table=t.name, device=0, kernel=Kernel.fused_uvm_caching, cache_load_factor=f)
+            else:  # (its kernels allow host memory without a cache only)
+                f, probe = None, Shard(table=t.name, device=0, kernel=Kernel.fused_uvm)
             need = shard_host_bytes(instance, t, probe)
             if need > host_left.max() or host[packed].sum() + need > host_left.sum():
                 continue  # (no device, or not the cluster, has the host memory left for it: it stays in HBM)
-            tiers[i] = TableTier(Kernel.fused_uvm_caching, f, False)
+            tiers[i] = TableTier(probe.kernel, f, False)
             hbm[i], host[i] = shard_bytes(instance, t, probe), need
         for i in coldest:
             if hbm[packed].sum() <= budget:
                 break
-            if tiers[i].kernel is Kernel.fused_uvm_caching:
+            if tiers[i].kernel is Kernel.fused_uvm_caching and rules.allows(i, Kernel.fused_uvm):
                 tiers[i] = TableTier(Kernel.fused_uvm, None, False)
                 hbm[i] = shard_bytes(instance, tables[i], Shard(table=tables[i].name, device=0, kernel=Kernel.fused_uvm))
     if hbm[packed].sum() > caps.sum() - st.fixed_hbm.sum():
