@@ -74,6 +74,10 @@ from solvers.progress import report
 LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's search, what the layouts beyond the second share
 REPLICA_PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # replica sets searched around (replica_order prefixes)
 REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the replica searches stop
+# an HBM plan that packed only with the completion check is compared with a tiered one only where this share of the
+# budget is left: the tiered layouts' search and placement polish need it (on production, with 7 % left, they overran
+# the 10 s budget by 7 s)
+TIGHT_TIERED_SHARE = 0.25
 
 
 class _StateScorer:
@@ -413,7 +417,8 @@ class NeuroShardSolver(Solver):
                 # a tight instance (some state packed only with the completion check) may still be cheaper in a tiered
                 # layout: a cold table in host memory frees the HBM the column slices crowd; both are searched (the
                 # tiered layouts in the time left) and the cheaper kept
-                tight = result.info.get("states_rescored_safe", 0) > 0 and not budget.spent()
+                left = budget.left()
+                tight = result.info.get("states_rescored_safe", 0) > 0 and (left is None or left > TIGHT_TIERED_SHARE * (budget.deadline or 0.0))
                 if not tight:
                     return self._replica_searches(instance, cost_model, result, budget, seed)
                 hbm, reason = result, "the HBM plan packed only with the completion check"

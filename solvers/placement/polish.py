@@ -182,7 +182,7 @@ def polish_placements(
     never proposes what its cost model cannot cost."""
     polish = _Polish(instance, bm, shards, data_parallel and bm.replicas, row_wise, budget)
     before = float(polish.totals.max())
-    if polish.data_parallel and polish.D > 1:
+    if polish.data_parallel and polish.D > 1 and not polish.out_of_time():
         polish.replica_sweep()
     polish.run(max_moves)
     out = [s for t in sorted(polish.plan.shards) for s in polish.plan.shards[t]]
@@ -328,7 +328,11 @@ class _Polish:
     def run(self, max_moves: int) -> None:
         """The best move while one pays: kernel, cache and replica moves first; row splits only when none of those
         pays; every table split by rows at once, once, when no single move does."""
-        self.cands = {t: self.candidates(t) for t in sorted(self.plan.shards)}
+        self.cands = {}
+        for t in sorted(self.plan.shards):  # (a table's moves are costed as they are built: on 856 tables, seconds)
+            if self.out_of_time():
+                break
+            self.cands[t] = self.candidates(t)
         swept = False
         while len(self.moves) < max_moves and not self.out_of_time():
             cur = (float(self.totals.max()), float(self.totals.sum()))
