@@ -255,7 +255,7 @@ def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constr
         check_honoured("torchrec", instance_from_dict(doc))
 
 
-@pytest.mark.parametrize("solver", ["greedy", "neuroshard"])
+@pytest.mark.parametrize("solver", ["greedy", "neuroshard", "cpsat"])
 def test_memory_tiers_honour_kernels_cache_factors_pins_and_groups(solver: str) -> None:
     """A tiered instance (its tables beyond the HBM) with a table held in host memory behind a cache of a given load
     factor, one in host memory without a cache, one kept in HBM, a pin and two groups: the tiered layouts and the

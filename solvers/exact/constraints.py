@@ -39,16 +39,16 @@ class TableGroups:
         return all(int((counts[list(group)] > 0).sum(axis=0).max()) <= 1 for group in self.apart)
 
 
-def exact_conflict(instance: Instance, max_split: int) -> str | None:
-    """Why the exact solvers' placements (whole tables and column pieces in HBM) cannot meet the instance's
-    constraints (None: they can try; whether a plan exists is the model's to find)."""
+def exact_conflict(instance: Instance, max_split: int, tiers: bool = True) -> str | None:
+    """Why the exact solvers' placements (whole tables and column pieces in HBM; with `tiers`, a tiered start plan
+    too) cannot meet the instance's constraints (None: they can try; whether a plan exists is the model's to find)."""
     narrowest = min_widths(instance)
 
     def can_split(t: int, table: Table) -> bool:  # (their pieces: equal dyadic widths down to dim / max_split)
         ks = split_counts(table.dim, max_split)
         return bool(ks) and table.dim // ks[0] >= narrowest[t]
 
-    return placement_conflict(instance, "the exact solvers", can_split)
+    return placement_conflict(instance, "the exact solvers", can_split, tiers=tiers)
 
 
 def constraint_mask(instance: Instance, items: Items) -> np.ndarray:

@@ -49,7 +49,7 @@ from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolve
 from solvers.exact.linear_search import linear_local_search
 from solvers.exact.linearize import Linearization, linearize
 from solvers.placement.polish import polish_placements
-from solvers.placement.rules import must_split, whole_only
+from solvers.placement.rules import kept_out_of_hbm, must_split, whole_only
 from solvers.options import OptionError
 from solvers.progress import report
 from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
@@ -186,10 +186,10 @@ class ExactSolver(Solver):
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
         budget = self.options.default_time_limit if time_limit is None else float(time_limit)
-        conflict = exact_conflict(instance, self.max_split)
+        conflict = exact_conflict(instance, self.max_split, tiers=self.options.tiered and not self.options.exact_neural)
         if conflict is not None:
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
-        reason = self._infeasibility(instance)
+        reason = self._infeasibility(instance) or kept_out_of_hbm(instance)
         if reason is not None:
             return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)
         bm = cost_model.bind(instance)
@@ -237,9 +237,6 @@ class ExactSolver(Solver):
 
         if tiered_infeasibility_reason(instance) is not None or self.options.exact_neural or not self.options.tiered:
             return unplaceable(self, instance, reason, clock, self._placements())
-        if instance.constraints is not None and instance.constraints.kinds():
-            return fail(self, SolveStatus.no_solution, f"{reason}; a tiered plan is needed, and the exact solvers lay out row-wise blocks "
-                        "and host memory without the placement constraints; the instance is not proven infeasible", clock, {"constraints": "not met"})
         bm = cost_model.bind(instance)
         model = _Bound(bm, cost_model.describe())
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
@@ -250,7 +247,8 @@ class ExactSolver(Solver):
         if self.options.tiered_share > 0 and time_left.left() > 0.1:
             starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed,
                                                             time_limit=min(self.options.tiered_share * budget, time_left.left()))
-        costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None}
+        costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None
+                 and not constraint_violations(instance, r.plan.shards)}
         shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
         names = list(starts)
         # (all in HBM where it has a plan, any widths, exactly re-placed; where the tables exceed the HBM the bound's
@@ -259,7 +257,7 @@ class ExactSolver(Solver):
             got = relaxation_start(instance, cost_model, bm, self.options.relaxation_share * budget)
             if got is not None:
                 names.append("relaxation")
-                if got["cost"] is not None:
+                if got["cost"] is not None and not constraint_violations(instance, got["shards"]):
                     costs["relaxation"], shards_of["relaxation"] = got["cost"], got["shards"]
         info["tiered"]["starts"] = {n: costs.get(n) for n in names}
         if not costs:
@@ -267,8 +265,12 @@ class ExactSolver(Solver):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered start plan ({whys}); the instance is not proven infeasible", clock, info)
         name = min(costs, key=lambda n: (costs[n], n))
         start_shards = shards_of[name]
-        split = split_tiered(instance, bm, start_shards)
         info["tiered"].update(start=name, start_cost=costs[name])
+        if instance.constraints is not None and instance.constraints.kinds():  # (the starts keep them; the exact re-placement would not)
+            return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
+                          extra_params={"placements": f"tiered: {name}'s plan, which keeps the placement constraints (its HBM tables are not "
+                                                      "re-placed exactly under constraints)"})
+        split = split_tiered(instance, bm, start_shards)
         if split is None:  # nothing in HBM to place: the start is the plan
             info["tiered"]["movable_tables"] = 0
             return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,

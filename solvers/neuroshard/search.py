@@ -67,7 +67,7 @@ from solvers.neuroshard.grid import BATCH_STATES, GridResult, LANE_DEVICES, Piec
 from solvers.neuroshard.pieces import cuttable, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
-from solvers.placement.rules import min_widths, placement_conflict
+from solvers.placement.rules import kept_out_of_hbm, min_widths, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 from solvers.progress import report
 
@@ -409,7 +409,7 @@ class NeuroShardSolver(Solver):
 
     def _solve(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, greedy: SolveResult | None) -> SolveResult:
         clock = budget.clock
-        reason = split_infeasibility(instance) or _kept_out_of_hbm(instance)
+        reason = split_infeasibility(instance) or kept_out_of_hbm(instance)
         hbm: SolveResult | None = None
         if reason is None:
             result = self._search(instance, cost_model, None, budget, seed, greedy)
@@ -676,15 +676,6 @@ def constrained(instance: Instance) -> bool:
     """Whether the instance has placement constraints (the search then stays with whole tables and column pieces in
     HBM, where solvers.placement.rules says how it keeps them)."""
     return instance.constraints is not None and bool(instance.constraints.kinds())
-
-
-def _kept_out_of_hbm(instance: Instance) -> str | None:
-    """Why the search goes to the tiered layouts at once: a table its placement constraints keep out of HBM."""
-    from solvers.placement.rules import TierRules
-
-    rules = TierRules(instance)
-    out = [t.name for i, t in enumerate(instance.tables) if rules.active and rules.host_only(i)]
-    return f"the placement constraints keep {', '.join(out)} out of HBM" if out else None
 
 
 def split_infeasibility(instance: Instance) -> str | None:

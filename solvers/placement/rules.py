@@ -191,3 +191,10 @@ class TierRules:
 
     def cache_factor(self, t: int, default: float) -> float:
         return self.factor[t] if self.factor[t] is not None else default
+
+
+def kept_out_of_hbm(instance: Instance) -> str | None:
+    """Why a solver goes to its memory-tier layouts at once: tables the placement constraints keep out of HBM."""
+    rules = TierRules(instance)
+    out = [t.name for i, t in enumerate(instance.tables) if rules.active and rules.host_only(i)]
+    return f"the placement constraints keep {', '.join(out)} out of HBM" if out else None
