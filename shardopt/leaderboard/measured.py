@@ -276,7 +276,7 @@ def run_measured_leaderboard(
     from costmodels.auto import check_cost_model_name
     from shardopt.core.ir import load_instance
     from shardopt.leaderboard.run import solver_options_key, suite_files
-    from shardopt.measure.engine import LocalEngine, timing_resources
+    from shardopt.measure.engine import LocalEngine, results, timing_resources
     from shardopt.measure.evaluate import MEASURED_BACKENDS, stop_rule
     from solvers.catalog import spec_of
 
@@ -323,17 +323,18 @@ def run_measured_leaderboard(
                                         json.dumps(options, sort_keys=True)))
         if progress:
             progress(summary.skipped, len(files))
-        for n, (_, (rows, session)) in enumerate(engine.run(measure_instance, jobs, resources=timing_resources(backend))):
-            if session is not None:
-                summary.sessions.append(session)
-            for r in rows:
-                con.execute(f"INSERT OR REPLACE INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES "
-                            f"({', '.join('?' for _ in MEASURED_COLUMNS)})", [r.get(c) for c in MEASURED_COLUMNS])
-                summary.rows += 1
-                summary.failed += r.get("measured_ms") is None
-            con.commit()  # one instance at a time: a killed run redoes at most the instances in flight
-            if progress:
-                progress(summary.skipped + n + 1, len(files))
+        with results(engine, measure_instance, jobs, resources=timing_resources(backend)) as sessions:
+            for n, (_, (rows, session)) in enumerate(sessions):
+                if session is not None:
+                    summary.sessions.append(session)
+                for r in rows:
+                    con.execute(f"INSERT OR REPLACE INTO measured ({', '.join(MEASURED_COLUMNS)}) VALUES "
+                                f"({', '.join('?' for _ in MEASURED_COLUMNS)})", [r.get(c) for c in MEASURED_COLUMNS])
+                    summary.rows += 1
+                    summary.failed += r.get("measured_ms") is None
+                con.commit()  # one instance at a time: a killed run redoes at most the instances in flight
+                if progress:
+                    progress(summary.skipped + n + 1, len(files))
     finally:
         con.close()
     return summary

@@ -206,7 +206,7 @@ def run_leaderboard(
     whatever `jobs` says (the summary's `sequential`); on a Ray cluster each task asks for a GPU (cuda) or one CPU.
     Judged with evaluate_plan(repeats=, target=, time_cap_s=). `solver_options`: per solver, its options (-O), which
     the rows' settings key records."""
-    from shardopt.measure.engine import LocalEngine, Resources, timing_resources
+    from shardopt.measure.engine import LocalEngine, Resources, results, timing_resources
     from shardopt.measure.evaluate import MEASURED_BACKENDS
 
     check_db_path(db)
@@ -226,15 +226,16 @@ def run_leaderboard(
         summary = RunSummary(total=len(tasks), skipped=len(tasks) - len(todo), sequential=sequential)
         if progress:
             progress(summary.skipped, summary.total)
-        for _, row in engine.run(solve_task, todo, resources=resources):
-            insert_row(con, row)
-            summary.done += 1
-            summary.failed += row["status"] in FAILED_STATUSES
-            summary.rows.append(row)
-            if progress:
-                progress(summary.skipped + summary.done, summary.total)
-            if on_row:
-                on_row(row)
+        with results(engine, solve_task, todo, resources=resources) as rows:
+            for _, row in rows:
+                insert_row(con, row)
+                summary.done += 1
+                summary.failed += row["status"] in FAILED_STATUSES
+                summary.rows.append(row)
+                if progress:
+                    progress(summary.skipped + summary.done, summary.total)
+                if on_row:
+                    on_row(row)
     finally:
         con.close()
     return summary

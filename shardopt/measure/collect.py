@@ -302,7 +302,7 @@ def collect(
     as it is made. On a Ray engine the ids go out in batches of `batch`, one task each (timing tasks ask for a GPU
     on the cuda backend), and this process, the one writer, appends each batch's lines as it comes back: lines may
     be out of id order, never twice (ids already in the file are skipped on resume)."""
-    from shardopt.measure.engine import LocalEngine, Resources, timing_resources
+    from shardopt.measure.engine import LocalEngine, Resources, results, timing_resources
 
     _check_settings(settings)
     if batch < 1:
@@ -334,8 +334,9 @@ def collect(
         else:
             jobs = [CollectBatch(pool, settings, tuple(todo[i:i + batch])) for i in range(0, len(todo), batch)]
             resources = timing_resources(settings.backend) if settings.backend != "sim" else Resources()
-            for _, lines in engine.run(collect_batch, jobs, resources=resources):
-                write(sorted(lines, key=lambda d: d["id"]))
+            with results(engine, collect_batch, jobs, resources=resources) as batches:
+                for _, lines in batches:
+                    write(sorted(lines, key=lambda d: d["id"]))
     elapsed = time.perf_counter() - start
     return {
         "file": str(out),

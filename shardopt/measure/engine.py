@@ -22,6 +22,8 @@ the run with an EngineError naming the item; what finished before it is already 
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -192,7 +194,7 @@ class RayEngine(Engine):
             # (a gentle cancel: a queued task is dropped, a running one gets a KeyboardInterrupt, and no worker is
             # killed under the raylet. A CI run once lost the driver process itself - exit 1, no output - in the test
             # that interrupts a collection, when this cancel forced; not reproduced on the 2-core VM in 22 runs.)
-            for ref in pending:
+            for ref in pending if ray.is_initialized() else []:
                 try:
                     ray.cancel(ref)
                 except Exception:  # noqa: BLE001 - best effort: the run is ending anyway
@@ -216,10 +218,23 @@ def call(job: tuple[Callable[..., R], tuple, dict]) -> R:
     return fn(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def results(engine: Engine, fn: Callable[[T], R], items: Sequence[T], *, resources: Resources = Resources()) -> Iterator[Iterator[tuple[int, R]]]:
+    """`engine.run`'s results, closed as the block ends, also by an exception (an interrupted collection): its
+    tasks are cancelled then and there. Why: a generator an exception leaves open is closed - and cancels its tasks -
+    whenever it is garbage-collected (a traceback can hold it for long), on Ray possibly after ray.shutdown."""
+    gen = engine.run(fn, items, resources=resources)
+    try:
+        yield gen
+    finally:
+        gen.close()
+
+
 def run_one(engine: Engine, fn: Callable[..., R], *args: Any, resources: Resources = Resources(), **kwargs: Any) -> R:
     """One call of `fn` on the engine (a measured judge re-timing a plan on a cluster's GPU worker), its result."""
-    for _, result in engine.run(call, [(fn, args, kwargs)], resources=resources):
-        return result
+    with results(engine, call, [(fn, args, kwargs)], resources=resources) as out:
+        for _, result in out:
+            return result
     raise EngineError("the engine returned no result")  # (cannot happen: one item in, one out)
 
 
