@@ -152,6 +152,8 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
          f"{result.multipliers} cache multipliers per device; {result.time_s:.2f} s") if result.variables else
         f"relaxation: not built whole; {result.multipliers} cache multipliers per device; {result.time_s:.2f} s",
     ]
+    if result.info.get("constraints"):
+        lines.insert(2, f"the instance's placement constraints: {result.info['constraints']}")
     if result.relaxation_primal_ms is not None:
         lines.append(f"best solution of the relaxation found {result.relaxation_primal_ms:.4f} ms (the relaxation's optimum lies between it and the bound)")
     if result.plan_cost_ms is not None:
