@@ -189,6 +189,9 @@ class ExactSolver(Solver):
         conflict = exact_conflict(instance, self.max_split, tiers=self.options.tiered and not self.options.exact_neural)
         if conflict is not None:
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
+        proof = constraint_infeasibility(instance)
+        if proof is not None:  # (the cheap arguments first: no model needs to prove what they do)
+            return fail(self, SolveStatus.infeasible, f"no plan can meet the placement constraints: {proof}", clock, {"proof": "constraints"})
         reason = self._infeasibility(instance) or kept_out_of_hbm(instance)
         if reason is not None:
             return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)
