@@ -283,3 +283,19 @@ def test_memory_tiers_honour_kernels_cache_factors_pins_and_groups(solver: str) 
     assert not ({s.device for s in by[pick[4]]} & {s.device for s in by[pick[5]]})
     assert {s.device for s in by[pick[6]]} == {s.device for s in by[pick[7]]}
     assert check_plan(c, r.plan).ok
+
+
+def test_a_tiered_plans_fixed_shards_become_pins_of_the_tables_grouped_with_them() -> None:
+    """The exact solvers re-place a tiered plan's HBM tables with its host-memory and row-wise shards fixed: a movable
+    table co-located with a fixed one is pinned to its devices, one kept apart from a fixed one is pinned off them,
+    groups of movable tables stay groups, and a table left no device stops the re-placement."""
+    from solvers.exact.tiered import sub_constraints
+
+    inst = instance_from_dict(_doc({"tables": [{"table": "t0", "devices": [0, 1, 2]}], "colocate": [["t0", "t5"], ["t1", "t2"]],
+                                    "separate": [["t3", "t5", "t4"]]}))
+    fixed = [Shard(table="t5", device=2, kernel="fused_uvm")]
+    got = sub_constraints(inst, {"t0", "t1", "t2", "t3", "t4"}, fixed)
+    assert got.of("t0").devices == [2]  # (its own pins and t5's device)
+    assert got.of("t3").devices == [0, 1, 3] and got.of("t4").devices == [0, 1, 3]
+    assert got.colocate == [["t1", "t2"]] and got.separate == [["t3", "t4"]]
+    assert sub_constraints(inst, {"t0", "t1", "t2", "t3", "t4"}, [Shard(table="t5", device=3, kernel="fused_uvm")]) is False

@@ -269,15 +269,11 @@ class ExactSolver(Solver):
         name = min(costs, key=lambda n: (costs[n], n))
         start_shards = shards_of[name]
         info["tiered"].update(start=name, start_cost=costs[name])
-        if instance.constraints is not None and instance.constraints.kinds():  # (the starts keep them; the exact re-placement would not)
-            return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
-                          extra_params={"placements": f"tiered: {name}'s plan, which keeps the placement constraints (its HBM tables are not "
-                                                      "re-placed exactly under constraints)"})
         split = split_tiered(instance, bm, start_shards)
-        if split is None:  # nothing in HBM to place: the start is the plan
+        if split is None:  # nothing in HBM to place (or the constraints leave a movable table no device): the start is the plan
             info["tiered"]["movable_tables"] = 0
             return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
-                          extra_params={"placements": "tiered: the start plan (no HBM table to re-place)"})
+                          extra_params={"placements": "tiered: the start plan (no HBM table to re-place under its constraints)"})
         info["tiered"].update(split.describe())
         sub_bm = cost_model.bind(split.sub)
         D = instance.topology.num_devices
@@ -290,8 +286,9 @@ class ExactSolver(Solver):
         info["tiered"]["start_cost_in_model"] = best_cost
         info.update(items=items.num_items, warm_start={"solver": name, "cost": best_cost})
         caps = np.array(split.sub.topology.capacities(), dtype=np.int64)
-        fits = items.size[:, None] <= caps[None, :]
-        run = _Run(split.sub, cost_model, sub_bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info, split, instance)
+        fits = (items.size[:, None] <= caps[None, :]) & constraint_mask(split.sub, items)  # (solvers.exact.tiered.sub_constraints)
+        run = _Run(split.sub, cost_model, sub_bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info, split, instance,
+                   groups=table_groups(split.sub, items))
         st = _Loop(best, best_cost, best)
         if self.options.neighbourhood > 0 and int(fits.sum()) > constants.LARGE_MODEL:
             self._solve_large(run, st)

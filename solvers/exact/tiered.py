@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.base import BoundCostModel
-from shardopt.core.ir import Instance, Kernel, Shard
+from shardopt.core.ir import Instance, Kernel, PlacementConstraints, Shard
 from shardopt.core.memory import shard_bytes
 
 
@@ -71,7 +71,46 @@ def split_tiered(instance: Instance, bm: BoundCostModel, shards: list[Shard]) ->
     caps = np.array(instance.topology.capacities(), dtype=np.int64)
     left = np.maximum(caps - fixed_hbm, 1)  # (a device the fixed shards fill keeps 1 byte: nothing else fits)
     topo = instance.topology.model_copy(update={"memory_bytes": [int(x) for x in left]})
+    carried = sub_constraints(instance, keep, fixed)
+    if carried is False:  # (a movable table the fixed shards leave no device: the start plan stays as it is)
+        return None
     sub = instance.model_copy(update={"tables": [instance.tables[index[n]] for n in movable_names], "topology": topo,
-                                      "name": f"{instance.name or 'instance'} (HBM tables of a tiered plan)"})
+                                      "name": f"{instance.name or 'instance'} (HBM tables of a tiered plan)", "constraints": carried})
     movable = [s for s in shards if s.table in keep]
     return TieredSplit(sub, fixed, movable, base_states, base_widths, base_extra, fixed_hbm, base_dists)
+
+
+def sub_constraints(instance: Instance, keep: set[str], fixed: list[Shard]) -> PlacementConstraints | None | bool:
+    """The placement constraints of the movable tables (`keep`) with the fixed shards where they are: their own per-table
+    constraints; a movable table co-located with a fixed one pinned to that one's devices, one kept apart from fixed
+    ones pinned off their devices; the groups' movable members still grouped. None: no constraints; False: a movable
+    table left no device."""
+    c = instance.constraints
+    if c is None:
+        return None
+    D = instance.topology.num_devices
+    held: dict[str, set[int]] = {}
+    for s in fixed:
+        held.setdefault(s.table, set()).add(s.device)
+    pins: dict[str, set[int]] = {tc.table: set(tc.devices) for tc in c.tables if tc.table in keep and tc.devices is not None}
+
+    def narrow(name: str, allowed: set[int]) -> None:
+        pins[name] = pins.get(name, set(range(D))) & allowed
+
+    groups: dict[str, list[list[str]]] = {"colocate": [], "separate": []}
+    for kind in ("colocate", "separate"):
+        for group in getattr(c, kind):
+            inside = [n for n in group if n in keep]
+            outside = set().union(*(held.get(n, set()) for n in group if n not in keep))
+            for n in inside if outside else []:
+                narrow(n, outside if kind == "colocate" else set(range(D)) - outside)
+            if len(set(inside)) >= 2:
+                groups[kind].append(inside)
+    if any(not p for p in pins.values()):
+        return False
+    tables = []
+    for tc in c.tables:
+        if tc.table in keep:
+            tables.append(tc.model_copy(update={"devices": sorted(pins.pop(tc.table))} if tc.table in pins else {}))
+    tables += [{"table": n, "devices": sorted(p)} for n, p in pins.items()]
+    return PlacementConstraints.model_validate({"tables": [t if isinstance(t, dict) else t.model_dump() for t in tables], **groups})
