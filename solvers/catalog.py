@@ -74,7 +74,7 @@ def check_honoured(name: str, instance: Instance) -> None:
 def unhonoured(spec: SolverSpec, instance: Instance) -> str | None:
     """Why `spec`'s solver cannot be given `instance` (the constraint kinds it would not honour), or None. A solver
     never sees constraints it ignores: its plan would break them, and the plan checker would call that a bug."""
-    used = instance.constraints.kinds() if instance.constraints is not None else set()
+    used = instance.constraint_kinds()
     missing = sorted(used - set(spec.constraints))
     if not missing:
         return None

@@ -388,6 +388,10 @@ class Instance(IRModel):
                         raise ValueError(f"constraints.{kind}[{g}]: {name!r} is not a table of the instance")
         return self
 
+    def constraint_kinds(self) -> set[str]:
+        """The placement constraint kinds the instance uses (CONSTRAINT_KINDS; empty: none)."""
+        return self.constraints.kinds() if self.constraints is not None else set()
+
     def table_dtype(self, table: Table) -> Dtype:
         return table.dtype or self.workload.weight_dtype
 

@@ -13,6 +13,7 @@ from typing import Any
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.milp import _pairs, build_relaxation
 from solvers.bound.solve import _solve_highs, relaxation_plan
@@ -95,7 +96,7 @@ def analytic_lower_bound(
     if reason is not None:
         return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
                              model_name, reason=reason)
-    if instance.constraints is not None and instance.constraints.kinds():
+    if instance.constraint_kinds():
         free = instance.model_copy(update={"constraints": None})
         if len(_pairs(free, ctx.terms, table_wise)[0]) > FULL_RELAXATION_MAX_PAIRS:
             # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
@@ -152,7 +153,7 @@ def analytic_lower_bound(
 def _constraints_info(instance: Instance, counted: bool) -> dict[str, Any]:
     """Whether the bound counts the instance's placement constraints: the relaxation carries them (solvers.bound.milp);
     the symmetric LP and the table cuts bound every plan, which is also a bound of the plans that meet them."""
-    if instance.constraints is None or not instance.constraints.kinds():
+    if not instance.constraint_kinds():
         return {}
     return {"constraints": "counted" if counted else "not counted (a bound of every plan, so of the constrained ones too)"}
 
@@ -165,7 +166,7 @@ def _constraint_reason(instance: Instance, table_wise: bool) -> str | None:
         if tc.kernels is not None and Kernel.fused not in tc.kernels:
             return f"table {tc.table!r} may not be in HBM (its constraint allows {', '.join(k.value for k in tc.kernels)}), and the bound covers HBM plans"
         types = tc.sharding_types
-        if types is not None and "table_wise" not in types and ("column_wise" not in types or table_wise):
+        if types is not None and TABLE_WISE not in types and (COLUMN_WISE not in types or table_wise):
             return f"table {tc.table!r} may be only {', '.join(types)}, which no {'table-wise' if table_wise else 'table- or column-wise'} plan is"
     return None
 

@@ -52,6 +52,7 @@ from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import Budget, FallbackUse, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.placement.completion import completion_mask
 from solvers.options import option
+from solvers.placement.rules import PlacementRules
 from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
@@ -216,59 +217,14 @@ class PackFailure:
     placed: int
 
 
-class PlacementMask:
-    """The devices each table may take given the instance's placement constraints and the tables placed so far
-    (whole tables: a co-located group shares one device): its pins, less the devices of the placed tables it must be
-    apart from, and only the device of a placed table it goes with."""
-
-    def __init__(self, instance: Instance) -> None:
-        n, index = instance.topology.num_devices, instance.table_index()
-        c = instance.constraints
-        self.pins: dict[int, np.ndarray] = {}
-        self.apart: dict[int, list[int]] = {}
-        self.together: dict[int, list[int]] = {}
-        if c is None:
-            return
-        for tc in c.tables:
-            if tc.devices is not None:
-                m = np.zeros(n, dtype=bool)
-                m[tc.devices] = True
-                self.pins[index[tc.table]] = m
-        for kind, out in (("separate", self.apart), ("colocate", self.together)):
-            for group in getattr(c, kind):
-                ids = [index[name] for name in group]
-                for i in ids:
-                    out.setdefault(i, []).extend(j for j in ids if j != i)
-        for i, others in self.together.items():  # a group's pins bind every member
-            for j in others:
-                if j in self.pins:
-                    self.pins[i] = self.pins.get(i, np.ones(n, dtype=bool)) & self.pins[j]
-
-    @property
-    def empty(self) -> bool:
-        return not (self.pins or self.apart or self.together)
-
-    def allowed(self, t: int, device_of: np.ndarray, room: np.ndarray) -> np.ndarray:
-        out = room & self.pins[t] if t in self.pins else room.copy()
-        for j in self.apart.get(t, ()):
-            if device_of[j] >= 0:
-                out[device_of[j]] = False
-        placed = [int(device_of[j]) for j in self.together.get(t, ()) if device_of[j] >= 0]
-        if placed:
-            keep = np.zeros_like(out)
-            keep[placed[0]] = out[placed[0]]
-            out = keep
-        return out
-
-
 class Packer:
     """Places tables one at a time on devices with room; never on a device without room (nor against the instance's
-    placement constraints: PlacementMask)."""
+    placement constraints: PlacementRules.allowed)."""
 
     def __init__(self, instance: Instance, layout: TieredLayout | None = None):
         self.instance = instance
         self.layout = layout
-        self.mask = PlacementMask(instance)
+        self.rules = PlacementRules(instance)
         topo = instance.topology
         self.caps = np.array(topo.capacities(), dtype=np.int64)
         self.host_caps = np.array(topo.host_capacities(), dtype=np.int64)
@@ -296,8 +252,8 @@ class Packer:
             room = self.free >= size
             if self.host_sizes[t]:
                 room &= self.free_host >= self.host_sizes[t]
-            if not self.mask.empty:
-                room = self.mask.allowed(t, device_of, room)
+            if self.rules.active:
+                room &= self.rules.allowed(t, device_of[None])[0]
             if safe and room.any():
                 room = completion_mask(self.free[None], int(size), rest_bytes[n + 1 :], room[None])[0]
             candidates = np.flatnonzero(room)

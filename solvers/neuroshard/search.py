@@ -675,7 +675,7 @@ def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], 
 def constrained(instance: Instance) -> bool:
     """Whether the instance has placement constraints (the search then stays with whole tables and column pieces in
     HBM, where solvers.placement.rules says how it keeps them)."""
-    return instance.constraints is not None and bool(instance.constraints.kinds())
+    return bool(instance.constraint_kinds())
 
 
 def split_infeasibility(instance: Instance) -> str | None:

@@ -100,7 +100,7 @@ class PlacementRules:
     def __init__(self, instance: Instance):
         T, D = len(instance.tables), instance.topology.num_devices
         c = instance.constraints
-        self.active = c is not None and bool(c.kinds())
+        self.active = bool(instance.constraint_kinds())
         self.pins = np.ones((T, D), dtype=bool)
         self.apart: list[set[int]] = [set() for _ in range(T)]
         self.together: list[set[int]] = [set() for _ in range(T)]
@@ -139,18 +139,21 @@ class PlacementRules:
         """Whether table t may be cut into pieces of these two widths."""
         return t not in self.whole and min(halves) >= self.min_width[t]
 
-    def allowed_devices(self, t: int, device_of_table: Callable[[int], np.ndarray]) -> np.ndarray:
-        """[D] where a piece of table t may go, given `device_of_table(j)`: the devices holding pieces of table j now
-        (the piece itself not among them)."""
-        ok = self.pins[t].copy()
+    def allowed(self, t: int, device_of: np.ndarray) -> np.ndarray:
+        """[K, D] where whole table t may go in each of K partial placements (`device_of` [K, T], -1: not placed
+        yet): its pins, less the devices of the placed tables it must be apart from, only the device of a placed table
+        it goes with. The heuristics' packer asks for one placement, the RL policies for their lanes."""
+        K = device_of.shape[0]
+        ok = np.broadcast_to(self.pins[t], (K, self.pins.shape[1])).copy()
+        lanes = np.arange(K)
         for j in self.apart[t]:
-            ok[device_of_table(j)] = False
+            on = device_of[:, j] >= 0
+            ok[lanes[on], device_of[on, j]] = False
         for j in self.together[t]:
-            held = device_of_table(j)
-            if len(held):
-                keep = np.zeros_like(ok)
-                keep[held] = ok[held]
-                ok = keep
+            on = device_of[:, j] >= 0
+            keep = np.zeros_like(ok)
+            keep[lanes[on], device_of[on, j]] = True
+            ok[on] &= keep[on]
         return ok
 
 
@@ -166,7 +169,7 @@ class TierRules:
         self.factor: list[float | None] = [None] * T
         self.rows: list[set[str]] = [{ROW_WISE, TABLE_ROW_WISE} for _ in range(T)]
         c = instance.constraints
-        self.active = c is not None and bool(c.kinds())
+        self.active = bool(instance.constraint_kinds())
         if c is None:
             return
         index = instance.table_index()

@@ -154,23 +154,6 @@ class Lanes:
         cand = np.arange(D)
         return np.stack([np.asarray(bm.comm_totals_after_adding(self.dims[k], width, cand), dtype=np.float64) for k in range(K)])
 
-    def _allowed(self, t: int) -> np.ndarray:
-        """[K, D] the devices the placement constraints leave table t in each lane: its pins, less the devices of the
-        tables it must be apart from, only the device of a placed table it goes with."""
-        rules, K = self.ctx.rules, self.K
-        assert rules is not None
-        ok = np.broadcast_to(rules.pins[t], (K, self.ctx.D)).copy()
-        lanes = np.arange(K)
-        for j in rules.apart[t]:
-            on = self.device_of[:, j] >= 0
-            ok[lanes[on], self.device_of[on, j]] = False
-        for j in rules.together[t]:
-            on = self.device_of[:, j] >= 0
-            keep = np.zeros_like(ok)
-            keep[lanes[on], self.device_of[on, j]] = True
-            ok[on] &= keep[on]
-        return ok
-
     def _safe_mask(self, room: np.ndarray, size: int) -> np.ndarray:
         return completion_mask(self.free, size, self.ctx.sizes[self.order[self.i + 1 :]], room)
 
@@ -180,8 +163,8 @@ class Lanes:
         size = int(ctx.sizes[t])
         s = ctx.scale
         room = self.free >= size
-        if ctx.rules is not None:
-            room &= self._allowed(t)
+        if ctx.rules is not None:  # (pins, and the devices of the tables placed so far it must avoid or join)
+            room &= ctx.rules.allowed(t, self.device_of)
         newly_dead = self.alive & ~room.any(axis=1)
         if newly_dead.any():
             self.fail_step[newly_dead] = self.i
