@@ -487,8 +487,10 @@ def test_a_table_too_big_for_any_device_is_split() -> None:
     doc["tables"] = [t for t, b in zip(doc["tables"], sizes) if b == sizes.max()] + [
         t for t, b in zip(doc["tables"], sizes) if b < sizes.max() and b <= sizes.max() * 0.6][:2]
     inst = instance_from_dict(doc)
-    # (relaxation_share=0: the relaxation's plan, of any column widths, is cheaper than both below: 2.040 ms)
-    r = get_solver("cpsat", max_split=2, split_tables=0, neuroshard_share=0, row_wise=False, relaxation_share=0).solve(inst, CM, time_limit=20)
+    # (relaxation_share=0: the relaxation's plan, of any column widths, is cheaper than both below: 2.040 ms; and
+    # one_collective_share=0: that start cuts the other tables too, and the big one in three)
+    r = get_solver("cpsat", max_split=2, split_tables=0, neuroshard_share=0, row_wise=False, relaxation_share=0,
+                   one_collective_share=0).solve(inst, CM, time_limit=20)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     big = inst.tables[int(np.argmax(table_bytes_array(inst)))].name
     assert sum(1 for s in r.plan.shards if s.table == big) == 2 and big in r.info["split_tables_used"]
@@ -739,3 +741,14 @@ def test_exact_solvers_keep_uneven_pieces_of_their_start(name: str) -> None:
     assert all(s.rows is None and s.kernel.value == "fused" for s in r.plan.shards)  # all in HBM, no row split
     assert r.predicted_cost <= r.info["tiered"]["start_cost"] * (1 + 1e-9)
     assert len([s for s in r.plan.shards if s.table == "t0"]) >= 2
+
+
+def test_one_collective_warm_start_on_many_devices() -> None:
+    """The one-collective start (every table cut, one all-to-all) is among the exact solver's warm starts, and on many
+    devices with few tables each it is the start to beat: the plan is no dearer than it."""
+    inst = make_instance(48, 16, seed=0, mem_factor=2.0, per_host=8, hardware="a100", batch_size=65536)
+    r = get_solver("cpsat").solve(inst, CM, time_limit=20)
+    starts = r.info["warm_starts"]
+    assert starts["one_collective"] is not None and starts["one_collective"] < starts["presplit"]
+    assert check_plan(inst, r.plan).ok and r.predicted_cost <= starts["one_collective"] + 1e-12
+    assert r.plan.params["one_collective_share"] > 0

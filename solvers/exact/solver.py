@@ -103,6 +103,7 @@ class ExactSolver(Solver):
             "split_apart": self.options.split_apart,
             "neuroshard_share": self.options.neuroshard_share if self.max_split > 1 else 0.0,
             "presplit_share": self.options.presplit_share if self.max_split > 1 else 0.0,
+            "one_collective_share": self.options.one_collective_share if self.max_split > 1 else 0.0,
             "relaxation_share": self.options.relaxation_share if self.max_split > 1 else 0.0,
             "neighbourhood": self.options.neighbourhood,
             "search_share": self.options.search_share,
@@ -155,7 +156,8 @@ class ExactSolver(Solver):
     def warm_starts(self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float,
                     cost_model: CostModel | None = None) -> list[dict[str, Any]]:
         """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
-        (`solvers.neuroshard.pieces.presplit_plan`, its polish within `presplit_share` of the budget), the plan of the
+        (`solvers.neuroshard.pieces.presplit_plan`, its polish within `presplit_share` of the budget), the one-collective
+        grid plan (the same with every other table halved: one all-to-all, within `one_collective_share`), the plan of the
         analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
         NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
         from solvers.neuroshard.pieces import presplit_plan
@@ -166,10 +168,11 @@ class ExactSolver(Solver):
         starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
         if self.max_split > 1 and self.options.neuroshard_share > 0:
             starts.append((NeuroShardSolver(), self.options.neuroshard_share))
-        if self.max_split > 1 and self.options.presplit_share > 0:
-            got = presplit_plan(instance, bm, self.max_split, time_limit=self.options.presplit_share * budget)
-            out.append({"solver": "presplit", "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
-                        **({"shards": got[0]} if got else {})})
+        for name, share in (("presplit", self.options.presplit_share), ("one_collective", self.options.one_collective_share)):
+            if self.max_split > 1 and share > 0:
+                got = presplit_plan(instance, bm, self.max_split, time_limit=share * budget, one_collective=name == "one_collective")
+                out.append({"solver": name, "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
+                            **({"shards": got[0]} if got else {})})
         for solver, share in starts:
             name = solver.name
             r = solver.solve(instance, model, seed=seed, time_limit=max(0.05, share * budget))

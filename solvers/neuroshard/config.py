@@ -26,6 +26,8 @@ class NeuroShardConfig:
     anytime: bool = option(True, "honour a time budget (the published search has none)")
     seed_with_greedy: bool = option(True, "the cost-model greedy's table-wise plan competes with the grid plans")
     seed_with_presplit: bool = option(True, "the pre-split state (tables heavier than a device's share halved) joins the first beam")
+    seed_with_one_collective: bool = option(True, "the one-collective state (the pre-split state with every other table halved too: "
+                                                  "the column-wise all-to-all alone) joins the first beam")
     default_time_limit: float | None = option(None, "the budget when no --time-limit is given (null: 2-10 s by instance size)",
                                               low=0.0, low_open=True)
     refine_extra: int = option(4, "more of the cheapest scored states the comm-aware refinement re-runs", low=0)
@@ -41,7 +43,7 @@ class NeuroShardConfig:
 
 
 FAITHFUL = NeuroShardConfig(
-    split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False,
+    split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False, seed_with_one_collective=False,
     refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False, safe_fallback=False,
     uneven_halves=False, soft_dim_cap=False,
 )  # (anytime: the published search has no budget; here it honours --time-limit and the default budget)

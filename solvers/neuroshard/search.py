@@ -21,6 +21,9 @@ docs/benchmarks.md:
   re-runs the 4 cheapest states the search scored (docs/benchmarks.md, "Fast by default");
 - `seed_with_greedy`: the cost-model greedy's table-wise plan is scored beside the no-split grid plan, so the
   search starts from the better of the two (and never ends worse than the greedy solver).
+- `seed_with_one_collective`: the pre-split state with every other table halved too (`one_collective_pieces`) joins
+  the first beam: its plans run the column-wise all-to-all alone, where a mix of whole tables and pieces runs two
+  collectives, each of which must balance on its own (docs/neuroshard.md).
 - `seed_with_presplit`: the pre-split state (`presplit_pieces`: tables heavier than a device's fair share, or bigger
   than half a device, halved up front) joins the first beam, so the search does not spend one step per halving to
   reach them (docs/neuroshard.md).
@@ -64,7 +67,7 @@ from solvers.base import Budget, SolveResult, SolveStatus, Solver, Stopwatch, fa
 from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.grid import BATCH_STATES, GridResult, LANE_DEVICES, Piece, PieceModel, grid_greedy
-from solvers.neuroshard.pieces import cuttable, polish, presplit_pieces, split, start_pieces
+from solvers.neuroshard.pieces import cuttable, one_collective_pieces, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
 from solvers.placement.rules import kept_out_of_hbm, min_widths, placement_conflict
@@ -146,10 +149,11 @@ class _Search:
 def _seeded_search(
     instance: Instance, cost_model: CostModel, pm: PieceModel, scorer: _StateScorer, start: tuple[Piece, ...], first: GridResult, seed: int,
     greedy: SolveResult | None = None,
-) -> tuple[_Search, float | None, float | None]:
+) -> tuple[_Search, float | None, dict[str, float | None]]:
     """The first beam: the unsplit state, its best plan the grid's (`first`) or the greedy's when cheaper
-    (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`), which becomes the best when
-    its grid plan is cheaper. Returns the search and the greedy and pre-split seeds' costs (None: not scored)."""
+    (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`) and the one-collective state
+    (`seed_with_one_collective`), each the best when its grid plan is cheaper. Returns the search, the greedy seed's
+    cost and the other seeds' costs by name (None: not scored)."""
     cfg = scorer.cfg
     best, best_state = first, start
     greedy_cost = None
@@ -160,17 +164,19 @@ def _seeded_search(
             if greedy_cost < best.cost:
                 best = seeded
     beam = [(best.cost, start)]
-    presplit_cost = None
-    if cfg.seed_with_presplit:  # tables heavier than a device's share start halved (docs/neuroshard.md)
-        pre = tuple(presplit_pieces(pm, uneven=cfg.uneven_halves))
-        if pre != start:
-            (scored,) = scorer.score([pre])
-            if scored is not None and scored.device_of is not None:
-                presplit_cost = scored.cost
-                beam.append((scored.cost, pre))
-                if scored.cost < best.cost:
-                    best, best_state = scored, pre
-    return _Search(best, best_state, beam), greedy_cost, presplit_cost
+    seeds: dict[str, float | None] = {"presplit": None, "one_collective": None}
+    made = {"presplit": cfg.seed_with_presplit and tuple(presplit_pieces(pm, uneven=cfg.uneven_halves)),  # tables heavier than a device's share start halved
+            "one_collective": cfg.seed_with_one_collective and pm.layout is None and tuple(one_collective_pieces(pm, uneven=cfg.uneven_halves))}
+    for name, state in made.items():  # (docs/neuroshard.md)
+        if not state or state == start or any(state == st for _, st in beam):
+            continue
+        (scored,) = scorer.score([state])
+        if scored is not None and scored.device_of is not None:
+            seeds[name] = scored.cost
+            beam.append((scored.cost, state))
+            if scored.cost < best.cost:
+                best, best_state = scored, state
+    return _Search(best, best_state, beam), greedy_cost, seeds
 
 
 def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, start: tuple[Piece, ...], seed: int,
@@ -541,7 +547,7 @@ class NeuroShardSolver(Solver):
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
                         f"into the solve, its deadline {budget.deadline:g} s)", clock)
-        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
+        search, greedy_cost, seed_costs = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
         if search.best.device_of is not None:
             report(best_cost=search.best.cost)
         _beam_search(search, pm, scorer, search_budget)
@@ -578,7 +584,8 @@ class NeuroShardSolver(Solver):
             "beam_steps": search.steps,
             "no_split_grid_cost": first.cost,
             "greedy_seed_cost": greedy_cost,
-            "presplit_seed_cost": presplit_cost,
+            "presplit_seed_cost": seed_costs["presplit"],
+            "one_collective_seed_cost": seed_costs["one_collective"],
             "best_grid_cost": best.cost,
             "best_scale": best.scale,
             "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
