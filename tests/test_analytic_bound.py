@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ROOT, make_instance
+from conftest import ROOT, brute_force_split, make_instance
 
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import BoundCostModel, CostModel
@@ -257,11 +257,10 @@ def test_bound_below_every_solver_plan(seed: int, n_tables: int, n_devices: int,
     assert bound.plan is not None and bound.plan_cost_ms == pytest.approx(CM.plan_costs(inst, bound.plan).max_cost)
     assert bound.plan_cost_ms >= bound.value_ms * (1 - 1e-7)
     best = min(*costs.values(), bound.plan_cost_ms)
-    # a bound worth having: the best of these plans is certified within (measured) 5.0 %, 4.0 %, 8.4 %. The bound
-    # prices one all-to-all of the summed widths; the judge runs one per sharding type, so plans that mix whole
-    # tables and column pieces cost more than the bound can see (before the per-type judge: 2.3-2.9 %, 0.3-0.4 %,
-    # 0.01 %; on the third the relaxation's own plan was 2.4229 against the bound 2.4226, now judged 2.677)
-    assert plan_gap(inst, best, bound) < 0.10
+    # a bound worth having: the best of these plans is certified within (measured, 2026-11-27) 4.6 %, 1.1 %, 0.9 %:
+    # the relaxation prices one all-to-all per sharding type, as the judge (with one all-to-all of the summed widths
+    # it was 5.0 %, 4.0 %, 8.4 %; the third's relaxation plan 2.677 against 2.4226, now 2.4816 against 2.4583)
+    assert plan_gap(inst, best, bound) < 0.08
 
 
 def enumerate_table_wise(inst: Instance, keep=None) -> float:
@@ -306,11 +305,11 @@ def uneven_hosts(n_tables: int = 100, seed: int = 1) -> Instance:
     return inst
 
 
-def full_lp_bound(inst: Instance, table_wise: bool) -> float:
+def full_lp_bound(inst: Instance, table_wise: bool, per_type: bool = True) -> float:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix
 
-    m, lay = build_relaxation(AnalyticRelaxation(inst), table_wise, symmetry=False)
+    m, lay = build_relaxation(AnalyticRelaxation(inst), table_wise, symmetry=False, per_type=per_type)
     c = np.zeros(m.n_vars)
     c[lay.z] = 1.0
     a = csr_matrix((m.vals, (m.rows, m.cols)), shape=(m.n_rows, m.n_vars))
@@ -323,10 +322,13 @@ def full_lp_bound(inst: Instance, table_wise: bool) -> float:
 @pytest.mark.parametrize("table_wise", [False, True])
 def test_symmetric_lp_is_the_relaxations_lp_bound(n_tables: int, n_devices: int, per_host: int, seed: int, mem_factor: float, table_wise: bool) -> None:
     """With interchangeable devices, the LP with one copy of each device's variables has the optimum of the whole
-    relaxation's LP (one host, two hosts, a host per device; column-wise and table-wise)."""
+    one-all-to-all relaxation's LP (one host, two hosts, a host per device; column-wise and table-wise), and is no
+    more than the per-type relaxation's LP (which implies every row of it)."""
     inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=mem_factor, per_host=per_host)
     assert devices_interchangeable(inst)
-    assert symmetric_lp_bound(AnalyticRelaxation(inst), table_wise) == pytest.approx(full_lp_bound(inst, table_wise), rel=1e-9)
+    sym = symmetric_lp_bound(AnalyticRelaxation(inst), table_wise)
+    assert sym == pytest.approx(full_lp_bound(inst, table_wise, per_type=False), rel=1e-9)
+    assert sym <= full_lp_bound(inst, table_wise) * (1 + 1e-9)
 
 
 def test_symmetric_lp_refuses_devices_that_differ() -> None:
@@ -505,3 +507,44 @@ def test_the_bound_counts_placement_constraints_against_enumeration(seed: int) -
     # a table that may not be in HBM leaves no covered plan: said so, not a bound
     doc["constraints"] = {"tables": [{"table": name[0], "kernels": ["fused_uvm"]}]}
     assert analytic_lower_bound(instance_from_dict(doc), CM).status == "infeasible"
+
+
+@pytest.mark.parametrize("seed,n_tables,n_devices,per_host", [(0, 4, 2, None), (1, 5, 3, None), (2, 4, 3, None), (3, 5, 4, 2), (4, 4, 4, 2)])
+def test_per_type_bound_is_below_the_enumerated_optimum(seed: int, n_tables: int, n_devices: int, per_host: int | None) -> None:
+    """Every plan of whole tables and column halves on any two devices (the same one included: a column-wise table on
+    one device, in the column-wise all-to-all) enumerated under the judge (one all-to-all per sharding type): the
+    bound, which prices each type's collective, is never above the best, and never below the one-all-to-all bound."""
+    inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.6, per_host=per_host, batch_size=65536)
+    best, _ = brute_force_split(inst, CM, apart=False)
+    bound = analytic_lower_bound(inst, CM, time_limit=20)
+    one = analytic_lower_bound(inst, CM, time_limit=20, per_type=False)
+    assert bound.status == "optimal" and one.status == "optimal"
+    assert bound.value_ms <= best * (1 + 1e-7)
+    assert bound.value_ms >= one.value_ms * (1 - 1e-6)
+
+
+def test_per_type_bound_sees_what_one_all_to_all_cannot() -> None:
+    """8 tables on 3 devices: the one-all-to-all relaxation's optimum mixes whole tables and pieces whose two
+    collectives the judge prices apart (its plan: 2.677 ms against that bound's 2.4226); the per-type relaxation
+    prices them so, its bound is higher and its own plan within 1 % of it (measured 2.4583 and 2.4816, simulated)."""
+    inst = make_instance(8, 3, seed=2, mem_factor=1.3, batch_size=65536)
+    one = analytic_lower_bound(inst, CM, time_limit=20, per_type=False)
+    both = analytic_lower_bound(inst, CM, time_limit=20)
+    assert one.status == both.status == "optimal"
+    assert both.value_ms > one.value_ms * 1.01
+    assert both.plan_cost_ms <= both.value_ms * 1.01 and one.plan_cost_ms > both.plan_cost_ms
+
+
+def test_relaxation_at_a_column_wise_table_on_one_device() -> None:
+    """A table cut in two shards on one device joins the column-wise collective; the relaxation at that plan (the
+    second shard's constants charged) is still below the plan's cost."""
+    from shardopt.core.ir import Shard
+
+    inst = make_instance(6, 3, seed=5, mem_factor=2.0, batch_size=65536)
+    plan = [(0, 0, inst.tables[0].dim // 2), (0, 0, inst.tables[0].dim - inst.tables[0].dim // 2)]
+    plan += [(t, t % 3, inst.tables[t].dim) for t in range(1, 6)]
+    real = [Shard(table=inst.tables[0].name, device=0, col_offset=0, cols=plan[0][2]),
+            Shard(table=inst.tables[0].name, device=0, col_offset=plan[0][2], cols=plan[1][2])]
+    real += [Shard(table=inst.tables[t].name, device=d) for t, d, _ in plan[2:]]
+    cost = CM.plan_costs(inst, real).max_cost
+    assert relaxation_value_at(inst, plan) <= cost * (1 + 1e-7)

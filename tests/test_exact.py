@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import instance_doc, make_instance
+from conftest import brute_force_split, instance_doc, make_instance
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.ir import Instance, instance_from_dict
@@ -400,42 +400,6 @@ def test_exact_neural_refuses_what_it_cannot_do() -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # column splits
-
-
-def brute_force_split(instance: Instance, cost_model=CM, apart: bool = True) -> tuple[float, list]:
-    """The best plan cost over every plan where each table is whole on one device or cut into two equal column
-    halves on two distinct devices (on any two when not `apart`) -- what the exact solvers offer with
-    max_split=2 -- memory respected."""
-    from solvers.placement.split_items import build_items
-
-    bm = cost_model.bind(instance)
-    T, D = len(instance.tables), instance.topology.num_devices
-    items = build_items(instance, bm, np.arange(T), 2, apart=True)
-    caps = np.array(instance.topology.capacities())
-    options = []  # per table: [(item, devices)]
-    for t in range(T):
-        its = range(int(items.first[t]), int(items.first[t + 1]))
-        opts = [(its[0], (d,)) for d in range(D)]
-        if len(its) > 1:
-            pairs = itertools.combinations(range(D), 2) if apart else itertools.combinations_with_replacement(range(D), 2)
-            opts += [(its[1], pair) for pair in pairs]
-        options.append(opts)
-    every = np.array(list(itertools.product(*[range(len(o)) for o in options])))
-    n = len(every)
-    states = np.zeros((n, D, bm.state_size))
-    dims = np.zeros((n, 5, D))  # widths by output dist: whole tables table-wise (row 0), halves column-wise (row 1)
-    use = np.zeros((n, D))
-    for t in range(T):
-        for k, (i, devs) in enumerate(options[t]):
-            on = every[:, t] == k
-            for d in devs:
-                states[on, d] += items.states[i]
-                dims[on, 0 if items.parts[i] == 1 else 1, d] += items.width[i]
-                use[on, d] += items.size[i]
-    cost = (bm.compute_costs(states).sum(axis=-1) + bm.dist_comm_totals(dims)).max(axis=1)
-    cost[(use > caps).any(axis=1)] = np.inf
-    j = int(np.argmin(cost))
-    return float(cost[j]), [options[t][every[j, t]] for t in range(T)]
 
 
 @pytest.mark.parametrize("name", EXACT)

@@ -81,11 +81,13 @@ def analytic_lower_bound(
     time_limit: float = 10.0,
     table_wise: bool = False,
     backend: str = "highs",
+    per_type: bool = True,
 ) -> AnalyticBound:
     """A certified lower bound of the analytic max-device cost of every table- and column-wise plan of `instance`
     (with `table_wise`: of every table-wise plan, a tighter bound of fewer plans). BoundError for a cost model other
     than the analytic one or an unknown backend. The bound is HiGHS's dual bound of the relaxation at the time
-    limit, a bound whether or not the relaxation was solved to optimality."""
+    limit, a bound whether or not the relaxation was solved to optimality. `per_type=False`: the full relaxation
+    prices one all-to-all of the summed widths, as before the per-type rows (a weaker bound, for comparisons)."""
     if backend != "highs":
         raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
     start = time.perf_counter()
@@ -102,7 +104,7 @@ def analytic_lower_bound(
             # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
             # so the symmetric LP does not hold for it): the bound of every plan, also a bound of the constrained ones
             out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
-                                       table_wise=table_wise, backend=backend)
+                                       table_wise=table_wise, backend=backend, per_type=per_type)
             out.info.update(_constraints_info(instance, counted=False))
             out.time_s = time.perf_counter() - start
             return out
@@ -121,7 +123,7 @@ def analytic_lower_bound(
             solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on)",
             info=_constraints_info(instance, counted=False),
         )
-    model, layout = build_relaxation(ctx, table_wise)
+    model, layout = build_relaxation(ctx, table_wise, per_type=per_type)
     left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
     res = _solve_highs(model, layout, left)
     elapsed = time.perf_counter() - start
