@@ -140,3 +140,20 @@ def test_generate_refuses_a_file_or_an_old_suite_unless_overwrite(tmp_path, smal
     (stray / "x.json").write_text("{}")
     r = run(*base, str(stray), "--count", "1")
     assert r.exit_code == 2 and "instance files of no suite" in r.output
+
+
+def test_production_xl_draws_each_pool_table_up_to_four_times(tmp_path, small_pool):
+    """The scale family: 3,424 tables on 512 devices (8 per host) from the 856-table pool, each table drawn at most four
+    times, its copies renamed NAME-cK; names unique. From a pool too small for that, exit 2 naming the copies."""
+    from shardopt.core.ir import load_instance
+
+    r = run("generate", "--family", "production-xl", "--count", "1", "--pool", "all", "--out", str(tmp_path / "xl"))
+    assert r.exit_code == 0, r.output
+    inst = load_instance(tmp_path / "xl" / "production-xl-all-s0-0000.json")
+    names = [t.name for t in inst.tables]
+    assert len(names) == 3424 == len(set(names)) and inst.topology.num_devices == 512 and inst.topology.devices_per_host == 8
+    base = {n.rsplit("-c", 1)[0] if n.rsplit("-c", 1)[-1].isdigit() else n for n in names}
+    assert len(base) <= 856 and max(sum(1 for n in names if n == b or n.startswith(b + "-c")) for b in base) <= 4
+    assert any(n.endswith("-c3") for n in names)
+    r = run("generate", "--family", "production-xl", "--count", "1", "--pool-file", str(small_pool), "--out", str(tmp_path / "no"))
+    assert r.exit_code == 2 and "each at most 4 times" in r.output

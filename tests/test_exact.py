@@ -413,13 +413,16 @@ def test_column_splits_find_the_enumerated_optimum(name: str) -> None:
     best_split, choice = brute_force_split(inst)
     best_whole, _ = brute_force(inst)
     assert best_split < best_whole * (1 - 1e-3)  # a split is worth having here
-    # (relaxation_share=0: the relaxation's plan has any widths, outside the enumerated halves: with it cpsat ends at
-    # 2.841 ms here, below the best plan of halves)
-    r = get_solver(name, max_split=2, split_tables=6, neuroshard_share=0, relaxation_share=0).solve(inst, CM, time_limit=90, seed=0)
+    # (relaxation_share=0, one_collective_share=0, join_collectives=False: those plans lie outside the enumerated halves
+    # -- any widths, more pieces, tables cut on their own device -- and with them cpsat ends below the best plan of
+    # halves here: 2.841 ms, 2.817)
+    r = get_solver(name, max_split=2, split_tables=6, neuroshard_share=0, relaxation_share=0, one_collective_share=0,
+                   join_collectives=False).solve(inst, CM, time_limit=90, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.predicted_cost == pytest.approx(best_split, rel=1e-9) and best_split < best_whole * (1 - 1e-3)
-    ns = get_solver("neuroshard").solve(inst, CM, time_limit=5, seed=0)
-    assert ns.predicted_cost == pytest.approx(best_split, rel=1e-9)
+    ns = get_solver("neuroshard", join_collectives=False).solve(inst, CM, time_limit=5, seed=0)
+    assert ns.predicted_cost <= best_split * (1 + 1e-9)
+    assert get_solver(name).solve(inst, CM, time_limit=20, seed=0).predicted_cost <= best_split * (1 + 1e-9)
     assert r.predicted_cost == pytest.approx(CM.plan_costs(inst, r.plan).max_cost, rel=1e-9)
     split = [s for s in r.plan.shards if s.cols is not None]
     assert split and all(s.cols * 2 == inst.tables[inst.table_index()[s.table]].dim for s in split)
@@ -437,7 +440,8 @@ def test_column_splits_need_not_be_apart() -> None:
     best_any, _ = brute_force_split(inst, apart=False)
     best_apart, _ = brute_force_split(inst, apart=True)
     assert best_any <= best_apart + 1e-12
-    r = get_solver("cpsat", max_split=2, split_tables=5, split_apart=False, neuroshard_share=0).solve(inst, CM, time_limit=90, seed=0)
+    # (relaxation_share=0: the bound relaxation's plan, of any widths, lies outside the halves: with it 2.253 ms)
+    r = get_solver("cpsat", max_split=2, split_tables=5, split_apart=False, neuroshard_share=0, relaxation_share=0).solve(inst, CM, time_limit=90, seed=0)
     assert check_plan(inst, r.plan).ok and r.predicted_cost == pytest.approx(best_any, rel=1e-9)
 
 

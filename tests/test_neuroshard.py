@@ -199,9 +199,20 @@ def test_the_one_collective_seed_finds_what_mixed_plans_miss() -> None:
     inst = many_devices_instance()
     cm = AnalyticCostModel()
     on = NeuroShardSolver().solve(inst, cm, time_limit=120)
-    off = NeuroShardSolver(seed_with_one_collective=False).solve(inst, cm, time_limit=120)
-    assert check_plan(inst, on.plan).ok and on.info["one_collective_seed_cost"] is not None
-    assert off.info["one_collective_seed_cost"] is None
+    off = NeuroShardSolver(one_collective=False).solve(inst, cm, time_limit=120)
+    assert check_plan(inst, on.plan).ok and on.info["one_collective_cost"] is not None
+    assert off.info["one_collective_cost"] is None
     assert on.predicted_cost < 0.97 * off.predicted_cost
     _, kinds = output_dist_widths(inst, list(on.plan.shards))
     assert kinds == ["column_wise"]
+
+
+def test_default_budget_grows_with_the_instance_beyond_production() -> None:
+    """2 s for small instances, 10 s for production (856 x 128), 1 s per 30,000 pairs beyond 300,000, at most 60 s:
+    production-xl (3,424 x 512) gets 58.4 s."""
+    from solvers.neuroshard.config import default_budget
+
+    assert default_budget(load_instance(EXAMPLES / "small.json")) == 2.0
+    assert default_budget(load_instance(SUITES / "production" / "production-all-s0-0000.json")) == 10.0
+    xl = load_instance(SUITES / "production-xl" / "production-xl-all-s0-0000.json")
+    assert default_budget(xl) == pytest.approx(3424 * 512 / 30_000)

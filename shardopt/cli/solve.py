@@ -40,7 +40,7 @@ def solve(
     solver: Annotated[str, typer.Option("--solver", "-s", help="Solver name (see `shardopt solvers`).")] = DEFAULT_SOLVER,
     cost_model: CostModelOpt = None,
     models: ModelsOpt = None,
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the command may take, start-up and loading included (the solver gets at least half; with --pick, each candidate's solve) \\[default: the solver's own budget: neuroshard 2-10 s by instance size, cpsat / milp 60 s, torchrec 300 s; the heuristics run to the end].", show_default=False)] = None,
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the command may take, start-up and loading included (the solver gets at least half; with --pick, each candidate's solve) \\[default: the solver's own budget: neuroshard 2-60 s by instance size, cpsat / milp 60 s, torchrec 300 s; the heuristics run to the end].", show_default=False)] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed: same seed, same plan.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
     option: Annotated[

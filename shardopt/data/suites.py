@@ -63,6 +63,9 @@ class Family:
     # the family's own generator (huge, tiered): (family, pool, seed, index, pool label) -> instance; None: the tight
     # rule of generate_instance. Such a family draws its own shape and hardware (`shape` / `hardware` describe them)
     make: Callable[[Family, TablePool, int, int, str], Instance] | None = None
+    # how many times each pool table may be drawn (a model larger than the pool: the k-th copy of table NAME is named
+    # NAME-cK, k >= 1, with the same rows, pooling and access); 1: each at most once
+    copies: int = 1
 
 
 # The CPU-scale family: instances a 2-core CPU can judge at their own workload, each device's shards timing in
@@ -130,6 +133,17 @@ FAMILIES: dict[str, Family] = {
         (0.3, 0.3, 0.2, 0.15, 0.05),
         "a100",
         "the production cluster of the NeuroShard paper (128 GPUs); tight rule",
+    ),
+    "production-xl": Family(
+        "production-xl",
+        "the production tables four times over (3,424 tables, copies renamed NAME-cK), dims mixed up to 256, 512 devices, "
+        "8 per host: the scale of the largest published recommendation clusters",
+        lambda rng, i: TaskShape(3424, 512, 8),
+        (16, 32, 64, 128, 256),
+        (0.3, 0.3, 0.2, 0.15, 0.05),
+        "a100",
+        "none (a scale family; tight rule)",
+        copies=4,
     ),
     "cpu": Family(
         "cpu",
@@ -462,18 +476,20 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
     rng = np.random.default_rng([seed, index])
     shape = family.shape(rng, index)
     n_tables = shape.tables
-    if n_tables > len(pool.tables):
-        raise SuiteError(f"pool {pool.name!r} has {len(pool.tables)} tables; family {family.name!r} needs {n_tables}")
-    chosen = np.sort(rng.choice(len(pool.tables), n_tables, replace=False))
+    n_pool = len(pool.tables)
+    if n_tables > n_pool * family.copies:
+        copies = f" (each at most {family.copies} times)" if family.copies > 1 else ""
+        raise SuiteError(f"pool {pool.name!r} has {n_pool} tables{copies}; family {family.name!r} needs {n_tables}")
+    chosen = np.sort(rng.choice(n_pool * family.copies, n_tables, replace=False))
     weights = None if family.dim_weights is None else np.asarray(family.dim_weights) / np.sum(family.dim_weights)
     dims = rng.choice(np.asarray(family.dims), size=n_tables, p=weights)
     tables = [
         Table(
-            name=pool.tables[i].name,
-            rows=pool.tables[i].rows if family.max_rows is None else min(pool.tables[i].rows, family.max_rows),
+            name=pool.tables[i % n_pool].name + (f"-c{i // n_pool}" if i >= n_pool else ""),
+            rows=pool.tables[i % n_pool].rows if family.max_rows is None else min(pool.tables[i % n_pool].rows, family.max_rows),
             dim=int(d),
-            pooling_factor=pool.tables[i].pooling_factor,
-            access=AccessProfile(histogram=pool.tables[i].access.histogram, zipf=pool.tables[i].access.zipf),
+            pooling_factor=pool.tables[i % n_pool].pooling_factor,
+            access=AccessProfile(histogram=pool.tables[i % n_pool].access.histogram, zipf=pool.tables[i % n_pool].access.zipf),
         )
         for i, d in zip(chosen, dims)
     ]

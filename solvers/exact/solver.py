@@ -56,6 +56,7 @@ from solvers.placement.split_items import Items, build_items, split_candidates, 
 from solvers.exact.options import ExactNeuralOptions, ExactOptions
 from solvers.exact.state import _Loop, _Run
 from solvers.exact.starts import relaxation_start
+from solvers.placement.collectives import join_one_collective
 
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
 WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
@@ -564,6 +565,11 @@ class ExactSolver(Solver):
             shards, moved, after = self._per_type_polish(run, shards)
             if moved:
                 info["per_type_polish"] = {"moves": moved, "cost_before": st.best_cost, "cost_after": after}
+                status = SolveStatus.feasible if status is SolveStatus.optimal else status
+        if run.tiered is None and self.options.join_collectives and not run.time.spent():
+            shards, cut, after = join_one_collective(instance, run.bm, shards)
+            if cut:  # (the linear model has no items for a table cut on one device: a plan beyond its optimum)
+                info["cut_in_place"] = {"tables": cut, "cost_after": after}
                 status = SolveStatus.feasible if status is SolveStatus.optimal else status
         if run.tiered is not None:
             if status is SolveStatus.optimal:  # (optimal for the HBM tables only: the fixed shards were never optimised)

@@ -26,9 +26,11 @@ class NeuroShardConfig:
     anytime: bool = option(True, "honour a time budget (the published search has none)")
     seed_with_greedy: bool = option(True, "the cost-model greedy's table-wise plan competes with the grid plans")
     seed_with_presplit: bool = option(True, "the pre-split state (tables heavier than a device's share halved) joins the first beam")
-    seed_with_one_collective: bool = option(True, "the one-collective state (the pre-split state with every other table halved too: "
-                                                  "the column-wise all-to-all alone) joins the first beam")
-    default_time_limit: float | None = option(None, "the budget when no --time-limit is given (null: 2-10 s by instance size)",
+    one_collective: bool = option(True, "beside the beam search, the one-collective state (the pre-split state with every other "
+                                        "table halved too: the column-wise all-to-all alone) placed and polished; the cheaper plan kept")
+    join_collectives: bool = option(True, "cut the plan's whole tables in place (two column shards on their device: one all-to-all) "
+                                          "where that is cheaper")
+    default_time_limit: float | None = option(None, "the budget when no --time-limit is given (null: 2-60 s by instance size)",
                                               low=0.0, low_open=True)
     refine_extra: int = option(4, "more of the cheapest scored states the comm-aware refinement re-runs", low=0)
     patience: int | None = option(3, "beam steps without a cheaper plan before the search stops (null: max_steps)", low=1)
@@ -43,17 +45,21 @@ class NeuroShardConfig:
 
 
 FAITHFUL = NeuroShardConfig(
-    split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False, seed_with_one_collective=False,
-    refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False, safe_fallback=False,
+    split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False, one_collective=False,
+    join_collectives=False, refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False, safe_fallback=False,
     uneven_halves=False, soft_dim_cap=False,
 )  # (anytime: the published search has no budget; here it honours --time-limit and the default budget)
 
 
 def default_budget(instance: Instance) -> float:
     """The time budget when the caller gives none, from the instance's size: 2 s up to 20,000 table x device pairs,
-    growing linearly to 10 s at 100,000 (a production model, 856 x 128, gets 10 s). Small instances end well before
-    it (the beam stops after `patience` steps without a cheaper plan: 100 x 8 in well under 1 s on a 2-core VM);
-    the budget only caps them on a slow or loaded machine. Measured against the search run to 55 s in
-    docs/benchmarks.md ("Fast by default")."""
+    growing linearly to 10 s at 100,000 (a production model, 856 x 128, gets 10 s), 10 s up to 300,000, then 1 s per
+    30,000 pairs up to 60 s (3,424 x 512, the production-xl family, gets 58 s: in 10 s its greedy seed and first grid
+    state were not done, and the answer was greedy's plan, 38 % above the bound against 7 % at 60 s; docs/benchmarks.md,
+    "Seventeenth session"). Small instances end well before it (the beam stops after `patience` steps without a cheaper
+    plan: 100 x 8 in well under 1 s on a 2-core VM); the budget only caps them on a slow or loaded machine. Measured
+    against the search run to 55 s in docs/benchmarks.md ("Fast by default")."""
     pairs = len(instance.tables) * instance.topology.num_devices
+    if pairs > 300_000:
+        return float(min(60.0, pairs / 30_000))
     return float(min(10.0, max(2.0, pairs / 10_000)))

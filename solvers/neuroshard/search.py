@@ -14,16 +14,19 @@ docs/benchmarks.md:
   predicted *plan* cost (compute and all-to-all, max over devices) after the move, not just that device's compute;
 - `dedup`: a state reached twice (the same multiset of pieces) is scored once;
 - `polish`: a local search (moves and swaps off the bottleneck device) on the best plan;
-- `anytime`: the time limit (when none is given, `default_budget`: 2-10 s from the instance's size) is honoured and
+- `anytime`: the time limit (when none is given, `default_budget`: 2-60 s from the instance's size) is honoured and
   the best plan so far returned (status `timeout`); the search stops at `polish_reserve` (15 %) of the budget before
   it, so the polish always runs;
 - `patience`: the beam stops after 3 steps without a cheaper plan; `refine_extra`: the comm-aware refinement also
   re-runs the 4 cheapest states the search scored (docs/benchmarks.md, "Fast by default");
 - `seed_with_greedy`: the cost-model greedy's table-wise plan is scored beside the no-split grid plan, so the
   search starts from the better of the two (and never ends worse than the greedy solver).
-- `seed_with_one_collective`: the pre-split state with every other table halved too (`one_collective_pieces`) joins
-  the first beam: its plans run the column-wise all-to-all alone, where a mix of whole tables and pieces runs two
-  collectives, each of which must balance on its own (docs/neuroshard.md).
+- `one_collective`: in HBM searches, beside the beam search (within 20 % of its budget), the pre-split state with every other table halved too
+  (`one_collective_pieces`) placed by the comm-aware grid and polished, the cheaper plan kept: its plans run the
+  column-wise all-to-all alone, where a mix of whole tables and pieces runs two collectives, each of which must
+  balance on its own (docs/neuroshard.md).
+- `join_collectives`: the searched plan's whole tables cut in place into two column shards on their devices where that
+  is cheaper (solvers.placement.collectives: one all-to-all instead of two).
 - `seed_with_presplit`: the pre-split state (`presplit_pieces`: tables heavier than a device's fair share, or bigger
   than half a device, halved up front) joins the first beam, so the search does not spend one step per halving to
   reach them (docs/neuroshard.md).
@@ -69,6 +72,7 @@ from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.grid import BATCH_STATES, GridResult, LANE_DEVICES, Piece, PieceModel, grid_greedy
 from solvers.neuroshard.pieces import cuttable, one_collective_pieces, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
+from solvers.placement.collectives import join_one_collective
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
 from solvers.placement.rules import kept_out_of_hbm, min_widths, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
@@ -81,6 +85,7 @@ REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the r
 # budget is left: the tiered layouts' search and placement polish need it (on production, with 7 % left, they overran
 # the 10 s budget by 7 s)
 TIGHT_TIERED_SHARE = 0.25
+ONE_COLLECTIVE_SHARE = 0.2  # of the search's budget, what the one-collective lane may take (its grid and polish)
 
 
 class _StateScorer:
@@ -149,11 +154,10 @@ class _Search:
 def _seeded_search(
     instance: Instance, cost_model: CostModel, pm: PieceModel, scorer: _StateScorer, start: tuple[Piece, ...], first: GridResult, seed: int,
     greedy: SolveResult | None = None,
-) -> tuple[_Search, float | None, dict[str, float | None]]:
+) -> tuple[_Search, float | None, float | None]:
     """The first beam: the unsplit state, its best plan the grid's (`first`) or the greedy's when cheaper
-    (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`) and the one-collective state
-    (`seed_with_one_collective`), each the best when its grid plan is cheaper. Returns the search, the greedy seed's
-    cost and the other seeds' costs by name (None: not scored)."""
+    (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`), which becomes the best when
+    its grid plan is cheaper. Returns the search and the greedy and pre-split seeds' costs (None: not scored)."""
     cfg = scorer.cfg
     best, best_state = first, start
     greedy_cost = None
@@ -164,19 +168,40 @@ def _seeded_search(
             if greedy_cost < best.cost:
                 best = seeded
     beam = [(best.cost, start)]
-    seeds: dict[str, float | None] = {"presplit": None, "one_collective": None}
-    made = {"presplit": cfg.seed_with_presplit and tuple(presplit_pieces(pm, uneven=cfg.uneven_halves)),  # tables heavier than a device's share start halved
-            "one_collective": cfg.seed_with_one_collective and pm.layout is None and tuple(one_collective_pieces(pm, uneven=cfg.uneven_halves))}
-    for name, state in made.items():  # (docs/neuroshard.md)
-        if not state or state == start or any(state == st for _, st in beam):
-            continue
-        (scored,) = scorer.score([state])
-        if scored is not None and scored.device_of is not None:
-            seeds[name] = scored.cost
-            beam.append((scored.cost, state))
-            if scored.cost < best.cost:
-                best, best_state = scored, state
-    return _Search(best, best_state, beam), greedy_cost, seeds
+    presplit_cost = None
+    if cfg.seed_with_presplit:  # tables heavier than a device's share start halved (docs/neuroshard.md)
+        pre = tuple(presplit_pieces(pm, uneven=cfg.uneven_halves))
+        if pre != start:
+            (scored,) = scorer.score([pre])
+            if scored is not None and scored.device_of is not None:
+                presplit_cost = scored.cost
+                beam.append((scored.cost, pre))
+                if scored.cost < best.cost:
+                    best, best_state = scored, pre
+    return _Search(best, best_state, beam), greedy_cost, presplit_cost
+
+
+def _one_collective_lane(pm: PieceModel, cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Piece], np.ndarray, float] | None:
+    """`one_collective`: the one-collective state (`one_collective_pieces`: every table cut, the column-wise all-to-all
+    alone) placed by the comm-aware grid (else the plain one) and polished within `budget`; (pieces, devices, cost), or
+    None when no lane packs it. A lane of its own, compared with the beam search's plan at the end: in the beam it
+    crowded out the mixed states it does not beat (small.json: 0.927 against 0.917 ms), and its comm-aware grid plan
+    is better than the beam's children of it (production: 10.43 against 10.59 ms, simulated)."""
+    pieces = one_collective_pieces(pm, uneven=cfg.uneven_halves)
+    for comm_aware in (True, False):
+        got = grid_greedy(pm, [pieces], cfg, comm_aware=comm_aware, budget=budget)
+        if got is None:
+            return None
+        if got[0].device_of is not None:
+            break
+    else:
+        return None
+    device_of = got[0].device_of
+    if cfg.polish and not budget.spent():
+        device_of, _ = polish(pm, pieces, device_of, cfg, budget)
+    states, widths, _, _ = pm.info(pieces)
+    cost, _ = pm.plan_cost(states, widths, device_of, pm.rows(pieces))
+    return pieces, device_of, float(cost)
 
 
 def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, start: tuple[Piece, ...], seed: int,
@@ -547,7 +572,11 @@ class NeuroShardSolver(Solver):
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
                         f"into the solve, its deadline {budget.deadline:g} s)", clock)
-        search, greedy_cost, seed_costs = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
+        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
+        one = (_one_collective_lane(pm, cfg, search_budget.share(ONE_COLLECTIVE_SHARE))
+               if cfg.one_collective and layout is None and not search_budget.spent() else None)
+        if one is not None:
+            report(best_cost=one[2])
         if search.best.device_of is not None:
             report(best_cost=search.best.cost)
         _beam_search(search, pm, scorer, search_budget)
@@ -560,20 +589,25 @@ class NeuroShardSolver(Solver):
             # is the plan, after the placement polish
             return self._polished_plan(instance, cost_model, bm, greedy.plan.shards, cfg, budget, seed, scorer.evaluated,
                                        "no grid plan fits within the tiered layout: greedy's plan, polished")
-        if best.device_of is None:
+        if best.device_of is None and one is None:
             where = "within the tiered layout" if layout is not None else "split or not"
             return fail(self, SolveStatus.no_solution, f"no dimension-cap scale gave a plan that fits in memory, {where}; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
         pieces = list(search.best_state)
         device_of = best.device_of
         moves = 0
         timed_out = search.timed_out
-        if cfg.polish and not budget.spent():
+        if device_of is not None and cfg.polish and not budget.spent():
             device_of, moves = polish(pm, pieces, device_of, cfg, budget)
             timed_out = timed_out or budget.spent()
+        if one is not None and (device_of is None or one[2] < pm.plan_cost(*pm.info(pieces)[:2], device_of, pm.rows(pieces))[0]):
+            pieces, device_of = list(one[0]), one[1]
         shards = pm.to_shards(pieces, device_of)
         if cfg.safe_fallback:
             merged = merge_colocated_columns(instance, bm, shards)
             shards = shards if constraint_violations(instance, merged) else merged  # (a table that may only be column-wise stays cut)
+        joined = 0
+        if cfg.join_collectives:
+            shards, joined, _ = join_one_collective(instance, bm, shards)
         dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
         placed: dict[str, Any] | None = None
         if (cfg.placement_polish and layout is not None) or dp or cfg.row_wise:
@@ -584,13 +618,14 @@ class NeuroShardSolver(Solver):
             "beam_steps": search.steps,
             "no_split_grid_cost": first.cost,
             "greedy_seed_cost": greedy_cost,
-            "presplit_seed_cost": seed_costs["presplit"],
-            "one_collective_seed_cost": seed_costs["one_collective"],
+            "presplit_seed_cost": presplit_cost,
+            "one_collective_cost": one[2] if one is not None else None,
             "best_grid_cost": best.cost,
             "best_scale": best.scale,
             "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
             "polish_moves": moves,
             "comm_refined": search.comm_refined,
+            "cut_in_place": joined,
         }
         extra: dict[str, Any] = {}
         if placed is not None:
