@@ -291,10 +291,10 @@ def launch_ranks(argv: list[str], tmp: Path, world: int, per_host: int, timeout:
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
 
 
-def brute_force_split(instance: Instance, cost_model: Any = None, apart: bool = True) -> tuple[float, list]:
-    """The best plan cost over every plan where each table is whole on one device or cut into two equal column
-    halves on two distinct devices (on any two when not `apart`) -- what the exact solvers offer with
-    max_split=2 -- memory respected."""
+def _enumerate_split(instance: Instance, cost_model: Any = None, apart: bool = True) -> tuple[np.ndarray, np.ndarray, list, Any]:
+    """Every plan where each table is whole on one device or cut into two equal column halves on two distinct devices
+    (on any two when not `apart`), judged: (cost [n] (inf where memory does not hold), choices [n, T], each table's
+    options [(item, devices)], the items)."""
     import itertools
 
     from costmodels.analytic import AnalyticCostModel
@@ -326,5 +326,28 @@ def brute_force_split(instance: Instance, cost_model: Any = None, apart: bool = 
                 use[on, d] += items.size[i]
     cost = (bm.compute_costs(states).sum(axis=-1) + bm.dist_comm_totals(dims)).max(axis=1)
     cost[(use > caps).any(axis=1)] = np.inf
+    return cost, every, options, items
+
+
+def brute_force_split(instance: Instance, cost_model: Any = None, apart: bool = True) -> tuple[float, list]:
+    """The best plan cost over every plan where each table is whole on one device or cut into two equal column
+    halves on two distinct devices (on any two when not `apart`) -- what the exact solvers offer with
+    max_split=2 -- memory respected."""
+    cost, every, options, _ = _enumerate_split(instance, cost_model, apart)
     j = int(np.argmin(cost))
-    return float(cost[j]), [options[t][every[j, t]] for t in range(T)]
+    return float(cost[j]), [options[t][every[j, t]] for t in range(len(options))]
+
+
+def brute_force_by_class(instance: Instance, cost_model: Any = None) -> dict[str, float]:
+    """The best plan of `brute_force_split` (halves on any two devices, the same one included) in each class of the
+    bound's plan classes: whole tables only ("table_wise"), every table cut ("column_wise"), both ("mixed")."""
+    cost, every, options, items = _enumerate_split(instance, cost_model, apart=False)
+    cut = np.zeros(every.shape, dtype=bool)
+    for t, opts in enumerate(options):
+        parts = np.array([items.parts[i] for i, _ in opts])
+        cut[:, t] = parts[every[:, t]] > 1
+    n_cut = cut.sum(axis=1)
+    out = {}
+    for name, keep in (("table_wise", n_cut == 0), ("column_wise", n_cut == len(options)), ("mixed", (n_cut > 0) & (n_cut < len(options)))):
+        out[name] = float(cost[keep].min()) if keep.any() else float("inf")
+    return out

@@ -17,7 +17,7 @@ from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.milp import _pairs, build_relaxation
 from solvers.bound.solve import _solve_highs, relaxation_plan
-from solvers.bound.symmetric import devices_interchangeable, symmetric_lp_bound
+from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
 from solvers.bound.table_cuts import table_cut_bound
 from solvers.bound.terms import BoundError, ShardTerms
 
@@ -116,12 +116,22 @@ def analytic_lower_bound(
         sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit))
     if sym is not None and math.isfinite(sym):
         # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
-        # full relaxation's LP bound (build_symmetric_lp), of every plan: constraints only take plans away
+        # one-all-to-all relaxation's LP bound (build_symmetric_lp), of every plan: constraints only take plans away.
+        # With the time left, the per-type judge's classes (classes_lp_bound: whole tables only, every table cut, both
+        # collectives) each bounded apart, the least of them
+        info = _constraints_info(instance, counted=False)
+        value, how = sym, "one all-to-all of the summed widths"
+        left = 0.9 * time_limit - (time.perf_counter() - start)
+        if not table_wise and left > 0:
+            by_class, classes = classes_lp_bound(ctx, left)
+            info["plan_classes"] = classes
+            if by_class is not None and by_class > sym:
+                value, how = by_class, "the least over plan classes (whole tables only, every table cut, both collectives)"
         return AnalyticBound(
-            value_ms=sym, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
+            value_ms=value, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
             cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
-            solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on)",
-            info=_constraints_info(instance, counted=False),
+            solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on): {how}",
+            info=info,
         )
     model, layout = build_relaxation(ctx, table_wise, per_type=per_type)
     left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
