@@ -303,8 +303,8 @@ class ExactSolver(Solver):
         cost_model: CostModel | None = None,
     ) -> tuple[Items, np.ndarray | None, float, dict[str, Any] | None]:
         """The warm starts, the items offered (with pieces for what the best start cuts), the best start's plan
-        as item counts with its full cost (None, inf: none), and, where no start that fits is expressible in the
-        items, the cheapest such start (the plan to return if the search finds none; else None)."""
+        as item counts with its full cost (None, inf: none), and, where the cheapest start that fits is not
+        expressible in the items, that start (the plan to return if the search finds none, or none cheaper; else None)."""
         starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.options.warm_start else []
         for s in starts:  # (the heuristics honour the constraints; the pre-split, relaxation and NeuroShard starts may not)
             if s["cost"] is not None and constraint_violations(instance, s["shards"]):
@@ -323,7 +323,7 @@ class ExactSolver(Solver):
                 best, best_cost = counts, plan_cost(bm, items, counts)
                 info["warm_start"] = {"solver": cand["solver"], "cost": best_cost}
                 break
-        return items, best, best_cost, (good[0] if best is None and good else None)
+        return items, best, best_cost, (good[0] if good and good[0]["cost"] < best_cost * (1 - 1e-12) else None)
 
     def _solve_large(self, run: _Run, st: _Loop) -> None:
         """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed."""
@@ -515,11 +515,13 @@ class ExactSolver(Solver):
             why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
             return unplaceable(self, instance, why, clock, self._placements(), {**info, "placements_disproved_by": self.backend})
         best = st.best
-        if best is None and start_plan is not None:
+        beaten = best is not None and start_plan is not None and start_plan["cost"] < st.best_cost * (1 - 1e-12)
+        if (best is None or beaten) and start_plan is not None:
             # a search seeded by a plan that fits never returns less than that plan
+            found = (f"it is cheaper than the best plan {BACKEND_LABEL[self.backend]} found ({st.best_cost:.6g} ms)" if beaten else
+                     f"{BACKEND_LABEL[self.backend]} found no assignment of its own in time")
             info["returned_warm_start"] = (f"{start_plan['solver']}'s plan: it fits, but the items offered (whole tables and "
-                                           f"dyadic column pieces) cannot express it and {BACKEND_LABEL[self.backend]} "
-                                           "found no assignment of its own in time")
+                                           f"dyadic column pieces) cannot express it and {found}")
             status = SolveStatus.timeout if run.time.spent() or st.timed_out else SolveStatus.feasible
             shards = list(start_plan["shards"])
             if run.tiered is not None:

@@ -21,6 +21,11 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
     from the greedy start under the neural model, and the searches' plans did not improve for the time it took
     (benchmarks/bench_relaxation_start.py, docs/benchmarks.md).
 
+    The relaxation that prices one all-to-all of the summed widths (`per_type=False`): HiGHS finds its plans sooner
+    than the per-type one's (huge-test-s1-0000: none within 2.4 s). Its whole tables are not cut in place here (the
+    items cannot express a table cut on one device, so such a start would not be searched from); the solver's last
+    step does that where it pays (solvers.placement.collectives).
+
     Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
     neither the dyadic items nor NeuroShard's halvings reach (where NeuroShard's pieces do not pack and it splits
     tables by rows). The instances: docs/benchmarks.md, "Instances behind design choices"."""
@@ -29,7 +34,7 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
     if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:
         return None
     try:
-        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit)
+        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit, per_type=False)
     except BoundError:  # (not the analytic model)
         return None
     row: dict[str, Any] = {"solver": "relaxation", "status": res.status, "cost": None}
