@@ -526,7 +526,8 @@ class ExactSolver(Solver):
             shards = list(start_plan["shards"])
             if run.tiered is not None:
                 assert run.whole is not None
-                return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, info=info)
+                return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, info=info,
+                              extra_params={"placements": self._tiered_placements(run)})
             return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, info=info, bound=run.bm)
         if best is None:
             packed = [name for name, cost in (info.get("warm_starts") or {}).items() if cost is not None]
@@ -579,12 +580,19 @@ class ExactSolver(Solver):
             assert run.whole is not None
             fixed = None if linear is None else ProvenBound(linear.value, f"{linear.of}, with the tiered plan's row-wise and host-memory shards fixed")
             return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, model_bound=fixed, info=info,
-                          extra_params={"placements": "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"
-                                        if run.tiered.fixed else "the start plan's column pieces (any 4-aligned widths), all in HBM, placed exactly"})
+                          extra_params={"placements": self._tiered_placements(run)})
         if self.options.row_wise and not run.time.spent():
             shards, status, lower = self._row_splits(run, shards, status, lower)
         return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, model_bound=linear,
                       info=info, bound=run.bm)
+
+    @staticmethod
+    def _tiered_placements(run: _Run) -> str:
+        """What a plan of the tiered path holds, in words (its `placements` parameter)."""
+        assert run.tiered is not None
+        if run.tiered.fixed:
+            return "tiered: HBM tables placed exactly, row-wise and host-memory shards as the start plan has them"
+        return "the start plan's column pieces (any 4-aligned widths), all in HBM, placed exactly"
 
     def _per_type_polish(self, run: _Run, shards: list[Shard]) -> tuple[list[Shard], int, float]:
         """NeuroShard's device polish (moves and swaps of pieces, solvers.neuroshard.search) on a plan of whole tables and
