@@ -281,8 +281,11 @@ class ExactSolver(Solver):
         items = dataclasses.replace(self.items(split.sub, sub_bm, split.movable), base_states=split.base_states,
                                     base_widths=split.base_widths, base_extra=split.base_extra, base_dists=split.base_dists)
         best = items.counts_from_shards(split.sub, split.movable, D)
-        if best is None:  # (pieces the items cannot express: never expected, the items are built from these shards)
-            return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm)
+        if best is None:  # pieces the items cannot express (a table cut on its own device: NeuroShard's join_collectives)
+            info["tiered"]["note"] = "the start's pieces are beyond the items (a table cut on one device): the start is the plan"
+            return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
+                          extra_params={"placements": "tiered: the start plan (its pieces beyond the items offered)"
+                                        if split.fixed else "the start plan's column pieces, all in HBM (beyond the items offered)"})
         best_cost = plan_cost(sub_bm, items, best)
         info["tiered"]["start_cost_in_model"] = best_cost
         info.update(items=items.num_items, warm_start={"solver": name, "cost": best_cost})
