@@ -48,6 +48,8 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     "column_wise" the plans whose every table is cut (two shards or more: `q_t` the shards beyond the ones `x`
     counts, `D (x_t + q_t) >= 2`, each charged the per-shard constants and optimizer bytes). With the table-wise LP
     (every table whole: one collective) the three classes cover every plan: `classes_lp_bound`."""
+    if plans not in PLAN_CLASSES:
+        raise ValueError(f"plans: {plans!r} is not one of {', '.join(PLAN_CLASSES)}")
     bm, t = ctx.bm, ctx.terms
     inst = bm.instance
     if not devices_interchangeable(inst):

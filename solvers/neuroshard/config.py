@@ -55,7 +55,7 @@ def default_budget(instance: Instance) -> float:
     """The time budget when the caller gives none, from the instance's size: 2 s up to 20,000 table x device pairs,
     growing linearly to 10 s at 100,000 (a production model, 856 x 128, gets 10 s), 10 s up to 300,000, then 1 s per
     30,000 pairs up to 60 s (3,424 x 512, the production-xl family, gets 58 s: in 10 s its greedy seed and first grid
-    state were not done, and the answer was greedy's plan, 38 % above the bound against 7 % at 60 s; docs/benchmarks.md,
+    state were not done, and the answer was greedy's plan, 40.9 % above the bound against 5.5 % at 58 s; docs/benchmarks.md,
     "Seventeenth session"). Small instances end well before it (the beam stops after `patience` steps without a cheaper
     plan: 100 x 8 in well under 1 s on a 2-core VM); the budget only caps them on a slow or loaded machine. Measured
     against the search run to 55 s in docs/benchmarks.md ("Fast by default")."""
