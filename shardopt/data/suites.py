@@ -483,15 +483,16 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
     chosen = np.sort(rng.choice(n_pool * family.copies, n_tables, replace=False))
     weights = None if family.dim_weights is None else np.asarray(family.dim_weights) / np.sum(family.dim_weights)
     dims = rng.choice(np.asarray(family.dims), size=n_tables, p=weights)
+    drawn = [(pool.tables[i % n_pool], f"-c{i // n_pool}" if i >= n_pool else "") for i in chosen]  # (a copy's name suffix)
     tables = [
         Table(
-            name=pool.tables[i % n_pool].name + (f"-c{i // n_pool}" if i >= n_pool else ""),
-            rows=pool.tables[i % n_pool].rows if family.max_rows is None else min(pool.tables[i % n_pool].rows, family.max_rows),
+            name=src.name + copy,
+            rows=src.rows if family.max_rows is None else min(src.rows, family.max_rows),
             dim=int(d),
-            pooling_factor=pool.tables[i % n_pool].pooling_factor,
-            access=AccessProfile(histogram=pool.tables[i % n_pool].access.histogram, zipf=pool.tables[i % n_pool].access.zipf),
+            pooling_factor=src.pooling_factor,
+            access=AccessProfile(histogram=src.access.histogram, zipf=src.access.zipf),
         )
-        for i, d in zip(chosen, dims)
+        for (src, copy), d in zip(drawn, dims)
     ]
     batch = pool.batch_size if family.batch_rule is None else family.batch_rule(tables, shape.devices)
     if batch != pool.batch_size:  # the histograms were measured at the pool's batch: move them with it
