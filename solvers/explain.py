@@ -170,11 +170,11 @@ def _bound_note(instance: Instance, cost_model: CostModel, plan: Plan, cost: flo
     except BoundError as exc:
         return BoundNote(None, None, False, None, f"no certified bound: {exc}")
     if b.status == "infeasible":
-        return BoundNote(None, b.covers, False, None, f"no certified bound: no table- or column-wise HBM plan fits ({b.reason}); the bound covers no plan of this instance")
+        return BoundNote(None, b.covers, False, None, f"no certified bound: no plan of the kinds it covers fits ({b.reason}); the bound covers no plan of this instance")
     how = {"optimal": "the relaxation solved", "bound": f"HiGHS's dual bound at its {time_limit:g} s limit"}.get(b.status, b.status)
     if b.source != "relaxation":
         how = f"the {b.source} bound"
-    why = uncovered_reason(plan.shards)
+    why = uncovered_reason(plan.shards, bound=b)
     gap = plan_gap(instance, cost, b)
     if why is not None:
         return BoundNote(b.value_ms, b.covers, False, gap, f"{how}; not certified for this plan: {why}")

@@ -69,7 +69,7 @@ def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[d
     if not check.ok:
         raise CLIError(f"{plan_path}: invalid plan: " + "; ".join(v.message for v in check.violations[:5]), EXIT_BAD_INPUT,
                        "invalid_plan", extra={"violations": [v.message for v in check.violations]})
-    why = uncovered_reason(plan.shards, bound.table_wise)
+    why = uncovered_reason(plan.shards, bound.table_wise, bound)
     if why is not None:
         warnings.append(f"{plan_path}: {why}: its gap is not certified")
     cost = model.plan_costs(instance, plan).max_cost

@@ -13,23 +13,30 @@ from typing import Any
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
-from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.milp import _pairs, build_relaxation
 from solvers.bound.solve import _solve_highs, relaxation_plan
 from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
 from solvers.bound.table_cuts import table_cut_bound
-from solvers.bound.terms import BoundError, ShardTerms
+from solvers.bound.terms import BoundError
 
-COVERS = (
-    "every plan of table-wise and column-wise shards in HBM (any split into shards whose widths are multiples of "
-    f"{DIM_ALIGNMENT}, several shards of one table on one device included), under the analytic cost model; not "
-    "row-wise, data-parallel or host-memory (UVM) shards, not other cost models"
-)
-COVERS_TABLE_WISE = (
-    "every table-wise plan in HBM (each table whole on one device), under the analytic cost model; not column-, "
-    "row-wise, data-parallel or host-memory (UVM) shards, not other cost models"
-)
+def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
+    """The plans a bound of `ctx` covers, in words (what `AnalyticBound.covers` says)."""
+    where = "in HBM or host memory (UVM kernels)" if ctx.host_memory else "in HBM"
+    not_host = "" if ctx.host_memory else f" or host-memory (UVM) shards ({ctx.host_reason})"
+    if table_wise:
+        return (f"every table-wise plan {where} (each table whole on one device), under the analytic cost model; not "
+                f"column-, row-wise or data-parallel shards{not_host}, not other cost models")
+    reps = ctx.replicable.any()
+    what = "table-wise, column-wise and data-parallel shards" if reps else "table-wise and column-wise shards"
+    return (f"every plan of {what} {where} (any split into shards whose widths are multiples of {DIM_ALIGNMENT}, "
+            "several shards of one table on one device included"
+            + (", a replica of every table that may be replicated" if reps else "")
+            + f"), under the analytic cost model; not row-wise{'' if reps else ' or data-parallel'} shards{not_host}, "
+            "not other cost models")
+
+
 FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only
 
 
@@ -65,6 +72,8 @@ class AnalyticBound:
     solver_message: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     source: str = "relaxation"
+    covers_replicas: bool = False  # data-parallel replicas are among the covered plans
+    covers_host_memory: bool = False  # so are shards in host memory (UVM kernels)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -82,36 +91,41 @@ def analytic_lower_bound(
     table_wise: bool = False,
     backend: str = "highs",
     per_type: bool = True,
+    replicas: bool = True,
+    host_memory: bool = True,
 ) -> AnalyticBound:
     """A certified lower bound of the analytic max-device cost of every table- and column-wise plan of `instance`
     (with `table_wise`: of every table-wise plan, a tighter bound of fewer plans). BoundError for a cost model other
     than the analytic one or an unknown backend. The bound is HiGHS's dual bound of the relaxation at the time
     limit, a bound whether or not the relaxation was solved to optimality. `per_type=False`: the full relaxation
-    prices one all-to-all of the summed widths, as before the per-type rows (a weaker bound, for comparisons)."""
+    prices one all-to-all of the summed widths, as before the per-type rows (a weaker bound, for comparisons).
+    `replicas` / `host_memory` False: data-parallel replicas / shards in host memory are left out of the covered
+    plans (a bound of fewer plans, for comparisons); on, they are covered where the instance allows them."""
     if backend != "highs":
         raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
     start = time.perf_counter()
-    ctx = AnalyticRelaxation(instance, cost_model)
+    ctx = AnalyticRelaxation(instance, cost_model, replicas=replicas, host_memory=host_memory)
     model_name = (cost_model or AnalyticCostModel()).name
-    covers = COVERS_TABLE_WISE if table_wise else COVERS
-    reason = _memory_reason(instance, ctx.terms, table_wise) or _constraint_reason(instance, table_wise)
+    covers = covers_text(ctx, table_wise)
+    flags = dict(covers_replicas=bool(ctx.replicable.any()) and not table_wise, covers_host_memory=ctx.host_memory)
+    reason = _memory_reason(instance, ctx, table_wise) or _constraint_reason(instance, ctx, table_wise)
     if reason is not None:
         return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
-                             model_name, reason=reason)
+                             model_name, reason=reason, **flags)
     if instance.constraint_kinds():
         free = instance.model_copy(update={"constraints": None})
-        if len(_pairs(free, ctx.terms, table_wise)[0]) > FULL_RELAXATION_MAX_PAIRS:
+        if len(_pairs(free, ctx.terms, table_wise, ctx.host_memory)[0]) > FULL_RELAXATION_MAX_PAIRS:
             # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
             # so the symmetric LP does not hold for it): the bound of every plan, also a bound of the constrained ones
             out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
-                                       table_wise=table_wise, backend=backend, per_type=per_type)
+                                       table_wise=table_wise, backend=backend, per_type=per_type, replicas=replicas, host_memory=host_memory)
             out.info.update(_constraints_info(instance, counted=False))
             out.time_s = time.perf_counter() - start
             return out
     solver = "HiGHS (scipy.optimize.milp)"
     symmetric = devices_interchangeable(instance)
     sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
-    n_pairs = len(_pairs(instance, ctx.terms, table_wise)[0])
+    n_pairs = len(_pairs(instance, ctx.terms, table_wise, ctx.host_memory)[0])
     if symmetric and n_pairs > FULL_RELAXATION_MAX_PAIRS:
         sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit))
     if sym is not None and math.isfinite(sym):
@@ -131,7 +145,7 @@ def analytic_lower_bound(
             value_ms=value, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
             cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
             solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on): {how}",
-            info=info,
+            info=info, **flags,
         )
     model, layout = build_relaxation(ctx, table_wise, per_type=per_type)
     left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
@@ -143,7 +157,7 @@ def analytic_lower_bound(
                "no split of the tables into column shards (widths multiples of 4) fits in the devices' memory "
                "(HiGHS proved the memory rows of the relaxation infeasible)")
         return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, reason=why,
-                             solver_message=res["message"], **sizes)
+                             solver_message=res["message"], **sizes, **flags)
     plan = relaxation_plan(ctx, layout, res["x"], model_name) if res["x"] is not None else None
     plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None
     value, source, lp_bound = res["bound"], "relaxation", res["lp_bound"]
@@ -158,7 +172,7 @@ def analytic_lower_bound(
     return AnalyticBound(
         value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
         cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,
-        solver_message=res["message"], source=source, **sizes, info=_constraints_info(instance, counted=source == "relaxation"),
+        solver_message=res["message"], source=source, **sizes, info=_constraints_info(instance, counted=source == "relaxation"), **flags,
     )
 
 
@@ -170,46 +184,56 @@ def _constraints_info(instance: Instance, counted: bool) -> dict[str, Any]:
     return {"constraints": "counted" if counted else "not counted (a bound of every plan, so of the constrained ones too)"}
 
 
-def _constraint_reason(instance: Instance, table_wise: bool) -> str | None:
-    """Why no covered plan (in HBM; table-wise with `table_wise`) meets the placement constraints, where that follows
-    from one table's constraint alone."""
+def _constraint_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: bool) -> str | None:
+    """Why no covered plan meets the placement constraints, where that follows from one table's constraint alone."""
     c = instance.constraints
     for tc in c.tables if c is not None else []:
-        if tc.kernels is not None and Kernel.fused not in tc.kernels:
-            return f"table {tc.table!r} may not be in HBM (its constraint allows {', '.join(k.value for k in tc.kernels)}), and the bound covers HBM plans"
+        if tc.kernels is not None and Kernel.fused not in tc.kernels and not ctx.host_memory:
+            return (f"table {tc.table!r} may not be in HBM (its constraint allows {', '.join(k.value for k in tc.kernels)}), and the bound "
+                    f"covers HBM plans here ({ctx.host_reason})")
         types = tc.sharding_types
-        if types is not None and TABLE_WISE not in types and (COLUMN_WISE not in types or table_wise):
-            return f"table {tc.table!r} may be only {', '.join(types)}, which no {'table-wise' if table_wise else 'table- or column-wise'} plan is"
+        t = instance.table_index()[tc.table]
+        if types is None or TABLE_WISE in types or (COLUMN_WISE in types and not table_wise):
+            continue
+        if not table_wise and DATA_PARALLEL in types and ctx.replicable[t]:
+            continue
+        kinds = "table-wise" if table_wise else ("table-, column-wise or data-parallel" if ctx.replicable.any() else "table- or column-wise")
+        return f"table {tc.table!r} may be only {', '.join(types)}, which no {kinds} plan is"
     return None
 
 
-def _memory_reason(instance: Instance, terms: ShardTerms, table_wise: bool) -> str | None:
+def _memory_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: bool) -> str | None:
     """Counting arguments that prove no covered plan fits: a table none of whose shards fits anywhere; the tables'
-    least bytes (one shard each) beyond the devices' total."""
+    least bytes (one shard each) beyond the devices' total (their host memory included where it is covered; a
+    shard there keeps its `mem_fixed` optimizer state in HBM)."""
+    terms = ctx.terms
     caps = instance.topology.capacities()
+    hosts = instance.topology.host_capacities() if ctx.host_memory else [0] * len(caps)
     opt = instance.workload.optimizer.value
+    where = "the largest device holds" if not ctx.host_memory else "the largest device and its host memory hold"
+    room = max(c + h for c, h in zip(caps, hosts))
     for i, tab in enumerate(instance.tables):
         need = terms.mem_col[i] * (tab.dim if table_wise else DIM_ALIGNMENT) + terms.mem_fixed[i]
-        if need > max(caps):
+        if need > room or terms.mem_fixed[i] > max(caps):
             what = "the whole table" if table_wise else f"even a {DIM_ALIGNMENT}-column shard"
-            return (f"table {tab.name!r}: {what} needs {int(need):,} bytes (weights and {opt} state) but the largest device "
-                    f"holds {max(caps):,} bytes")
+            return f"table {tab.name!r}: {what} needs {int(need):,} bytes (weights and {opt} state) but {where} {int(room):,} bytes"
     least = float((terms.mem_col * terms.dims + terms.mem_fixed).sum())
-    if least > sum(caps):
+    if least > sum(caps) + sum(hosts):
         return (f"the tables need at least {int(least):,} bytes (weights and {opt} state, one shard each) but the "
-                f"{len(caps)} devices hold {sum(caps):,}: short by {int(least - sum(caps)):,} bytes")
+                f"{len(caps)} devices hold {sum(caps) + sum(hosts):,}{' with their host memory' if ctx.host_memory else ''}: "
+                f"short by {int(least - sum(caps) - sum(hosts)):,} bytes")
     return None
 
 
-def uncovered_reason(shards: list[Shard], table_wise: bool = False) -> str | None:
+def uncovered_reason(shards: list[Shard], table_wise: bool = False, bound: AnalyticBound | None = None) -> str | None:
     """Why a plan is outside what a bound covers (its gap to the bound is then not certified), or None when the
-    bound covers it: row-wise, data-parallel or host-memory shards never; column-wise shards not for a table-wise
-    bound."""
-    if any(s.replicated for s in shards):
+    bound covers it: row-wise shards never; data-parallel replicas and shards in host memory where `bound` says it
+    covers them (without a bound: not); column-wise shards not for a table-wise bound."""
+    if any(s.replicated for s in shards) and not (bound is not None and bound.covers_replicas):
         return "it has data-parallel replicas, which the bound does not cover"
-    if any(s.row_offset or s.rows is not None for s in shards):
+    if any((s.row_offset or s.rows is not None) and not s.replicated for s in shards):
         return "it has row-wise shards, which the bound does not cover"
-    if any(s.kernel is not Kernel.fused for s in shards):
+    if any(s.kernel is not Kernel.fused for s in shards) and not (bound is not None and bound.covers_host_memory):
         return "it has shards in host memory (UVM kernels), which the bound does not cover"
     if table_wise and any(s.col_offset or s.cols is not None for s in shards):
         return "it splits tables by columns, but a table-wise bound covers table-wise plans only"

@@ -14,6 +14,7 @@ import numpy as np
 from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, sector_bytes
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from solvers.bound.coverage import ReplicaTerms, host_tier_reason, replica_terms
 from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
 from solvers.bound.terms import BoundError, _verify_terms, shard_terms
 
@@ -55,7 +56,9 @@ class AnalyticRelaxation:
     """Everything per instance the bound needs, computed once (terms, hulls, multipliers), and what the relaxation
     charges a device or a plan at a given point (for tests, and to see where the slack is)."""
 
-    def __init__(self, instance: Instance, cost_model: CostModel | None = None):
+    def __init__(self, instance: Instance, cost_model: CostModel | None = None, *, replicas: bool = True, host_memory: bool = True):
+        """`replicas` / `host_memory`: whether the relaxation covers data-parallel replicas and shards in host memory
+        (where the instance allows them: `replicable`, `host_tier_reason`); off, it bounds fewer plans."""
         bm = _analytic_binding(instance, cost_model)
         self.bm = bm
         self.terms = shard_terms(bm)
@@ -64,19 +67,43 @@ class AnalyticRelaxation:
         self.lams = knapsack_multipliers(self.terms)
         self.slopes = hit_slopes(self.terms, self.lams)
         self.cut_values: dict[tuple[int, int], np.ndarray] = {}  # table_cut_values, by (table, max devices)
+        self.replicas: ReplicaTerms = replica_terms(bm)
+        self.host_reason: str | None = host_tier_reason(bm) if host_memory else "not asked for"  # None: covered
+        # [T] tables the relaxation lets be replicated (a replica variable each)
+        self.replicable: np.ndarray = self.replicas.allowed & replicas
 
-    def device_bound(self, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+    @property
+    def host_memory(self) -> bool:
+        """Whether shards in host memory are covered (the relaxation counts host memory as room for columns)."""
+        return self.host_reason is None
+
+    def alltoall_total_floor(self, table: int | None = None) -> float:
+        """The least total pooled width the all-to-alls can carry: every table's width but the replicable ones'
+        (a replica joins none), `table`'s own included."""
+        dims = self.terms.dims
+        out = float(dims.sum() - dims[self.replicable].sum())
+        if table is not None and self.replicable[table]:
+            out += float(dims[table])
+        return out
+
+    def replica_floor_ms(self, table: int) -> float:
+        """What a replica of `table` alone charges a device (launches, kernels at their floor, all-reduce): the
+        least any plan that replicates it costs."""
+        r, t = self.replicas, self.terms
+        return float(t.launch_ms + max(t.min_kernel_ms, r.fwd_ms[table]) + max(t.min_kernel_ms, r.bwd_ms[table]) + r.allreduce_ms[table])
+
+    def device_bound(self, shards: Sequence[tuple[int, int]], replicas: Sequence[int] = ()) -> DeviceComputeBound:
         """See `device_compute_lower_bound`."""
-        return _device_bound(self, shards)
+        return _device_bound(self, shards, replicas)
 
-    def device_costs(self, shards: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    def device_costs(self, shards: Sequence[tuple[int, int, int]], replicas: Sequence[int] = ()) -> np.ndarray:
         """See `relaxed_device_costs`."""
-        return _relaxed_device_costs(self, shards)
+        return _relaxed_device_costs(self, shards, replicas)
 
 
-def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]]) -> DeviceComputeBound:
+def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]], replicas: Sequence[int] = ()) -> DeviceComputeBound:
     t = ctx.terms
-    if not shards:
+    if not shards and not replicas:
         return DeviceComputeBound(0.0, 0.0, 0.0)
     width: dict[int, float] = {}
     for table, w in shards:
@@ -91,6 +118,8 @@ def _device_bound(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int]]) ->
     hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, ssum)) if t.kappa_ms > 0 else 0.0
     fwd = sum(t.fwd_fixed_ms[i] + t.fwd_col_ms[i] * w + t.fwd_sb_ms[i] * ssum[i] for i, w in width.items()) - t.kappa_ms * hits
     bwd = sum(t.bwd_fixed_ms[i] + t.bwd_col_ms[i] * w + t.bwd_sb_ms[i] * ssum[i] for i, w in width.items())
+    fwd += sum(float(ctx.replicas.fwd_ms[i]) for i in replicas)  # (a replica's re-reads all counted as hits already)
+    bwd += sum(float(ctx.replicas.bwd_ms[i]) for i in replicas)
     launch = ctx.bm.profile.launch_overhead_s * MS
     return DeviceComputeBound(
         fwd_ms=launch + max(t.min_kernel_ms, fwd),
@@ -113,13 +142,16 @@ def device_compute_lower_bound(
 # a whole plan: compute lower bound + all-to-all (exact), per device
 
 
-def relaxed_device_costs(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None) -> np.ndarray:
-    """Per device, what the relaxation charges a plan given as (table index, device, width) triples:
-    compute lower bound + all-to-all (exact). [D] ms; every entry <= the analytic model's device total."""
-    return AnalyticRelaxation(instance, cost_model).device_costs(shards)
+def relaxed_device_costs(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None,
+                         replicas: Sequence[int] = ()) -> np.ndarray:
+    """Per device, what the relaxation charges a plan given as (table index, device, width) triples and the tables
+    it replicates on every device: compute lower bound + one all-to-all of the summed widths (exact for one; the
+    judge's one per sharding type costs at least as much) + the replicas' all-reduce. [D] ms; every entry <= the
+    analytic model's device total."""
+    return AnalyticRelaxation(instance, cost_model).device_costs(shards, replicas)
 
 
-def _relaxed_device_costs(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int, int]]) -> np.ndarray:
+def _relaxed_device_costs(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int, int]], replicas: Sequence[int] = ()) -> np.ndarray:
     bm = ctx.bm
     instance = bm.instance
     per_dev: list[list[tuple[int, int]]] = [[] for _ in range(bm.num_devices)]
@@ -127,11 +159,12 @@ def _relaxed_device_costs(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, i
     for t, d, w in shards:
         per_dev[d].append((t, w))
         u[d] += w
-    total = float(ctx.terms.dims.sum())
+    total = float(ctx.terms.dims.sum() - sum(ctx.terms.dims[i] for i in set(replicas)))
     host = np.arange(bm.num_devices) // instance.topology.devices_per_host
     v = np.array([u[host == host[d]].sum() for d in range(bm.num_devices)])
+    allreduce = sum(float(bm.replicated_comm(i)) for i in set(replicas))
     out = np.zeros(bm.num_devices)
     for d in range(bm.num_devices):
-        comm = max(p.const + p.cu * u[d] + p.cv * v[d] for p in comm_pieces(bm, d, total))
-        out[d] = _device_bound(ctx, per_dev[d]).total_ms + comm
+        comm = max(p.const + p.cu * u[d] + p.cv * v[d] for p in comm_pieces(bm, d, total)) if shards else 0.0
+        out[d] = _device_bound(ctx, per_dev[d], sorted(set(replicas))).total_ms + comm + allreduce
     return out

@@ -152,13 +152,13 @@ def comm_pieces(bm: BoundAnalytic, device: int, total_width: float) -> list[Comm
     ]
 
 
-def comm_floor(bm: BoundAnalytic, width: float) -> float:
+def comm_floor(bm: BoundAnalytic, width: float, total: float | None = None) -> float:
     """A lower bound (ms, fwd + bwd) of the all-to-all of *any* device whose pooled width is >= `width`: the least,
     over devices, of the pieces that do not decrease with the device's own width (its sends), and on one host
     also the receive piece, since max(n_l u, total - u) >= max(n_l width, n_l total / (n_l + 1)) for u >= width."""
     if bm.num_devices == 1:
         return 0.0
-    total = float(bm.table_dims.sum())
+    total = float(bm.table_dims.sum()) if total is None else total  # (the all-to-alls' least total width)
     ct = bm.comm_terms()
     best = math.inf
     for d in range(bm.num_devices):

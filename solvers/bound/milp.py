@@ -44,6 +44,7 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.placement.rules import PlacementRules
 from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.table_cuts import table_cut_lines
 from solvers.milp import SparseModel
@@ -59,12 +60,17 @@ class _Layout:
     n: dict[tuple[int, int], int]
     s: dict[tuple[int, int], int]
     z: int
+    r: dict[int, int] = field(default_factory=dict)  # replicable table -> its replica variable
+    hu: dict[tuple[int, int], int] = field(default_factory=dict)  # pair -> its units in host memory
 
 
-def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
+def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool, host_memory: bool = False) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
     """(t, d) pairs where t can have a shard on d (its memory, and its placement constraints' pins), and the most
-    units of 4 columns of t that d can hold."""
+    units of 4 columns of t that d can hold; with `host_memory`, in HBM and in d's share of host memory together
+    (a shard in host memory keeps only its rowwise optimizer state, `mem_fixed`, in HBM: shardopt.core.memory)."""
     caps = instance.topology.capacities()
+    hosts = instance.topology.host_capacities() if host_memory else [0] * len(caps)
+    may_host, must_host = host_tables(instance)
     pins = PlacementRules(instance).pins
     pairs: list[tuple[int, int]] = []
     nmax: dict[tuple[int, int], int] = {}
@@ -73,7 +79,9 @@ def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool) -> tuple[lis
         per_unit = terms.mem_col[t] * DIM_ALIGNMENT
         for d, cap in enumerate(caps):
             room = cap - terms.mem_fixed[t]  # what is left for columns after one shard's fixed bytes
-            fit = int(min(units, math.floor(room / per_unit))) if room >= 0 else 0
+            in_hbm = 0 if must_host[t] and host_memory else math.floor(room / per_unit)
+            in_host = math.floor(hosts[d] / per_unit) if may_host[t] else 0
+            fit = int(min(units, in_hbm + in_host)) if room >= 0 else 0
             if (table_wise and fit < units) or not pins[t, d]:
                 continue
             if fit >= 1:
@@ -117,6 +125,9 @@ class _Vars:
     nc: dict[tuple[int, int], int] | None = None
     present: dict[str, int] | None = None
     q: dict[tuple[int, int], int] | None = None  # a column-wise table's shards on d beyond the first (`_add_second_shard_rows`)
+    r: dict[int, int] = field(default_factory=dict)  # r[t] binary: t replicated on every device (replicable tables only)
+    hu: dict[tuple[int, int], int] = field(default_factory=dict)  # hu[t, d] in [0, n]: units of t on d in host memory
+    some_a2a: int | None = None  # one-all-to-all rows: 1 when some table is not replicated (an all-to-all runs)
     # per device, terms the forward / backward / memory rows add (the second shards' charges)
     fwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
     bwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
@@ -143,7 +154,7 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     _add_constraint_rows(m, ctx.bm.instance, v)
     if symmetry:  # within a class, order devices by pooled width (any plan can be permuted so)
         _add_symmetry_rows(m, ctx.bm.instance, v)
-    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z)
+    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z, r=v.r, hu=v.hu)
 
 
 def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) -> _Vars:
@@ -151,10 +162,20 @@ def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) ->
     with hits off (kappa 0: L2 no faster than HBM) h is fixed at 0."""
     bm, t = ctx.bm, ctx.terms
     n_dev = bm.num_devices
-    pairs, nmax = _pairs(bm.instance, t, table_wise)
+    pairs, nmax = _pairs(bm.instance, t, table_wise, ctx.host_memory)
     x = {p: m.var(0, 1, True) for p in pairs}
     n = {p: m.var(0, nmax[p], True) for p in pairs}
     s = {p: m.var(0, math.inf) for p in pairs}
+    r: dict[int, int] = {}
+    if not table_wise:
+        rep = ctx.replicas
+        for ti in np.flatnonzero(ctx.replicable):
+            r[int(ti)] = m.var(1.0 if rep.forced[ti] else 0.0, 1.0, True)
+    hu: dict[tuple[int, int], int] = {}
+    if ctx.host_memory:
+        may_host, _ = host_tables(bm.instance)
+        hosts = bm.instance.topology.host_capacities()
+        hu = {p: m.var(0, nmax[p]) for p in pairs if may_host[p[0]] and hosts[p[1]] > 0}
     y = [m.var(0, 1) for _ in range(n_dev)]  # integral at any integral x (y = max x): left continuous
     f = [m.var(0, math.inf) for _ in range(n_dev)]
     b = [m.var(0, math.inf) for _ in range(n_dev)]
@@ -167,7 +188,7 @@ def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) ->
     for p in pairs:
         by_table[p[0]].append(p)
         by_dev[p[1]].append(p)
-    return _Vars(pairs=pairs, nmax=nmax, x=x, n=n, s=s, y=y, f=f, b=b, h=h, comm=comm, z=z, by_table=by_table, by_dev=by_dev)
+    return _Vars(pairs=pairs, nmax=nmax, x=x, n=n, s=s, y=y, f=f, b=b, h=h, comm=comm, z=z, by_table=by_table, by_dev=by_dev, r=r, hu=hu)
 
 
 def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
@@ -175,9 +196,9 @@ def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wis
     waste s (the hull; split, also the exact ceil through a new integer c), and the device busy (y >= x)."""
     t = ctx.terms
     x, n, s, y = v.x, v.n, v.s, v.y
-    for ti, ps in enumerate(v.by_table):  # every column placed
+    for ti, ps in enumerate(v.by_table):  # every column placed, unless the table is replicated
         units = int(t.dims[ti]) // DIM_ALIGNMENT
-        m.row([(n[p], 1.0) for p in ps], units, units)
+        m.row([(n[p], 1.0) for p in ps] + ([(v.r[ti], float(units))] if ti in v.r else []), units, units)
     for p in v.pairs:
         ti = p[0]
         units = int(t.dims[ti]) // DIM_ALIGNMENT
@@ -193,6 +214,12 @@ def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wis
             m.row({c: 1.0, n[p]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
             m.row({s[p]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
         m.row({y[p[1]]: 1.0, x[p]: -1.0}, 0.0, math.inf)
+    _, must_host = host_tables(ctx.bm.instance)
+    for p, hu in v.hu.items():  # in host memory: at most the pair's units; all of them for a table kept out of HBM
+        m.row({hu: 1.0, n[p]: -1.0}, 0.0 if must_host[p[0]] else -math.inf, 0.0)
+    for ti, r in v.r.items():  # a replica makes every device busy
+        for d in range(len(y)):
+            m.row({y[d]: 1.0, r: -1.0}, 0.0, math.inf)
 
 
 def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
@@ -200,20 +227,27 @@ def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     hits) and the backward kernel, each at least the minimum kernel time when the device is busy."""
     bm, t = ctx.bm, ctx.terms
     caps = bm.instance.topology.capacities()
+    hosts = bm.instance.topology.host_capacities()
+    rep = ctx.replicas
     use_hits = t.kappa_ms > 0
     x, n, s, y, f, b, h = v.x, v.n, v.s, v.y, v.f, v.b, v.h
     for d in range(bm.num_devices):
         ps = v.by_dev[d]
         mem = [(n[p], t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps] + [(x[p], t.mem_fixed[p[0]] / caps[d]) for p in ps]
+        mem += [(v.hu[p], -t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps if p in v.hu]  # (their columns in host memory)
+        mem += [(r, rep.mem[ti] / caps[d]) for ti, r in v.r.items()]
         mem += v.mem_extra[d]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
+        in_host = [(v.hu[p], t.mem_col[p[0]] * DIM_ALIGNMENT / hosts[d]) for p in ps if p in v.hu]
+        if in_host:
+            m.row(in_host, -math.inf, 1.0 + MEMORY_SLACK)
         if use_hits:
             for k, lam in enumerate(ctx.lams):
                 coefs = [(h[d], 1.0), (y[d], -t.kappa_ms * lam * t.cache_bytes)]
                 coefs += [(s[p], -t.kappa_ms * ctx.slopes[p[0], k]) for p in ps]
                 m.row(coefs, -math.inf, 0.0)
-        fwd = [(f[d], 1.0), (h[d], 1.0)] + v.fwd_extra[d]
-        bwd = [(b[d], 1.0)] + v.bwd_extra[d]
+        fwd = [(f[d], 1.0), (h[d], 1.0)] + v.fwd_extra[d] + [(r, -rep.fwd_ms[ti]) for ti, r in v.r.items()]
+        bwd = [(b[d], 1.0)] + v.bwd_extra[d] + [(r, -rep.bwd_ms[ti]) for ti, r in v.r.items()]
         for p in ps:
             ti = p[0]
             fwd += [(x[p], -t.fwd_fixed_ms[ti]), (n[p], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (s[p], -t.fwd_sb_ms[ti])]
@@ -229,19 +263,34 @@ def _add_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     z >= the device's launches, kernels and all-to-all."""
     bm, t = ctx.bm, ctx.terms
     n_dev = bm.num_devices
-    n, y, f, b, comm, z = v.n, v.y, v.f, v.b, v.comm, v.z
+    n, comm = v.n, v.comm
     total = float(t.dims.sum())
     host = np.arange(n_dev) // bm.instance.topology.devices_per_host
+    # the all-to-all runs (its start-up paid) unless every table is replicated; its total is less the replicas' widths
+    v.some_a2a = m.var(0.0 if len(v.r) == len(v.by_table) else 1.0, 1.0)
+    for ti, r in v.r.items():
+        m.row({v.some_a2a: 1.0, r: 1.0}, 1.0, math.inf)
     for d in range(n_dev):
         mates = [e for e in range(n_dev) if host[e] == host[d]]
-        for piece in comm_pieces(bm, d, total):
-            coefs: dict[int, float] = {comm[d]: 1.0}
-            for e in mates if piece.cv else [d]:
-                w = piece.cv + (piece.cu if e == d else 0.0)
+        for p0, p1 in zip(comm_pieces(bm, d, 0.0), comm_pieces(bm, d, 1.0)):
+            per_total = p1.const - p0.const  # the piece's coefficient of the all-to-all's total width
+            coefs: dict[int, float] = {comm[d]: 1.0, v.some_a2a: -p0.const}
+            for e in mates if p0.cv else [d]:
+                w = p0.cv + (p0.cu if e == d else 0.0)
                 for p in v.by_dev[e]:
                     coefs[n[p]] = coefs.get(n[p], 0.0) - w * DIM_ALIGNMENT
-            m.row(coefs, piece.const, math.inf)
-        m.row({z: 1.0, y[d]: -t.launch_ms, f[d]: -1.0, b[d]: -1.0, comm[d]: -1.0}, 0.0, math.inf)
+            for ti, r in v.r.items():
+                coefs[r] = coefs.get(r, 0.0) + per_total * float(t.dims[ti])
+            m.row(coefs, per_total * total, math.inf)
+        m.row(_device_total_row(ctx, v, d), 0.0, math.inf)
+
+
+def _device_total_row(ctx: AnalyticRelaxation, v: _Vars, d: int) -> dict[int, float]:
+    """z >= device d's launches, kernels, all-to-all and its replicas' all-reduce."""
+    row = {v.z: 1.0, v.y[d]: -ctx.terms.launch_ms, v.f[d]: -1.0, v.b[d]: -1.0, v.comm[d]: -1.0}
+    for ti, r in v.r.items():
+        row[r] = -float(ctx.replicas.allreduce_ms[ti])
+    return row
 
 
 def _column_wise_allowed(instance: Instance) -> tuple[set[int], set[int]]:
@@ -275,8 +324,10 @@ def _add_type_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
         if units < 2 or ti in whole:
             lo = hi = 0.0  # (narrower than two 4-column shards, or kept whole: table-wise)
         else:
-            lo, hi = (1.0, 1.0) if ti in cut else (0.0, 1.0)
+            lo, hi = (1.0, 1.0) if ti in cut and ti not in v.r else (0.0, 1.0)
         v.w[ti] = m.var(lo, hi, True)
+        if ti in v.r:  # a replicated table joins neither collective; one kept cut is column-wise or replicated
+            m.row({v.w[ti]: 1.0, v.r[ti]: 1.0}, 1.0 if ti in cut and units >= 2 else -math.inf, 1.0)
         for p in ps:
             v.nc[p] = m.var(0, v.nmax[p])
             m.row({v.nc[p]: 1.0, v.n[p]: -1.0}, -math.inf, 0.0)
@@ -285,7 +336,7 @@ def _add_type_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     _add_second_shard_rows(m, ctx, v)
     v.present = {TABLE_WISE: m.var(0, 1), COLUMN_WISE: m.var(0, 1)}
     for ti in range(len(v.by_table)):
-        m.row({v.present[TABLE_WISE]: 1.0, v.w[ti]: 1.0}, 1.0, math.inf)
+        m.row({v.present[TABLE_WISE]: 1.0, v.w[ti]: 1.0, **({v.r[ti]: 1.0} if ti in v.r else {})}, 1.0, math.inf)
         m.row({v.present[COLUMN_WISE]: 1.0, v.w[ti]: -1.0}, 0.0, math.inf)
 
 
@@ -318,7 +369,7 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
     bm, t = ctx.bm, ctx.terms
     assert v.w is not None and v.nc is not None and v.present is not None
     n_dev = bm.num_devices
-    n, nc, y, f, b, comm, z = v.n, v.nc, v.y, v.f, v.b, v.comm, v.z
+    n, nc, comm = v.n, v.nc, v.comm
     total = float(t.dims.sum())
     host = np.arange(n_dev) // bm.instance.topology.devices_per_host
     for d in range(n_dev):
@@ -343,12 +394,14 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
                     if g == COLUMN_WISE:
                         for ti in range(len(v.by_table)):
                             coefs[v.w[ti]] = coefs.get(v.w[ti], 0.0) - per_total * float(t.dims[ti])
-                    else:  # the table-wise total: total - sum dim w
+                    else:  # the table-wise total: total - sum dim (w + r)
                         const = per_total * total
                         for ti in range(len(v.by_table)):
                             coefs[v.w[ti]] = coefs.get(v.w[ti], 0.0) + per_total * float(t.dims[ti])
+                            if ti in v.r:
+                                coefs[v.r[ti]] = coefs.get(v.r[ti], 0.0) + per_total * float(t.dims[ti])
                 m.row(coefs, const, math.inf)
-        m.row({z: 1.0, y[d]: -t.launch_ms, f[d]: -1.0, b[d]: -1.0, comm[d]: -1.0}, 0.0, math.inf)
+        m.row(_device_total_row(ctx, v, d), 0.0, math.inf)
 
 
 def _add_table_cut_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
@@ -358,15 +411,22 @@ def _add_table_cut_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table
     x, z = v.x, v.z
     for ti, ps in enumerate(v.by_table):  # the device with t's widest part: z >= Psi_t(k_t), k_t devices hold t
         lines = table_cut_lines(ctx, ti, 1 if table_wise else len(ps))
+        r = v.r.get(ti)  # (replicated, t lies on no device as shards: the cut does not apply, r relaxes it)
         if len(lines) == 1 and lines[0][1] == 0.0:  # one device at most: a constant
-            m.row({z: 1.0}, lines[0][0], math.inf)
+            m.row({z: 1.0, **({r: max(lines[0][0], 0.0)} if r is not None else {})}, lines[0][0], math.inf)
             continue
-        k = m.var(1, min(len(ps), int(t.dims[ti]) // DIM_ALIGNMENT), True)  # an integer to branch on
+        top = min(len(ps), int(t.dims[ti]) // DIM_ALIGNMENT)
+        k = m.var(0 if r is not None else 1, top, True)  # an integer to branch on
         m.row([(k, 1.0)] + [(x[p], -1.0) for p in ps], 0.0, 0.0)
+        if r is not None:
+            m.row({k: 1.0, r: 1.0}, 1.0, math.inf)
         if v.w is not None:  # a table-wise table (w = 0) is on one device: k <= 1 + (K - 1) w
             m.row({k: 1.0, v.w[ti]: -float(len(ps) - 1)}, -math.inf, 1.0)
         for alpha, beta in lines:
-            m.row({z: 1.0, k: -beta}, alpha, math.inf)
+            row = {z: 1.0, k: -beta}
+            if r is not None:  # at k = 0 (replicated) the line is alpha at most: z >= line - max(alpha, line(top), 0) r
+                row[r] = max(alpha, alpha + beta * top, 0.0)
+            m.row(row, alpha, math.inf)
 
 
 def _add_constraint_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:
@@ -387,12 +447,16 @@ def _add_constraint_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:
             elif tc.min_partition is not None and tc.min_partition <= instance.tables[t].dim:
                 m.row({n[p]: 1.0, x[p]: -float(tc.min_partition // DIM_ALIGNMENT)}, 0.0, math.inf)
     for d in range(instance.topology.num_devices):
-        for group in c.colocate:
+        for group in c.colocate:  # on d: x[t, d] + r[t] (a replica is on every device)
             ids = [index[name] for name in group]
             for a, b in zip(ids[:-1], ids[1:]):
                 row = {x[(a, d)]: 1.0} if (a, d) in x else {}
                 if (b, d) in x:
                     row[x[(b, d)]] = row.get(x[(b, d)], 0.0) - 1.0
+                if a in v.r:
+                    row[v.r[a]] = row.get(v.r[a], 0.0) + 1.0
+                if b in v.r:
+                    row[v.r[b]] = row.get(v.r[b], 0.0) - 1.0
                 if row:
                     m.row(row, 0.0, 0.0)
         for group in c.separate:

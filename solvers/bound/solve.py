@@ -52,12 +52,15 @@ def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarr
     """The plan the relaxation's best point describes (n[t, d] x 4 columns of t on d, one shard each): a real plan
     that fits in memory (the memory rows are exact for one shard per pair), judged by the full model. With the
     bound it gives a plan whose distance from the best covered plan is certified. None if it fails the checker."""
-    from shardopt.core.ir import Shard
+    from shardopt.core.ir import Kernel, Shard
     from shardopt.core.plan_check import check_plan
 
     inst = ctx.bm.instance
     shards = []
     offset = [0] * len(inst.tables)
+    for t, r in layout.r.items():  # replicated: a replica on every device
+        if solution[r] > 0.5:
+            shards += [Shard(table=inst.tables[t].name, device=d, replicated=True) for d in range(ctx.bm.num_devices)]
     for t, d in layout.pairs:
         units = int(round(solution[layout.n[(t, d)]]))
         if units <= 0:
@@ -65,33 +68,46 @@ def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarr
         table = inst.tables[t]
         width = units * DIM_ALIGNMENT
         whole = offset[t] == 0 and width == table.dim
-        shards.append(Shard(table=table.name, device=d) if whole else Shard(table=table.name, device=d, col_offset=offset[t], cols=width))
+        # (columns in host memory: the shard there, without a cache)
+        kernel = Kernel.fused_uvm if (t, d) in layout.hu and solution[layout.hu[(t, d)]] > 1e-6 else Kernel.fused
+        cols = {} if whole else dict(col_offset=offset[t], cols=width)
+        shards.append(Shard(table=table.name, device=d, kernel=kernel, **cols))
         offset[t] += width
     plan = Plan(solver="analytic_bound", cost_model=cost_model, shards=shards, instance=inst.content_hash())
     return plan if check_plan(inst, plan).ok else None
 
 
 def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None,
-                        *, table_wise: bool = False, time_limit: float = 10.0) -> float:
+                        *, table_wise: bool = False, time_limit: float = 10.0, replicas: Sequence[int] = (),
+                        host: Sequence[tuple[int, int, int]] = ()) -> float:
     """The relaxation's optimum with x and n fixed to a plan ((table index, device, width) triples; several shards
-    of a table on a device allowed): the whole MILP, every row included, judged at one point. It must be <= the
-    plan's analytic cost (the validity argument of docs/analytic-bound.md, in one number); +inf when the point is
+    of a table on a device allowed; `replicas` the tables replicated on every device, `host` the shards among
+    `shards` in host memory): the whole MILP, every row included, judged at one point. It must be <= the plan's
+    analytic cost (the validity argument of docs/analytic-bound.md, in one number); +inf when the point is
     infeasible in the relaxation (which for a plan that fits in memory would be a bug). Devices of a symmetry class
     are first reordered by pooled width, as the symmetry rows require (the cost is unchanged by the reordering)."""
     ctx = AnalyticRelaxation(instance, cost_model)
     width: dict[tuple[int, int], int] = {}
     for t, d, w in shards:
         width[(t, d)] = width.get((t, d), 0) + int(w)
+    in_host: dict[tuple[int, int], int] = {}
+    for t, d, w in host:
+        in_host[(t, d)] = in_host.get((t, d), 0) + int(w)
     perm = _symmetry_order(instance, width)
     width = {(t, perm[d]): w for (t, d), w in width.items()}
+    in_host = {(t, perm[d]): w for (t, d), w in in_host.items()}
     model, layout = build_relaxation(ctx, table_wise)
     lb, ub = np.array(model.lb), np.array(model.ub)
     for p in layout.pairs:
         units = width.get(p, 0) // DIM_ALIGNMENT
         lb[layout.n[p]] = ub[layout.n[p]] = units
         lb[layout.x[p]] = ub[layout.x[p]] = 1 if units else 0
-    if any(p not in layout.x for p in width):
-        return math.inf  # a shard where the relaxation has no variable: it does not fit there
+        if p in layout.hu:
+            lb[layout.hu[p]] = ub[layout.hu[p]] = in_host.get(p, 0) / DIM_ALIGNMENT
+    for t, r in layout.r.items():
+        lb[r] = ub[r] = 1.0 if t in set(replicas) else 0.0
+    if any(p not in layout.x for p in width) or any(p not in layout.hu for p in in_host) or any(t not in layout.r for t in replicas):
+        return math.inf  # a shard (or replica) where the relaxation has no variable: it does not fit there
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     res = solve_milp(model, c, time_limit=time_limit, lb=lb, ub=ub, mip_rel_gap=1e-9)

@@ -13,6 +13,7 @@ import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.milp import MEMORY_SLACK, _pairs
 from solvers.milp import MilpStatus, SparseModel, solve_milp
@@ -30,7 +31,7 @@ def devices_interchangeable(instance: Instance) -> bool:
 PLAN_CLASSES = ("any", "mixed", "column_wise")  # the plans a symmetric LP bounds (`build_symmetric_lp`)
 
 
-def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans: str = "any") -> tuple[SparseModel, int]:
+def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans: str = "any", replicas: bool | None = None) -> tuple[SparseModel, int]:
     """The LP relaxation of `build_relaxation` for interchangeable devices, with every device's variables equal:
     one copy of each pair's variables per table (x_t, n_t, s_t, c_t) and of each device's (y, f, b, h, comm).
 
@@ -47,7 +48,12 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     both the table-wise and the column-wise collective (each pays its own start-up: every comm piece one more); and
     "column_wise" the plans whose every table is cut (two shards or more: `q_t` the shards beyond the ones `x`
     counts, `D (x_t + q_t) >= 2`, each charged the per-shard constants and optimizer bytes). With the table-wise LP
-    (every table whole: one collective) the three classes cover every plan: `classes_lp_bound`."""
+    (every table whole: one collective) the three classes cover every plan: `classes_lp_bound`.
+
+    `replicas` (default: not `table_wise`): the replicable tables (`ctx.replicable`) may be replicated, r_t the
+    share replicated (a device-independent load: the same on every device, so symmetric as it stands); the classes
+    then say which collectives the tables that are not replicated run. With `ctx.host_memory`, hu_t of each device's
+    n_t in its host memory (HBM rows less those columns, a host-memory row)."""
     if plans not in PLAN_CLASSES:
         raise ValueError(f"plans: {plans!r} is not one of {', '.join(PLAN_CLASSES)}")
     bm, t = ctx.bm, ctx.terms
@@ -56,13 +62,19 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         raise ValueError(f"{inst.name}: devices differ in capacity or hosts in size; the symmetric LP does not apply")
     n_dev = bm.num_devices
     per_host = min(inst.topology.devices_per_host, n_dev)
-    pairs, nmax = _pairs(inst, t, table_wise)
+    pairs, nmax = _pairs(inst, t, table_wise, ctx.host_memory)
     fits = sorted({ti for ti, d in pairs if d == 0})
     m = SparseModel()
     x = {ti: m.var(0, 1) for ti in fits}
     n = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits}
     sv = {ti: m.var(0, math.inf) for ti in fits}
     y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
+    rep = ctx.replicas
+    with_replicas = (not table_wise) if replicas is None else replicas
+    r = {ti: m.var(1.0 if rep.forced[ti] else 0.0, 1.0) for ti in fits if with_replicas and ctx.replicable[ti]}
+    host_cap = inst.topology.host_capacities()[0]
+    may_host, must_host = host_tables(inst)
+    hu = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits if ctx.host_memory and may_host[ti] and host_cap > 0}
     use_hits = t.kappa_ms > 0
     h = m.var(0, math.inf if use_hits else 0.0)
     comm = m.var(-math.inf, math.inf)
@@ -72,7 +84,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         if ti not in x:  # on no device: the relaxation (and every plan) is infeasible
             m.row([], float(units), float(units))
             continue
-        m.row({n[ti]: float(n_dev)}, units, units)
+        m.row({n[ti]: float(n_dev), **({r[ti]: float(units)} if ti in r else {})}, units, units)
         if table_wise:
             m.row({n[ti]: 1.0, x[ti]: -float(units)}, 0.0, 0.0)
         else:
@@ -85,15 +97,22 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
             m.row({c: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
             m.row({sv[ti]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
         m.row({y: 1.0, x[ti]: -1.0}, 0.0, math.inf)
+        if ti in r:
+            m.row({y: 1.0, r[ti]: -1.0}, 0.0, math.inf)
+        if ti in hu:
+            m.row({hu[ti]: 1.0, n[ti]: -1.0}, 0.0 if must_host[ti] else -math.inf, 0.0)
     cap = inst.topology.capacities()[0]
     extra: dict[int, int] = {}  # q_t: "column_wise", the shards of t beyond one per device holding it
     if plans == "column_wise" and not table_wise:
-        for ti in fits:
+        for ti in fits:  # (every table not replicated is cut: D (x + q) >= 2 (1 - r))
             extra[ti] = m.var(0, math.inf)
-            m.row({x[ti]: float(n_dev), extra[ti]: float(n_dev)}, 2.0, math.inf)
+            m.row({x[ti]: float(n_dev), extra[ti]: float(n_dev), **({r[ti]: 2.0} if ti in r else {})}, 2.0, math.inf)
     mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in fits] + [(x[ti], t.mem_fixed[ti] / cap) for ti in fits]
     mem += [(q, t.mem_fixed[ti] / cap) for ti, q in extra.items()]
+    mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti, u in hu.items()] + [(q, rep.mem[ti] / cap) for ti, q in r.items()]
     m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
+    if hu:
+        m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()], -math.inf, 1.0 + MEMORY_SLACK)
     if use_hits:
         for k, lam in enumerate(ctx.lams):
             m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits], -math.inf, 0.0)
@@ -105,30 +124,47 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     for ti, q in extra.items():
         fwd.append((q, -t.fwd_fixed_ms[ti]))
         bwd.append((q, -t.bwd_fixed_ms[ti]))
+    for ti, q in r.items():
+        fwd.append((q, -rep.fwd_ms[ti]))
+        bwd.append((q, -rep.bwd_ms[ti]))
     m.row(fwd, 0.0, math.inf)
     m.row(bwd, 0.0, math.inf)
     m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
     m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
-    start_up = comm_pieces(bm, 0, 0.0)[0].const if plans == "mixed" and not table_wise else 0.0  # (the second collective's)
-    for piece in comm_pieces(bm, 0, float(t.dims.sum())):  # (device 0 stands for all: the pieces are the same)
-        w = (piece.cv * per_host + piece.cu) * DIM_ALIGNMENT
-        m.row([(comm, 1.0)] + [(n[ti], -w) for ti in fits], piece.const + start_up, math.inf)
-    m.row({z: 1.0, y: -t.launch_ms, f: -1.0, b: -1.0, comm: -1.0}, 0.0, math.inf)
+    mixed = plans == "mixed" and not table_wise  # (both collectives run: two start-ups)
+    # an all-to-all runs unless every table is replicated (its start-up paid then); its total less the replicas' widths
+    some = m.var(1.0 if mixed or len(r) < len(t.dims) else 0.0, 1.0)
+    for q in r.values():
+        m.row({some: 1.0, q: 1.0}, 1.0, math.inf)
+    start_up = comm_pieces(bm, 0, 0.0)[0].const if mixed else 0.0
+    total = float(t.dims.sum())
+    for p0, p1 in zip(comm_pieces(bm, 0, 0.0), comm_pieces(bm, 0, 1.0)):  # (device 0 stands for all: the pieces are the same)
+        per_total = p1.const - p0.const
+        w = (p0.cv * per_host + p0.cu) * DIM_ALIGNMENT
+        row = [(comm, 1.0), (some, -p0.const)] + [(n[ti], -w) for ti in fits] + [(q, per_total * float(t.dims[ti])) for ti, q in r.items()]
+        m.row(row, per_total * total + start_up, math.inf)
+    m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()], 0.0, math.inf)
     for ti in fits:
         lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
+        q = r.get(ti)
         if len(lines) == 1 and lines[0][1] == 0.0:
-            m.row({z: 1.0}, lines[0][0], math.inf)
+            m.row({z: 1.0, **({q: max(lines[0][0], 0.0)} if q is not None else {})}, lines[0][0], math.inf)
             continue
-        m.row({x[ti]: float(n_dev)}, 1.0, math.inf)  # k_t = D x_t >= 1
+        m.row({x[ti]: float(n_dev), **({q: 1.0} if q is not None else {})}, 1.0, math.inf)  # k_t = D x_t >= 1 - r_t
+        top = min(n_dev, int(t.dims[ti]) // DIM_ALIGNMENT)
         for alpha, beta in lines:
-            m.row({z: 1.0, x[ti]: -beta * n_dev}, alpha, math.inf)
+            row = {z: 1.0, x[ti]: -beta * n_dev}
+            if q is not None:
+                row[q] = max(alpha, alpha + beta * top, 0.0)
+            m.row(row, alpha, math.inf)
     return m, z
 
 
-def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any") -> float | None:
+def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any",
+                       replicas: bool | None = None) -> float | None:
     """The relaxation's LP bound via `build_symmetric_lp` (HiGHS) over `plans`; +inf when infeasible, None when
     HiGHS did not finish within the limit."""
-    m, z = build_symmetric_lp(ctx, table_wise, plans)
+    m, z = build_symmetric_lp(ctx, table_wise, plans, replicas)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
@@ -155,7 +191,8 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> tuple
             values[name] = math.inf
             continue
         left = time_limit - (time.perf_counter() - start)
-        values[name] = symmetric_lp_bound(ctx, table_wise, left, plans) if left > 0 else None
+        # (the whole-tables class holds the plans that cut no table: their replicas included)
+        values[name] = symmetric_lp_bound(ctx, table_wise, left, plans, replicas=True) if left > 0 else None
     if any(v is None for v in values.values()):
         return None, values
     return min(v for v in values.values() if v is not None), values

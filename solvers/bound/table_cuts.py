@@ -27,17 +27,22 @@ def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> n
         vals = []
         for k in range(1, top + 1):
             w = DIM_ALIGNMENT * math.ceil(units / k)
-            vals.append(_device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w))
+            vals.append(_device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w, ctx.alltoall_total_floor(table)))
         ctx.cut_values[key] = np.array(vals)
     return ctx.cut_values[key]
 
 
 def table_cut_bound(ctx: AnalyticRelaxation, table_wise: bool = False) -> float:
     """A bound that needs no solver: every table lies on some k devices, so z >= min_k Psi_t(k) for every table t
-    (`table_cut_values`; table-wise, k = 1). Weak unless one table dominates, but always there: the bound falls back
+    (`table_cut_values`; table-wise, k = 1), or a replicable table is replicated (`replica_floor_ms`). Weak unless one table dominates, but always there: the bound falls back
     to it when HiGHS proves nothing within the time limit."""
     D = ctx.bm.num_devices
-    return max((float(table_cut_values(ctx, t, 1 if table_wise else D).min()) for t in range(len(ctx.terms.dims))), default=0.0)
+
+    def least(t: int) -> float:
+        v = float(table_cut_values(ctx, t, 1 if table_wise else D).min())
+        return min(v, ctx.replica_floor_ms(t)) if ctx.replicable[t] and not table_wise else v
+
+    return max((least(t) for t in range(len(ctx.terms.dims))), default=0.0)
 
 
 def table_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> list[tuple[float, float]]:
