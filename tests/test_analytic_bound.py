@@ -244,7 +244,7 @@ def plan_replicas(inst: Instance, plan) -> list[int]:
     return sorted({idx[s.table] for s in plan.shards if s.replicated})
 
 
-@pytest.mark.parametrize("seed,n_tables,n_devices,per_host,limit", [(0, 10, 4, None, 4), (1, 12, 4, 2, 3), (2, 8, 3, None, 10)])
+@pytest.mark.parametrize("seed,n_tables,n_devices,per_host,limit", [(0, 10, 4, None, 10), (1, 12, 4, 2, 3), (2, 8, 3, None, 10)])
 def test_bound_below_every_solver_plan(seed: int, n_tables: int, n_devices: int, per_host: int | None, limit: float) -> None:
     inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.3, per_host=per_host, batch_size=65536)
     bound = analytic_lower_bound(inst, CM, time_limit=limit)  # the third is solved to optimality in 1-4 s

@@ -201,5 +201,120 @@ def test_uncovered_reason_follows_the_bound() -> None:
     bound = analytic_lower_bound(inst, CM, time_limit=5)
     assert bound.covers_replicas and bound.covers_host_memory
     assert uncovered_reason(rep, bound=bound) is None and uncovered_reason(uvm, bound=bound) is None
-    assert "row-wise" in uncovered_reason([Shard(table="a", device=0, rows=10)], bound=bound)
+    assert bound.covers_row_splits and uncovered_reason([Shard(table="a", device=0, rows=10)], bound=bound) is None
+    assert "grid" in uncovered_reason([Shard(table="a", device=0, rows=10, cols=4)], bound=bound)
+    assert "row-wise" in uncovered_reason([Shard(table="a", device=0, rows=10)], bound=analytic_lower_bound(inst, CM, time_limit=5, row_splits=False))
     assert "data-parallel" in uncovered_reason(rep) and "host memory" in uncovered_reason(uvm)  # (no bound: not covered)
+    assert "row-wise" in uncovered_reason([Shard(table="a", device=0, rows=10)])
+
+
+def row_blocks(inst: Instance, t: int, devices: list[int], shares: list[float], kernel: Kernel = Kernel.fused) -> list[Shard]:
+    """Table t split by rows into blocks of about `shares` of its rows on `devices` (the last takes the rest)."""
+    table = inst.tables[t]
+    out, start = [], 0
+    for i, (d, share) in enumerate(zip(devices, shares)):
+        n = table.rows - start if i == len(devices) - 1 else max(1, int(share * table.rows))
+        out.append(Shard(table=table.name, device=d, row_offset=start, rows=n, kernel=kernel))
+        start += n
+    return out
+
+
+def as_rows(inst: Instance, shards: list[Shard]) -> list[tuple[int, int, float, bool]]:
+    idx = inst.table_index()
+    return [(idx[s.table], s.device, s.height(inst.tables[idx[s.table]]) / inst.tables[idx[s.table]].rows, s.kernel is not Kernel.fused)
+            for s in shards]
+
+
+@pytest.mark.parametrize("inst", [make_instance(5, 4, seed=51, mem_factor=1.5, batch_size=16384),
+                                  make_instance(6, 4, seed=52, mem_factor=2.0, per_host=2, batch_size=65536),
+                                  with_host_memory(make_instance(5, 4, seed=53, mem_factor=1.0, per_host=2, hardware="a100"), 0.8, 1.0)],
+                         ids=["one-host", "two-hosts", "two-hosts-uvm"])
+def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance) -> None:
+    """Random plans mixing whole tables, column halves, replicas and row splits (over any devices, two blocks on one
+    device, over a whole host: the hierarchical collectives): the relaxation at each is below its cost."""
+    rng = np.random.default_rng(3)
+    D, L = inst.topology.num_devices, inst.topology.devices_per_host
+    checked = kinds = 0
+    seen: set[str] = set()
+    for _ in range(30):
+        triples, host, reps, shards, rows = [], [], [], [], []
+        for t, table in enumerate(inst.tables):
+            kind = rng.choice(["whole", "halves", "rows", "host-rows", "replica"])
+            d = int(rng.integers(D))
+            uvm = inst.topology.has_host_memory and rng.random() < 0.3
+            kernel = Kernel.fused_uvm_caching if uvm else Kernel.fused
+            factor = 0.2 if uvm else None
+            if kind == "whole":
+                shards.append(Shard(table=table.name, device=d, kernel=kernel, cache_load_factor=factor))
+                triples.append((t, d, table.dim))
+                if uvm:
+                    host.append((t, d, table.dim))
+            elif kind == "halves":
+                e, half = int(rng.integers(D)), table.dim // 2
+                shards += [Shard(table=table.name, device=d, cols=half), Shard(table=table.name, device=e, col_offset=half, cols=half)]
+                triples += [(t, d, half), (t, e, half)]
+            elif kind == "replica":
+                shards += [Shard(table=table.name, device=e, replicated=True) for e in range(D)]
+                reps.append(t)
+            else:
+                if kind == "host-rows" and inst.topology.num_hosts > 1:
+                    h = int(rng.integers(inst.topology.num_hosts))
+                    devs = list(range(h * L, h * L + L))
+                else:
+                    devs = sorted(int(e) for e in rng.choice(D, size=int(rng.integers(1, D + 1)), replace=True))
+                    devs = devs if len(devs) > 1 else devs * 2  # (two blocks at least: on one device, a second block there)
+                shares = list(rng.dirichlet(np.ones(len(devs))))
+                blocks = row_blocks(inst, t, devs, shares, Kernel.fused_uvm if uvm else Kernel.fused)
+                shards += blocks
+                rows += as_rows(inst, blocks)
+            seen.add(kind)
+        if not check_plan(inst, shards).ok:
+            continue
+        cost = CM.plan_costs(inst, shards).max_cost
+        value = relaxation_value_at(inst, triples, replicas=reps, host=host, rows=rows)
+        assert value <= cost * (1 + 1e-7), (value, cost, [s.label for s in shards])
+        checked += 1
+        kinds += bool(rows)
+    assert checked >= 8 and kinds >= 4
+
+
+@pytest.mark.parametrize("inst", [make_instance(3, 2, seed=61, mem_factor=1.2, batch_size=4096),
+                                  make_instance(3, 4, seed=62, mem_factor=1.5, per_host=2, batch_size=16384)],
+                         ids=["3x2", "3x4-two-hosts"])
+def test_bound_below_the_enumerated_optimum_with_row_splits(inst: Instance) -> None:
+    """The enumeration of `options` plus row splits in two halves (any two devices, one included) and, on two hosts,
+    over a whole host: the bound is below the best of them."""
+    D, L = inst.topology.num_devices, inst.topology.devices_per_host
+    per_table = []
+    for t in range(len(inst.tables)):
+        opts = options(inst, t, host=False)
+        opts += [row_blocks(inst, t, [a, b], [0.5, 0.5]) for a, b in itertools.combinations_with_replacement(range(D), 2)]
+        if inst.topology.num_hosts > 1:
+            opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_hosts)]
+        per_table.append(opts)
+    best = math.inf
+    for choice in itertools.product(*per_table):
+        shards = [s for opt in choice for s in opt]
+        if check_plan(inst, shards).ok:
+            best = min(best, CM.plan_costs(inst, shards).max_cost)
+    bound = analytic_lower_bound(inst, CM, time_limit=30)
+    assert bound.covers_row_splits and bound.value_ms <= best * (1 + 1e-7), (bound.value_ms, best)
+
+
+def test_a_table_too_large_for_any_device_is_covered_by_row_splits() -> None:
+    """No 4-column shard of a 16-wide table fits on a device (20 bytes a row with rowwise_adagrad's state per shard,
+    19 free), its quarters by rows do (17): the bound is finite (it said "infeasible" before row splits were
+    covered) and below a plan that splits it so."""
+    base = make_instance(5, 4, seed=71, mem_factor=2.0, batch_size=8192, max_rows=2_000)
+    R = 10_000_000
+    big = base.tables[0].model_copy(update={"rows": R, "dim": 16})
+    rest = sum(t.rows * (t.dim * 4 + 4) for t in base.tables[1:])
+    assert rest < R
+    topo = base.topology.model_copy(update={"memory_bytes": 19 * R + rest})
+    inst = base.model_copy(update={"tables": [big, *base.tables[1:]], "topology": topo})
+    assert analytic_lower_bound(inst, CM, time_limit=5, row_splits=False).status == "infeasible"
+    bound = analytic_lower_bound(inst, CM, time_limit=10)
+    assert bound.covers_row_splits and math.isfinite(bound.value_ms)
+    plan = row_blocks(inst, 0, [0, 1, 2, 3], [0.25] * 4) + [Shard(table=t.name, device=i % 4) for i, t in enumerate(inst.tables[1:])]
+    assert check_plan(inst, plan).ok
+    assert bound.value_ms <= CM.plan_costs(inst, plan).max_cost * (1 + 1e-7)

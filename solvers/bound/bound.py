@@ -13,7 +13,7 @@ from typing import Any
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
-from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.milp import _pairs, build_relaxation
 from solvers.bound.solve import _solve_highs, relaxation_plan
@@ -28,13 +28,15 @@ def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
     if table_wise:
         return (f"every table-wise plan {where} (each table whole on one device), under the analytic cost model; not "
                 f"column-, row-wise or data-parallel shards{not_host}, not other cost models")
-    reps = ctx.replicable.any()
-    what = "table-wise, column-wise and data-parallel shards" if reps else "table-wise and column-wise shards"
-    return (f"every plan of {what} {where} (any split into shards whose widths are multiples of {DIM_ALIGNMENT}, "
-            "several shards of one table on one device included"
-            + (", a replica of every table that may be replicated" if reps else "")
-            + f"), under the analytic cost model; not row-wise{'' if reps else ' or data-parallel'} shards{not_host}, "
-            "not other cost models")
+    reps, rows = bool(ctx.replicable.any()), bool(ctx.row_split.any() or ctx.host_row_split.any())
+    kinds = ["table-wise", "column-wise"] + (["row-wise"] if rows else []) + (["data-parallel"] if reps else [])
+    missing = ([] if rows else ["row-wise"]) + ([] if reps else ["data-parallel"])
+    return (f"every plan of {', '.join(kinds[:-1])} and {kinds[-1]} shards {where} (column splits into shards whose widths are "
+            f"multiples of {DIM_ALIGNMENT}, several shards of one table on one device included"
+            + ("; row splits over any devices or within one host" if rows else "")
+            + ("; a replica of every table that may be replicated" if reps else "")
+            + "), under the analytic cost model; not row x column blocks (grid)"
+            + (f", {' or '.join(missing)} shards" if missing else "") + f"{not_host}, not other cost models")
 
 
 FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only
@@ -74,6 +76,7 @@ class AnalyticBound:
     source: str = "relaxation"
     covers_replicas: bool = False  # data-parallel replicas are among the covered plans
     covers_host_memory: bool = False  # so are shards in host memory (UVM kernels)
+    covers_row_splits: bool = False  # so are tables split by rows (row_wise, table_row_wise)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -93,21 +96,24 @@ def analytic_lower_bound(
     per_type: bool = True,
     replicas: bool = True,
     host_memory: bool = True,
+    row_splits: bool = True,
 ) -> AnalyticBound:
     """A certified lower bound of the analytic max-device cost of every table- and column-wise plan of `instance`
     (with `table_wise`: of every table-wise plan, a tighter bound of fewer plans). BoundError for a cost model other
     than the analytic one or an unknown backend. The bound is HiGHS's dual bound of the relaxation at the time
     limit, a bound whether or not the relaxation was solved to optimality. `per_type=False`: the full relaxation
     prices one all-to-all of the summed widths, as before the per-type rows (a weaker bound, for comparisons).
-    `replicas` / `host_memory` False: data-parallel replicas / shards in host memory are left out of the covered
-    plans (a bound of fewer plans, for comparisons); on, they are covered where the instance allows them."""
+    `replicas` / `host_memory` / `row_splits` False: data-parallel replicas / shards in host memory / row splits are
+    left out of the covered plans (a bound of fewer plans, for comparisons); on, they are covered where the instance
+    allows them."""
     if backend != "highs":
         raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
     start = time.perf_counter()
-    ctx = AnalyticRelaxation(instance, cost_model, replicas=replicas, host_memory=host_memory)
+    ctx = AnalyticRelaxation(instance, cost_model, replicas=replicas, host_memory=host_memory, row_splits=row_splits)
     model_name = (cost_model or AnalyticCostModel()).name
     covers = covers_text(ctx, table_wise)
-    flags = dict(covers_replicas=bool(ctx.replicable.any()) and not table_wise, covers_host_memory=ctx.host_memory)
+    flags = dict(covers_replicas=bool(ctx.replicable.any()) and not table_wise, covers_host_memory=ctx.host_memory,
+                 covers_row_splits=bool(ctx.row_split.any() or ctx.host_row_split.any()) and not table_wise)
     reason = _memory_reason(instance, ctx, table_wise) or _constraint_reason(instance, ctx, table_wise)
     if reason is not None:
         return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
@@ -118,7 +124,8 @@ def analytic_lower_bound(
             # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
             # so the symmetric LP does not hold for it): the bound of every plan, also a bound of the constrained ones
             out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
-                                       table_wise=table_wise, backend=backend, per_type=per_type, replicas=replicas, host_memory=host_memory)
+                                       table_wise=table_wise, backend=backend, per_type=per_type, replicas=replicas, host_memory=host_memory,
+                                       row_splits=row_splits)
             out.info.update(_constraints_info(instance, counted=False))
             out.time_s = time.perf_counter() - start
             return out
@@ -197,15 +204,17 @@ def _constraint_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: 
             continue
         if not table_wise and DATA_PARALLEL in types and ctx.replicable[t]:
             continue
-        kinds = "table-wise" if table_wise else ("table-, column-wise or data-parallel" if ctx.replicable.any() else "table- or column-wise")
-        return f"table {tc.table!r} may be only {', '.join(types)}, which no {kinds} plan is"
+        if not table_wise and ((ROW_WISE in types and ctx.row_split[t]) or (TABLE_ROW_WISE in types and (ctx.row_split[t] or ctx.host_row_split[t]))):
+            continue
+        return f"table {tc.table!r} may be only {', '.join(types)}, which no plan the bound covers is ({covers_text(ctx, table_wise)})"
     return None
 
 
 def _memory_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: bool) -> str | None:
     """Counting arguments that prove no covered plan fits: a table none of whose shards fits anywhere; the tables'
     least bytes (one shard each) beyond the devices' total (their host memory included where it is covered; a
-    shard there keeps its `mem_fixed` optimizer state in HBM)."""
+    shard there keeps its `mem_fixed` optimizer state in HBM). A table that may be split by rows fits anywhere in
+    pieces: only the total counts for it."""
     terms = ctx.terms
     caps = instance.topology.capacities()
     hosts = instance.topology.host_capacities() if ctx.host_memory else [0] * len(caps)
@@ -213,6 +222,8 @@ def _memory_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: bool
     where = "the largest device holds" if not ctx.host_memory else "the largest device and its host memory hold"
     room = max(c + h for c, h in zip(caps, hosts))
     for i, tab in enumerate(instance.tables):
+        if not table_wise and (ctx.row_split[i] or ctx.host_row_split[i]):
+            continue  # (a row block can be as small as one row)
         need = terms.mem_col[i] * (tab.dim if table_wise else DIM_ALIGNMENT) + terms.mem_fixed[i]
         if need > room or terms.mem_fixed[i] > max(caps):
             what = "the whole table" if table_wise else f"even a {DIM_ALIGNMENT}-column shard"
@@ -227,11 +238,14 @@ def _memory_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: bool
 
 def uncovered_reason(shards: list[Shard], table_wise: bool = False, bound: AnalyticBound | None = None) -> str | None:
     """Why a plan is outside what a bound covers (its gap to the bound is then not certified), or None when the
-    bound covers it: row-wise shards never; data-parallel replicas and shards in host memory where `bound` says it
-    covers them (without a bound: not); column-wise shards not for a table-wise bound."""
+    bound covers it: row x column blocks never; data-parallel replicas, row splits and shards in host memory where
+    `bound` says it covers them (without a bound: not); column-wise shards not for a table-wise bound."""
     if any(s.replicated for s in shards) and not (bound is not None and bound.covers_replicas):
         return "it has data-parallel replicas, which the bound does not cover"
-    if any((s.row_offset or s.rows is not None) and not s.replicated for s in shards):
+    by_rows = [s for s in shards if (s.row_offset or s.rows is not None) and not s.replicated]
+    if by_rows and any(s.col_offset or s.cols is not None for s in by_rows):
+        return "it has row x column blocks (grid_shard), which the bound does not cover"
+    if by_rows and not (bound is not None and bound.covers_row_splits):
         return "it has row-wise shards, which the bound does not cover"
     if any(s.kernel is not Kernel.fused for s in shards) and not (bound is not None and bound.covers_host_memory):
         return "it has shards in host memory (UVM kernels), which the bound does not cover"

@@ -14,7 +14,7 @@ import numpy as np
 from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, sector_bytes
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
-from solvers.bound.coverage import ReplicaTerms, host_tier_reason, replica_terms
+from solvers.bound.coverage import ReplicaTerms, RowTerms, host_tier_reason, replica_terms, row_terms
 from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
 from solvers.bound.terms import BoundError, _verify_terms, shard_terms
 
@@ -56,9 +56,11 @@ class AnalyticRelaxation:
     """Everything per instance the bound needs, computed once (terms, hulls, multipliers), and what the relaxation
     charges a device or a plan at a given point (for tests, and to see where the slack is)."""
 
-    def __init__(self, instance: Instance, cost_model: CostModel | None = None, *, replicas: bool = True, host_memory: bool = True):
-        """`replicas` / `host_memory`: whether the relaxation covers data-parallel replicas and shards in host memory
-        (where the instance allows them: `replicable`, `host_tier_reason`); off, it bounds fewer plans."""
+    def __init__(self, instance: Instance, cost_model: CostModel | None = None, *, replicas: bool = True, host_memory: bool = True,
+                 row_splits: bool = True):
+        """`replicas` / `host_memory` / `row_splits`: whether the relaxation covers data-parallel replicas, shards in
+        host memory and row splits (where the instance allows them: `replicable`, `host_tier_reason`,
+        `row_split_kinds`); off, it bounds fewer plans."""
         bm = _analytic_binding(instance, cost_model)
         self.bm = bm
         self.terms = shard_terms(bm)
@@ -71,6 +73,10 @@ class AnalyticRelaxation:
         self.host_reason: str | None = host_tier_reason(bm) if host_memory else "not asked for"  # None: covered
         # [T] tables the relaxation lets be replicated (a replica variable each)
         self.replicable: np.ndarray = self.replicas.allowed & replicas
+        self.rows: RowTerms = row_terms(bm, self.terms)
+        # [T] tables the relaxation lets be split by rows: over any devices (direct collective), over one host (hierarchical)
+        self.row_split: np.ndarray = self.rows.rw & row_splits
+        self.host_row_split: np.ndarray = self.rows.twrw & row_splits
 
     @property
     def host_memory(self) -> bool:
@@ -78,11 +84,12 @@ class AnalyticRelaxation:
         return self.host_reason is None
 
     def alltoall_total_floor(self, table: int | None = None) -> float:
-        """The least total pooled width the all-to-alls can carry: every table's width but the replicable ones'
-        (a replica joins none), `table`'s own included."""
+        """The least total pooled width the all-to-alls can carry: every table's width but those of the tables that
+        may join none (a replica; a row split within one host), `table`'s own included."""
         dims = self.terms.dims
-        out = float(dims.sum() - dims[self.replicable].sum())
-        if table is not None and self.replicable[table]:
+        leaves = self.replicable | self.host_row_split  # (a split within one host runs the hierarchical collectives)
+        out = float(dims.sum() - dims[leaves].sum())
+        if table is not None and leaves[table]:
             out += float(dims[table])
         return out
 

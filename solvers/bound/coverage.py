@@ -1,11 +1,16 @@
 """Which plans beyond table- and column-wise HBM shards the relaxation covers, and what it charges them:
 data-parallel replicas (`ReplicaTerms`, `replicable`) and shards in host memory (`host_tier_reason`, `host_tables`).
 
-Why these two and not row splits: a replica is a load every device carries whatever else it holds (a constant per
-device, priced once per table from the model's own state of the replica), and a shard in host memory costs at
-least what the same shard costs in HBM when the host link is no faster than HBM (proof: docs/analytic-bound.md,
-"Replicas and host memory"), so both enter the relaxation without new nonlinear terms. A row split changes every
-cost term's scale with the split's height and adds a collective of its own; it stays outside.
+and row splits (`RowTerms`, `row_split_kinds`).
+
+Why they enter the relaxation without new nonlinear terms (proofs: docs/analytic-bound.md, "Replicas, host memory
+and row splits"): a replica is a load every device carries whatever else it holds (a constant per device, priced
+once per table from the model's own state of the replica); a shard in host memory costs at least what the same
+shard costs in HBM when the host link is no faster than HBM; and a row block of a share rho of a table's rows costs
+a per-block constant (its bags: indices, the pooled output, its gradient) plus rho times the rest, every term of the
+model being linear in the block's lookups and unique rows, which are rho times the table's. What a row split adds to
+the collectives (its own all-to-all, or within one host the hierarchical ones) is linear in which devices hold
+blocks. Row x column blocks (grid) stay outside.
 """
 
 from __future__ import annotations
@@ -14,10 +19,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.analytic import MS, STATE_BWD_L2, STATE_BWD_STREAM, STATE_FWD_STREAM, STATE_GATHER, STATE_REUSE, BoundAnalytic
+from costmodels.analytic import (
+    INDEX_BYTES,
+    MS,
+    OUTPUT_BYTES,
+    STATE_BAGS,
+    STATE_BWD_L2,
+    STATE_BWD_STREAM,
+    STATE_FOOT,
+    STATE_FWD_STREAM,
+    STATE_GATHER,
+    STATE_REUSE,
+    BoundAnalytic,
+    sector_bytes,
+)
 from shardopt.core.ir import Instance, Kernel
 from shardopt.core.memory import table_bytes
-from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
+from solvers.bound.terms import _VERIFY_RTOL, BoundError, ShardTerms
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,7 @@ def replicable(instance: Instance, table_mem: np.ndarray) -> tuple[np.ndarray, n
             allowed[t] = False
         if tc.devices is not None and len(set(tc.devices) & set(range(D))) < D:
             allowed[t] = False
-        if types is not None and allowed[t] and TABLE_WISE not in types and COLUMN_WISE not in types:
+        if types is not None and allowed[t] and not set(types) & {TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE}:
             forced[t] = True
     for group in c.separate:
         if len(group) > 1:
@@ -116,3 +135,93 @@ def host_tables(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
         may[t] = any(k.in_host_memory for k in tc.kernels)
         must[t] = Kernel.fused not in tc.kernels
     return may, must
+
+
+@dataclass(frozen=True)
+class RowTerms:
+    """Per table, what a row block (the table's full width, a share rho of its rows) charges its device: per block
+    (its bags: indices and offsets, the pooled output and its gradient) and per unit of rho (lookups, sorting, the
+    unique rows' update, the gathered sectors); its sector bytes per row (the cache-hit rows take `sb rho` as a
+    shard's `s`) and its bytes per unit of rho (weights and optimizer state)."""
+
+    rw: np.ndarray  # [T] bool: a plan may split t by rows over devices (TorchRec's row_wise, or a partial host)
+    twrw: np.ndarray  # [T] bool: ... over every device of one host of several (table_row_wise: the hierarchical collectives)
+    fwd_block_ms: np.ndarray
+    fwd_rho_ms: np.ndarray
+    bwd_block_ms: np.ndarray
+    bwd_rho_ms: np.ndarray
+    sb: np.ndarray  # [T] sector bytes of a full-width row
+    mem_rho: np.ndarray  # [T] bytes of the whole table (weights + state), x rho for a block
+    mem_col_rho: np.ndarray  # [T] of those, the ones a block in host memory moves there (weights, adam's moments)
+
+
+def row_terms(bm: BoundAnalytic, terms: ShardTerms) -> RowTerms:
+    """`RowTerms` from the shard terms (a full-width shard's per-shard constants split into the part that scales
+    with the batch's bags and the part that scales with lookups), checked against the model's own row blocks."""
+    p = bm.profile
+    batch = float(bm.batch)
+    hbm_bw = p.hbm_bandwidth * p.gather_efficiency
+    bwd_scale = MS / hbm_bw / p.bwd_bandwidth_factor
+    dims = terms.dims
+    sb = sector_bytes(dims, terms.elem, terms.sector)
+    bag_fwd = batch * INDEX_BYTES / hbm_bw * MS
+    bag_bwd_col = batch * OUTPUT_BYTES * bwd_scale
+    rw, twrw = row_split_kinds(bm.instance)
+    out = RowTerms(
+        rw=rw, twrw=twrw,
+        fwd_block_ms=bag_fwd + terms.fwd_col_ms * dims,
+        fwd_rho_ms=terms.fwd_fixed_ms - bag_fwd + terms.fwd_sb_ms * sb,
+        bwd_block_ms=bag_bwd_col * dims,
+        bwd_rho_ms=terms.bwd_fixed_ms + (terms.bwd_col_ms - bag_bwd_col) * dims + terms.bwd_sb_ms * sb,
+        sb=sb,
+        mem_rho=terms.mem_col * dims + terms.mem_fixed,
+        mem_col_rho=terms.mem_col * dims,
+    )
+    _verify_row_terms(bm, terms, out)
+    return out
+
+
+def _verify_row_terms(bm: BoundAnalytic, terms: ShardTerms, rows: RowTerms) -> None:
+    """Refuse to bound a model whose row blocks the terms do not reproduce: every table at row shares 1/7, 1/2 and
+    1, alone on a device with occupancy forced to 1 and no cache, must cost block + rho x per-rho (before the
+    floor), and its cache footprint and reuse must be rho x the whole table's."""
+    n = len(terms.dims)
+    for rho in (1.0 / 7.0, 0.5, 1.0):
+        states = bm.shard_states(np.arange(n), terms.dims, np.full(n, rho), np.ones(n))
+        whole = bm.shard_states(np.arange(n), terms.dims, np.ones(n), np.ones(n))
+        scale = np.abs(whole).max(axis=1, keepdims=True)
+        ok = bool(np.all(np.abs(states[:, STATE_FOOT] - rho * whole[:, STATE_FOOT]) <= _VERIFY_RTOL * scale))
+        ok &= bool(np.all(np.abs(states[:, STATE_REUSE] - rho * whole[:, STATE_REUSE]) <= _VERIFY_RTOL * scale))
+        st = states.copy()
+        st[:, STATE_FOOT] = 0.0
+        st[:, STATE_BAGS] = bm.profile.sm_count * bm.profile.warps_per_sm
+        model = bm.compute_costs(st)
+        launch = bm.profile.launch_overhead_s * MS
+        fwd = np.maximum(terms.min_kernel_ms, rows.fwd_block_ms + rho * rows.fwd_rho_ms) + launch
+        bwd = np.maximum(terms.min_kernel_ms, rows.bwd_block_ms + rho * rows.bwd_rho_ms) + 3 * launch
+        ok &= np.allclose(model[:, 0], fwd, rtol=_VERIFY_RTOL, atol=1e-15) and np.allclose(model[:, 1], bwd, rtol=_VERIFY_RTOL, atol=1e-15)
+        if not ok:
+            raise BoundError("the analytic cost model's row blocks no longer match the bound's coefficients (solvers/bound/coverage.py): "
+                             "refusing to report a bound of a model it does not reproduce")
+
+
+def row_split_kinds(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
+    """([T] may be split by rows priced as the direct collective, [T] ... as the hierarchical ones): the first
+    where its sharding types include row_wise or table_row_wise (a table_row_wise split over part of a host is priced
+    as the direct one), the second where they include table_row_wise and the cluster has several hosts of several
+    devices (the layout `costmodels.hierarchical.in_host_row_split` prices so). Any kernel may hold a row block."""
+    n = len(instance.tables)
+    topo = instance.topology
+    rw = np.ones(n, dtype=bool)
+    twrw = np.full(n, topo.num_hosts >= 2 and topo.devices_per_host >= 2)
+    c = instance.constraints
+    if c is None:
+        return rw, twrw
+    index = instance.table_index()
+    for tc in c.tables:
+        t = index[tc.table]
+        types = tc.sharding_types
+        if types is not None:
+            rw[t] &= bool({ROW_WISE, TABLE_ROW_WISE} & set(types))
+            twrw[t] &= TABLE_ROW_WISE in types
+    return rw, twrw

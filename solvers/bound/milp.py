@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costmodels.analytic import MS
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
-from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_WISE
 from solvers.placement.rules import PlacementRules
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
@@ -62,6 +63,12 @@ class _Layout:
     z: int
     r: dict[int, int] = field(default_factory=dict)  # replicable table -> its replica variable
     hu: dict[tuple[int, int], int] = field(default_factory=dict)  # pair -> its units in host memory
+    rho: dict[tuple[int, int], int] = field(default_factory=dict)  # row splits (`_Vars`)
+    xr: dict[tuple[int, int], int] = field(default_factory=dict)
+    qr: dict[tuple[int, int], int] = field(default_factory=dict)
+    hr: dict[tuple[int, int], int] = field(default_factory=dict)
+    g: dict[int, int] = field(default_factory=dict)
+    tw: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool, host_memory: bool = False) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
@@ -128,6 +135,21 @@ class _Vars:
     r: dict[int, int] = field(default_factory=dict)  # r[t] binary: t replicated on every device (replicable tables only)
     hu: dict[tuple[int, int], int] = field(default_factory=dict)  # hu[t, d] in [0, n]: units of t on d in host memory
     some_a2a: int | None = None  # one-all-to-all rows: 1 when some table is not replicated (an all-to-all runs)
+    # row splits (`_add_row_variables`): per (t, d) rho (share of t's rows on d), xr (d holds a row block of t), hr
+    # (rho's share in host memory); per table g[t] (split by rows over any devices: the direct collective) and per
+    # (t, host) tw (split over every device of that host: the hierarchical collectives); per device hier (their time)
+    rho: dict[tuple[int, int], int] = field(default_factory=dict)
+    xr: dict[tuple[int, int], int] = field(default_factory=dict)
+    qr: dict[tuple[int, int], int] = field(default_factory=dict)  # a second row block of t on d (g tables)
+    hr: dict[tuple[int, int], int] = field(default_factory=dict)
+    g: dict[int, int] = field(default_factory=dict)
+    tw: dict[tuple[int, int], int] = field(default_factory=dict)
+    hier: list[int] = field(default_factory=list)
+
+    def elsewhere(self, t: int) -> list[int]:
+        """The variables that say table t has no table- or column-wise shard (replicated, or split by rows): at most
+        one of them is 1, and then every column of t is placed that way."""
+        return ([self.r[t]] if t in self.r else []) + ([self.g[t]] if t in self.g else []) + [v for (ti, _), v in self.tw.items() if ti == t]
     # per device, terms the forward / backward / memory rows add (the second shards' charges)
     fwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
     bwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
@@ -141,11 +163,14 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     is whole and one collective runs, whose rows are the same."""
     m = SparseModel()
     v = _add_variables(m, ctx, table_wise)
+    if not table_wise:
+        _add_row_variables(m, ctx, v)
     _add_shard_rows(m, ctx, v, table_wise)
     by_type = per_type and not table_wise
     if by_type:
         _add_type_rows(m, ctx, v)
     _add_device_rows(m, ctx, v)
+    _add_hierarchical_rows(m, ctx, v)
     if by_type:
         _add_per_type_comm_rows(m, ctx, v)
     else:
@@ -154,7 +179,7 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     _add_constraint_rows(m, ctx.bm.instance, v)
     if symmetry:  # within a class, order devices by pooled width (any plan can be permuted so)
         _add_symmetry_rows(m, ctx.bm.instance, v)
-    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z, r=v.r, hu=v.hu)
+    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z, r=v.r, hu=v.hu, rho=v.rho, xr=v.xr, qr=v.qr, hr=v.hr, g=v.g, tw=v.tw)
 
 
 def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) -> _Vars:
@@ -191,14 +216,121 @@ def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) ->
     return _Vars(pairs=pairs, nmax=nmax, x=x, n=n, s=s, y=y, f=f, b=b, h=h, comm=comm, z=z, by_table=by_table, by_dev=by_dev, r=r, hu=hu)
 
 
+def _add_row_variables(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
+    """Row splits (docs/analytic-bound.md, rows S1-S4): g[t] binary where t may be split by rows (priced as the
+    direct collective), tw[t, h] binary per host whose devices t's pins all allow (where t may be table_row_wise: the
+    hierarchical collectives), and per (t, d) allowed by t's pins rho in [0, 1], xr binary, hr in [0, rho] where
+    host memory is covered. Rows: sum_d rho = g + sum_h tw; rho <= xr <= g + tw[t, host(d)]; xr >= tw[t, host(d)]
+    (table_row_wise: a block on every device of the host); at most one of r, g, tw (`_Vars.elsewhere`). A row split
+    has two blocks or more: qr[t, d] in [0, min(xr, g)] a second block on d (charged a block's constants and width),
+    sum_d (xr + qr) >= 2 (g + sum_h tw), and sum_d (xr + qr - tw[t, host(d)]) >= g (the direct collective's blocks)."""
+    bm = ctx.bm
+    inst = bm.instance
+    topo = inst.topology
+    pins = PlacementRules(inst).pins
+    may_host, _ = host_tables(inst)
+    hosts = topo.host_capacities()
+    n_dev = bm.num_devices
+    host_of = [topo.host_of(d) for d in range(n_dev)]
+    for ti in np.flatnonzero(ctx.row_split | ctx.host_row_split):
+        ti = int(ti)
+        devs = [d for d in range(n_dev) if pins[ti, d]]
+        if len(devs) < 1:
+            continue
+        if ctx.row_split[ti]:
+            v.g[ti] = m.var(0, 1, True)
+        if ctx.host_row_split[ti]:
+            for h in range(topo.num_hosts):
+                members = [d for d in range(n_dev) if host_of[d] == h]
+                if all(pins[ti, d] for d in members):
+                    v.tw[(ti, h)] = m.var(0, 1, True)
+        split = ([v.g[ti]] if ti in v.g else []) + [v.tw[(ti, h)] for h in range(topo.num_hosts) if (ti, h) in v.tw]
+        if not split:
+            continue
+        for d in devs:
+            p = (ti, d)
+            v.rho[p] = m.var(0, 1)
+            v.xr[p] = m.var(0, 1, True)
+            m.row({v.rho[p]: 1.0, v.xr[p]: -1.0}, -math.inf, 0.0)
+            row = {v.xr[p]: 1.0}
+            if ti in v.g:
+                row[v.g[ti]] = -1.0
+            if (ti, host_of[d]) in v.tw:
+                row[v.tw[(ti, host_of[d])]] = -1.0
+                m.row({v.xr[p]: 1.0, v.tw[(ti, host_of[d])]: -1.0}, 0.0, math.inf)
+            m.row(row, -math.inf, 0.0)
+            if ctx.host_memory and may_host[ti] and hosts[d] > 0:
+                v.hr[p] = m.var(0, 1)
+                m.row({v.hr[p]: 1.0, v.rho[p]: -1.0}, -math.inf, 0.0)
+            if ti in v.g:
+                v.qr[p] = m.var(0, 1)
+                m.row({v.qr[p]: 1.0, v.xr[p]: -1.0}, -math.inf, 0.0)
+                m.row({v.qr[p]: 1.0, v.g[ti]: -1.0}, -math.inf, 0.0)
+        m.row([(v.rho[(ti, d)], 1.0) for d in devs] + [(e, -1.0) for e in split], 0.0, 0.0)
+        blocks = [(v.xr[(ti, d)], 1.0) for d in devs] + [(v.qr[(ti, d)], 1.0) for d in devs if (ti, d) in v.qr]
+        m.row(blocks + [(e, -2.0) for e in split], 0.0, math.inf)
+        if ti in v.g:
+            nested = [(v.tw[(ti, host_of[d])], -1.0) for d in devs if (ti, host_of[d]) in v.tw]
+            m.row(blocks + nested + [(v.g[ti], -1.0)], 0.0, math.inf)
+        if len(v.elsewhere(ti)) > 1:
+            m.row([(e, 1.0) for e in v.elsewhere(ti)], -math.inf, 1.0)
+
+
+def _row_width(ctx: AnalyticRelaxation, v: _Vars, d: int) -> dict[int, float]:
+    """Device d's width in the row-wise (direct) collective: dim_t (xr[t, d] - tw[t, host(d)]) over t (a block of a
+    split within d's host joins the hierarchical collectives instead)."""
+    out: dict[int, float] = {}
+    h = ctx.bm.instance.topology.host_of(d)
+    for (ti, e), xr in v.xr.items():
+        if e != d:
+            continue
+        dim = float(ctx.terms.dims[ti])
+        out[xr] = out.get(xr, 0.0) + dim
+        if (ti, e) in v.qr:
+            out[v.qr[(ti, e)]] = out.get(v.qr[(ti, e)], 0.0) + dim
+        if (ti, h) in v.tw:
+            out[v.tw[(ti, h)]] = out.get(v.tw[(ti, h)], 0.0) - dim
+    return out
+
+
+def _add_hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
+    """hier_d >= both passes of `costmodels.hierarchical.hierarchical_comm_time` at the host widths W_h = sum_t dim_t
+    tw[t, h] (each a max of two linear pieces: exact), its start-ups times present_H >= tw[t, h]."""
+    bm = ctx.bm
+    topo = bm.instance.topology
+    n_dev = bm.num_devices
+    v.hier = [m.var(0, math.inf) for _ in range(n_dev)] if v.tw else []
+    if not v.tw:
+        return
+    L, H = topo.devices_per_host, topo.num_hosts
+    q = bm.batch / n_dev * 4.0  # bytes per unit of width and peer (costmodels.hierarchical.COMM_BYTES)
+    start = (2 * bm.profile.alltoall_latency_s + bm.profile.network_latency_s) * MS
+    present = m.var(0, 1)
+    for tw in v.tw.values():
+        m.row({present: 1.0, tw: -1.0}, 0.0, math.inf)
+    intra = (L - 1) * H * q / bm.intra_bw * MS
+    inter = q / bm.inter_bw * MS
+    for d in range(n_dev):
+        h = topo.host_of(d)
+        mine = {tw: float(ctx.terms.dims[ti]) for (ti, hh), tw in v.tw.items() if hh == h}
+        every = {tw: float(ctx.terms.dims[ti]) for (ti, _), tw in v.tw.items()}
+        # send: (L - 1) H q W_h / intra + (H - 1) q W_h / inter; receive: ... + q (W - W_h) / inter
+        send = {k: -2.0 * (intra + (H - 1) * inter) * w for k, w in mine.items()}
+        recv = {k: -2.0 * inter * w for k, w in every.items()}
+        for k, w in mine.items():
+            recv[k] = recv.get(k, 0.0) - 2.0 * (intra - inter) * w
+        for row in (send, recv):
+            m.row({v.hier[d]: 1.0, present: -2.0 * start, **row}, 0.0, math.inf)
+
+
 def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wise: bool) -> None:
     """Every column of every table placed; per pair, x linked to n (table-wise: n is all or nothing), the sector
     waste s (the hull; split, also the exact ceil through a new integer c), and the device busy (y >= x)."""
     t = ctx.terms
     x, n, s, y = v.x, v.n, v.s, v.y
-    for ti, ps in enumerate(v.by_table):  # every column placed, unless the table is replicated
+    for ti, ps in enumerate(v.by_table):  # every column placed, unless the table is replicated or split by rows
         units = int(t.dims[ti]) // DIM_ALIGNMENT
-        m.row([(n[p], 1.0) for p in ps] + ([(v.r[ti], float(units))] if ti in v.r else []), units, units)
+        m.row([(n[p], 1.0) for p in ps] + [(e, float(units)) for e in v.elsewhere(ti)], units, units)
     for p in v.pairs:
         ti = p[0]
         units = int(t.dims[ti]) // DIM_ALIGNMENT
@@ -220,6 +352,8 @@ def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wis
     for ti, r in v.r.items():  # a replica makes every device busy
         for d in range(len(y)):
             m.row({y[d]: 1.0, r: -1.0}, 0.0, math.inf)
+    for (ti, d), xr in v.xr.items():  # so does a row block
+        m.row({y[d]: 1.0, xr: -1.0}, 0.0, math.inf)
 
 
 def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
@@ -228,7 +362,7 @@ def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     bm, t = ctx.bm, ctx.terms
     caps = bm.instance.topology.capacities()
     hosts = bm.instance.topology.host_capacities()
-    rep = ctx.replicas
+    rep, rows = ctx.replicas, ctx.rows
     use_hits = t.kappa_ms > 0
     x, n, s, y, f, b, h = v.x, v.n, v.s, v.y, v.f, v.b, v.h
     for d in range(bm.num_devices):
@@ -236,18 +370,28 @@ def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
         mem = [(n[p], t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps] + [(x[p], t.mem_fixed[p[0]] / caps[d]) for p in ps]
         mem += [(v.hu[p], -t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps if p in v.hu]  # (their columns in host memory)
         mem += [(r, rep.mem[ti] / caps[d]) for ti, r in v.r.items()]
+        blocks = [p for p in v.rho if p[1] == d]  # (row blocks on d)
+        mem += [(v.rho[p], rows.mem_rho[p[0]] / caps[d]) for p in blocks] + [(v.hr[p], -rows.mem_col_rho[p[0]] / caps[d]) for p in blocks if p in v.hr]
         mem += v.mem_extra[d]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
         in_host = [(v.hu[p], t.mem_col[p[0]] * DIM_ALIGNMENT / hosts[d]) for p in ps if p in v.hu]
+        in_host += [(v.hr[p], rows.mem_col_rho[p[0]] / hosts[d]) for p in blocks if p in v.hr]
         if in_host:
             m.row(in_host, -math.inf, 1.0 + MEMORY_SLACK)
         if use_hits:
             for k, lam in enumerate(ctx.lams):
                 coefs = [(h[d], 1.0), (y[d], -t.kappa_ms * lam * t.cache_bytes)]
                 coefs += [(s[p], -t.kappa_ms * ctx.slopes[p[0], k]) for p in ps]
+                coefs += [(v.rho[p], -t.kappa_ms * ctx.slopes[p[0], k] * rows.sb[p[0]]) for p in blocks]
                 m.row(coefs, -math.inf, 0.0)
         fwd = [(f[d], 1.0), (h[d], 1.0)] + v.fwd_extra[d] + [(r, -rep.fwd_ms[ti]) for ti, r in v.r.items()]
         bwd = [(b[d], 1.0)] + v.bwd_extra[d] + [(r, -rep.bwd_ms[ti]) for ti, r in v.r.items()]
+        for p in blocks:
+            fwd += [(v.xr[p], -rows.fwd_block_ms[p[0]]), (v.rho[p], -rows.fwd_rho_ms[p[0]])]
+            bwd += [(v.xr[p], -rows.bwd_block_ms[p[0]]), (v.rho[p], -rows.bwd_rho_ms[p[0]])]
+            if p in v.qr:
+                fwd.append((v.qr[p], -rows.fwd_block_ms[p[0]]))
+                bwd.append((v.qr[p], -rows.bwd_block_ms[p[0]]))
         for p in ps:
             ti = p[0]
             fwd += [(x[p], -t.fwd_fixed_ms[ti]), (n[p], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (s[p], -t.fwd_sb_ms[ti])]
@@ -266,30 +410,43 @@ def _add_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     n, comm = v.n, v.comm
     total = float(t.dims.sum())
     host = np.arange(n_dev) // bm.instance.topology.devices_per_host
-    # the all-to-all runs (its start-up paid) unless every table is replicated; its total is less the replicas' widths
-    v.some_a2a = m.var(0.0 if len(v.r) == len(v.by_table) else 1.0, 1.0)
-    for ti, r in v.r.items():
-        m.row({v.some_a2a: 1.0, r: 1.0}, 1.0, math.inf)
+    # one all-to-all of every width (row blocks' included: a sum of maxes is at least the max of the sums), its
+    # start-ups those of the collectives that run: the table- / column-wise one unless every table is replicated or
+    # split by rows, the row-wise one where a table is split by rows over devices; its total less the widths of the
+    # tables that join none (replicated, split within a host)
+    leave = {ti: [e for e in v.elsewhere(ti) if e not in v.g.values()] for ti in range(len(v.by_table))}
+    v.some_a2a = m.var(0.0 if all(v.elsewhere(ti) for ti in range(len(v.by_table))) else 1.0, 1.0)
+    for ti in range(len(v.by_table)):
+        if v.elsewhere(ti):
+            m.row([(v.some_a2a, 1.0)] + [(e, 1.0) for e in v.elsewhere(ti)], 1.0, math.inf)
+    by_rows = m.var(0, 1)
+    for g in v.g.values():
+        m.row({by_rows: 1.0, g: -1.0}, 0.0, math.inf)
     for d in range(n_dev):
         mates = [e for e in range(n_dev) if host[e] == host[d]]
         for p0, p1 in zip(comm_pieces(bm, d, 0.0), comm_pieces(bm, d, 1.0)):
             per_total = p1.const - p0.const  # the piece's coefficient of the all-to-all's total width
-            coefs: dict[int, float] = {comm[d]: 1.0, v.some_a2a: -p0.const}
+            coefs: dict[int, float] = {comm[d]: 1.0, v.some_a2a: -p0.const, by_rows: -p0.const}
             for e in mates if p0.cv else [d]:
                 w = p0.cv + (p0.cu if e == d else 0.0)
                 for p in v.by_dev[e]:
                     coefs[n[p]] = coefs.get(n[p], 0.0) - w * DIM_ALIGNMENT
-            for ti, r in v.r.items():
-                coefs[r] = coefs.get(r, 0.0) + per_total * float(t.dims[ti])
+                for k, dim in _row_width(ctx, v, e).items():
+                    coefs[k] = coefs.get(k, 0.0) - w * dim
+            for ti, es in leave.items():  # (a row split over devices is counted once in the total: at most its share)
+                for e in es:
+                    coefs[e] = coefs.get(e, 0.0) + per_total * float(t.dims[ti])
             m.row(coefs, per_total * total, math.inf)
         m.row(_device_total_row(ctx, v, d), 0.0, math.inf)
 
 
 def _device_total_row(ctx: AnalyticRelaxation, v: _Vars, d: int) -> dict[int, float]:
-    """z >= device d's launches, kernels, all-to-all and its replicas' all-reduce."""
+    """z >= device d's launches, kernels, all-to-all(s), hierarchical collectives and its replicas' all-reduce."""
     row = {v.z: 1.0, v.y[d]: -ctx.terms.launch_ms, v.f[d]: -1.0, v.b[d]: -1.0, v.comm[d]: -1.0}
     for ti, r in v.r.items():
         row[r] = -float(ctx.replicas.allreduce_ms[ti])
+    if v.hier:
+        row[v.hier[d]] = -1.0
     return row
 
 
@@ -325,19 +482,22 @@ def _add_type_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
             lo = hi = 0.0  # (narrower than two 4-column shards, or kept whole: table-wise)
         else:
             lo, hi = (1.0, 1.0) if ti in cut and ti not in v.r else (0.0, 1.0)
-        v.w[ti] = m.var(lo, hi, True)
-        if ti in v.r:  # a replicated table joins neither collective; one kept cut is column-wise or replicated
-            m.row({v.w[ti]: 1.0, v.r[ti]: 1.0}, 1.0 if ti in cut and units >= 2 else -math.inf, 1.0)
+        other = v.elsewhere(ti)
+        v.w[ti] = m.var(0.0 if other else lo, hi, True)
+        if other:  # replicated or split by rows: in neither collective; one kept cut is column-wise or one of those
+            m.row([(v.w[ti], 1.0)] + [(e, 1.0) for e in other], 1.0 if ti in cut and (lo > 0 or units >= 2) else -math.inf, 1.0)
         for p in ps:
             v.nc[p] = m.var(0, v.nmax[p])
             m.row({v.nc[p]: 1.0, v.n[p]: -1.0}, -math.inf, 0.0)
             m.row({v.nc[p]: 1.0, v.w[ti]: -float(v.nmax[p])}, -math.inf, 0.0)
             m.row({v.nc[p]: 1.0, v.n[p]: -1.0, v.w[ti]: -float(v.nmax[p])}, -float(v.nmax[p]), math.inf)
     _add_second_shard_rows(m, ctx, v)
-    v.present = {TABLE_WISE: m.var(0, 1), COLUMN_WISE: m.var(0, 1)}
+    v.present = {TABLE_WISE: m.var(0, 1), COLUMN_WISE: m.var(0, 1), ROW_WISE: m.var(0, 1)}
     for ti in range(len(v.by_table)):
-        m.row({v.present[TABLE_WISE]: 1.0, v.w[ti]: 1.0, **({v.r[ti]: 1.0} if ti in v.r else {})}, 1.0, math.inf)
+        m.row([(v.present[TABLE_WISE], 1.0), (v.w[ti], 1.0)] + [(e, 1.0) for e in v.elsewhere(ti)], 1.0, math.inf)
         m.row({v.present[COLUMN_WISE]: 1.0, v.w[ti]: -1.0}, 0.0, math.inf)
+    for g in v.g.values():
+        m.row({v.present[ROW_WISE]: 1.0, g: -1.0}, 0.0, math.inf)
 
 
 def _add_second_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
@@ -372,34 +532,44 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
     n, nc, comm = v.n, v.nc, v.comm
     total = float(t.dims.sum())
     host = np.arange(n_dev) // bm.instance.topology.devices_per_host
+    types = (TABLE_WISE, COLUMN_WISE) + ((ROW_WISE,) if v.g else ())
+    L = bm.instance.topology.devices_per_host
     for d in range(n_dev):
         mates = [e for e in range(n_dev) if host[e] == host[d]]
-        parts = {g: m.var(0, math.inf) for g in (TABLE_WISE, COLUMN_WISE)}
-        m.row({comm[d]: 1.0, parts[TABLE_WISE]: -1.0, parts[COLUMN_WISE]: -1.0}, 0.0, 0.0)
+        parts = {g: m.var(0, math.inf) for g in types}
+        m.row([(comm[d], 1.0)] + [(parts[g], -1.0) for g in types], 0.0, 0.0)
         at0, at1 = comm_pieces(bm, d, 0.0), comm_pieces(bm, d, 1.0)
         for p0, p1 in zip(at0, at1):
             per_total = p1.const - p0.const  # the piece's coefficient of the collective's total width
-            for g in (TABLE_WISE, COLUMN_WISE):
+            for g in types:
                 coefs: dict[int, float] = {parts[g]: 1.0, v.present[g]: -p0.const}
                 for e in mates if p0.cv else [d]:
-                    wgt = (p0.cv + (p0.cu if e == d else 0.0)) * DIM_ALIGNMENT
+                    wgt = p0.cv + (p0.cu if e == d else 0.0)
+                    if g == ROW_WISE:  # the row blocks' widths (dim each)
+                        for k, dim in _row_width(ctx, v, e).items():
+                            coefs[k] = coefs.get(k, 0.0) - wgt * dim
+                        continue
                     for p in v.by_dev[e]:  # the type's width: nc (column-wise) or n - nc (table-wise)
                         if g == COLUMN_WISE:
-                            coefs[nc[p]] = coefs.get(nc[p], 0.0) - wgt
+                            coefs[nc[p]] = coefs.get(nc[p], 0.0) - wgt * DIM_ALIGNMENT
                         else:
-                            coefs[n[p]] = coefs.get(n[p], 0.0) - wgt
-                            coefs[nc[p]] = coefs.get(nc[p], 0.0) + wgt
+                            coefs[n[p]] = coefs.get(n[p], 0.0) - wgt * DIM_ALIGNMENT
+                            coefs[nc[p]] = coefs.get(nc[p], 0.0) + wgt * DIM_ALIGNMENT
                 const = 0.0
                 if per_total:
                     if g == COLUMN_WISE:
                         for ti in range(len(v.by_table)):
                             coefs[v.w[ti]] = coefs.get(v.w[ti], 0.0) - per_total * float(t.dims[ti])
-                    else:  # the table-wise total: total - sum dim (w + r)
+                    elif g == ROW_WISE:  # sum over devices of the row blocks' widths
+                        for (ti, _), xr in [*v.xr.items(), *v.qr.items()]:
+                            coefs[xr] = coefs.get(xr, 0.0) - per_total * float(t.dims[ti])
+                        for (ti, _), tw in v.tw.items():
+                            coefs[tw] = coefs.get(tw, 0.0) + per_total * float(t.dims[ti]) * L
+                    else:  # the table-wise total: total - sum dim (w + r + g + tw)
                         const = per_total * total
                         for ti in range(len(v.by_table)):
-                            coefs[v.w[ti]] = coefs.get(v.w[ti], 0.0) + per_total * float(t.dims[ti])
-                            if ti in v.r:
-                                coefs[v.r[ti]] = coefs.get(v.r[ti], 0.0) + per_total * float(t.dims[ti])
+                            for e in [v.w[ti], *v.elsewhere(ti)]:
+                                coefs[e] = coefs.get(e, 0.0) + per_total * float(t.dims[ti])
                 m.row(coefs, const, math.inf)
         m.row(_device_total_row(ctx, v, d), 0.0, math.inf)
 
@@ -411,21 +581,23 @@ def _add_table_cut_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table
     x, z = v.x, v.z
     for ti, ps in enumerate(v.by_table):  # the device with t's widest part: z >= Psi_t(k_t), k_t devices hold t
         lines = table_cut_lines(ctx, ti, 1 if table_wise else len(ps))
-        r = v.r.get(ti)  # (replicated, t lies on no device as shards: the cut does not apply, r relaxes it)
+        other = v.elsewhere(ti)  # (replicated or split by rows, t has no shard here: the cut does not apply)
+        if not ps and other:  # (no shard of t fits anywhere: it is placed another way)
+            continue
         if len(lines) == 1 and lines[0][1] == 0.0:  # one device at most: a constant
-            m.row({z: 1.0, **({r: max(lines[0][0], 0.0)} if r is not None else {})}, lines[0][0], math.inf)
+            m.row([(z, 1.0)] + [(e, max(lines[0][0], 0.0)) for e in other], lines[0][0], math.inf)
             continue
         top = min(len(ps), int(t.dims[ti]) // DIM_ALIGNMENT)
-        k = m.var(0 if r is not None else 1, top, True)  # an integer to branch on
+        k = m.var(0 if other else 1, top, True)  # an integer to branch on
         m.row([(k, 1.0)] + [(x[p], -1.0) for p in ps], 0.0, 0.0)
-        if r is not None:
-            m.row({k: 1.0, r: 1.0}, 1.0, math.inf)
+        if other:
+            m.row([(k, 1.0)] + [(e, 1.0) for e in other], 1.0, math.inf)
         if v.w is not None:  # a table-wise table (w = 0) is on one device: k <= 1 + (K - 1) w
             m.row({k: 1.0, v.w[ti]: -float(len(ps) - 1)}, -math.inf, 1.0)
         for alpha, beta in lines:
             row = {z: 1.0, k: -beta}
-            if r is not None:  # at k = 0 (replicated) the line is alpha at most: z >= line - max(alpha, line(top), 0) r
-                row[r] = max(alpha, alpha + beta * top, 0.0)
+            for e in other:  # at k = 0 the line is alpha at most: z >= line - max(alpha, line(top), 0) (r + g + tw)
+                row[e] = max(alpha, alpha + beta * top, 0.0)
             m.row(row, alpha, math.inf)
 
 
@@ -453,14 +625,14 @@ def _add_constraint_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:
                 row = {x[(a, d)]: 1.0} if (a, d) in x else {}
                 if (b, d) in x:
                     row[x[(b, d)]] = row.get(x[(b, d)], 0.0) - 1.0
-                if a in v.r:
-                    row[v.r[a]] = row.get(v.r[a], 0.0) + 1.0
-                if b in v.r:
-                    row[v.r[b]] = row.get(v.r[b], 0.0) - 1.0
+                for sign, ti in ((1.0, a), (-1.0, b)):  # a replica, or a row block, is on d too
+                    for e in ([v.r[ti]] if ti in v.r else []) + ([v.xr[(ti, d)]] if (ti, d) in v.xr else []):
+                        row[e] = row.get(e, 0.0) + sign
                 if row:
                     m.row(row, 0.0, 0.0)
         for group in c.separate:
             on = [x[(index[name], d)] for name in group if (index[name], d) in x]
+            on += [v.xr[(index[name], d)] for name in group if (index[name], d) in v.xr]
             if len(on) > 1:
                 m.row([(k, 1.0) for k in on], -math.inf, 1.0)
 

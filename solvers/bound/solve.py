@@ -73,16 +73,31 @@ def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarr
         cols = {} if whole else dict(col_offset=offset[t], cols=width)
         shards.append(Shard(table=table.name, device=d, kernel=kernel, **cols))
         offset[t] += width
+    blocks: dict[int, list[tuple[int, float]]] = {}
+    for (t, d), rho in layout.rho.items():  # row splits: blocks of about rho x rows, the last taking the rest
+        if solution[rho] > 1e-9:
+            blocks.setdefault(t, []).append((d, float(solution[rho])))
+    for t, parts in blocks.items():
+        table = inst.tables[t]
+        start = 0
+        for i, (d, rho) in enumerate(parts):
+            height = table.rows - start if i == len(parts) - 1 else min(table.rows - start, max(1, round(rho * table.rows)))
+            if height <= 0:
+                continue
+            kernel = Kernel.fused_uvm if (t, d) in layout.hr and solution[layout.hr[(t, d)]] > 1e-9 else Kernel.fused
+            shards.append(Shard(table=table.name, device=d, row_offset=start, rows=height, kernel=kernel))
+            start += height
     plan = Plan(solver="analytic_bound", cost_model=cost_model, shards=shards, instance=inst.content_hash())
     return plan if check_plan(inst, plan).ok else None
 
 
 def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int]], cost_model: CostModel | None = None,
                         *, table_wise: bool = False, time_limit: float = 10.0, replicas: Sequence[int] = (),
-                        host: Sequence[tuple[int, int, int]] = ()) -> float:
+                        host: Sequence[tuple[int, int, int]] = (), rows: Sequence[tuple[int, int, float, bool]] = ()) -> float:
     """The relaxation's optimum with x and n fixed to a plan ((table index, device, width) triples; several shards
     of a table on a device allowed; `replicas` the tables replicated on every device, `host` the shards among
-    `shards` in host memory): the whole MILP, every row included, judged at one point. It must be <= the plan's
+    `shards` in host memory; `rows` the row blocks as (table index, device, share of its rows, in host memory)):
+    the whole MILP, every row included, judged at one point. It must be <= the plan's
     analytic cost (the validity argument of docs/analytic-bound.md, in one number); +inf when the point is
     infeasible in the relaxation (which for a plan that fits in memory would be a bug). Devices of a symmetry class
     are first reordered by pooled width, as the symmetry rows require (the cost is unchanged by the reordering)."""
@@ -96,6 +111,7 @@ def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int
     perm = _symmetry_order(instance, width)
     width = {(t, perm[d]): w for (t, d), w in width.items()}
     in_host = {(t, perm[d]): w for (t, d), w in in_host.items()}
+    rows = [(t, perm[d], rho, h) for t, d, rho, h in rows]  # (permuted with the rest: the cost is unchanged)
     model, layout = build_relaxation(ctx, table_wise)
     lb, ub = np.array(model.lb), np.array(model.ub)
     for p in layout.pairs:
@@ -108,6 +124,31 @@ def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int
         lb[r] = ub[r] = 1.0 if t in set(replicas) else 0.0
     if any(p not in layout.x for p in width) or any(p not in layout.hu for p in in_host) or any(t not in layout.r for t in replicas):
         return math.inf  # a shard (or replica) where the relaxation has no variable: it does not fit there
+    share: dict[tuple[int, int], float] = {}
+    count: dict[tuple[int, int], int] = {}
+    for t, d, rho, _ in rows:
+        share[(t, d)] = share.get((t, d), 0.0) + float(rho)
+        count[(t, d)] = count.get((t, d), 0) + 1
+    topo = instance.topology
+    nested = set()  # tables split over every device of one host (of several): the hierarchical collectives
+    for t in {t for t, _ in share}:
+        devs = {d for (tt, d) in share if tt == t}
+        hosts = {topo.host_of(d) for d in devs}
+        if topo.num_hosts > 1 and len(hosts) == 1 and len(devs) == topo.devices_per_host:
+            nested.add((t, hosts.pop()))
+    if any(p not in layout.rho for p in share) or any(k not in layout.tw for k in nested):
+        return math.inf
+    for p in layout.rho:
+        lb[layout.rho[p]] = ub[layout.rho[p]] = share.get(p, 0.0)
+        lb[layout.xr[p]] = ub[layout.xr[p]] = 1.0 if p in share else 0.0
+    for p, qr in layout.qr.items():
+        lb[qr] = ub[qr] = 1.0 if count.get(p, 0) > 1 and not any(k[0] == p[0] for k in nested) else 0.0
+    for p, hr in layout.hr.items():
+        lb[hr] = ub[hr] = sum(rho for t, d, rho, h in rows if (t, d) == p and h)
+    for k, tw in layout.tw.items():
+        lb[tw] = ub[tw] = 1.0 if k in nested else 0.0
+    for t, g in layout.g.items():
+        lb[g] = ub[g] = 1.0 if any(tt == t for tt, _ in share) and not any(k[0] == t for k in nested) else 0.0
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     res = solve_milp(model, c, time_limit=time_limit, lb=lb, ub=ub, mip_rel_gap=1e-9)

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from costmodels.analytic import MS
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
@@ -75,16 +76,47 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     host_cap = inst.topology.host_capacities()[0]
     may_host, must_host = host_tables(inst)
     hu = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits if ctx.host_memory and may_host[ti] and host_cap > 0}
+    # row splits, every device's (and host's) variables equal: D rho_t = g_t + H tw_t, rho <= xr <= g + tw, xr >= tw
+    H = inst.topology.num_hosts
+    rows = ctx.rows
+    g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti]}
+    tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti]}
+    split = sorted(set(g) | set(tw))
+    rho = {ti: m.var(0, 1) for ti in split}
+    xr = {ti: m.var(0, 1) for ti in split}
+    qr = {ti: m.var(0, 1) for ti in g}  # a second block on a device (milp._add_row_variables)
+    hr = {ti: m.var(0, 1) for ti in split if ctx.host_memory and may_host[ti] and host_cap > 0}
+    for ti in split:
+        share = [(g[ti], -1.0)] if ti in g else []
+        share += [(tw[ti], -float(H))] if ti in tw else []
+        m.row([(rho[ti], float(n_dev))] + share, 0.0, 0.0)
+        m.row({rho[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
+        m.row([(xr[ti], 1.0)] + [(e, -1.0) for e in ([g[ti]] if ti in g else []) + ([tw[ti]] if ti in tw else [])], -math.inf, 0.0)
+        if ti in tw:
+            m.row({xr[ti]: 1.0, tw[ti]: -1.0}, 0.0, math.inf)
+        if ti in qr:
+            m.row({qr[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
+            m.row({qr[ti]: 1.0, g[ti]: -1.0}, -math.inf, 0.0)
+            m.row([(xr[ti], float(n_dev)), (qr[ti], float(n_dev)), (g[ti], -1.0)] + ([(tw[ti], -float(n_dev))] if ti in tw else []), 0.0, math.inf)
+        m.row([(xr[ti], float(n_dev))] + ([(qr[ti], float(n_dev))] if ti in qr else []) + [(e, -2.0 * w) for e, w in
+              ([(g[ti], 1.0)] if ti in g else []) + ([(tw[ti], float(H))] if ti in tw else [])], 0.0, math.inf)
+        if ti in hr:
+            m.row({hr[ti]: 1.0, rho[ti]: -1.0}, -math.inf, 0.0)
+
+    def others(ti: int) -> list[tuple[int, float]]:
+        """(variable, weight): the share of table t replicated or split by rows (0 or 1 in a plan's average)."""
+        return ([(r[ti], 1.0)] if ti in r else []) + ([(g[ti], 1.0)] if ti in g else []) + ([(tw[ti], float(H))] if ti in tw else [])
+
     use_hits = t.kappa_ms > 0
     h = m.var(0, math.inf if use_hits else 0.0)
     comm = m.var(-math.inf, math.inf)
     z = m.var(-math.inf, math.inf)
     for ti in range(len(t.dims)):
         units = int(t.dims[ti]) // DIM_ALIGNMENT
-        if ti not in x:  # on no device: the relaxation (and every plan) is infeasible
-            m.row([], float(units), float(units))
+        if ti not in x:  # no column shard fits: split by rows, or the relaxation (and every plan) is infeasible
+            m.row([(e, w * units) for e, w in others(ti)], float(units), float(units))
             continue
-        m.row({n[ti]: float(n_dev), **({r[ti]: float(units)} if ti in r else {})}, units, units)
+        m.row([(n[ti], float(n_dev))] + [(e, w * units) for e, w in others(ti)], units, units)
         if table_wise:
             m.row({n[ti]: 1.0, x[ti]: -float(units)}, 0.0, 0.0)
         else:
@@ -104,18 +136,23 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     cap = inst.topology.capacities()[0]
     extra: dict[int, int] = {}  # q_t: "column_wise", the shards of t beyond one per device holding it
     if plans == "column_wise" and not table_wise:
-        for ti in fits:  # (every table not replicated is cut: D (x + q) >= 2 (1 - r))
+        for ti in fits:  # (every table not replicated or split by rows is cut: D (x + q) >= 2 (1 - r - g - H tw))
             extra[ti] = m.var(0, math.inf)
-            m.row({x[ti]: float(n_dev), extra[ti]: float(n_dev), **({r[ti]: 2.0} if ti in r else {})}, 2.0, math.inf)
+            m.row([(x[ti], float(n_dev)), (extra[ti], float(n_dev))] + [(e, 2.0 * w) for e, w in others(ti)], 2.0, math.inf)
     mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in fits] + [(x[ti], t.mem_fixed[ti] / cap) for ti in fits]
     mem += [(q, t.mem_fixed[ti] / cap) for ti, q in extra.items()]
     mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti, u in hu.items()] + [(q, rep.mem[ti] / cap) for ti, q in r.items()]
+    mem += [(rho[ti], rows.mem_rho[ti] / cap) for ti in split] + [(q, -rows.mem_col_rho[ti] / cap) for ti, q in hr.items()]
     m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
-    if hu:
-        m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()], -math.inf, 1.0 + MEMORY_SLACK)
+    if hu or hr:
+        m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()] + [(q, rows.mem_col_rho[ti] / host_cap) for ti, q in hr.items()],
+              -math.inf, 1.0 + MEMORY_SLACK)
+    for ti in split:
+        m.row({y: 1.0, xr[ti]: -1.0}, 0.0, math.inf)
     if use_hits:
         for k, lam in enumerate(ctx.lams):
-            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits], -math.inf, 0.0)
+            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits]
+                  + [(rho[ti], -t.kappa_ms * ctx.slopes[ti, k] * rows.sb[ti]) for ti in split], -math.inf, 0.0)
     fwd = [(f, 1.0), (h, 1.0)]
     bwd = [(b, 1.0)]
     for ti in fits:
@@ -127,37 +164,75 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     for ti, q in r.items():
         fwd.append((q, -rep.fwd_ms[ti]))
         bwd.append((q, -rep.bwd_ms[ti]))
+    for ti in split:
+        fwd += [(xr[ti], -rows.fwd_block_ms[ti]), (rho[ti], -rows.fwd_rho_ms[ti])]
+        bwd += [(xr[ti], -rows.bwd_block_ms[ti]), (rho[ti], -rows.bwd_rho_ms[ti])]
+    for ti, q in qr.items():
+        fwd.append((q, -rows.fwd_block_ms[ti]))
+        bwd.append((q, -rows.bwd_block_ms[ti]))
     m.row(fwd, 0.0, math.inf)
     m.row(bwd, 0.0, math.inf)
     m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
     m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
     mixed = plans == "mixed" and not table_wise  # (both collectives run: two start-ups)
-    # an all-to-all runs unless every table is replicated (its start-up paid then); its total less the replicas' widths
-    some = m.var(1.0 if mixed or len(r) < len(t.dims) else 0.0, 1.0)
-    for q in r.values():
-        m.row({some: 1.0, q: 1.0}, 1.0, math.inf)
+    # one all-to-all of every width (row blocks' included), its start-ups those of the collectives that run: the
+    # table- / column-wise one unless every table is replicated or split by rows (`some`), the row-wise one where a
+    # table is split by rows over devices (`by_rows`; a sum of maxes is at least the max of the sums); its total less
+    # the widths of the tables that join none (a row split over devices counted once: at most)
+    leave = {ti: [(e, w) for e, w in others(ti) if ti not in g or e != g[ti]] for ti in range(len(t.dims))}
+    some = m.var(1.0 if mixed or not all(others(ti) for ti in range(len(t.dims))) else 0.0, 1.0)
+    for ti in range(len(t.dims)):
+        if others(ti):
+            m.row([(some, 1.0)] + others(ti), 1.0, math.inf)
+    by_rows = m.var(0, 1)
+    for q in g.values():
+        m.row({by_rows: 1.0, q: -1.0}, 0.0, math.inf)
     start_up = comm_pieces(bm, 0, 0.0)[0].const if mixed else 0.0
     total = float(t.dims.sum())
     for p0, p1 in zip(comm_pieces(bm, 0, 0.0), comm_pieces(bm, 0, 1.0)):  # (device 0 stands for all: the pieces are the same)
         per_total = p1.const - p0.const
-        w = (p0.cv * per_host + p0.cu) * DIM_ALIGNMENT
-        row = [(comm, 1.0), (some, -p0.const)] + [(n[ti], -w) for ti in fits] + [(q, per_total * float(t.dims[ti])) for ti, q in r.items()]
+        w = p0.cv * per_host + p0.cu
+        row = [(comm, 1.0), (some, -p0.const), (by_rows, -p0.const)] + [(n[ti], -w * DIM_ALIGNMENT) for ti in fits]
+        row += [(xr[ti], -w * float(t.dims[ti])) for ti in split] + [(q, w * float(t.dims[ti])) for ti, q in tw.items()]
+        row += [(q, -w * float(t.dims[ti])) for ti, q in qr.items()]
+        row += [(e, per_total * float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es]
         m.row(row, per_total * total + start_up, math.inf)
-    m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()], 0.0, math.inf)
+    hier = _hierarchical_lp(m, ctx, tw)
+    m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
+          + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
     for ti in fits:
         lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
-        q = r.get(ti)
+        other = others(ti)
         if len(lines) == 1 and lines[0][1] == 0.0:
-            m.row({z: 1.0, **({q: max(lines[0][0], 0.0)} if q is not None else {})}, lines[0][0], math.inf)
+            m.row([(z, 1.0)] + [(e, wt * max(lines[0][0], 0.0)) for e, wt in other], lines[0][0], math.inf)
             continue
-        m.row({x[ti]: float(n_dev), **({q: 1.0} if q is not None else {})}, 1.0, math.inf)  # k_t = D x_t >= 1 - r_t
+        m.row([(x[ti], float(n_dev))] + other, 1.0, math.inf)  # k_t = D x_t >= 1 - r_t - g_t - H tw_t
         top = min(n_dev, int(t.dims[ti]) // DIM_ALIGNMENT)
         for alpha, beta in lines:
             row = {z: 1.0, x[ti]: -beta * n_dev}
-            if q is not None:
-                row[q] = max(alpha, alpha + beta * top, 0.0)
+            for e, wt in other:
+                row[e] = wt * max(alpha, alpha + beta * top, 0.0)
             m.row(row, alpha, math.inf)
     return m, z
+
+
+def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]) -> int | None:
+    """The hierarchical collectives of row splits within a host, every host's tw_t equal (`milp._add_hierarchical_rows`
+    averaged over hosts: W_h = sum_t dim_t tw_t, the other hosts' (H - 1) W_h, start-ups times present >= tw_t)."""
+    if not tw:
+        return None
+    bm = ctx.bm
+    topo = bm.instance.topology
+    L, H, D = topo.devices_per_host, topo.num_hosts, bm.num_devices
+    q = bm.batch / D * 4.0
+    start = (2 * bm.profile.alltoall_latency_s + bm.profile.network_latency_s) * MS
+    intra = (L - 1) * H * q / bm.intra_bw * MS
+    inter = (H - 1) * q / bm.inter_bw * MS  # send (H - 1) q W_h and receive q (H - 1) W_h: equal here
+    hier, present = m.var(0, math.inf), m.var(0, 1)
+    for v in tw.values():
+        m.row({present: 1.0, v: -1.0}, 0.0, math.inf)
+    m.row([(hier, 1.0), (present, -2.0 * start)] + [(v, -2.0 * (intra + inter) * float(ctx.terms.dims[ti])) for ti, v in tw.items()], 0.0, math.inf)
+    return hier
 
 
 def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any",

@@ -34,7 +34,7 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
     if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:
         return None
     try:
-        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit, per_type=False)
+        res = analytic_lower_bound(instance, cost_model, time_limit=time_limit, per_type=False, row_splits=False, host_memory=False)
     except BoundError:  # (not the analytic model)
         return None
     row: dict[str, Any] = {"solver": "relaxation", "status": res.status, "cost": None}
