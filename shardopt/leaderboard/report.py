@@ -135,8 +135,8 @@ def caption(rep: SuiteReport) -> str:
         f"judge: {rep.judge} (backend {rep.backend}, cost model {rep.cost_model}). Mean max cost is over the {rep.common} pairs every "
         f"solver solved; ratio to best and wins over each solver's solved pairs; failed = infeasible / no plan / "
         f"error, never dropped silently; gap to bound = (cost - bound) / cost, the bound being the instance's certified lower bound of the analytic model "
-        f"(shardopt bound: every table- and column-wise plan costs at least that; row-wise or replicated shards are "
-        f"not covered), where `leaderboard run --bounds` computed one."
+        f"(shardopt bound: every plan of table-, column-, row-wise and replicated shards, in HBM or host memory, costs at "
+        f"least that; row x column blocks are not covered), where `leaderboard run --bounds` computed one."
     )
 
 
