@@ -1,5 +1,6 @@
-"""`shardopt bound`: a certified lower bound of the analytic cost model over table- and column-wise plans
-(solvers.bound), and, with --plan, how far a plan can at most be from the best such plan."""
+"""`shardopt bound`: a certified lower bound of the analytic cost model over the plans it covers (table-, column-,
+row-wise and replicated shards, in HBM or host memory: solvers.bound), and, with --plan, how far a plan can at most
+be from the best such plan."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def bound(
     models: ModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """A certified lower bound of the analytic plan cost: no table- or column-wise plan costs less."""
+    """A certified lower bound of the analytic plan cost: no plan of table-, column-, row-wise or replicated shards costs less."""
     with _guard(json_out):
         from shardopt.measure.evaluate import cost_model_label
         from solvers.bound import BoundError, analytic_lower_bound

@@ -40,6 +40,7 @@ def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
 
 
 FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only
+MAX_FULL_PAIRS = 200_000  # nor is the full relaxation built for devices that differ beyond this many (~14 KB a pair: 24 GB at 3,424 x 512)
 
 
 @dataclass
@@ -134,7 +135,22 @@ def analytic_lower_bound(
     sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
     n_pairs = len(_pairs(instance, ctx.terms, table_wise, ctx.host_memory)[0])
     if symmetric and n_pairs > FULL_RELAXATION_MAX_PAIRS:
-        sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.5 * time_limit))
+        sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.8 * time_limit))  # (the classes get what is left)
+        if sym is None or not math.isfinite(sym):
+            # never the full relaxation at this size (3,424 x 512: ~24 GB); the symmetric LP's "infeasible" is the
+            # relaxation's, and without an answer in time the bound that needs no solver stands
+            elapsed = time.perf_counter() - start
+            if sym is not None:
+                return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, source="symmetric LP", **flags,
+                                     reason="no plan of the covered kinds fits in the devices' memory (HiGHS proved the LP relaxation infeasible)")
+            return AnalyticBound(table_cut_bound(ctx, table_wise), "bound", table_wise, solver, elapsed, covers, model_name, source="table cuts",
+                                 solver_message=f"the symmetric LP did not finish within {0.8 * time_limit:g} s ({n_pairs:,} pairs: too large "
+                                 "for the full relaxation); a longer --time-limit gives its bound", **flags)
+    elif n_pairs > MAX_FULL_PAIRS:  # devices that differ, and too many pairs to build the relaxation in memory
+        return AnalyticBound(table_cut_bound(ctx, table_wise), "bound", table_wise, solver, time.perf_counter() - start, covers, model_name,
+                             source="table cuts", **flags,
+                             solver_message=f"{n_pairs:,} (table, device) pairs on devices that differ: beyond what the full relaxation "
+                             f"is built for ({MAX_FULL_PAIRS:,}); the bound that needs no solver")
     if sym is not None and math.isfinite(sym):
         # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
         # one-all-to-all relaxation's LP bound (build_symmetric_lp), of every plan: constraints only take plans away.

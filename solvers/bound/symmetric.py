@@ -76,32 +76,30 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     host_cap = inst.topology.host_capacities()[0]
     may_host, must_host = host_tables(inst)
     hu = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits if ctx.host_memory and may_host[ti] and host_cap > 0}
-    # row splits, every device's (and host's) variables equal: D rho_t = g_t + H tw_t, rho <= xr <= g + tw, xr >= tw
+    # row splits, every device's (and host's) variables equal (milp._add_row_variables averaged): g_t, tw_t <= 1/H per
+    # host, a device's share of t's rows rho_t = (g + H tw) / D (`rho_of`), and its blocks bl_t = xr + qr in [0, 2]:
+    # bl >= rho, bl <= 2 g + tw, bl >= tw, D (bl - tw) >= g, D bl >= 2 (g + H tw); busy y >= bl / 2 (>= xr)
     H = inst.topology.num_hosts
     rows = ctx.rows
     g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti]}
     tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti]}
     split = sorted(set(g) | set(tw))
-    rho = {ti: m.var(0, 1) for ti in split}
-    xr = {ti: m.var(0, 1) for ti in split}
-    qr = {ti: m.var(0, 1) for ti in g}  # a second block on a device (milp._add_row_variables)
+    bl = {ti: m.var(0, 2) for ti in split}
     hr = {ti: m.var(0, 1) for ti in split if ctx.host_memory and may_host[ti] and host_cap > 0}
+
+    def rho_of(ti: int, scale: float = 1.0) -> list[tuple[int, float]]:
+        return ([(g[ti], scale / n_dev)] if ti in g else []) + ([(tw[ti], scale * H / n_dev)] if ti in tw else [])
+
     for ti in split:
-        share = [(g[ti], -1.0)] if ti in g else []
-        share += [(tw[ti], -float(H))] if ti in tw else []
-        m.row([(rho[ti], float(n_dev))] + share, 0.0, 0.0)
-        m.row({rho[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
-        m.row([(xr[ti], 1.0)] + [(e, -1.0) for e in ([g[ti]] if ti in g else []) + ([tw[ti]] if ti in tw else [])], -math.inf, 0.0)
+        m.row([(bl[ti], 1.0)] + rho_of(ti, -1.0), 0.0, math.inf)
+        m.row([(bl[ti], 1.0)] + ([(g[ti], -2.0)] if ti in g else []) + ([(tw[ti], -1.0)] if ti in tw else []), -math.inf, 0.0)
         if ti in tw:
-            m.row({xr[ti]: 1.0, tw[ti]: -1.0}, 0.0, math.inf)
-        if ti in qr:
-            m.row({qr[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
-            m.row({qr[ti]: 1.0, g[ti]: -1.0}, -math.inf, 0.0)
-            m.row([(xr[ti], float(n_dev)), (qr[ti], float(n_dev)), (g[ti], -1.0)] + ([(tw[ti], -float(n_dev))] if ti in tw else []), 0.0, math.inf)
-        m.row([(xr[ti], float(n_dev))] + ([(qr[ti], float(n_dev))] if ti in qr else []) + [(e, -2.0 * w) for e, w in
-              ([(g[ti], 1.0)] if ti in g else []) + ([(tw[ti], float(H))] if ti in tw else [])], 0.0, math.inf)
+            m.row({bl[ti]: 1.0, tw[ti]: -1.0}, 0.0, math.inf)
+        if ti in g:
+            m.row([(bl[ti], float(n_dev)), (g[ti], -1.0)] + ([(tw[ti], -float(n_dev))] if ti in tw else []), 0.0, math.inf)
+        m.row([(bl[ti], float(n_dev))] + rho_of(ti, -2.0 * n_dev), 0.0, math.inf)
         if ti in hr:
-            m.row({hr[ti]: 1.0, rho[ti]: -1.0}, -math.inf, 0.0)
+            m.row([(hr[ti], 1.0)] + rho_of(ti, -1.0), -math.inf, 0.0)
 
     def others(ti: int) -> list[tuple[int, float]]:
         """(variable, weight): the share of table t replicated or split by rows (0 or 1 in a plan's average)."""
@@ -142,17 +140,17 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in fits] + [(x[ti], t.mem_fixed[ti] / cap) for ti in fits]
     mem += [(q, t.mem_fixed[ti] / cap) for ti, q in extra.items()]
     mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti, u in hu.items()] + [(q, rep.mem[ti] / cap) for ti, q in r.items()]
-    mem += [(rho[ti], rows.mem_rho[ti] / cap) for ti in split] + [(q, -rows.mem_col_rho[ti] / cap) for ti, q in hr.items()]
+    mem += [e for ti in split for e in rho_of(ti, rows.mem_rho[ti] / cap)] + [(q, -rows.mem_col_rho[ti] / cap) for ti, q in hr.items()]
     m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
     if hu or hr:
         m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()] + [(q, rows.mem_col_rho[ti] / host_cap) for ti, q in hr.items()],
               -math.inf, 1.0 + MEMORY_SLACK)
     for ti in split:
-        m.row({y: 1.0, xr[ti]: -1.0}, 0.0, math.inf)
+        m.row({y: 1.0, bl[ti]: -0.5}, 0.0, math.inf)
     if use_hits:
         for k, lam in enumerate(ctx.lams):
             m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits]
-                  + [(rho[ti], -t.kappa_ms * ctx.slopes[ti, k] * rows.sb[ti]) for ti in split], -math.inf, 0.0)
+                  + [e for ti in split for e in rho_of(ti, -t.kappa_ms * ctx.slopes[ti, k] * rows.sb[ti])], -math.inf, 0.0)
     fwd = [(f, 1.0), (h, 1.0)]
     bwd = [(b, 1.0)]
     for ti in fits:
@@ -165,11 +163,8 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         fwd.append((q, -rep.fwd_ms[ti]))
         bwd.append((q, -rep.bwd_ms[ti]))
     for ti in split:
-        fwd += [(xr[ti], -rows.fwd_block_ms[ti]), (rho[ti], -rows.fwd_rho_ms[ti])]
-        bwd += [(xr[ti], -rows.bwd_block_ms[ti]), (rho[ti], -rows.bwd_rho_ms[ti])]
-    for ti, q in qr.items():
-        fwd.append((q, -rows.fwd_block_ms[ti]))
-        bwd.append((q, -rows.bwd_block_ms[ti]))
+        fwd += [(bl[ti], -rows.fwd_block_ms[ti])] + rho_of(ti, -rows.fwd_rho_ms[ti])
+        bwd += [(bl[ti], -rows.bwd_block_ms[ti])] + rho_of(ti, -rows.bwd_rho_ms[ti])
     m.row(fwd, 0.0, math.inf)
     m.row(bwd, 0.0, math.inf)
     m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
@@ -193,8 +188,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         per_total = p1.const - p0.const
         w = p0.cv * per_host + p0.cu
         row = [(comm, 1.0), (some, -p0.const), (by_rows, -p0.const)] + [(n[ti], -w * DIM_ALIGNMENT) for ti in fits]
-        row += [(xr[ti], -w * float(t.dims[ti])) for ti in split] + [(q, w * float(t.dims[ti])) for ti, q in tw.items()]
-        row += [(q, -w * float(t.dims[ti])) for ti, q in qr.items()]
+        row += [(bl[ti], -w * float(t.dims[ti])) for ti in split] + [(q, w * float(t.dims[ti])) for ti, q in tw.items()]
         row += [(e, per_total * float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es]
         m.row(row, per_total * total + start_up, math.inf)
     hier = _hierarchical_lp(m, ctx, tw)
