@@ -187,7 +187,8 @@ for _spec in (
                "cost model says they pay (-O row_wise=false: none); where those cannot hold the instance in HBM: row-wise for "
                "a table larger than every device, UVM-cached / UVM for the coldest tables (the heuristics' tiers), the rest "
                "searched table- and column-wise, then caches grown / tables moved back to HBM / small tables replicated "
-               "data-parallel where the cost model says so (data-parallel on HBM instances with -O data_parallel=true)",
+               "data-parallel where the cost model says so; on HBM instances the search again around sets of the smallest tables "
+               "replicated, in the time left (-O data_parallel=false: no replicas; true: the polish replicates too)",
                constraints=CONSTRAINT_KINDS),
     SolverSpec("neuroshard_faithful", "solvers.neuroshard.search", "NeuroShardFaithfulSolver", "search",
                "NeuroShard as published (beam 3, top-10 size/cost candidates, 10 halvings, dim-cap grid 1.0..1.5)",

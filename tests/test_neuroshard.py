@@ -198,8 +198,8 @@ def test_the_one_collective_seed_finds_what_mixed_plans_miss() -> None:
 
     inst = many_devices_instance()
     cm = AnalyticCostModel()
-    on = NeuroShardSolver().solve(inst, cm, time_limit=120)
-    off = NeuroShardSolver(one_collective=False).solve(inst, cm, time_limit=120)
+    on = NeuroShardSolver(data_parallel=False).solve(inst, cm, time_limit=120)  # (the lane alone: no replica searches)
+    off = NeuroShardSolver(one_collective=False, data_parallel=False).solve(inst, cm, time_limit=120)
     assert check_plan(inst, on.plan).ok and on.info["one_collective_cost"] is not None
     assert off.info["one_collective_cost"] is None
     assert on.predicted_cost < 0.97 * off.predicted_cost

@@ -88,8 +88,10 @@ def test_data_parallel_replicates_a_tiny_hot_table_only_when_asked() -> None:
 def test_neuroshard_offers_replicas_with_the_option() -> None:
     inst = hot_small_table_instance()
     cm = get_cost_model("analytic")
-    plain = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
-    assert not any(s.replicated for s in plain.plan.shards)  # HBM instances: off unless asked
+    plain = get_solver("neuroshard", data_parallel=False).solve(inst, cm, time_limit=20, seed=0)
+    assert not any(s.replicated for s in plain.plan.shards)  # data_parallel=false: never
+    default = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)  # (its search around replica sets)
+    assert default.predicted.max_cost <= plain.predicted.max_cost
     from solvers.neuroshard.search import NeuroShardSolver
 
     r = NeuroShardSolver(data_parallel=True).solve(inst, cm, time_limit=20, seed=0)
@@ -131,7 +133,7 @@ def test_the_replica_sweep_finds_what_single_replicas_cannot() -> None:
         "workload": {"batch_size": 16384, "optimizer": "rowwise_adagrad"}})
     cm = get_cost_model("analytic")
     bm = cm.bind(inst)
-    plan = get_solver("neuroshard").solve(inst, cm, seed=0).plan
+    plan = get_solver("neuroshard", data_parallel=False).solve(inst, cm, seed=0).plan  # (a plan without replicas)
     before = bm.plan_costs(plan.shards).max_cost
     for t in ("t0", "t3", "t9"):  # no single replica of a small table helps much (measured: at most 0.5 %)
         one = [s for s in plan.shards if s.table != t] + [Shard(table=t, device=d, replicated=True) for d in range(2)]
@@ -276,11 +278,12 @@ def test_a_hot_table_split_over_every_device_moves_to_one_hosts_host_memory() ->
     assert info["cost_after"] < 0.7 * before
 
 
-def test_neuroshard_searches_around_replica_sets_when_asked() -> None:
+def test_neuroshard_searches_around_replica_sets() -> None:
     """random-582 of benchmarks/bench_tiered.py (8 GH200s, 26 tables): the polish replicates tables where the search
     put them and keeps two (1.70 ms, simulated); TorchRec replicates the 8 smallest and balances the rest (1.46).
-    With data_parallel, neuroshard also searches the other tables around the smallest tables pre-placed as replicas
-    (solvers.placement.tiering.replica_layout) and keeps the cheapest plan; without it, no replica search."""
+    Neuroshard also searches the other tables around the smallest tables pre-placed as replicas
+    (solvers.placement.tiering.replica_layout) and keeps the cheapest plan (by default; data_parallel=false: no
+    replica search)."""
     from solvers.placement.tiering import replica_layout, replica_order
 
     spec = [(12192, 44, 5.54, 1.12), (1433001, 148, 32.94, 1.05), (331, 240, 13.36, 1.19), (107, 172, 6.49, 0.98),
@@ -308,7 +311,7 @@ def test_neuroshard_searches_around_replica_sets_when_asked() -> None:
     cost = bm.plan_costs(r.plan.shards).max_cost
     assert cost < 0.95 * searches["searched_cost"]  # measured 1.703 -> 1.461
     assert len({s.table for s in r.plan.shards if s.replicated}) >= 4
-    plain = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=2)
+    plain = get_solver("neuroshard", data_parallel=False).solve(inst, cm, seed=0, time_limit=2)
     assert "replica_searches" not in plain.info
 
 

@@ -36,7 +36,8 @@ class NeuroShardConfig:
     patience: int | None = option(3, "beam steps without a cheaper plan before the search stops (null: max_steps)", low=1)
     polish_reserve: float = option(0.15, "share of the budget the search leaves for the polish", low=0.0, high=1.0, high_open=True)
     placement_polish: bool = option(True, "in a tiered layout: cost-driven caches and moves back to HBM")
-    data_parallel: bool | None = option(None, "offer data-parallel replicas (null: in tiered layouts only)")
+    data_parallel: bool | None = option(None, "offer data-parallel replicas (null: in tiered layouts, and on HBM instances the search "
+                                              "again around replica sets in the time left; true: also the polish's replicate moves; false: none)")
     row_wise: bool = option(True, "offer row-wise / table-row-wise splits of HBM tables on the bottleneck device")
     safe_fallback: bool = option(True, "score a state none of whose grid lanes packs again with the completion check")
     uneven_halves: bool = option(True, "cut a piece of an odd number of 4-column units unevenly too (false: exact halves)")

@@ -478,14 +478,15 @@ class NeuroShardSolver(Solver):
         return placement_conflict(instance, self.name, can_split, tiers=True)
 
     def _replica_searches(self, instance: Instance, cost_model: CostModel, result: SolveResult, budget: Budget, seed: int) -> SolveResult:
-        """With `data_parallel=True` on an HBM instance, the search again around sets of replicas, the cheapest plan
-        kept. Why: the placement polish replicates tables of the searched plan where they sit, and a replica set it
+        """On an HBM instance (unless `data_parallel=False`), the search again around sets of replicas in the time the
+        search left, the cheapest plan kept. Why: the placement polish replicates tables of the searched plan where
+        they sit (on HBM instances only with `data_parallel=True`), and a replica set it
         would need the other tables moved for never looks cheaper there (TorchRec's plans replicate the smallest tables
         and balance the rest around them). So the
         smallest tables (`replica_order`) are pre-placed as replicas, prefixes of growing size (REPLICA_PREFIXES), and
         the other tables searched around them, each prefix an equal share of the time left, until REPLICA_PATIENCE
         prefixes in a row are not cheaper or the copies no longer fit."""
-        if (self.config.data_parallel is not True or result.plan is None or result.predicted is None or constrained(instance)
+        if (self.config.data_parallel is False or result.plan is None or result.predicted is None or constrained(instance)
                 or not cost_model.bind(instance).replicas):  # (a model that cannot price replicas: none proposed)
             return result
         order = replica_order(instance)
