@@ -37,6 +37,7 @@ from shardopt.core.ir import Instance, Kernel
 from shardopt.core.memory import table_bytes
 from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
 from solvers.bound.terms import _VERIFY_RTOL, BoundError, ShardTerms
+from solvers.placement.rules import TierRules
 
 
 @dataclass(frozen=True)
@@ -120,20 +121,12 @@ def host_tier_reason(bm: BoundAnalytic) -> str | None:
 
 
 def host_tables(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
-    """([T] may have shards in host memory, [T] must: its kernels leave out fused)."""
+    """([T] may have shards in host memory, [T] must: its kernels leave out fused), as the tiering layouts read the
+    constraints (`TierRules`)."""
+    rules = TierRules(instance)
     n = len(instance.tables)
-    may = np.ones(n, dtype=bool)
-    must = np.zeros(n, dtype=bool)
-    c = instance.constraints
-    if c is None:
-        return may, must
-    index = instance.table_index()
-    for tc in c.tables:
-        if tc.kernels is None:
-            continue
-        t = index[tc.table]
-        may[t] = any(k.in_host_memory for k in tc.kernels)
-        must[t] = Kernel.fused not in tc.kernels
+    may = np.array([rules.allows(t, Kernel.fused_uvm) or rules.allows(t, Kernel.fused_uvm_caching) for t in range(n)], dtype=bool)
+    must = np.array([rules.host_only(t) for t in range(n)], dtype=bool)
     return may, must
 
 
