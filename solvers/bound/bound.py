@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import time
+
+import numpy as np
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,7 +17,7 @@ from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
 from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
 from solvers.bound.context import AnalyticRelaxation
-from solvers.bound.milp import _pairs, build_relaxation
+from solvers.bound.milp import build_relaxation, pair_fits
 from solvers.bound.solve import _solve_highs, relaxation_plan
 from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
 from solvers.bound.table_cuts import table_cut_bound
@@ -121,7 +123,7 @@ def analytic_lower_bound(
                              model_name, reason=reason, **flags)
     if instance.constraint_kinds():
         free = instance.model_copy(update={"constraints": None})
-        if len(_pairs(free, ctx.terms, table_wise, ctx.host_memory)[0]) > FULL_RELAXATION_MAX_PAIRS:
+        if np.count_nonzero(pair_fits(free, ctx.terms, table_wise, ctx.host_memory)) > FULL_RELAXATION_MAX_PAIRS:
             # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
             # so the symmetric LP does not hold for it): the bound of every plan, also a bound of the constrained ones
             out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
@@ -133,7 +135,7 @@ def analytic_lower_bound(
     solver = "HiGHS (scipy.optimize.milp)"
     symmetric = devices_interchangeable(instance)
     sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
-    n_pairs = len(_pairs(instance, ctx.terms, table_wise, ctx.host_memory)[0])
+    n_pairs = int(np.count_nonzero(pair_fits(instance, ctx.terms, table_wise, ctx.host_memory)))
     if symmetric and n_pairs > FULL_RELAXATION_MAX_PAIRS:
         sym = symmetric_lp_bound(ctx, table_wise, max(0.1, 0.8 * time_limit))  # (the classes get what is left)
         if sym is None or not math.isfinite(sym):

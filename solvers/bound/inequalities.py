@@ -6,7 +6,6 @@ Proofs: docs/analytic-bound.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,12 +159,9 @@ def comm_floor(bm: BoundAnalytic, width: float, total: float | None = None) -> f
         return 0.0
     total = float(bm.table_dims.sum()) if total is None else total  # (the all-to-alls' least total width)
     ct = bm.comm_terms()
-    best = math.inf
-    for d in range(bm.num_devices):
-        nl, nr = float(ct.local_peers[d]), float(ct.remote_peers[d])
-        if ct.single_host:
-            t = ct.local_scale * max(nl * width, nl * total / (nl + 1))
-        else:
-            t = max(ct.local_scale * nl * width, ct.remote_scale * nr * width)
-        best = min(best, 2 * (ct.latency_ms + t))
-    return best
+    nl, nr = ct.local_peers.astype(np.float64), ct.remote_peers.astype(np.float64)
+    if ct.single_host:
+        t = ct.local_scale * np.maximum(nl * width, nl * total / (nl + 1))
+    else:
+        t = np.maximum(ct.local_scale * nl * width, ct.remote_scale * nr * width)
+    return float((2 * (ct.latency_ms + t)).min())

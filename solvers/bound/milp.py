@@ -71,30 +71,32 @@ class _Layout:
     tw: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
-def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool, host_memory: bool = False) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
-    """(t, d) pairs where t can have a shard on d (its memory, and its placement constraints' pins), and the most
-    units of 4 columns of t that d can hold; with `host_memory`, in HBM and in d's share of host memory together
-    (a shard in host memory keeps only its rowwise optimizer state, `mem_fixed`, in HBM: shardopt.core.memory)."""
-    caps = instance.topology.capacities()
-    hosts = instance.topology.host_capacities() if host_memory else [0] * len(caps)
+def pair_fits(instance: Instance, terms: ShardTerms, table_wise: bool, host_memory: bool = False) -> np.ndarray:
+    """[T, D] the most units of 4 columns of t that d can hold (0: no pair), where t can have a shard on d (its memory,
+    and its placement constraints' pins); with `host_memory`, in HBM and in d's share of host memory together (a
+    shard in host memory keeps only its rowwise optimizer state, `mem_fixed`, in HBM: shardopt.core.memory)."""
+    caps = np.asarray(instance.topology.capacities(), dtype=np.float64)
+    hosts = np.asarray(instance.topology.host_capacities() if host_memory else [0] * len(caps), dtype=np.float64)
     may_host, must_host = host_tables(instance)
     pins = PlacementRules(instance).pins
-    pairs: list[tuple[int, int]] = []
-    nmax: dict[tuple[int, int], int] = {}
-    for t, dim in enumerate(terms.dims.astype(int)):
-        units = dim // DIM_ALIGNMENT
-        per_unit = terms.mem_col[t] * DIM_ALIGNMENT
-        for d, cap in enumerate(caps):
-            room = cap - terms.mem_fixed[t]  # what is left for columns after one shard's fixed bytes
-            in_hbm = 0 if must_host[t] and host_memory else math.floor(room / per_unit)
-            in_host = math.floor(hosts[d] / per_unit) if may_host[t] else 0
-            fit = int(min(units, in_hbm + in_host)) if room >= 0 else 0
-            if (table_wise and fit < units) or not pins[t, d]:
-                continue
-            if fit >= 1:
-                pairs.append((t, d))
-                nmax[(t, d)] = fit
-    return pairs, nmax
+    units = (terms.dims.astype(np.int64) // DIM_ALIGNMENT)[:, None]
+    per_unit = (terms.mem_col * DIM_ALIGNMENT)[:, None]
+    room = caps[None, :] - terms.mem_fixed[:, None]  # what is left for columns after one shard's fixed bytes
+    in_hbm = np.where((must_host & host_memory)[:, None], 0.0, np.floor(room / per_unit))
+    in_host = np.where(may_host[:, None], np.floor(hosts[None, :] / per_unit), 0.0)
+    fit = np.where(room >= 0, np.minimum(units, in_hbm + in_host), 0).astype(np.int64)
+    fit[~pins.astype(bool)] = 0
+    if table_wise:
+        fit[fit < units] = 0
+    return np.maximum(fit, 0)
+
+
+def _pairs(instance: Instance, terms: ShardTerms, table_wise: bool, host_memory: bool = False) -> tuple[list[tuple[int, int]], dict[tuple[int, int], int]]:
+    """(t, d) pairs where t can have a shard on d, and the most units of 4 columns of t that d can hold (`pair_fits`)."""
+    fit = pair_fits(instance, terms, table_wise, host_memory)
+    ts, ds = np.nonzero(fit >= 1)
+    pairs = list(zip(ts.tolist(), ds.tolist()))
+    return pairs, dict(zip(pairs, fit[ts, ds].tolist()))
 
 
 def _symmetry_classes(instance: Instance) -> list[list[int]]:

@@ -16,7 +16,7 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
-from solvers.bound.milp import MEMORY_SLACK, _pairs
+from solvers.bound.milp import MEMORY_SLACK, pair_fits
 from solvers.milp import MilpStatus, SparseModel, solve_milp
 from solvers.bound.table_cuts import table_cut_lines
 
@@ -63,8 +63,9 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         raise ValueError(f"{inst.name}: devices differ in capacity or hosts in size; the symmetric LP does not apply")
     n_dev = bm.num_devices
     per_host = min(inst.topology.devices_per_host, n_dev)
-    pairs, nmax = _pairs(inst, t, table_wise, ctx.host_memory)
-    fits = sorted({ti for ti, d in pairs if d == 0})
+    fit0 = pair_fits(inst, t, table_wise, ctx.host_memory)[:, 0]  # (device 0 stands for all)
+    fits = [int(ti) for ti in np.flatnonzero(fit0 >= 1)]
+    nmax = {(ti, 0): int(fit0[ti]) for ti in fits}
     m = SparseModel()
     x = {ti: m.var(0, 1) for ti in fits}
     n = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits}

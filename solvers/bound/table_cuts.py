@@ -24,10 +24,14 @@ def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> n
     top = max(1, min(max_devices, units))
     key = (int(table), top)
     if key not in ctx.cut_values:  # (computed once: the relaxation's rows and the fallback bound both use them)
+        total = ctx.alltoall_total_floor(table)
+        at: dict[int, float] = {}  # by width: k devices give few distinct widths (512 devices, 64 units: 15)
         vals = []
         for k in range(1, top + 1):
             w = DIM_ALIGNMENT * math.ceil(units / k)
-            vals.append(_device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w, ctx.alltoall_total_floor(table)))
+            if w not in at:
+                at[w] = _device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w, total)
+            vals.append(at[w])
         ctx.cut_values[key] = np.array(vals)
     return ctx.cut_values[key]
 
