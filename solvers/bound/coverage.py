@@ -34,7 +34,7 @@ from costmodels.analytic import (
     sector_bytes,
 )
 from shardopt.core.ir import Instance, Kernel
-from shardopt.core.memory import table_bytes
+from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
 from solvers.bound.terms import _VERIFY_RTOL, BoundError, ShardTerms
 from solvers.placement.rules import TierRules
@@ -68,7 +68,7 @@ def replica_terms(bm: BoundAnalytic) -> ReplicaTerms:
     reuse = states[:, STATE_REUSE].sum(axis=1)
     fwd = ((states[:, STATE_GATHER] + states[:, STATE_FWD_STREAM]) / hbm_bw - kappa * reuse) * MS
     bwd = (states[:, STATE_BWD_STREAM] / hbm_bw + states[:, STATE_BWD_L2] / l2_bw) / p.bwd_bandwidth_factor * MS
-    mem = np.array([float(table_bytes(inst, t)) for t in inst.tables])
+    mem = table_bytes_array(inst).astype(np.float64)
     allowed, forced = replicable(inst, mem)
     comm = np.array([bm.replicated_comm(t) if allowed[t] else 0.0 for t in range(n)])
     return ReplicaTerms(allowed=allowed, forced=forced, fwd_ms=np.maximum(fwd, 0.0), bwd_ms=bwd, mem=mem, allreduce_ms=comm)

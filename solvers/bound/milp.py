@@ -147,11 +147,17 @@ class _Vars:
     g: dict[int, int] = field(default_factory=dict)
     tw: dict[tuple[int, int], int] = field(default_factory=dict)
     hier: list[int] = field(default_factory=list)
+    # indexes of the above, built once they are all made (`_add_row_variables`): per table the variables of
+    # `elsewhere`, per device its row blocks and its width in the row-wise collective, dim_t (xr[t, d] + qr[t, d] -
+    # tw[t, host(d)]) over t (a block of a split within d's host joins the hierarchical collectives instead)
+    others: dict[int, list[int]] = field(default_factory=dict)
+    blocks_on: dict[int, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    row_widths: dict[int, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
 
     def elsewhere(self, t: int) -> list[int]:
         """The variables that say table t has no table- or column-wise shard (replicated, or split by rows): at most
         one of them is 1, and then every column of t is placed that way."""
-        return ([self.r[t]] if t in self.r else []) + ([self.g[t]] if t in self.g else []) + [v for (ti, _), v in self.tw.items() if ti == t]
+        return self.others.get(t, [])
     # per device, terms the forward / backward / memory rows add (the second shards' charges)
     fwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
     bwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
@@ -249,6 +255,7 @@ def _add_row_variables(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> Non
         split = ([v.g[ti]] if ti in v.g else []) + [v.tw[(ti, h)] for h in range(topo.num_hosts) if (ti, h) in v.tw]
         if not split:
             continue
+        v.others[ti] = split
         for d in devs:
             p = (ti, d)
             v.rho[p] = m.var(0, 1)
@@ -274,25 +281,22 @@ def _add_row_variables(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> Non
         if ti in v.g:
             nested = [(v.tw[(ti, host_of[d])], -1.0) for d in devs if (ti, host_of[d]) in v.tw]
             m.row(blocks + nested + [(v.g[ti], -1.0)], 0.0, math.inf)
-        if len(v.elsewhere(ti)) > 1:
-            m.row([(e, 1.0) for e in v.elsewhere(ti)], -math.inf, 1.0)
-
-
-def _row_width(ctx: AnalyticRelaxation, v: _Vars, d: int) -> dict[int, float]:
-    """Device d's width in the row-wise (direct) collective: dim_t (xr[t, d] - tw[t, host(d)]) over t (a block of a
-    split within d's host joins the hierarchical collectives instead)."""
-    out: dict[int, float] = {}
-    h = ctx.bm.instance.topology.host_of(d)
-    for (ti, e), xr in v.xr.items():
-        if e != d:
-            continue
+        if ti in v.r:  # at most one of replicated, split by rows over devices, split within a host
+            v.others[ti] = [v.r[ti], *split]
+            m.row([(e, 1.0) for e in v.others[ti]], -math.inf, 1.0)
+        elif len(split) > 1:
+            m.row([(e, 1.0) for e in split], -math.inf, 1.0)
+    for ti, r in v.r.items():
+        v.others.setdefault(ti, [r])
+    for (ti, d), xr in v.xr.items():  # each device's blocks, and its width in the row-wise collective
+        v.blocks_on[d].append((ti, d))
         dim = float(ctx.terms.dims[ti])
-        out[xr] = out.get(xr, 0.0) + dim
-        if (ti, e) in v.qr:
-            out[v.qr[(ti, e)]] = out.get(v.qr[(ti, e)], 0.0) + dim
-        if (ti, h) in v.tw:
-            out[v.tw[(ti, h)]] = out.get(v.tw[(ti, h)], 0.0) - dim
-    return out
+        width = v.row_widths[d]
+        width[xr] = width.get(xr, 0.0) + dim
+        if (ti, d) in v.qr:
+            width[v.qr[(ti, d)]] = width.get(v.qr[(ti, d)], 0.0) + dim
+        if (ti, host_of[d]) in v.tw:
+            width[v.tw[(ti, host_of[d])]] = width.get(v.tw[(ti, host_of[d])], 0.0) - dim
 
 
 def _add_hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
@@ -372,7 +376,7 @@ def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
         mem = [(n[p], t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps] + [(x[p], t.mem_fixed[p[0]] / caps[d]) for p in ps]
         mem += [(v.hu[p], -t.mem_col[p[0]] * DIM_ALIGNMENT / caps[d]) for p in ps if p in v.hu]  # (their columns in host memory)
         mem += [(r, rep.mem[ti] / caps[d]) for ti, r in v.r.items()]
-        blocks = [p for p in v.rho if p[1] == d]  # (row blocks on d)
+        blocks = v.blocks_on.get(d, [])
         mem += [(v.rho[p], rows.mem_rho[p[0]] / caps[d]) for p in blocks] + [(v.hr[p], -rows.mem_col_rho[p[0]] / caps[d]) for p in blocks if p in v.hr]
         mem += v.mem_extra[d]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
@@ -416,7 +420,8 @@ def _add_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     # start-ups those of the collectives that run: the table- / column-wise one unless every table is replicated or
     # split by rows, the row-wise one where a table is split by rows over devices; its total less the widths of the
     # tables that join none (replicated, split within a host)
-    leave = {ti: [e for e in v.elsewhere(ti) if e not in v.g.values()] for ti in range(len(v.by_table))}
+    by_devices = set(v.g.values())
+    leave = {ti: [e for e in v.elsewhere(ti) if e not in by_devices] for ti in range(len(v.by_table))}
     v.some_a2a = m.var(0.0 if all(v.elsewhere(ti) for ti in range(len(v.by_table))) else 1.0, 1.0)
     for ti in range(len(v.by_table)):
         if v.elsewhere(ti):
@@ -433,7 +438,7 @@ def _add_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
                 w = p0.cv + (p0.cu if e == d else 0.0)
                 for p in v.by_dev[e]:
                     coefs[n[p]] = coefs.get(n[p], 0.0) - w * DIM_ALIGNMENT
-                for k, dim in _row_width(ctx, v, e).items():
+                for k, dim in v.row_widths.get(e, {}).items():
                     coefs[k] = coefs.get(k, 0.0) - w * dim
             for ti, es in leave.items():  # (a row split over devices is counted once in the total: at most its share)
                 for e in es:
@@ -536,6 +541,12 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
     host = np.arange(n_dev) // bm.instance.topology.devices_per_host
     types = (TABLE_WISE, COLUMN_WISE) + ((ROW_WISE,) if v.g else ())
     L = bm.instance.topology.devices_per_host
+    dims = t.dims.astype(np.float64)
+    # each collective's total width, as (variable, width) terms: column-wise sum dim w; row-wise the blocks' widths
+    # summed over devices; table-wise total - sum dim (w + r + g + tw) (its constant apart)
+    totals = {COLUMN_WISE: [(v.w[ti], dims[ti]) for ti in range(len(v.by_table))],
+              ROW_WISE: [(xr, dims[ti]) for (ti, _), xr in [*v.xr.items(), *v.qr.items()]] + [(tw, -dims[ti] * L) for (ti, _), tw in v.tw.items()],
+              TABLE_WISE: [(e, -dims[ti]) for ti in range(len(v.by_table)) for e in [v.w[ti], *v.elsewhere(ti)]]}
     for d in range(n_dev):
         mates = [e for e in range(n_dev) if host[e] == host[d]]
         parts = {g: m.var(0, math.inf) for g in types}
@@ -548,7 +559,7 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
                 for e in mates if p0.cv else [d]:
                     wgt = p0.cv + (p0.cu if e == d else 0.0)
                     if g == ROW_WISE:  # the row blocks' widths (dim each)
-                        for k, dim in _row_width(ctx, v, e).items():
+                        for k, dim in v.row_widths.get(e, {}).items():
                             coefs[k] = coefs.get(k, 0.0) - wgt * dim
                         continue
                     for p in v.by_dev[e]:  # the type's width: nc (column-wise) or n - nc (table-wise)
@@ -557,21 +568,10 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
                         else:
                             coefs[n[p]] = coefs.get(n[p], 0.0) - wgt * DIM_ALIGNMENT
                             coefs[nc[p]] = coefs.get(nc[p], 0.0) + wgt * DIM_ALIGNMENT
-                const = 0.0
+                const = per_total * total if g == TABLE_WISE else 0.0
                 if per_total:
-                    if g == COLUMN_WISE:
-                        for ti in range(len(v.by_table)):
-                            coefs[v.w[ti]] = coefs.get(v.w[ti], 0.0) - per_total * float(t.dims[ti])
-                    elif g == ROW_WISE:  # sum over devices of the row blocks' widths
-                        for (ti, _), xr in [*v.xr.items(), *v.qr.items()]:
-                            coefs[xr] = coefs.get(xr, 0.0) - per_total * float(t.dims[ti])
-                        for (ti, _), tw in v.tw.items():
-                            coefs[tw] = coefs.get(tw, 0.0) + per_total * float(t.dims[ti]) * L
-                    else:  # the table-wise total: total - sum dim (w + r + g + tw)
-                        const = per_total * total
-                        for ti in range(len(v.by_table)):
-                            for e in [v.w[ti], *v.elsewhere(ti)]:
-                                coefs[e] = coefs.get(e, 0.0) + per_total * float(t.dims[ti])
+                    for e, width in totals[g]:
+                        coefs[e] = coefs.get(e, 0.0) - per_total * float(width)
                 m.row(coefs, const, math.inf)
         m.row(_device_total_row(ctx, v, d), 0.0, math.inf)
 

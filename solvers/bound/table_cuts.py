@@ -38,13 +38,20 @@ def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> n
 
 def table_cut_bound(ctx: AnalyticRelaxation, table_wise: bool = False) -> float:
     """A bound that needs no solver: every table lies on some k devices, so z >= min_k Psi_t(k) for every table t
-    (`table_cut_values`; table-wise, k = 1), or a replicable table is replicated (`replica_floor_ms`). Weak unless one table dominates, but always there: the bound falls back
+    (`table_cut_values`; table-wise, k = 1), or a replicable table is replicated (`replica_floor_ms`), or a table is
+    split by rows (then only a busy device's launches and kernel floors). Weak unless one table dominates, but always there: the bound falls back
     to it when HiGHS proves nothing within the time limit."""
     D = ctx.bm.num_devices
 
     def least(t: int) -> float:
         v = float(table_cut_values(ctx, t, 1 if table_wise else D).min())
-        return min(v, ctx.replica_floor_ms(t)) if ctx.replicable[t] and not table_wise else v
+        if table_wise:
+            return v
+        if ctx.replicable[t]:
+            v = min(v, ctx.replica_floor_ms(t))
+        if ctx.row_split[t] or ctx.host_row_split[t]:  # split by rows, it only makes some device busy
+            v = min(v, ctx.terms.launch_ms + 2 * ctx.terms.min_kernel_ms)
+        return v
 
     return max((least(t) for t in range(len(ctx.terms.dims))), default=0.0)
 
