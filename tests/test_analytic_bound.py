@@ -533,10 +533,11 @@ def test_per_type_bound_sees_what_one_all_to_all_cannot() -> None:
     """8 tables on 3 devices: the one-all-to-all relaxation's optimum mixes whole tables and pieces whose two
     collectives the judge prices apart (its plan: 2.677 ms against that bound's 2.4226); the per-type relaxation
     prices them so, its bound is higher and its own plan within 1 % of it (measured 2.4583 and 2.4816, simulated).
-    Over table- and column-wise plans: with replicas both relaxations take the same plan of replicas (2.1937)."""
+    Over table- and column-wise plans: with replicas both relaxations take the same plan of replicas (2.1937); with
+    row splits the MILP was not proven optimal in 20 s beside two CPU burners."""
     inst = make_instance(8, 3, seed=2, mem_factor=1.3, batch_size=65536)
-    one = analytic_lower_bound(inst, CM, time_limit=20, per_type=False, replicas=False)
-    both = analytic_lower_bound(inst, CM, time_limit=20, replicas=False)
+    one = analytic_lower_bound(inst, CM, time_limit=20, per_type=False, replicas=False, row_splits=False)
+    both = analytic_lower_bound(inst, CM, time_limit=20, replicas=False, row_splits=False)
     assert one.status == both.status == "optimal"
     assert both.value_ms > one.value_ms * 1.01
     assert both.plan_cost_ms <= both.value_ms * 1.01 and one.plan_cost_ms > both.plan_cost_ms
