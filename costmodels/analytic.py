@@ -28,8 +28,10 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.hierarchical import hierarchical_comm_time
+from costmodels.level_comm import LevelComm
 from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer
+from shardopt.core.levels import comm_levels
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
 INDEX_BYTES = 8  # int64 indices and offsets
@@ -231,8 +233,25 @@ class BoundAnalytic(BoundCostModel):
         self._local_scale = per_peer / self.intra_bw * MS
         self._remote_scale = per_peer / self.inter_bw * MS
         self._latency_ms = (profile.alltoall_latency_s + (profile.network_latency_s if not self._single_host else 0.0)) * MS
+        self.levels = comm_levels(topo, profile)
+        # a topology that lists its levels is priced level by level; one without keeps the two-level code below, so
+        # an old document costs exactly what it did (costmodels/level_comm.py)
+        self._by_level = None if topo.levels is None else LevelComm(
+            self.levels, num_devices=topo.num_devices, devices_per_host=topo.devices_per_host, batch=self.batch,
+            alltoall_latency_s=profile.alltoall_latency_s)
+
+    @property
+    def has_levels(self) -> bool:
+        """Whether the topology lists its levels (host, NVLink domain, pod, ...) rather than the two of old."""
+        return self._by_level is not None
+
+    @property
+    def comm_group_size(self) -> int:
+        return self.levels[0].devices if self._by_level is not None else self.instance.topology.devices_per_host
 
     def comm_terms(self) -> CommTerms:
+        if self._by_level is not None:
+            raise ValueError("comm_terms: the topology lists its levels; the two-level terms (NVLink, network) do not describe it")
         return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
                          self._single_host)
 
@@ -366,6 +385,8 @@ class BoundAnalytic(BoundCostModel):
 
     def comm_time(self, dims: np.ndarray) -> np.ndarray:
         """One direction's all-to-all time (ms) per device: [..., D] -> [..., D] (forward and backward are equal)."""
+        if self._by_level is not None:
+            return self._by_level.time(dims)
         if self.num_devices == 1:
             return np.zeros_like(dims)
         total = dims.sum(axis=-1, keepdims=True)
@@ -392,6 +413,8 @@ class BoundAnalytic(BoundCostModel):
     def hierarchical_comm(self, host_widths: np.ndarray) -> np.ndarray:
         """Row splits held within one host: reduce-scatter over NVLink, then all-to-all across hosts over the
         network (costmodels.hierarchical; docs/analytic-model.md)."""
+        if self._by_level is not None:
+            return self._by_level.hierarchical_time(host_widths)
         topo = self.instance.topology
         return hierarchical_comm_time(host_widths, devices_per_host=topo.devices_per_host, num_devices=topo.num_devices,
                                       batch=self.batch, intra_bw=self.intra_bw, inter_bw=self.inter_bw,
@@ -400,6 +423,8 @@ class BoundAnalytic(BoundCostModel):
     def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """O(D) per device instead of O(D^2): a width added on device c changes c's sends and every other device's
         receives from c's host or from another host, so each device has just two possible new times."""
+        if self._by_level is not None:
+            return self._by_level.totals_after_adding(dim_sums, width, candidates)
         dims = np.asarray(dim_sums, dtype=np.float64)
         cands = np.asarray(candidates)
         k = len(cands)
@@ -428,12 +453,16 @@ class BoundAnalytic(BoundCostModel):
         return out
 
     def replicated_comm(self, table: int) -> float:
-        """Ring all-reduce of a data-parallel table's gradient (dense, fp32): 2 (D-1)/D x bytes over the slowest link."""
+        """Ring all-reduce of a data-parallel table's gradient (dense, fp32): 2 (D-1)/D x bytes over the slowest link
+        (the network when the topology spans hosts, NVLink otherwise; with levels, the slowest level's)."""
         n_dev = self.num_devices
         if n_dev == 1:
             return 0.0
         t = self.instance.tables[table]
-        bw = self.inter_bw if self.instance.topology.num_hosts > 1 else self.intra_bw
+        if self._by_level is not None:
+            bw = self._by_level.allreduce_bandwidth
+        else:
+            bw = self.inter_bw if self.instance.topology.num_hosts > 1 else self.intra_bw
         return (2 * (n_dev - 1) / n_dev * t.rows * t.dim * 4 / bw) * MS
 
 

@@ -72,12 +72,19 @@ def _rank(card: ModelCard) -> tuple[int, int, str]:
     return (0 if card.is_kernel_fallback else 1, 1 if card.source == "user" else 0, card.date)
 
 
+def _levels_outside(card: ModelCard, instance: Instance) -> list[str]:
+    """A neural model's communication features know NVLink in a host and the network between hosts only."""
+    if card.preferred == "neural" and instance.topology.levels is not None:
+        return ["the topology lists its levels (topology.levels), and the neural model knows a host's NVLink and the network only"]
+    return []
+
+
 def choose_auto(instance: Instance, cards: list[ModelCard], machine: Fingerprint | None = None) -> tuple[ModelCard | None, str | None]:
     """The card `auto` uses for `instance`, or None and the reason (one line, naming `shardopt calibrate`)."""
     hw = instance.topology.hardware
     mismatch = {c.id: hardware_mismatch(c, instance, machine) for c in cards if c.hardware == hw}
     mine = [c for c in cards if c.id in mismatch and mismatch[c.id] is None]
-    outside = {c.id: c.domain.outside(instance) for c in mine}
+    outside = {c.id: c.domain.outside(instance) + _levels_outside(c, instance) for c in mine}
     covering = [c for c in mine if not outside[c.id]]
     if covering:
         return max(covering, key=_rank), None

@@ -136,6 +136,12 @@ class BoundCostModel(ABC):
     def label(self) -> str:
         return f"cost model {self.model_name!r}"
 
+    @property
+    def comm_group_size(self) -> int:
+        """Devices in the innermost group of the all-to-all (consecutive devices): the peers a linearisation of its
+        time calls "local". The host here; a model that prices topology levels says its innermost level."""
+        return self.instance.topology.devices_per_host
+
     def unsupported(self, shard: Shard) -> str | None:
         """None when this predictor can cost `shard`; else what it cannot cost, as a clause naming the kind, the
         table and the device: "kernel fused_uvm (table 't3' on device 2): <why>"."""

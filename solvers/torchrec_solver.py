@@ -72,6 +72,7 @@ from shardopt.data.torchrec_io import (
     from_torchrec_plan,
     per_rank_batch,
     topology_bandwidths,
+    torchrec_pod_size,
 )
 from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs
 from shardopt.data.torchrec_install import TorchRecUnavailableError, require_torchrec, torchrec_installed
@@ -329,7 +330,10 @@ class TorchRecSolver(Solver):
         if custom:
             extra["custom_topology_data"] = CustomTopologyData(data=custom, world_size=topo.num_devices)
         hardware = HardwareConfig(hbm_cap_bytes=min(caps), ddr_cap_bytes=min(ddr) if min(ddr) > 0 else None, **bw)
-        trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, additional_params=extra)
+        pod_size = torchrec_pod_size(topo)  # (None without topology levels; refuses levels TorchRec cannot say)
+        if pod_size is not None:
+            note["pod_size"] = pod_size
+        trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, pod_size=pod_size, additional_params=extra)
         kernel = KernelConfig(compute_device=self.options.compute_device, use_hardware_based_bandwidth=True)
         topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
         note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": self.options.compute_device,

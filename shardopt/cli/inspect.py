@@ -61,6 +61,19 @@ def inspect(
             _inspect_instance(path, doc, top, json_out)
 
 
+def _levels_text(topo: Any, profile: Any) -> str:
+    """The levels a device's traffic crosses, innermost first: what the all-to-all is priced over."""
+    from shardopt.core.levels import comm_levels
+
+    levels = comm_levels(topo, profile)
+    if not levels:
+        return "one device: no communication"
+    parts = [f"{lv.name}: groups of {lv.devices} ({lv.peers} more peer{'s' if lv.peers > 1 else ''}), {lv.bandwidth / 1e9:.1f} GB/s"
+             + (f", +{lv.latency_s * 1e6:.3g} us" if lv.latency_s else "") for lv in levels]
+    where = "listed in topology.levels" if topo.levels is not None else f"from the {profile.name} profile and overrides"
+    return " -> ".join(parts) + f" ({where})"
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     import numpy as np
 
@@ -72,7 +85,10 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
     import numpy as np
 
     from shardopt.core.feasibility import infeasibility_reason
+    from dataclasses import asdict
+
     from shardopt.core.hardware import get_profile
+    from shardopt.core.levels import comm_levels
     from shardopt.core.memory import table_bytes_array
 
     topo, work = instance.topology, instance.workload
@@ -113,6 +129,7 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
                 },
                 "topology": topo.model_dump(mode="json", exclude_none=True),
                 "num_hosts": topo.num_hosts,
+                "comm_levels": [asdict(lv) for lv in comm_levels(topo, get_profile(topo.hardware))],
                 "workload": work.model_dump(mode="json"),
                 "feasibility": {"table_wise_necessary_conditions": reason is None, "reason": reason},
                 "largest_tables": largest,
@@ -147,6 +164,7 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
         bw.append(f"inter-host {topo.inter_host_bandwidth / 1e9:.1f} GB/s")
     if bw:
         summary.add_row("bandwidth overrides", ", ".join(bw))
+    summary.add_row("network levels", _esc(_levels_text(topo, profile)))
     summary.add_row("workload", f"batch {work.batch_size:,}, {work.optimizer.value}, {work.weight_dtype.value} weights")
     summary.add_row("feasibility", _esc(reason) if reason else "necessary conditions for a table-wise plan hold (each table fits a device, total fits)")
     for key in ("suite", "family", "generator", "seed"):

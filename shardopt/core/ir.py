@@ -181,6 +181,21 @@ def _check_byte_counts(v: int | list[int], zero_ok: bool) -> int | list[int]:
     return v
 
 
+class TopologyLevel(IRModel):
+    """One level of the network above the device (a host, an NVLink domain, a pod): groups of `devices` consecutive
+    devices, and the link each device uses for its traffic to the peers whose innermost common group is this one.
+    The levels of a topology run from the innermost out; the outermost spans the job. Why levels: an NVLink domain can
+    span hosts (72 GPUs over 18 hosts), and a pod's network is faster than the spine above it - two numbers (NVLink
+    in a host, the network between hosts) cannot say either (docs/analytic-model.md, "Topology levels")."""
+
+    name: str = Field(min_length=1, description="what the level is: host, nvlink_domain, pod, ...")
+    devices: int = Field(ge=2, le=MAX_DEVICES, description="devices in one group of this level")
+    bandwidth: float = Field(gt=0, allow_inf_nan=False, description="bytes/s per device and direction for this level's traffic")
+    latency_s: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="start-up a collective pays once it crosses this level")
+
+    _numbers = field_validator("devices", "bandwidth", "latency_s", mode="before")(_a_number)
+
+
 class Topology(IRModel):
     num_devices: int = Field(ge=1, le=MAX_DEVICES)
     devices_per_host: int = Field(ge=1, le=MAX_DEVICES)
@@ -194,6 +209,11 @@ class Topology(IRModel):
         "per device; 0 (the default) = no host memory, every shard in HBM",
     )
     host_link_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of the device-host link (UVM)")
+    levels: list[TopologyLevel] | None = Field(
+        default=None, min_length=1,
+        description="the network as levels, innermost first (host, NVLink domain, pod, ...), the outermost spanning the "
+        "job; None (the default) = two levels from the profile: NVLink within a host, the network between hosts",
+    )
 
     _numbers = field_validator("num_devices", "devices_per_host", "memory_bytes", "host_memory_bytes", "intra_host_bandwidth",
                                "inter_host_bandwidth", "host_link_bandwidth", mode="before")(_a_number)
@@ -236,17 +256,44 @@ class Topology(IRModel):
                 f"devices_per_host: {self.devices_per_host} does not divide num_devices {self.num_devices}: hosts must "
                 f"have equal device counts (use {self.num_devices} devices on one host, or a divisor of {self.num_devices})"
             )
+        if self.levels is not None:
+            self._check_levels(self.levels)
         return self
+
+    def _check_levels(self, levels: list[TopologyLevel]) -> None:
+        """Levels nest (each group holds whole groups of the level below), the outermost spans the job, and a level
+        holds whole hosts or lies within one (a group cut across hosts is no link of a real cluster)."""
+        for name in ("intra_host_bandwidth", "inter_host_bandwidth"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: {getattr(self, name)} beside levels: give each level's bandwidth in levels instead")
+        seen: dict[str, int] = {}
+        for i, lv in enumerate(levels):
+            if lv.name in seen:
+                raise ValueError(f"levels[{i}].name: {lv.name!r} repeats levels[{seen[lv.name]}].name")
+            seen[lv.name] = i
+            if i and lv.devices <= levels[i - 1].devices:
+                raise ValueError(f"levels[{i}].devices: {lv.devices} is not more than levels[{i - 1}].devices "
+                                 f"{levels[i - 1].devices} (levels run from the innermost out)")
+            if i and lv.devices % levels[i - 1].devices:
+                raise ValueError(f"levels[{i}].devices: {lv.devices} is not a multiple of levels[{i - 1}].devices "
+                                 f"{levels[i - 1].devices}: a group of {lv.name!r} must hold whole groups of {levels[i - 1].name!r}")
+            if lv.devices % self.devices_per_host and self.devices_per_host % lv.devices:
+                raise ValueError(f"levels[{i}].devices: {lv.devices} cuts across hosts of {self.devices_per_host} devices "
+                                 f"(devices_per_host): a level holds whole hosts or lies within one")
+        if levels[-1].devices != self.num_devices:
+            raise ValueError(f"levels[{len(levels) - 1}].devices: {levels[-1].devices} is not num_devices {self.num_devices}: "
+                             f"the outermost level spans the job (add a level for the network above {levels[-1].name!r})")
 
     @model_serializer(mode="wrap")
     def _drop_default_tiers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A topology without host memory is written as before the tiers existed: old documents, their content
-        hashes and every stored result keyed by them stay the same."""
+        """A topology without host memory or levels is written as before the tiers and the levels existed: old
+        documents, their content hashes and every stored result keyed by them stay the same."""
         out = handler(self)
         if out.get("host_memory_bytes") == 0:
             out.pop("host_memory_bytes")
-        if "host_link_bandwidth" in out and out["host_link_bandwidth"] is None:
-            out.pop("host_link_bandwidth")
+        for name in ("host_link_bandwidth", "levels"):
+            if name in out and out[name] is None:
+                out.pop(name)
         return out
 
     def host_capacity(self, device: int) -> int:

@@ -571,6 +571,8 @@ def plan_to_json(sharding_plan: Any, *, instance: Instance | None = None, plan: 
         doc["instance"] = instance.content_hash()
         doc["world_size"] = instance.topology.num_devices
         doc["local_world_size"] = instance.topology.devices_per_host
+        if instance.topology.levels is not None:
+            doc["pod_size"] = torchrec_pod_size(instance.topology)  # (hosts per NVLink group: TorchRec's Topology pod_size)
     if plan is not None:
         doc["solver"] = plan.solver
         doc["predicted_cost_ms"] = plan.predicted_cost
@@ -651,6 +653,10 @@ def _cache_params_from_json(cache: dict[str, Any] | None, where: str) -> Any:
 class TorchRecPlanError(UserError, ValueError):
     """A TorchRec plan that cannot serve as asked: another world size, a module path the model lacks (the message
     names both sides)."""
+
+
+class TorchRecTopologyError(UserError, ValueError):
+    """A topology TorchRec's planner cannot express (topology levels beyond its NVLink group and network)."""
 
 
 def load_torchrec_plan(source: str | Path | dict[str, Any], *, compute_device: str | None = None, world_size: int | None = None,
@@ -759,13 +765,36 @@ def per_rank_batch(instance: Instance) -> int:
     return max(1, math.ceil(instance.workload.batch_size / instance.topology.num_devices))
 
 
+def torchrec_pod_size(topology: Topology) -> int | None:
+    """TorchRec's `pod_size` (hosts per NVLink group: its `intra_group_size` is pod_size x local_world_size, and its
+    intra-host bandwidth holds within the group) for a topology that lists its levels; None without levels.
+    TorchRec's model has two levels - a group of whole hosts and the network above it - so levels it cannot say (a
+    level inside a host, three levels or more) are refused by name (TorchRecTopologyError, exit 2)."""
+    levels = topology.levels
+    if levels is None:
+        return None
+    names = ", ".join(f"{lv.name} ({lv.devices} devices)" for lv in levels)
+    if len(levels) > 2:
+        raise TorchRecTopologyError(f"topology.levels: TorchRec's planner models two levels (an NVLink group of whole hosts and "
+                                    f"the network above it), not {len(levels)}: {names}")
+    inner = levels[0]
+    if inner.devices % topology.devices_per_host:
+        raise TorchRecTopologyError(f"topology.levels[0]: {inner.name!r} ({inner.devices} devices) lies inside a host of "
+                                    f"{topology.devices_per_host}: TorchRec's innermost group is whole hosts (pod_size)")
+    return inner.devices // topology.devices_per_host
+
+
 def topology_bandwidths(topology: Topology) -> dict[str, float]:
     """The hardware profile's bandwidths (topology overrides first) in TorchRec's unit, bytes per millisecond:
     HBM, intra-host (NVLink), inter-host (network) and the device-host link that UVM reads cross (TorchRec's
-    hbm_to_ddr_mem_bw)."""
+    hbm_to_ddr_mem_bw). With topology levels: the innermost level's as intra-host (TorchRec holds it within its
+    NVLink group, `torchrec_pod_size`), the outer level's as inter-host."""
     p = PROFILES[topology.hardware]
     intra = topology.intra_host_bandwidth or p.nvlink_bandwidth
     inter = topology.inter_host_bandwidth or p.network_bandwidth
+    if topology.levels is not None:
+        torchrec_pod_size(topology)  # (refuses what TorchRec cannot say)
+        intra, inter = topology.levels[0].bandwidth, topology.levels[-1].bandwidth
     host = topology.host_link_bandwidth or p.host_link_bandwidth
     return {"hbm_mem_bw": p.hbm_bandwidth / 1000.0, "intra_host_bw": intra / 1000.0, "inter_host_bw": inter / 1000.0, "hbm_to_ddr_mem_bw": host / 1000.0}
 

@@ -268,7 +268,7 @@ def linearize_collective(
     if form not in COMM_FORMS:
         raise ValueError(f"comm form {form!r} is not one of {', '.join(COMM_FORMS)}")
     D = bm.num_devices
-    L = bm.instance.topology.devices_per_host
+    L = bm.comm_group_size  # (the host; with topology levels, the innermost level)
     host = np.arange(D) // L
     H = int(host.max()) + 1
     g = np.asarray(widths, dtype=np.float64).copy()
@@ -362,7 +362,7 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
     if comm not in COMM_FORMS:
         raise ValueError(f"comm form {comm!r} is not one of {', '.join(COMM_FORMS)}")
     a, c0, compute = linearize_compute(bm, it, counts)
-    host = np.arange(D) // bm.instance.topology.devices_per_host
+    host = np.arange(D) // bm.comm_group_size
     H = int(host.max()) + 1
     # the collectives the items run: whole tables table-wise, pieces column-wise (one all-to-all each, as the judge)
     kind_all = np.where(it.is_whole, 0, 1)

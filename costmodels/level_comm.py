@@ -1,0 +1,126 @@
+"""Collectives priced over a topology's levels (host, NVLink domain, pod, ...): the analytic model's communication
+when a topology lists `levels` (shardopt.core.levels).
+
+Why its own module: the level formulas generalise the two-level ones of costmodels/analytic.py (NVLink in a host,
+the network between hosts) to any nesting, and the analytic model keeps its two-level code for topologies without
+levels, so an old document costs exactly what it did. On a topology whose levels are the host and the network the
+two agree (tests/test_topology_levels.py). docs/analytic-model.md, "Topology levels", has the formulas.
+
+Each device reaches `peers_k` devices first at level k and sends them `q dimsum_d` each, where `q = B / D * 4` bytes
+per unit of pooled width; it receives from them the widths of the part of its level-k group outside its level-(k-1)
+group. Every level's links work at once, each direction limited by its own bandwidth, so the slowest level decides:
+    t_d = latency + max_k  max(peers_k q dimsum_d, q recv_k(d)) / BW_k
+with one start-up: the all-to-all's own plus the largest latency among the levels it crosses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardopt.core.levels import CommLevel, group_sums, level_groups
+
+COMM_BYTES = 4  # fp32 pooled outputs and their gradients
+MS = 1e3
+
+
+class LevelComm:
+    """The all-to-all, the hierarchical collectives of row splits held within a host, and the replicas' all-reduce
+    of one topology's levels, for a batch of `batch` samples. `alltoall_latency_s` is the profile's start-up of one
+    collective."""
+
+    def __init__(self, levels: tuple[CommLevel, ...], *, num_devices: int, devices_per_host: int, batch: float, alltoall_latency_s: float):
+        self.levels = levels
+        self.num_devices = num_devices
+        self.devices_per_host = devices_per_host
+        q = batch / num_devices * COMM_BYTES
+        self._q = q
+        self._peers = np.array([lv.peers for lv in levels], dtype=np.float64)
+        self._scales = np.array([q / lv.bandwidth * MS for lv in levels])  # ms per unit of width per peer
+        self._groups = level_groups(levels, num_devices)  # [K, D]
+        self.latency_ms = (alltoall_latency_s + max((lv.latency_s for lv in levels), default=0.0)) * MS
+        self._alltoall_latency_s = alltoall_latency_s
+
+    # ---- the all-to-all of pooled outputs -------------------------------------------------------------------
+    def _sends_receives(self, dims: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        sends, recvs = [], []
+        inner = dims
+        for k, lv in enumerate(self.levels):
+            outer = group_sums(dims, lv.devices)
+            sends.append(dims * self._peers[k])
+            recvs.append(outer - inner)
+            inner = outer
+        return sends, recvs
+
+    def time(self, dims: np.ndarray) -> np.ndarray:
+        """One direction's all-to-all (ms) per device: [..., D] -> [..., D] (backward moves the same bytes)."""
+        dims = np.asarray(dims, dtype=np.float64)
+        if self.num_devices == 1 or not self.levels:
+            return np.zeros_like(dims)
+        sends, recvs = self._sends_receives(dims)
+        t = np.zeros_like(dims)
+        for k in range(len(self.levels)):
+            np.maximum(t, np.maximum(sends[k], recvs[k]) * self._scales[k], out=t)
+        return t + self.latency_ms
+
+    def totals_after_adding(self, dims: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
+        """[k, D] fwd + bwd all-to-all of every device after adding `width` to device candidates[i] (row i): the
+        device itself sends more at every level; another device receives more at the innermost level it shares with
+        the candidate, so each device has one new time per level."""
+        dims = np.asarray(dims, dtype=np.float64)
+        cands = np.asarray(candidates)
+        if self.num_devices == 1 or not self.levels:
+            return np.zeros((len(cands), self.num_devices))
+        sends, recvs = self._sends_receives(dims)
+        K, w = len(self.levels), float(width)
+        base = np.stack([np.maximum(sends[k], recvs[k]) * self._scales[k] for k in range(K)])  # [K, D]
+        bumped = np.stack([np.maximum(sends[k], recvs[k] + w) * self._scales[k] for k in range(K)])
+        own = np.stack([np.maximum(sends[k] + w * self._peers[k], recvs[k]) * self._scales[k] for k in range(K)]).max(axis=0)
+        per_level = np.empty((K, self.num_devices))  # the time of every device when the width lands at level j
+        for j in range(K):
+            rest = np.delete(base, j, axis=0)
+            per_level[j] = np.maximum(bumped[j], rest.max(axis=0)) if K > 1 else bumped[j]
+        same = self._groups[:, cands, None] == self._groups[:, None, :]  # [K, k, D]: shares a level-j group
+        first = np.argmax(same, axis=0)  # [k, D]: the innermost shared level (the outermost spans every device)
+        out = per_level[first, np.arange(self.num_devices)[None, :]]  # [k, D]
+        out[np.arange(len(cands)), cands] = own[cands]
+        return 2.0 * (out + self.latency_ms)
+
+    # ---- row splits held within one host -------------------------------------------------------------------
+    def hierarchical_time(self, host_widths: np.ndarray) -> np.ndarray:
+        """One direction's time (ms) of TorchRec's table-row-wise collectives per device: [..., H] -> [..., D].
+
+        The reduce-scatter within the host sends every host peer `H q W_h` (the levels inside the host carry it,
+        each with its own peers there); the all-to-all across hosts among the devices of one local rank sends each
+        such peer `q W_h` and receives the hierarchical widths of the hosts it reaches at each level above the host.
+        The two run one after the other, each with its start-up, once any host has such a split."""
+        w = np.asarray(host_widths, dtype=np.float64)
+        L, D = self.devices_per_host, self.num_devices
+        H = w.shape[-1]
+        host = np.arange(D) // L
+        mine = w[..., host]  # [..., D]
+        total = w.sum(axis=-1, keepdims=True)
+        intra = np.zeros_like(mine)
+        inter = np.zeros_like(mine)
+        inner_hosts = w  # [..., H]: each host's width summed over its group of the level below (itself at first)
+        prev = 1
+        for k, lv in enumerate(self.levels):
+            bw_ms = MS / lv.bandwidth
+            in_host = min(lv.devices, L) - min(prev, L)  # this level's peers inside my host
+            if in_host > 0:
+                np.maximum(intra, in_host * H * self._q * mine * bw_ms, out=intra)
+            if lv.devices > L:  # this level reaches other hosts: my local rank's peers there
+                hosts_per_group = lv.devices // L
+                outer_hosts = group_sums(w, hosts_per_group)
+                peers = hosts_per_group - max(prev, L) // L
+                recv = (outer_hosts - inner_hosts)[..., host]
+                np.maximum(inter, np.maximum(peers * self._q * mine, self._q * recv) * bw_ms, out=inter)
+                inner_hosts = outer_hosts
+            prev = lv.devices
+        start = np.where(total > 0, (2 * self._alltoall_latency_s + max((lv.latency_s for lv in self.levels), default=0.0)) * MS, 0.0)
+        return intra + inter + start
+
+    # ---- data-parallel replicas -----------------------------------------------------------------------------
+    @property
+    def allreduce_bandwidth(self) -> float:
+        """The slowest link a ring over every device crosses (bytes/s)."""
+        return min(lv.bandwidth for lv in self.levels)
