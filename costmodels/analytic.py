@@ -28,10 +28,12 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.hierarchical import hierarchical_comm_time
+from costmodels.graph_comm import GraphComm
 from costmodels.level_comm import LevelComm
 from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer
 from shardopt.core.levels import comm_levels
+from shardopt.core.network_graph import parse_network_graph
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
 INDEX_BYTES = 8  # int64 indices and offsets
@@ -234,15 +236,19 @@ class BoundAnalytic(BoundCostModel):
         self._remote_scale = per_peer / self.inter_bw * MS
         self._latency_ms = (profile.alltoall_latency_s + (profile.network_latency_s if not self._single_host else 0.0)) * MS
         self.levels = comm_levels(topo, profile)
-        # a topology that lists its levels is priced level by level; one without keeps the two-level code below, so
-        # an old document costs exactly what it did (costmodels/level_comm.py)
-        self._by_level = None if topo.levels is None else LevelComm(
-            self.levels, num_devices=topo.num_devices, devices_per_host=topo.devices_per_host, batch=self.batch,
-            alltoall_latency_s=profile.alltoall_latency_s)
+        # a topology that lists its levels is priced level by level, one with a graph link by link; one without keeps
+        # the two-level code below, so an old document costs exactly what it did (costmodels/level_comm.py, graph_comm.py)
+        self._by_level: LevelComm | GraphComm | None = None
+        if topo.levels is not None:
+            self._by_level = LevelComm(self.levels, num_devices=topo.num_devices, group_size=topo.intra_group_size, batch=self.batch,
+                                       alltoall_latency_s=profile.alltoall_latency_s)
+        elif topo.graph is not None:
+            self._by_level = GraphComm(parse_network_graph(topo.graph, topo.num_devices, topo.devices_per_host), num_devices=topo.num_devices,
+                                       group_size=topo.intra_group_size, batch=self.batch, alltoall_latency_s=profile.alltoall_latency_s)
 
     @property
-    def has_levels(self) -> bool:
-        """Whether the topology lists its levels (host, NVLink domain, pod, ...) rather than the two of old."""
+    def lists_network(self) -> bool:
+        """Whether the topology describes its network itself (levels or a graph) rather than the two levels of old."""
         return self._by_level is not None
 
     @property
@@ -251,7 +257,7 @@ class BoundAnalytic(BoundCostModel):
 
     def comm_terms(self) -> CommTerms:
         if self._by_level is not None:
-            raise ValueError("comm_terms: the topology lists its levels; the two-level terms (NVLink, network) do not describe it")
+            raise ValueError("comm_terms: the topology lists its network (levels or a graph); the two-level terms (NVLink, network) do not describe it")
         return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
                          self._single_host)
 

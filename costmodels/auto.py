@@ -74,8 +74,9 @@ def _rank(card: ModelCard) -> tuple[int, int, str]:
 
 def _levels_outside(card: ModelCard, instance: Instance) -> list[str]:
     """A neural model's communication features know NVLink in a host and the network between hosts only."""
-    if card.preferred == "neural" and instance.topology.levels is not None:
-        return ["the topology lists its levels (topology.levels), and the neural model knows a host's NVLink and the network only"]
+    if card.preferred == "neural" and instance.topology.lists_network:
+        return ["the topology lists its network (topology.levels or topology.graph), and the neural model knows a host's NVLink "
+                "and the network only"]
     return []
 
 

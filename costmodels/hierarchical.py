@@ -37,16 +37,17 @@ def in_host_row_split(instance: Instance, table: Table, shards: Sequence[Shard])
     the direct reduce-scatter, which such a split can always run), a replica - is not."""
     topo = instance.topology
     out = [False] * len(shards)
-    if topo.num_hosts < 2 or topo.devices_per_host < 2:
+    group = topo.intra_group_size  # (the host; with topology levels an NVLink domain over hosts: Topology.intra_group_size)
+    if topo.num_intra_groups < 2 or group < 2:
         return out
     blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
     for k, s in enumerate(shards):
         if not s.replicated:
             blocks[s.col_range(table)].append(k)
     for members in blocks.values():
-        group = [shards[k] for k in members]
-        hosts = {topo.host_of(s.device) for s in group}
-        if len(hosts) == 1 and len({s.device for s in group}) == topo.devices_per_host and any(s.height(table) < table.rows for s in group):
+        block = [shards[k] for k in members]
+        hosts = {topo.intra_group_of(s.device) for s in block}
+        if len(hosts) == 1 and len({s.device for s in block}) == group and any(s.height(table) < table.rows for s in block):
             for k in members:
                 out[k] = True
     return out
@@ -57,7 +58,7 @@ def host_row_splits(instance: Instance, shards: Sequence[Shard]) -> tuple[list[b
     host's hierarchical width [H]) of any shards, of any tables: every such block adds its width once to its host."""
     topo = instance.topology
     flags = [False] * len(shards)
-    hier = np.zeros(topo.num_hosts)
+    hier = np.zeros(topo.num_intra_groups)
     by_table: dict[str, list[int]] = defaultdict(list)
     for k, s in enumerate(shards):
         by_table[s.table].append(k)
@@ -72,7 +73,7 @@ def host_row_splits(instance: Instance, shards: Sequence[Shard]) -> tuple[list[b
                 block = shards[k].col_range(table)
                 if block not in counted:
                     counted.add(block)
-                    hier[topo.host_of(shards[k].device)] += block[1] - block[0]
+                    hier[topo.intra_group_of(shards[k].device)] += block[1] - block[0]
     return flags, hier
 
 

@@ -28,10 +28,10 @@ class LevelComm:
     of one topology's levels, for a batch of `batch` samples. `alltoall_latency_s` is the profile's start-up of one
     collective."""
 
-    def __init__(self, levels: tuple[CommLevel, ...], *, num_devices: int, devices_per_host: int, batch: float, alltoall_latency_s: float):
+    def __init__(self, levels: tuple[CommLevel, ...], *, num_devices: int, group_size: int, batch: float, alltoall_latency_s: float):
         self.levels = levels
         self.num_devices = num_devices
-        self.devices_per_host = devices_per_host
+        self.group_size = group_size  # devices a table-row-wise split spans (Topology.intra_group_size)
         q = batch / num_devices * COMM_BYTES
         self._q = q
         self._peers = np.array([lv.peers for lv in levels], dtype=np.float64)
@@ -85,36 +85,37 @@ class LevelComm:
         out[np.arange(len(cands)), cands] = own[cands]
         return 2.0 * (out + self.latency_ms)
 
-    # ---- row splits held within one host -------------------------------------------------------------------
+    # ---- row splits held within one group (a host, or an NVLink domain over hosts) -----------------------------
     def hierarchical_time(self, host_widths: np.ndarray) -> np.ndarray:
-        """One direction's time (ms) of TorchRec's table-row-wise collectives per device: [..., H] -> [..., D].
+        """One direction's time (ms) of TorchRec's table-row-wise collectives per device: [..., H] -> [..., D], with
+        H the groups a table-row-wise split spans (`group_size` devices each: the host, or an NVLink domain).
 
-        The reduce-scatter within the host sends every host peer `H q W_h` (the levels inside the host carry it,
-        each with its own peers there); the all-to-all across hosts among the devices of one local rank sends each
-        such peer `q W_h` and receives the hierarchical widths of the hosts it reaches at each level above the host.
-        The two run one after the other, each with its start-up, once any host has such a split."""
+        The reduce-scatter within the group sends every group peer `H q W_h` (the levels inside the group carry it,
+        each with its own peers there); the all-to-all across groups among the devices of one local rank sends each
+        such peer `q W_h` and receives the hierarchical widths of the groups it reaches at each level above the group.
+        The two run one after the other, each with its start-up, once any group has such a split."""
         w = np.asarray(host_widths, dtype=np.float64)
-        L, D = self.devices_per_host, self.num_devices
+        L, D = self.group_size, self.num_devices
         H = w.shape[-1]
-        host = np.arange(D) // L
-        mine = w[..., host]  # [..., D]
+        group = np.arange(D) // L
+        mine = w[..., group]  # [..., D]
         total = w.sum(axis=-1, keepdims=True)
         intra = np.zeros_like(mine)
         inter = np.zeros_like(mine)
-        inner_hosts = w  # [..., H]: each host's width summed over its group of the level below (itself at first)
+        inner = w  # [..., H]: each group's width summed over its part of the level below (itself at first)
         prev = 1
-        for k, lv in enumerate(self.levels):
+        for lv in self.levels:
             bw_ms = MS / lv.bandwidth
-            in_host = min(lv.devices, L) - min(prev, L)  # this level's peers inside my host
-            if in_host > 0:
-                np.maximum(intra, in_host * H * self._q * mine * bw_ms, out=intra)
-            if lv.devices > L:  # this level reaches other hosts: my local rank's peers there
-                hosts_per_group = lv.devices // L
-                outer_hosts = group_sums(w, hosts_per_group)
-                peers = hosts_per_group - max(prev, L) // L
-                recv = (outer_hosts - inner_hosts)[..., host]
+            in_group = min(lv.devices, L) - min(prev, L)  # this level's peers inside my group
+            if in_group > 0:
+                np.maximum(intra, in_group * H * self._q * mine * bw_ms, out=intra)
+            if lv.devices > L:  # this level reaches other groups: my local rank's peers there
+                per_level_group = lv.devices // L
+                outer = group_sums(w, per_level_group)
+                peers = per_level_group - max(prev, L) // L
+                recv = (outer - inner)[..., group]
                 np.maximum(inter, np.maximum(peers * self._q * mine, self._q * recv) * bw_ms, out=inter)
-                inner_hosts = outer_hosts
+                inner = outer
             prev = lv.devices
         start = np.where(total > 0, (2 * self._alltoall_latency_s + max((lv.latency_s for lv in self.levels), default=0.0)) * MS, 0.0)
         return intra + inter + start

@@ -120,11 +120,11 @@ class BoundNeural(BoundCostModel):
         self.w = weights
         self._encoding_size = weights.layers("enc")[-1][0].shape[1]
         topo = instance.topology
-        if topo.levels is not None:
+        if topo.lists_network:
+            listed = (f"topology.levels: {', '.join(lv.name for lv in topo.levels)}" if topo.levels is not None else "topology.graph")
             raise UnsupportedPlacementError(
-                f"a neural cost model cannot cost a topology that lists its levels (topology.levels: "
-                f"{', '.join(lv.name for lv in topo.levels)}): its communication features are NVLink in a host and the network "
-                "between hosts; use --cost-model analytic")
+                f"a neural cost model cannot cost a topology that lists its network ({listed}): its communication features are "
+                "NVLink in a host and the network between hosts; use --cost-model analytic")
         self.profile: HardwareProfile = get_profile(topo.hardware)
         host = np.arange(topo.num_devices) // topo.devices_per_host
         self._same_host = (host[:, None] == host[None, :]).astype(np.float64)

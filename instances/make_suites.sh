@@ -19,3 +19,6 @@ $SHARDOPT generate --family huge --count 40 --seed 0 --pool train --out instance
 $SHARDOPT generate --family huge --count 12 --seed 1 --pool test --out instances/suites/huge-test
 $SHARDOPT generate --family tiered --count 40 --seed 0 --pool train --out instances/suites/tiered-train
 $SHARDOPT generate --family tiered --count 12 --seed 1 --pool test --out instances/suites/tiered-test
+# clusters as they are built now (issue 36): GB200 NVL72 racks, an NVLink domain of 72 over hosts of 4 (topology levels)
+$SHARDOPT generate --family nvl72 --count 6 --seed 0 --pool train --out instances/suites/nvl72-train
+$SHARDOPT generate --family nvl72 --count 4 --seed 1 --pool test --out instances/suites/nvl72-test

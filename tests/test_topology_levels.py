@@ -267,3 +267,83 @@ def test_inspect_shows_the_levels(tmp_path: Path) -> None:
     assert [(lv["name"], lv["devices"], lv["peers"]) for lv in levels] == [("host", 2, 1), ("nvlink_domain", 4, 2), ("network", 8, 4)]
     r = CliRunner().invoke(app, ["inspect", str(ROOT / "instances/examples/small.json")])
     assert r.exit_code == 0 and "from the" in r.output
+
+
+def test_the_nvl72_family_lists_its_domain_and_torchrec_takes_it() -> None:
+    from shardopt.data.pools import generate_pool
+    from shardopt.data.suites import FAMILIES, generate_instance
+    from shardopt.data.torchrec_io import torchrec_pod_size
+
+    pool = generate_pool(n=300, seed=4)
+    for index, devices in ((0, 144), (1, 288)):
+        inst = generate_instance(FAMILIES["nvl72"], pool, seed=2, index=index, pool_label="test")
+        topo = inst.topology
+        assert topo.hardware == "gb200" and topo.num_devices == devices and topo.devices_per_host == 4
+        assert [(lv.name, lv.devices) for lv in topo.levels] == [("nvlink_domain", 72), ("network", devices)]
+        assert 2 * devices <= len(inst.tables) <= 4 * devices
+        assert torchrec_pod_size(topo) == 18
+        bm = AnalyticCostModel().bind(inst)
+        dims = np.zeros(devices)
+        dims[0] = 64.0
+        t = bm.comm_time(dims)  # a width on device 0: its rack's peers receive it over NVLink, the other racks' over the network
+        assert t[1] < t[72] and t[1] == pytest.approx(t[71])
+
+
+DOMAINS = [{"name": "nvlink_domain", "devices": 8, "bandwidth": 900 * GB},
+           {"name": "network", "devices": 16, "bandwidth": 50 * GB, "latency_s": 10e-6}]
+
+
+def domain_instance() -> Instance:
+    """16 devices in hosts of 4, two NVLink domains of 8 (two hosts each)."""
+    tables = [{"name": f"t{i}", "rows": 40000 + 1000 * i, "dim": 32 * (1 + i % 3), "pooling_factor": 6.0, "access": {"zipf": 1.0}} for i in range(20)]
+    return Instance.model_validate({"schema_version": 1, "kind": "instance", "name": "domains", "tables": tables,
+                                    "topology": {"num_devices": 16, "devices_per_host": 4, "memory_bytes": 10**10, "hardware": "gb200",
+                                                 "levels": DOMAINS},
+                                    "workload": {"batch_size": 8192, "optimizer": "sgd"}})
+
+
+def test_table_row_wise_spans_the_nvlink_domain() -> None:
+    from shardopt.core.sharding_types import TABLE_ROW_WISE, sharding_type
+
+    assert domain_instance().topology.intra_group_size == 8  # the domain, not the host of 4
+    assert rack_instance().topology.intra_group_size == 2  # the host is listed: it is the group
+    assert rack_instance(None).topology.intra_group_size == 2
+    pairs = json.loads(rack_instance(None).model_dump_json())
+    pairs["topology"]["devices_per_host"] = 4
+    pairs["topology"]["levels"] = [{"name": "pair", "devices": 2, "bandwidth": 1e11}, {"name": "net", "devices": 8, "bandwidth": 1e10}]
+    assert Instance.model_validate(pairs).topology.intra_group_size == 4  # no level of whole hosts short of the job: the host
+    inst = domain_instance()
+    t = inst.tables[0]
+    step = t.rows // 8
+    shards = [Shard(table=t.name, device=8 + k, row_offset=k * step, rows=step if k < 7 else t.rows - 7 * step) for k in range(8)]
+    assert sharding_type(inst.topology, t, shards) == TABLE_ROW_WISE
+    rest = [Shard(table=u.name, device=i % 16) for i, u in enumerate(inst.tables[1:])]
+    bm = AnalyticCostModel().bind(inst)
+    with_split = bm.plan_costs(shards + rest)
+    without = bm.plan_costs(rest)
+    # the split's collectives on device 0 (other domain): its reduce-scatter moves nothing of its own (W_0 = 0), its
+    # all-to-all receives q W from its local rank's peer in domain 1 over the network; two start-ups and the network's
+    q = 8192 / 16 * 4
+    prof = get_profile("gb200")
+    hier_0 = q * t.dim / (50 * GB) * 1e3 + (2 * prof.alltoall_latency_s + 10e-6) * 1e3
+    assert with_split.fwd_comm[0] - without.fwd_comm[0] == pytest.approx(hier_0, rel=1e-9)
+    # on device 8: the reduce-scatter sends 7 domain peers H q W over NVLink (H = 2 domains), the all-to-all q W to one peer
+    hier_8 = 7 * 2 * q * t.dim / (900 * GB) * 1e3 + q * t.dim / (50 * GB) * 1e3 + (2 * prof.alltoall_latency_s + 10e-6) * 1e3
+    assert bm.hierarchical_comm(np.array([0.0, t.dim]))[8] == pytest.approx(hier_8, rel=1e-9)
+
+
+def test_a_table_row_wise_split_over_the_domain_exports_to_torchrec() -> None:
+    pytest.importorskip("torchrec")
+    from shardopt.data.torchrec_io import export_problems, to_torchrec_plan
+
+    inst = domain_instance()
+    t = inst.tables[0]
+    step = -(-t.rows // 8)
+    shards = [Shard(table=t.name, device=8 + k, row_offset=k * step, rows=min(step, t.rows - k * step)) for k in range(8)]
+    shards += [Shard(table=u.name, device=i % 16) for i, u in enumerate(inst.tables[1:])]
+    plan = Plan(shards=shards, solver="hand")
+    assert export_problems(inst, plan) == []
+    sharding_plan = to_torchrec_plan(inst, plan)
+    (module,) = sharding_plan.plan.values()
+    ps = module[t.name]
+    assert ps.sharding_type == "table_row_wise" and [r for r in ps.ranks] == list(range(8, 16))

@@ -40,6 +40,9 @@ def inspect(
         Optional[Path], typer.Option("--instance", "-i", metavar="INSTANCE.json", help="For a plan: its instance (memory and costs per device).")
     ] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the largest tables to list.")] = 10,
+    draw: Annotated[
+        Optional[Path], typer.Option("--draw", metavar="FILE.svg", help="For an instance: draw its network (graph, or the tree of its levels) to an SVG file.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Summarise an instance (tables, memory, topology, workload), a plan (shards, memory, costs per device) or a suite directory."""
@@ -59,12 +62,28 @@ def inspect(
             if instance_path is not None:
                 _warn("--instance is only used when FILE.json is a plan; ignored")
             _inspect_instance(path, doc, top, json_out)
+            if draw is not None:
+                from shardopt.cli.topology_drawing import draw_topology
+                from shardopt.core.hardware import get_profile
+
+                if draw.suffix.lower() != ".svg":
+                    raise CLIError(f"--draw: {str(draw)!r} is not an .svg file")
+                draw_topology(doc.topology, get_profile(doc.topology.hardware), draw)
+                if not json_out:
+                    _console().print(f"drew the network to {_esc(str(draw))}")
 
 
 def _levels_text(topo: Any, profile: Any) -> str:
     """The levels a device's traffic crosses, innermost first: what the all-to-all is priced over."""
     from shardopt.core.levels import comm_levels
 
+    if topo.graph is not None:
+        from shardopt.core.network_graph import parse_network_graph
+
+        g = parse_network_graph(topo.graph, topo.num_devices, topo.devices_per_host).graph
+        bws = sorted({d["bandwidth"] for _, _, d in g.edges(data=True)})
+        return (f"a graph of {g.number_of_nodes()} nodes ({topo.num_devices} devices, {g.number_of_nodes() - topo.num_devices} switches) "
+                f"and {g.number_of_edges()} links of {bws[0] / 1e9:.3g}-{bws[-1] / 1e9:.3g} GB/s (topology.graph; --draw FILE.svg draws it)")
     levels = comm_levels(topo, profile)
     if not levels:
         return "one device: no communication"

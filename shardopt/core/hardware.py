@@ -125,6 +125,21 @@ PROFILES: dict[str, HardwareProfile] = {
         host_link_bandwidth=450 * GB,
         host_link="NVLink-C2C",
     ),
+    # a Blackwell GPU of a GB200 NVL72 rack: 72 GPUs in one NVLink domain across 18 compute trays of 4 (describe the
+    # domain with topology levels; the nvlink figure here is the domain's per-GPU link). L2 and SM count are not in
+    # NVIDIA's data sheets (docs/analytic-model.md, "Hardware profiles": where they come from)
+    "gb200": HardwareProfile(
+        name="gb200",
+        description="NVIDIA GB200 (Blackwell B200 in a GB200 NVL72 rack), 186 GB HBM3e, NVLink 5, 400 Gb/s InfiniBand per GPU",
+        hbm_bandwidth=8000 * GB,
+        memory_bytes=186 * GB,
+        l2_bytes=126 * MiB,
+        sm_count=148,
+        nvlink_bandwidth=900 * GB,
+        network_bandwidth=50 * GB,
+        host_link_bandwidth=450 * GB,
+        host_link="NVLink-C2C",
+    ),
 }
 # A CPU timed by the cpu judge (fbgemm's CPU TBE): what an instance names when its plan is for this machine's CPU, so
 # that `--cost-model auto` can pick a model calibrated on it (costmodels/auto.py). No data sheet describes "a CPU" in

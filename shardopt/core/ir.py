@@ -214,6 +214,12 @@ class Topology(IRModel):
         description="the network as levels, innermost first (host, NVLink domain, pod, ...), the outermost spanning the "
         "job; None (the default) = two levels from the profile: NVLink within a host, the network between hosts",
     )
+    graph: dict[str, Any] | None = Field(
+        default=None,
+        description="the network as an explicit graph: a networkx node-link document of devices (nodes with \"device\"), "
+        "switches (nodes with an optional \"latency_s\") and full-duplex links (\"bandwidth\" bytes/s each way); "
+        "shardopt/core/network_graph.py",
+    )
 
     _numbers = field_validator("num_devices", "devices_per_host", "memory_bytes", "host_memory_bytes", "intra_host_bandwidth",
                                "inter_host_bandwidth", "host_link_bandwidth", mode="before")(_a_number)
@@ -258,7 +264,25 @@ class Topology(IRModel):
             )
         if self.levels is not None:
             self._check_levels(self.levels)
+        if self.graph is not None:
+            self._check_graph()
         return self
+
+    def _check_graph(self) -> None:
+        from shardopt.core.network_graph import parse_network_graph
+
+        if self.levels is not None:
+            raise ValueError("graph: give the network as levels or as a graph, not both")
+        for name in ("intra_host_bandwidth", "inter_host_bandwidth"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: {getattr(self, name)} beside graph: give each link's bandwidth in the graph instead")
+        parse_network_graph(self.graph, self.num_devices, self.devices_per_host)
+
+    @property
+    def lists_network(self) -> bool:
+        """Whether the topology describes its network itself (levels or a graph) rather than by the two numbers of
+        old (NVLink within a host, the network between hosts)."""
+        return self.levels is not None or self.graph is not None
 
     def _check_levels(self, levels: list[TopologyLevel]) -> None:
         """Levels nest (each group holds whole groups of the level below), the outermost spans the job, and a level
@@ -291,7 +315,7 @@ class Topology(IRModel):
         out = handler(self)
         if out.get("host_memory_bytes") == 0:
             out.pop("host_memory_bytes")
-        for name in ("host_link_bandwidth", "levels"):
+        for name in ("host_link_bandwidth", "levels", "graph"):
             if name in out and out[name] is None:
                 out.pop(name)
         return out
@@ -321,6 +345,24 @@ class Topology(IRModel):
     @property
     def num_hosts(self) -> int:
         return -(-self.num_devices // self.devices_per_host)
+
+    @property
+    def intra_group_size(self) -> int:
+        """Devices a table-row-wise split spans (TorchRec's `intra_group_size`): the host; with topology levels, the
+        innermost level of whole hosts short of the whole job - an NVLink domain over several hosts where one is
+        listed - and the host where there is none. Its reduce-scatter stays inside the group, its all-to-all crosses
+        to the other groups (costmodels/hierarchical.py)."""
+        for lv in self.levels or []:
+            if lv.devices % self.devices_per_host == 0:
+                return lv.devices if lv.devices < self.num_devices else self.devices_per_host
+        return self.devices_per_host
+
+    def intra_group_of(self, device: int) -> int:
+        return device // self.intra_group_size
+
+    @property
+    def num_intra_groups(self) -> int:
+        return self.num_devices // self.intra_group_size
 
 
 class Workload(IRModel):

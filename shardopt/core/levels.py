@@ -33,7 +33,10 @@ def comm_levels(topology: Topology, profile: HardwareProfile) -> tuple[CommLevel
     """The levels a device's traffic crosses, innermost first, each with at least one peer (empty for one device).
     Without `levels`: a host level (NVLink: `intra_host_bandwidth` or the profile's, no extra latency) where hosts
     have several devices, and a network level (`inter_host_bandwidth` or the profile's, the profile's network
-    latency) where there are several hosts."""
+    latency) where there are several hosts. A topology given as a graph has no levels: empty (its links are its
+    own: shardopt.core.network_graph)."""
+    if topology.graph is not None:
+        return ()
     if topology.levels is not None:
         sizes = [lv.devices for lv in topology.levels]
         return tuple(CommLevel(lv.name, lv.devices, lv.devices - (sizes[i - 1] if i else 1), float(lv.bandwidth), float(lv.latency_s))

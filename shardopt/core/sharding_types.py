@@ -34,6 +34,6 @@ def sharding_type(topology: Topology, table: Table, shards: Sequence[Shard]) -> 
     if all(r == (0, table.rows) for r, _ in spans):
         return COLUMN_WISE
     if all(c == (0, table.dim) for _, c in spans):
-        hosts = {topology.host_of(s.device) for s in shards}
-        return TABLE_ROW_WISE if len(hosts) == 1 and topology.num_hosts > 1 else ROW_WISE
+        hosts = {topology.intra_group_of(s.device) for s in shards}  # (the host, or an NVLink domain over hosts)
+        return TABLE_ROW_WISE if len(hosts) == 1 and topology.num_intra_groups > 1 else ROW_WISE
     return GRID_SHARD

@@ -30,7 +30,8 @@ import numpy as np
 
 from shardopt.core.errors import UserError
 from shardopt.core.feasibility import constructive_tiered_plan, infeasibility_reason, tiered_infeasibility_reason
-from shardopt.core.ir import AccessProfile, Instance, Kernel, Shard, Table, Topology, Workload, dumps
+from shardopt.core.hardware import PROFILES
+from shardopt.core.ir import AccessProfile, Instance, Kernel, Shard, Table, Topology, TopologyLevel, Workload, dumps
 from shardopt.core.memory import slice_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.core.stats import histogram_from_zipf
@@ -66,6 +67,8 @@ class Family:
     # how many times each pool table may be drawn (a model larger than the pool: the k-th copy of table NAME is named
     # NAME-cK, k >= 1, with the same rows, pooling and access); 1: each at most once
     copies: int = 1
+    # the topology's levels for a shape (host, NVLink domain, network: Topology.levels); None: the two of old
+    levels: Callable[[TaskShape], list[TopologyLevel]] | None = None
 
 
 # The CPU-scale family: instances a 2-core CPU can judge at their own workload, each device's shards timing in
@@ -95,6 +98,23 @@ def _cpu_shape(rng: np.random.Generator, i: int) -> TaskShape:
 def _dreamshard_shape(rng: np.random.Generator, i: int) -> TaskShape:
     tables, devices = [(50, 4), (50, 8), (100, 4), (100, 8)][i % 4]
     return TaskShape(tables, devices, devices)
+
+
+NVL72_DOMAIN = 72  # GPUs per NVLink domain: one GB200 NVL72 rack
+NVL72_HOST = 4  # GPUs per compute tray (host)
+
+
+def _nvl72_shape(rng: np.random.Generator, i: int) -> TaskShape:
+    racks = (2, 4)[i % 2]
+    devices = NVL72_DOMAIN * racks
+    return TaskShape(devices * int(rng.integers(2, 5)), devices, NVL72_HOST)
+
+
+def _nvl72_levels(shape: TaskShape) -> list[TopologyLevel]:
+    """One NVLink domain per rack at the GPU's NVLink bandwidth, the network between racks with its start-up."""
+    p = PROFILES["gb200"]
+    return [TopologyLevel(name="nvlink_domain", devices=NVL72_DOMAIN, bandwidth=p.nvlink_bandwidth),
+            TopologyLevel(name="network", devices=shape.devices, bandwidth=p.network_bandwidth, latency_s=p.network_latency_s)]
 
 
 FAMILIES: dict[str, Family] = {
@@ -144,6 +164,19 @@ FAMILIES: dict[str, Family] = {
         "a100",
         "none (a scale family; tight rule)",
         copies=4,
+    ),
+    "nvl72": Family(
+        "nvl72",
+        "GB200 NVL72 racks: 2 or 4 racks of 72 GPUs, each rack one NVLink domain over 18 hosts of 4 (NVLink 5 within the "
+        "rack, 400 Gb/s InfiniBand between racks: topology levels), 2 to 4 tables per GPU drawn from the pool (copies "
+        "renamed NAME-cK), dims mixed up to 256",
+        lambda rng, i: _nvl72_shape(rng, i),
+        (16, 32, 64, 128, 256),
+        (0.3, 0.3, 0.2, 0.15, 0.05),
+        "gb200",
+        "none (a cluster family; tight rule)",
+        copies=4,
+        levels=lambda shape: _nvl72_levels(shape),
     ),
     "cpu": Family(
         "cpu",
@@ -500,7 +533,8 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
     workload = Workload(batch_size=batch)
     draft = Instance(
         tables=tables,
-        topology=Topology(num_devices=shape.devices, devices_per_host=shape.devices_per_host, memory_bytes=1, hardware=family.hardware),
+        topology=Topology(num_devices=shape.devices, devices_per_host=shape.devices_per_host, memory_bytes=1, hardware=family.hardware,
+                          levels=None if family.levels is None else family.levels(shape)),
         workload=workload,
     )
     sizes = table_bytes_array(draft)

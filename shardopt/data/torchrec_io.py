@@ -156,8 +156,10 @@ def normalize_shards(instance: Instance, shards: Iterable[Shard]) -> list[Shard]
 
 
 def _host_ranks(instance: Instance, host: int) -> list[int]:
+    """The ranks of a table-row-wise group: a host (an NVLink group of hosts with topology levels, as TorchRec's
+    intra_group_size with pod_size)."""
     topo = instance.topology
-    return [d for d in range(topo.num_devices) if topo.host_of(d) == host]
+    return [d for d in range(topo.num_devices) if topo.intra_group_of(d) == host]
 
 
 def _layout_entries(rows: int, ranks: list[int]) -> list[tuple[int, int, int]]:
@@ -177,8 +179,8 @@ def _row_kind(instance: Instance, table: Table, shards: list[Shard]) -> tuple[st
     topo = instance.topology
     ours = sorted((s.row_range(table)[0], s.height(table), s.device) for s in shards)
     tried = []
-    hosts = {topo.host_of(s.device) for s in shards}
-    if len(hosts) == 1 and topo.num_hosts > 1:
+    hosts = {topo.intra_group_of(s.device) for s in shards}
+    if len(hosts) == 1 and topo.num_intra_groups > 1:
         host = next(iter(hosts))
         ranks = _host_ranks(instance, host)
         expected = _layout_entries(table.rows, ranks)
@@ -208,7 +210,7 @@ def _grid_problem(instance: Instance, table: Table, shards: list[Shard]) -> str:
         by_cols[s.col_range(table)].append(s)
     for (c0, c1), group in sorted(by_cols.items()):
         ours = sorted((s.row_range(table)[0], s.height(table), s.device) for s in group)
-        hosts = sorted({topo.host_of(s.device) for s in group})
+        hosts = sorted({topo.intra_group_of(s.device) for s in group})
         ok = len(hosts) == 1 and ours == _layout_entries(table.rows, _host_ranks(instance, hosts[0]))
         if not ok:
             host = hosts[0]
@@ -300,7 +302,7 @@ def _table_specs(instance: Instance, table: Table, shards: list[Shard]) -> tuple
             by_cols[s.col_range(table)].append(s)
         entries = []
         for (c0, c1), group in by_cols.items():  # column blocks in the plan's order, each over its host's ranks
-            ranks = _host_ranks(instance, topo.host_of(group[0].device))
+            ranks = _host_ranks(instance, topo.intra_group_of(group[0].device))
             entries += [([off, c0], [n, c1 - c0], r) for (off, n), r in zip(rw_layout(table.rows, len(ranks)), ranks)]
         return kind, entries
     return kind, [([s.row_range(table)[0], s.col_range(table)[0]], [s.height(table), s.width(table)], s.device) for s in shards]
@@ -770,6 +772,9 @@ def torchrec_pod_size(topology: Topology) -> int | None:
     intra-host bandwidth holds within the group) for a topology that lists its levels; None without levels.
     TorchRec's model has two levels - a group of whole hosts and the network above it - so levels it cannot say (a
     level inside a host, three levels or more) are refused by name (TorchRecTopologyError, exit 2)."""
+    if topology.graph is not None:
+        raise TorchRecTopologyError("topology.graph: TorchRec's planner models an NVLink group of whole hosts and the network "
+                                    "above it, not a network graph (describe it with topology.levels where two levels say it)")
     levels = topology.levels
     if levels is None:
         return None
@@ -792,7 +797,7 @@ def topology_bandwidths(topology: Topology) -> dict[str, float]:
     p = PROFILES[topology.hardware]
     intra = topology.intra_host_bandwidth or p.nvlink_bandwidth
     inter = topology.inter_host_bandwidth or p.network_bandwidth
-    if topology.levels is not None:
+    if topology.lists_network:
         torchrec_pod_size(topology)  # (refuses what TorchRec cannot say)
         intra, inter = topology.levels[0].bandwidth, topology.levels[-1].bandwidth
     host = topology.host_link_bandwidth or p.host_link_bandwidth

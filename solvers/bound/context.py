@@ -49,10 +49,11 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
     bm = model.bind(instance)
     if type(bm) is not BoundAnalytic:
         raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
-    if bm.has_levels:
+    if bm.lists_network:
         raise BoundError(
-            "topology.levels: the certified bound's inequalities are proven for the two levels of old (NVLink in a host, "
-            "the network between hosts); a topology that lists its levels has no certified bound yet"
+            f"topology.{'levels' if instance.topology.levels is not None else 'graph'}: the certified bound's inequalities are "
+            "proven for the two levels of old (NVLink in a host, the network between hosts); a topology that lists its network "
+            "(levels or a graph) has no certified bound yet"
         )
     return bm
 

@@ -446,7 +446,7 @@ class HeuristicSolver(Solver):
         others by rows in HBM). The instances that asked for each: docs/benchmarks.md, "Instances behind design
         choices"."""
         topo = instance.topology
-        nested = 1 < topo.devices_per_host < topo.num_devices
+        nested = 1 < topo.intra_group_size < topo.num_devices
         attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.options.row_splits] if nested else (False,)
         variants: list[tuple[bool, bool, bool | frozenset[int], bool]] = (
             [(a, False, False, False) for a in attempts] + [(a, True, False, False) for a in attempts] + [(a, False, True, False) for a in attempts])

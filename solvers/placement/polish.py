@@ -142,12 +142,13 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
 
 def _row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel, cache_load_factor: float | None) -> list[tuple[str, list[Shard]]]:
     """`table` split by rows over all devices (`row-wise`) and over each host's devices (`table-row-wise`, where the
-    cluster has several hosts of several devices), the group it is split over now (`now`) left out."""
+    cluster has several hosts of several devices; with topology levels each NVLink group's: Topology.intra_group_size),
+    the group it is split over now (`now`) left out."""
     topo = instance.topology
-    D, per_host = topo.num_devices, topo.devices_per_host
+    D, per_host = topo.num_devices, topo.intra_group_size
     groups = [("row-wise", list(range(D)))]
     if 1 < per_host < D:
-        groups += [("table-row-wise", list(range(h * per_host, (h + 1) * per_host))) for h in range(topo.num_hosts)]
+        groups += [("table-row-wise", list(range(h * per_host, (h + 1) * per_host))) for h in range(topo.num_intra_groups)]
     out = [(what, row_wise_shards(table, devs, kernel, cache_load_factor)) for what, devs in groups if set(devs) != now]
     if kernel is Kernel.fused and topo.has_host_memory and 1 < per_host < D:
         # an HBM table's blocks within one host in host memory behind caches: the partial sums stay on NVLink, and
@@ -203,7 +204,7 @@ class _Polish:
             groups.setdefault(index[s.table], []).append(s)
         self.contrib = {t: table_contribution(instance, bm, t, g) for t, g in groups.items()}
         self.plan = _Plan(groups, np.zeros((D, bm.state_size)), np.zeros((len(OUTPUT_DIST_ORDER), D)), np.zeros(D), np.zeros(D, dtype=np.int64),
-                          np.zeros(D, dtype=np.int64), np.zeros(instance.topology.num_hosts))
+                          np.zeros(D, dtype=np.int64), np.zeros(instance.topology.num_intra_groups))
         for c in self.contrib.values():
             self.plan.add(c)
         self.caps = np.array(instance.topology.capacities(), dtype=np.int64)
@@ -403,7 +404,7 @@ def _layout_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, caps: np.
     neither layout fits both tiers and beats `current` (plan cost, sum of device costs). Skipped above `limit`
     table x device pairs (each layout is a shard per table and device)."""
     topo = instance.topology
-    D, per_host = topo.num_devices, topo.devices_per_host
+    D, per_host = topo.num_devices, topo.intra_group_size  # (the host, or an NVLink group over hosts)
     movable = [t for t, g in sorted(plan.shards.items()) if len({s.kernel for s in g}) == 1 and not any(s.replicated for s in g)
                and instance.tables[t].rows > 1]
     if not movable or len(movable) * D > limit:
@@ -428,7 +429,7 @@ def _layout_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, caps: np.
     everywhere = {t: row_wise_shards(instance.tables[t], list(range(D)), *tier(t)) for t in movable}
     layouts.append(("row-wise (sweep)", everywhere))
     if 1 < per_host < D:  # each table within the least loaded host with room; where no host has room, over all devices
-        load = np.zeros(topo.num_hosts)
+        load = np.zeros(topo.num_intra_groups)
         hbm, host = used(fixed)
         out: dict[int, list[Shard]] = {}
         for t in sorted(movable, key=lambda t: (-float(bm.single_table_costs[t]), t)):

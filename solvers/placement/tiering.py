@@ -194,9 +194,9 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     reduce-scatter over NVLink and 1 / (devices per host) of the network bytes of a split over all devices
     (costmodels.hierarchical): TorchRec's table_row_wise, what its planner picks for such tables."""
     topo = instance.topology
-    per_host = topo.devices_per_host
+    per_host = topo.intra_group_size  # (the host, or an NVLink group over hosts: Topology.intra_group_size)
     block = slice_bytes(instance, table, -(-table.rows // per_host), table.dim)
-    groups = [list(range(h * per_host, (h + 1) * per_host)) for h in range(topo.num_hosts)]
+    groups = [list(range(h * per_host, (h + 1) * per_host)) for h in range(topo.num_intra_groups)]
     rooms = [headroom * caps[devs].min() - fixed_hbm[devs].max() for devs in groups]
     for h in sorted(range(len(groups)), key=lambda h: (-rooms[h], h)):
         if block <= rooms[h]:
@@ -363,7 +363,7 @@ def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, withi
     uvm_block = Shard(table=t.name, device=0, rows=block, kernel=Kernel.fused_uvm)
     host_ok = shard_host_bytes(instance, t, uvm_block) <= (hosts - st.fixed_host).min()
     blocks_to_host = to_host and host_ok
-    per_host = topo.devices_per_host
+    per_host = topo.intra_group_size
     rules = st.rules
     in_host_ok = TABLE_ROW_WISE in rules.rows[i] and rules.allows(i, Kernel.fused)
     host_devices = (_host_with_room(instance, t, caps, st.fixed_hbm, headroom)

@@ -195,7 +195,7 @@ class _State:
         self.S = np.zeros((D, bm.state_size))
         self.dims, self.extra = np.zeros((len(OUTPUT_DIST_ORDER), D)), np.zeros(D)  # widths by output dist [G, D]
         self.hbm, self.host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
-        self.hier = np.zeros(instance.topology.num_hosts)  # each host's hierarchical width (row splits within it)
+        self.hier = np.zeros(instance.topology.num_intra_groups)  # each group's hierarchical width (row splits within it)
         for c in self.contrib.values():
             self._add(c, 1)
         self.old_regions = {t: _regions_by_device(g, instance.tables[t]) for t, g in old.items()}
@@ -516,9 +516,10 @@ def _toward(st: _State, target: dict[int, list[Shard]], budget: int | None, time
 
 
 def _device_classes(instance: Instance) -> list[list[int]]:
-    """Devices that can trade places without changing the model: equal HBM and host memory on the same host."""
+    """Devices that can trade places without changing the model: equal HBM and host memory on the same host (and in
+    the same innermost group of topology levels, where that is smaller than a host)."""
     topo = instance.topology
-    per = topo.devices_per_host
+    per = min(topo.devices_per_host, topo.levels[0].devices) if topo.levels else topo.devices_per_host
     classes: dict[tuple, list[int]] = {}
     for d in range(topo.num_devices):
         classes.setdefault((d // per, topo.capacity(d), topo.host_capacity(d)), []).append(d)
@@ -553,7 +554,8 @@ def relabel(instance: Instance, bm: BoundCostModel, shards: list[Shard], old: di
         for r, c in zip(rows, cols):
             mapping[cls[r]] = cls[c]
     per = instance.topology.devices_per_host
-    hosts = D // per if instance.topology.num_hosts > 1 else 1
+    # (with topology levels, a host swapped into another NVLink domain changes the model: none swapped)
+    hosts = D // per if instance.topology.num_hosts > 1 and not instance.topology.lists_network else 1
     if hosts > 1 and hosts <= 8:  # whole hosts of the same shape swapped too (after the within-host matching)
         base = mapping.copy()
         shape = [tuple((instance.topology.capacity(h * per + i), instance.topology.host_capacity(h * per + i)) for i in range(per)) for h in range(hosts)]

@@ -1,0 +1,160 @@
+"""Collectives priced over an explicit network graph (shardopt.core.network_graph): the analytic model's
+communication when a topology gives `graph`.
+
+Why this accounting: with levels every device has its own link per level; a graph also has links devices share
+(a leaf switch's uplinks, a rail), and a device's all-to-all waits for the busiest link its bytes cross. Each
+device's traffic to each peer follows the shortest paths by 1 / bandwidth (the fastest route, as NCCL takes NVLink
+before the network), split evenly over equal ones (ECMP). With `q = B / D * 4` bytes per unit of pooled width and
+peer, directed link e carries `load_e = q sum_d C[e, d] dimsum_d`, where C[e, d] counts the peers of d whose share
+of d's bytes crosses e (computed once per instance, Brandes' accumulation over each device's shortest-path DAG).
+A device waits for its own links and for the shared links (between switches) its bytes cross, each direction
+limited by its bandwidth:
+
+    t_d = alltoall_latency + max path latency from d + max over those links e of load_e / BW_e
+
+On a graph of two levels (each device linked to its host's NVSwitch and to one network switch, nothing between
+switches) this is the level formula term by term (tests/test_network_graph.py). The row splits held within a host
+run the same accounting over their two patterns (the reduce-scatter to host peers, the all-to-all to the peers of
+one local rank); a replica's all-reduce crosses the slowest link any device's traffic uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardopt.core.network_graph import NetworkGraph
+
+COMM_BYTES = 4
+MS = 1e3
+CHUNK = 16  # candidates priced at once in totals_after_adding ([chunk, D, links] in memory)
+
+
+def _inverse_bandwidth(u: object, v: object, data: dict) -> float:
+    """The route's length: the fastest links first."""
+    return 1.0 / data["bandwidth"]
+
+
+class _Flows:
+    """C [E, D] of one traffic pattern (which peers each device sends to) and each device's links [D, U] (padded
+    with the index E: a link of no load)."""
+
+    def __init__(self, C: np.ndarray, links: list[np.ndarray], n_edges: int):
+        self.C = C
+        width = max((len(x) for x in links), default=1)
+        self.links = np.full((len(links), max(width, 1)), n_edges, dtype=np.int64)
+        for d, x in enumerate(links):
+            self.links[d, : len(x)] = x
+
+
+class GraphComm:
+    """The all-to-all, the hierarchical collectives and the replicas' all-reduce over one graph, for `batch`
+    samples; `group_size` devices per table-row-wise group (the host)."""
+
+    def __init__(self, net: NetworkGraph, *, num_devices: int, group_size: int, batch: float, alltoall_latency_s: float):
+        g = net.graph
+        self.num_devices = num_devices
+        self.group_size = group_size
+        self._q = batch / num_devices * COMM_BYTES
+        self._alltoall_latency_s = alltoall_latency_s
+        nodes = list(g.nodes)
+        self._index = {n: i for i, n in enumerate(nodes)}
+        edges: list[tuple[int, int]] = []
+        bw: list[float] = []
+        for u, v, data in g.edges(data=True):
+            edges += [(self._index[u], self._index[v]), (self._index[v], self._index[u])]
+            bw += [data["bandwidth"], data["bandwidth"]]
+        self._edge_id = {e: k for k, e in enumerate(edges)}
+        self._bw = np.array(bw)
+        self._inv_bw_ms = np.append(MS / self._bw, 0.0)  # (the padding link: no time)
+        self._shared = np.array([g.nodes[nodes[a]].get("device") is None and g.nodes[nodes[b]].get("device") is None for a, b in edges])
+        self._incident = [[k for k, (a, b) in enumerate(edges) if nodes[a] == n or nodes[b] == n] for n in net.device_nodes]
+        D = num_devices
+        host = np.arange(D) // group_size
+        rank = np.arange(D) % group_size
+        everyone = np.ones((D, D), dtype=bool)
+        same_group = host[:, None] == host[None, :]
+        same_rank = (rank[:, None] == rank[None, :]) & ~same_group
+        np.fill_diagonal(everyone, False)
+        np.fill_diagonal(same_group, False)
+        patterns = {"all": everyone, "group": same_group, "rank": same_rank}
+        Cs = {k: np.zeros((len(edges), D)) for k in patterns}
+        self.latency_ms = np.zeros(D)
+        import networkx as nx
+
+        for s, src in enumerate(net.device_nodes):
+            pred, dist = nx.dijkstra_predecessor_and_distance(g, src, weight=_inverse_bandwidth)
+            order = sorted(dist, key=dist.get)  # nearest first
+            sigma = {src: 1.0}
+            lat = {src: 0.0}
+            for w in order[1:]:
+                sigma[w] = sum(sigma[v] for v in pred[w])
+                lat[w] = max(lat[v] + (g.nodes[v]["latency_s"] if v != src else 0.0) for v in pred[w])
+            peers_lat = [lat[n] for n in net.device_nodes if n != src]
+            self.latency_ms[s] = (alltoall_latency_s + max(peers_lat, default=0.0)) * MS
+            for name, mask in patterns.items():
+                target = {net.device_nodes[j]: 1.0 for j in np.flatnonzero(mask[s])}
+                delta = dict.fromkeys(order, 0.0)
+                for w in reversed(order[1:]):
+                    share = target.get(w, 0.0) + delta[w]
+                    if share == 0.0:
+                        continue
+                    for v in pred[w]:
+                        c = sigma[v] / sigma[w] * share
+                        Cs[name][self._edge_id[(self._index[v], self._index[w])], s] += c
+                        delta[v] += c
+        rev = np.array([self._edge_id[(b, a)] for a, b in edges])
+        self._flows = {}
+        for name, C in Cs.items():
+            links = []
+            for d in range(D):
+                used = (C[:, d] > 0) & self._shared
+                shared = np.flatnonzero(used | used[rev])
+                links.append(np.unique(np.concatenate([np.array(self._incident[d], dtype=np.int64), shared])))
+            self._flows[name] = _Flows(C, links, len(edges))
+        crossed = np.unique(np.concatenate([f.links.ravel() for f in self._flows.values()]))
+        crossed = crossed[crossed < len(edges)]
+        self._slowest = float(self._bw[crossed].min()) if len(crossed) else float(self._bw.min())
+
+    def _wait(self, flows: _Flows, sends: np.ndarray) -> np.ndarray:
+        """[..., D] per-device send volumes (bytes to each peer of the pattern) -> [..., D] ms: the busiest link each
+        device's bytes cross."""
+        load = sends @ flows.C.T  # [..., E]
+        util = np.concatenate([load, np.zeros(load.shape[:-1] + (1,))], axis=-1) * self._inv_bw_ms
+        return util[..., flows.links].max(axis=-1)
+
+    def time(self, dims: np.ndarray) -> np.ndarray:
+        """One direction's all-to-all (ms) per device: [..., D] -> [..., D]."""
+        dims = np.asarray(dims, dtype=np.float64)
+        if self.num_devices == 1:
+            return np.zeros_like(dims)
+        return self._wait(self._flows["all"], self._q * dims) + self.latency_ms
+
+    def totals_after_adding(self, dims: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
+        """[k, D] fwd + bwd all-to-all after adding `width` to device candidates[i] (row i), priced whole."""
+        dims = np.asarray(dims, dtype=np.float64)
+        cands = np.asarray(candidates)
+        out = np.empty((len(cands), self.num_devices))
+        for lo in range(0, len(cands), CHUNK):
+            part = cands[lo: lo + CHUNK]
+            after = np.repeat(dims[None, :], len(part), axis=0)
+            after[np.arange(len(part)), part] += float(width)
+            out[lo: lo + CHUNK] = 2.0 * self.time(after)
+        return out
+
+    def hierarchical_time(self, host_widths: np.ndarray) -> np.ndarray:
+        """One direction's time (ms) of the table-row-wise collectives per device: [..., H] -> [..., D]: the
+        reduce-scatter sends each group peer `H q W_h`, then the all-to-all each peer of the same local rank `q W_h`,
+        one after the other, each with its start-up, once any group has such a split."""
+        w = np.asarray(host_widths, dtype=np.float64)
+        H = w.shape[-1]
+        mine = w[..., np.arange(self.num_devices) // self.group_size]
+        intra = self._wait(self._flows["group"], H * self._q * mine)
+        inter = self._wait(self._flows["rank"], self._q * mine)
+        total = w.sum(axis=-1, keepdims=True)
+        start = np.where(total > 0, 2 * self._alltoall_latency_s * MS + (self.latency_ms - self._alltoall_latency_s * MS), 0.0)
+        return intra + inter + start
+
+    @property
+    def allreduce_bandwidth(self) -> float:
+        """The slowest link any device's traffic crosses (bytes/s)."""
+        return self._slowest
