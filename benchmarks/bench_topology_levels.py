@@ -4,6 +4,10 @@ two levels of old could describe it (NVLink within the host, the network beyond 
 with the levels. Simulated (analytic judge). Rows as JSON lines on stdout.
 
     .venv/bin/python benchmarks/bench_topology_levels.py [INSTANCE.json ...] [--limit 20] [--solvers greedy,neuroshard,cpsat]
+        [--bound-limit 60]
+
+With `--bound-limit S` each instance's certified bound first (where the bound covers its network), one row each;
+`--solvers ""` runs none.
 
 Without instances: instances/suites/nvl72-test.
 """
@@ -39,6 +43,7 @@ def main() -> None:
     ap.add_argument("instances", nargs="*")
     ap.add_argument("--limit", type=float, default=20.0, help="time limit of the searches (s)")
     ap.add_argument("--solvers", default="greedy,neuroshard,cpsat")
+    ap.add_argument("--bound-limit", type=float, default=0.0, help="time limit of each instance's certified bound (0: none)")
     args = ap.parse_args()
     paths = args.instances or sorted(glob.glob(str(ROOT / "instances/suites/nvl72-test/*.json")))
     cm = AnalyticCostModel()
@@ -47,7 +52,16 @@ def main() -> None:
             continue
         inst = load_instance(path)
         flat = without_levels(inst)
-        for solver in args.solvers.split(","):
+        if args.bound_limit > 0:
+            from solvers.bound import BoundError, analytic_lower_bound
+
+            try:
+                b = analytic_lower_bound(inst, cm, time_limit=args.bound_limit)
+                print(json.dumps({"instance": inst.name, "bound_ms": b.value_ms, "status": b.status, "source": b.source,
+                                  "time_s": round(b.time_s, 2)}), flush=True)
+            except BoundError as exc:
+                print(json.dumps({"instance": inst.name, "bound_ms": None, "why": str(exc)}), flush=True)
+        for solver in filter(None, args.solvers.split(",")):
             row: dict = {"instance": inst.name, "tables": len(inst.tables), "devices": inst.topology.num_devices, "solver": solver}
             for label, planned in (("levels", inst), ("two_levels", flat)):
                 start = time.perf_counter()

@@ -197,6 +197,18 @@ class CommTerms:
     local_peers: np.ndarray  # [D] devices on the device's host other than itself
     remote_peers: np.ndarray  # [D] devices on other hosts
     single_host: bool
+    # the row splits' hierarchical collectives (costmodels/hierarchical.py): devices per table-row-wise group and the
+    # groups (the host, or an NVLink domain of topology levels), the two links, the collectives' start-ups (ms)
+    group_size: int
+    num_groups: int
+    intra_bw: float
+    inter_bw: float
+    hier_start_ms: float
+
+    @property
+    def local_size(self) -> int:
+        """Devices in the all-to-all's local group (the host; an NVLink domain where levels list one)."""
+        return int(self.local_peers[0]) + 1 if len(self.local_peers) else 1
 
 
 @dataclass(frozen=True)
@@ -253,13 +265,32 @@ class BoundAnalytic(BoundCostModel):
 
     @property
     def comm_group_size(self) -> int:
-        return self.levels[0].devices if self._by_level is not None else self.instance.topology.devices_per_host
+        topo = self.instance.topology
+        return self.levels[0].devices if topo.levels is not None else topo.devices_per_host
 
     def comm_terms(self) -> CommTerms:
-        if self._by_level is not None:
-            raise ValueError("comm_terms: the topology lists its network (levels or a graph); the two-level terms (NVLink, network) do not describe it")
-        return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
-                         self._single_host)
+        """The two-level terms; also of a topology whose levels are two levels of that kind (an inner level that is
+        also the table-row-wise group - an NVLink domain over hosts - and the network), or one. ValueError for any
+        other network (three levels or more, an inner level inside a host, a graph)."""
+        topo = self.instance.topology
+        p = self.profile
+        if self._by_level is None:
+            return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
+                             self._single_host, topo.devices_per_host, topo.num_hosts, self.intra_bw, self.inter_bw,
+                             (2 * p.alltoall_latency_s + p.network_latency_s) * MS)
+        levels = topo.levels
+        if levels is None or len(levels) > 2 or (len(levels) == 2 and levels[0].devices != topo.intra_group_size):
+            raise ValueError("comm_terms: the topology's network (" + ("a graph" if levels is None else
+                             " -> ".join(f"{lv.name} ({lv.devices})" for lv in levels)) + ") is not two levels whose inner one is "
+                             "the table-row-wise group (an NVLink domain of whole hosts) and the network")
+        size, D = levels[0].devices, topo.num_devices
+        per_peer = self.batch / D * COMM_BYTES
+        local = np.full(D, size - 1, dtype=np.float64)
+        remote = np.full(D, D - size, dtype=np.float64)
+        latency = max(lv.latency_s for lv in levels)
+        return CommTerms(self._by_level.latency_ms, per_peer / levels[0].bandwidth * MS, per_peer / levels[-1].bandwidth * MS, local, remote,
+                         len(levels) == 1, topo.intra_group_size, topo.num_intra_groups, float(levels[0].bandwidth),
+                         float(levels[-1].bandwidth), (2 * p.alltoall_latency_s + latency) * MS)
 
     def table_terms(self) -> TableTerms:
         return TableTerms(self._rows.copy(), self._elem.copy(), self._optimizer)

@@ -20,6 +20,19 @@ from solvers.catalog import get_solver
 CM = AnalyticCostModel()
 
 
+def with_levels(inst: Instance, levels: list[dict]) -> Instance:
+    """`inst` with its network given as topology levels (docs/analytic-model.md, "Topology levels")."""
+    doc = inst.model_dump(mode="json")
+    doc["topology"]["levels"] = levels
+    return Instance.model_validate(doc)
+
+
+# two NVLink domains of two hosts of one device each; one domain of two hosts of two devices (one level)
+DOMAINS_4 = [{"name": "nvlink_domain", "devices": 2, "bandwidth": 2e11, "latency_s": 1e-6},
+             {"name": "network", "devices": 4, "bandwidth": 2e10, "latency_s": 1e-5}]
+ONE_DOMAIN_4 = [{"name": "nvlink_domain", "devices": 4, "bandwidth": 2e11, "latency_s": 2e-6}]
+
+
 def with_host_memory(inst: Instance, hbm_share: float, host_share: float, **topo: object) -> Instance:
     """`inst` with each device's HBM cut to `hbm_share` of what it had and `host_share` of that in host memory."""
     cap = inst.topology.capacities()[0]
@@ -60,8 +73,9 @@ def enumerate_best(inst: Instance, host: bool) -> tuple[float, list[Shard]]:
 
 @pytest.mark.parametrize("inst", [make_instance(4, 2, seed=3, mem_factor=1.3, batch_size=65536),
                                   make_instance(4, 2, seed=5, mem_factor=2.0, batch_size=16384),
-                                  make_instance(3, 3, seed=7, mem_factor=1.5, batch_size=65536, hardware="a100")],
-                         ids=["4x2-b65536", "4x2-b16384", "3x3-a100"])
+                                  make_instance(3, 3, seed=7, mem_factor=1.5, batch_size=65536, hardware="a100"),
+                                  with_levels(make_instance(3, 4, seed=8, mem_factor=1.5, per_host=1, batch_size=65536), DOMAINS_4)],
+                         ids=["4x2-b65536", "4x2-b16384", "3x3-a100", "3x4-nvlink-domains"])
 def test_bound_below_the_enumerated_optimum_with_replicas(inst: Instance) -> None:
     best, plan = enumerate_best(inst, host=False)
     bound = analytic_lower_bound(inst, CM, time_limit=30)
@@ -227,13 +241,17 @@ def as_rows(inst: Instance, shards: list[Shard]) -> list[tuple[int, int, float, 
 
 @pytest.mark.parametrize("inst", [make_instance(5, 4, seed=51, mem_factor=1.5, batch_size=16384),
                                   make_instance(6, 4, seed=52, mem_factor=2.0, per_host=2, batch_size=65536),
-                                  with_host_memory(make_instance(5, 4, seed=53, mem_factor=1.0, per_host=2, hardware="a100"), 0.8, 1.0)],
-                         ids=["one-host", "two-hosts", "two-hosts-uvm"])
+                                  with_host_memory(make_instance(5, 4, seed=53, mem_factor=1.0, per_host=2, hardware="a100"), 0.8, 1.0),
+                                  with_levels(make_instance(6, 8, seed=54, mem_factor=2.0, per_host=2, batch_size=65536),
+                                              [{"name": "nvlink_domain", "devices": 4, "bandwidth": 3e11, "latency_s": 1e-6},
+                                               {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}]),
+                                  with_levels(make_instance(5, 4, seed=55, mem_factor=1.5, per_host=2, batch_size=16384), ONE_DOMAIN_4)],
+                         ids=["one-host", "two-hosts", "two-hosts-uvm", "nvlink-domains", "one-domain-two-hosts"])
 def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance) -> None:
     """Random plans mixing whole tables, column halves, replicas and row splits (over any devices, two blocks on one
     device, over a whole host: the hierarchical collectives): the relaxation at each is below its cost."""
     rng = np.random.default_rng(3)
-    D, L = inst.topology.num_devices, inst.topology.devices_per_host
+    D, L = inst.topology.num_devices, inst.topology.intra_group_size  # (a table-row-wise split's group: host or NVLink domain)
     checked = kinds = 0
     seen: set[str] = set()
     for _ in range(30):
@@ -257,8 +275,8 @@ def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance)
                 shards += [Shard(table=table.name, device=e, replicated=True) for e in range(D)]
                 reps.append(t)
             else:
-                if kind == "host-rows" and inst.topology.num_hosts > 1:
-                    h = int(rng.integers(inst.topology.num_hosts))
+                if kind == "host-rows" and inst.topology.num_intra_groups > 1:
+                    h = int(rng.integers(inst.topology.num_intra_groups))
                     devs = list(range(h * L, h * L + L))
                 else:
                     devs = sorted(int(e) for e in rng.choice(D, size=int(rng.integers(1, D + 1)), replace=True))
@@ -279,18 +297,20 @@ def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance)
 
 
 @pytest.mark.parametrize("inst", [make_instance(3, 2, seed=61, mem_factor=1.2, batch_size=4096),
-                                  make_instance(3, 4, seed=62, mem_factor=1.5, per_host=2, batch_size=16384)],
-                         ids=["3x2", "3x4-two-hosts"])
+                                  make_instance(3, 4, seed=62, mem_factor=1.5, per_host=2, batch_size=16384),
+                                  with_levels(make_instance(3, 4, seed=63, mem_factor=1.5, per_host=1, batch_size=65536), DOMAINS_4),
+                                  with_levels(make_instance(3, 4, seed=64, mem_factor=1.5, per_host=2, batch_size=16384), ONE_DOMAIN_4)],
+                         ids=["3x2", "3x4-two-hosts", "3x4-nvlink-domains", "3x4-one-domain"])
 def test_bound_below_the_enumerated_optimum_with_row_splits(inst: Instance) -> None:
     """The enumeration of `options` plus row splits in two halves (any two devices, one included) and, on two hosts,
     over a whole host: the bound is below the best of them."""
-    D, L = inst.topology.num_devices, inst.topology.devices_per_host
+    D, L = inst.topology.num_devices, inst.topology.intra_group_size
     per_table = []
     for t in range(len(inst.tables)):
         opts = options(inst, t, host=False)
         opts += [row_blocks(inst, t, [a, b], [0.5, 0.5]) for a, b in itertools.combinations_with_replacement(range(D), 2)]
-        if inst.topology.num_hosts > 1:
-            opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_hosts)]
+        if inst.topology.num_intra_groups > 1:
+            opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_intra_groups)]
         per_table.append(opts)
     best = math.inf
     for choice in itertools.product(*per_table):
@@ -323,3 +343,19 @@ def test_a_table_too_large_for_any_device_is_covered_by_row_splits() -> None:
     # bound of this plan (measured 0.343 against its 0.242 ms)
     assert table_cut_bound(AnalyticRelaxation(inst)) <= cost * (1 + 1e-7)
     assert table_cut_bound(AnalyticRelaxation(inst, row_splits=False)) > cost
+
+
+def test_networks_the_bound_is_not_proven_for_are_refused() -> None:
+    from solvers.bound import BoundError
+
+    three = with_levels(make_instance(3, 8, seed=9, per_host=2), [{"name": "host", "devices": 2, "bandwidth": 3e11},
+                                                                 {"name": "nvlink_domain", "devices": 4, "bandwidth": 2e11},
+                                                                 {"name": "network", "devices": 8, "bandwidth": 2e10}])
+    with pytest.raises(BoundError, match="topology.levels"):
+        analytic_lower_bound(three, CM, time_limit=2)
+    inside = with_levels(make_instance(3, 8, seed=9, per_host=4), [{"name": "pair", "devices": 2, "bandwidth": 3e11},
+                                                                  {"name": "network", "devices": 8, "bandwidth": 2e10}])
+    with pytest.raises(BoundError, match="not of that kind"):
+        analytic_lower_bound(inside, CM, time_limit=2)
+    domains = with_levels(make_instance(3, 4, seed=8, per_host=1), DOMAINS_4)
+    assert analytic_lower_bound(domains, CM, time_limit=5).status in ("optimal", "bound")

@@ -234,7 +234,7 @@ def test_what_prices_two_levels_only_says_so() -> None:
     with pytest.raises(BoundError, match="topology.levels"):
         analytic_lower_bound(inst, time_limit=2)
     cpu = Instance.model_validate({**json.loads(inst.model_dump_json()), "topology": {**json.loads(inst.topology.model_dump_json()), "hardware": "cpu"}})
-    with pytest.raises(UnsupportedPlacementError, match="lists its levels"):
+    with pytest.raises(UnsupportedPlacementError, match="lists its network"):
         get_cost_model("neural-cpu").bind(cpu)
     shipped = [c for c in shipped_cards() if c.hardware == "cpu" and c.preferred == "neural"]
     assert shipped

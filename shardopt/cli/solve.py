@@ -194,7 +194,7 @@ class _Shown:
             "lower_bound": result.lower_bound,
             "lower_bound_of": result.lower_bound_of,
             **({} if result.lower_bound is not None else
-               {"lower_bound_note": _no_bound_note(getattr(self.model, "name", None) == "analytic", self.instance.topology.lists_network)}),
+               {"lower_bound_note": _no_bound_note(getattr(self.model, "name", None) == "analytic", _network_refusal(self.instance))}),
             **({"solver_bound": result.model_bound.to_dict()} if result.model_bound is not None else {}),
             "predicted": self.costs.to_dict(),
             "memory": _memory_doc(self.instance, self.memory),
@@ -268,17 +268,25 @@ def _bound_lines(instance: Any, result: SolveResult, cost: float, analytic: bool
     if result.model_bound is not None:
         lines.append(f"the solver's own bound: {result.model_bound.value:.3f} ms of {result.model_bound.of} (not a bound of the plan cost)")
         if result.lower_bound is None:
-            levels = instance.topology.lists_network
-            hint = f"; shardopt bound {instance_path} --plan PLAN.json" if analytic and not levels else ""
-            lines.append(f"({_no_bound_note(analytic, levels)}{hint})")
+            refusal = _network_refusal(instance)
+            hint = f"; shardopt bound {instance_path} --plan PLAN.json" if analytic and refusal is None else ""
+            lines.append(f"({_no_bound_note(analytic, refusal)}{hint})")
     return lines
 
 
-def _no_bound_note(analytic: bool, levels: bool = False) -> str:
+def _network_refusal(instance: Any) -> str | None:
+    """Why the certified bound does not cover the instance's network (levels it is not proven for, a graph), or None."""
+    if not instance.topology.lists_network:
+        return None
+    from solvers.bound import network_refusal
+
+    return network_refusal(instance)
+
+
+def _no_bound_note(analytic: bool, network: str | None = None) -> str:
     """Why a result has no certified bound (solvers.results: `lower_bound` holds only that)."""
-    if levels:
-        return ("no certified bound for a topology that lists its network (topology.levels or topology.graph): the bound is "
-                "proven for NVLink in a host and the network between hosts")
+    if network is not None:
+        return f"no certified bound for this topology's network: {network}"
     return ("no certified bound computed: the analytic model's comes from `shardopt bound`, or within the solve from cpsat / milp "
             "with -O certified_bound=true" if analytic else "no certified bound for this cost model: the certified bound is the analytic model's")
 

@@ -23,6 +23,12 @@ from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, s
 from solvers.bound.table_cuts import table_cut_bound
 from solvers.bound.terms import BoundError
 
+def _group_word(ctx: AnalyticRelaxation) -> str:
+    """What a table-row-wise split spans: a host, or an NVLink domain of hosts (Topology.intra_group_size)."""
+    topo = ctx.bm.instance.topology
+    return "host" if topo.intra_group_size == topo.devices_per_host else f"NVLink group of {topo.intra_group_size} devices"
+
+
 def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
     """The plans a bound of `ctx` covers, in words (what `AnalyticBound.covers` says)."""
     where = "in HBM or host memory (UVM kernels)" if ctx.host_memory else "in HBM"
@@ -35,7 +41,7 @@ def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
     missing = ([] if rows else ["row-wise"]) + ([] if reps else ["data-parallel"])
     return (f"every plan of {', '.join(kinds[:-1])} and {kinds[-1]} shards {where} (column splits into shards whose widths are "
             f"multiples of {DIM_ALIGNMENT}, several shards of one table on one device included"
-            + ("; row splits over any devices or within one host" if rows else "")
+            + (f"; row splits over any devices or within one {_group_word(ctx)}" if rows else "")
             + ("; a replica of every table that may be replicated" if reps else "")
             + "), under the analytic cost model; not row x column blocks (grid)"
             + (f", {' or '.join(missing)} shards" if missing else "") + f"{not_host}, not other cost models")

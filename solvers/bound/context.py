@@ -37,6 +37,16 @@ class DeviceComputeBound:
         return self.fwd_ms + self.bwd_ms
 
 
+def network_refusal(instance: Instance) -> str | None:
+    """Why the bound does not cover `instance`'s network (the BoundError it would raise), or None when it does: the two
+    levels of old, or topology levels of that kind (an NVLink domain of whole hosts, then the network)."""
+    try:
+        _analytic_binding(instance, None)
+    except BoundError as exc:
+        return str(exc)
+    return None
+
+
 def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
     """The analytic model bound to `instance`; BoundError naming the model for anything else."""
     model = cost_model if cost_model is not None else AnalyticCostModel()
@@ -49,12 +59,14 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
     bm = model.bind(instance)
     if type(bm) is not BoundAnalytic:
         raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
-    if bm.lists_network:
+    try:
+        bm.comm_terms()
+    except ValueError:
         raise BoundError(
             f"topology.{'levels' if instance.topology.levels is not None else 'graph'}: the certified bound's inequalities are "
-            "proven for the two levels of old (NVLink in a host, the network between hosts); a topology that lists its network "
-            "(levels or a graph) has no certified bound yet"
-        )
+            "proven for two levels (NVLink within a group - a host, or an NVLink domain of whole hosts that is also the "
+            "table-row-wise group - and the network between groups); this topology's network is not of that kind"
+        ) from None
     return bm
 
 
@@ -166,14 +178,13 @@ def relaxed_device_costs(instance: Instance, shards: Sequence[tuple[int, int, in
 
 def _relaxed_device_costs(ctx: AnalyticRelaxation, shards: Sequence[tuple[int, int, int]], replicas: Sequence[int] = ()) -> np.ndarray:
     bm = ctx.bm
-    instance = bm.instance
     per_dev: list[list[tuple[int, int]]] = [[] for _ in range(bm.num_devices)]
     u = np.zeros(bm.num_devices)
     for t, d, w in shards:
         per_dev[d].append((t, w))
         u[d] += w
     total = float(ctx.terms.dims.sum() - sum(ctx.terms.dims[i] for i in set(replicas)))
-    host = np.arange(bm.num_devices) // instance.topology.devices_per_host
+    host = np.arange(bm.num_devices) // bm.comm_terms().local_size  # (the all-to-all's local group)
     v = np.array([u[host == host[d]].sum() for d in range(bm.num_devices)])
     allreduce = sum(float(bm.replicated_comm(i)) for i in set(replicas))
     out = np.zeros(bm.num_devices)

@@ -206,7 +206,7 @@ def row_split_kinds(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
     n = len(instance.tables)
     topo = instance.topology
     rw = np.ones(n, dtype=bool)
-    twrw = np.full(n, topo.num_hosts >= 2 and topo.devices_per_host >= 2)
+    twrw = np.full(n, topo.num_intra_groups >= 2 and topo.intra_group_size >= 2)  # (hosts, or NVLink domains of hosts)
     c = instance.constraints
     if c is None:
         return rw, twrw

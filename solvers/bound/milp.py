@@ -106,7 +106,7 @@ def _symmetry_classes(instance: Instance) -> list[list[int]]:
     pins = PlacementRules(instance).pins
     groups: dict[tuple[int, int, bytes], list[int]] = {}
     for d in range(topo.num_devices):
-        groups.setdefault((topo.host_of(d), topo.capacity(d), pins[:, d].tobytes()), []).append(d)
+        groups.setdefault((topo.intra_group_of(d), topo.capacity(d), pins[:, d].tobytes()), []).append(d)
     return [g for g in groups.values() if len(g) > 1]
 
 
@@ -239,7 +239,7 @@ def _add_row_variables(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> Non
     may_host, _ = host_tables(inst)
     hosts = topo.host_capacities()
     n_dev = bm.num_devices
-    host_of = [topo.host_of(d) for d in range(n_dev)]
+    host_of = [topo.intra_group_of(d) for d in range(n_dev)]  # (the table-row-wise group: a host, or an NVLink domain)
     for ti in np.flatnonzero(ctx.row_split | ctx.host_row_split):
         ti = int(ti)
         devs = [d for d in range(n_dev) if pins[ti, d]]
@@ -248,11 +248,11 @@ def _add_row_variables(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> Non
         if ctx.row_split[ti]:
             v.g[ti] = m.var(0, 1, True)
         if ctx.host_row_split[ti]:
-            for h in range(topo.num_hosts):
+            for h in range(topo.num_intra_groups):
                 members = [d for d in range(n_dev) if host_of[d] == h]
                 if all(pins[ti, d] for d in members):
                     v.tw[(ti, h)] = m.var(0, 1, True)
-        split = ([v.g[ti]] if ti in v.g else []) + [v.tw[(ti, h)] for h in range(topo.num_hosts) if (ti, h) in v.tw]
+        split = ([v.g[ti]] if ti in v.g else []) + [v.tw[(ti, h)] for h in range(topo.num_intra_groups) if (ti, h) in v.tw]
         if not split:
             continue
         v.others[ti] = split
@@ -308,16 +308,17 @@ def _add_hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) ->
     v.hier = [m.var(0, math.inf) for _ in range(n_dev)] if v.tw else []
     if not v.tw:
         return
-    L, H = topo.devices_per_host, topo.num_hosts
+    ct = bm.comm_terms()
+    L, H = ct.group_size, ct.num_groups
     q = bm.batch / n_dev * 4.0  # bytes per unit of width and peer (costmodels.hierarchical.COMM_BYTES)
-    start = (2 * bm.profile.alltoall_latency_s + bm.profile.network_latency_s) * MS
+    start = ct.hier_start_ms
     present = m.var(0, 1)
     for tw in v.tw.values():
         m.row({present: 1.0, tw: -1.0}, 0.0, math.inf)
-    intra = (L - 1) * H * q / bm.intra_bw * MS
-    inter = q / bm.inter_bw * MS
+    intra = (L - 1) * H * q / ct.intra_bw * MS
+    inter = q / ct.inter_bw * MS
     for d in range(n_dev):
-        h = topo.host_of(d)
+        h = topo.intra_group_of(d)
         mine = {tw: float(ctx.terms.dims[ti]) for (ti, hh), tw in v.tw.items() if hh == h}
         every = {tw: float(ctx.terms.dims[ti]) for (ti, _), tw in v.tw.items()}
         # send: (L - 1) H q W_h / intra + (H - 1) q W_h / inter; receive: ... + q (W - W_h) / inter
@@ -415,7 +416,7 @@ def _add_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     n_dev = bm.num_devices
     n, comm = v.n, v.comm
     total = float(t.dims.sum())
-    host = np.arange(n_dev) // bm.instance.topology.devices_per_host
+    host = np.arange(n_dev) // bm.comm_terms().local_size  # (the all-to-all's local group)
     # one all-to-all of every width (row blocks' included: a sum of maxes is at least the max of the sums), its
     # start-ups those of the collectives that run: the table- / column-wise one unless every table is replicated or
     # split by rows, the row-wise one where a table is split by rows over devices; its total less the widths of the
@@ -538,9 +539,9 @@ def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -
     n_dev = bm.num_devices
     n, nc, comm = v.n, v.nc, v.comm
     total = float(t.dims.sum())
-    host = np.arange(n_dev) // bm.instance.topology.devices_per_host
+    host = np.arange(n_dev) // bm.comm_terms().local_size  # (the all-to-all's local group)
     types = (TABLE_WISE, COLUMN_WISE) + ((ROW_WISE,) if v.g else ())
-    L = bm.instance.topology.devices_per_host
+    L = bm.instance.topology.intra_group_size  # (a table-row-wise split's devices)
     dims = t.dims.astype(np.float64)
     # each collective's total width, as (variable, width) terms: column-wise sum dim w; row-wise the blocks' widths
     # summed over devices; table-wise total - sum dim (w + r + g + tw) (its constant apart)

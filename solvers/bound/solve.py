@@ -133,8 +133,8 @@ def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int
     nested = set()  # tables split over every device of one host (of several): the hierarchical collectives
     for t in {t for t, _ in share}:
         devs = {d for (tt, d) in share if tt == t}
-        hosts = {topo.host_of(d) for d in devs}
-        if topo.num_hosts > 1 and len(hosts) == 1 and len(devs) == topo.devices_per_host:
+        hosts = {topo.intra_group_of(d) for d in devs}
+        if topo.num_intra_groups > 1 and len(hosts) == 1 and len(devs) == topo.intra_group_size:
             nested.add((t, hosts.pop()))
     if any(p not in layout.rho for p in share) or any(k not in layout.tw for k in nested):
         return math.inf

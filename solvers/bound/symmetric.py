@@ -26,7 +26,7 @@ def devices_interchangeable(instance: Instance) -> bool:
     device has the same capacity and every host the same number of devices (then `symmetric_relaxation_lp` holds)."""
     topo = instance.topology
     caps = topo.capacities()
-    return len(set(caps)) == 1 and topo.num_devices % topo.devices_per_host == 0
+    return len(set(caps)) == 1 and topo.num_devices % topo.devices_per_host == 0 and topo.num_devices % topo.intra_group_size == 0
 
 
 PLAN_CLASSES = ("any", "mixed", "column_wise")  # the plans a symmetric LP bounds (`build_symmetric_lp`)
@@ -62,7 +62,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     if not devices_interchangeable(inst):
         raise ValueError(f"{inst.name}: devices differ in capacity or hosts in size; the symmetric LP does not apply")
     n_dev = bm.num_devices
-    per_host = min(inst.topology.devices_per_host, n_dev)
+    per_host = min(bm.comm_terms().local_size, n_dev)  # (the all-to-all's local group: a host, or an NVLink domain)
     fit0 = pair_fits(inst, t, table_wise, ctx.host_memory)[:, 0]  # (device 0 stands for all)
     fits = [int(ti) for ti in np.flatnonzero(fit0 >= 1)]
     nmax = {(ti, 0): int(fit0[ti]) for ti in fits}
@@ -80,7 +80,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     # row splits, every device's (and host's) variables equal (milp._add_row_variables averaged): g_t, tw_t <= 1/H per
     # host, a device's share of t's rows rho_t = (g + H tw) / D (`rho_of`), and its blocks bl_t = xr + qr in [0, 2]:
     # bl >= rho, bl <= 2 g + tw, bl >= tw, D (bl - tw) >= g, D bl >= 2 (g + H tw); busy y >= bl / 2 (>= xr)
-    H = inst.topology.num_hosts
+    H = inst.topology.num_intra_groups  # (table-row-wise groups: hosts, or NVLink domains)
     rows = ctx.rows
     g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti]}
     tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti]}
@@ -217,12 +217,12 @@ def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]
     if not tw:
         return None
     bm = ctx.bm
-    topo = bm.instance.topology
-    L, H, D = topo.devices_per_host, topo.num_hosts, bm.num_devices
+    ct = bm.comm_terms()
+    L, H, D = ct.group_size, ct.num_groups, bm.num_devices
     q = bm.batch / D * 4.0
-    start = (2 * bm.profile.alltoall_latency_s + bm.profile.network_latency_s) * MS
-    intra = (L - 1) * H * q / bm.intra_bw * MS
-    inter = (H - 1) * q / bm.inter_bw * MS  # send (H - 1) q W_h and receive q (H - 1) W_h: equal here
+    start = ct.hier_start_ms
+    intra = (L - 1) * H * q / ct.intra_bw * MS
+    inter = (H - 1) * q / ct.inter_bw * MS  # send (H - 1) q W_h and receive q (H - 1) W_h: equal here
     hier, present = m.var(0, math.inf), m.var(0, 1)
     for v in tw.values():
         m.row({present: 1.0, v: -1.0}, 0.0, math.inf)
