@@ -345,3 +345,22 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     _worker(sys.argv[1])
+
+
+def test_a_torchrec_pod_becomes_the_nvlink_domain_of_the_plan() -> None:
+    """TorchRec's `pod_size` (hosts per NVLink group) arrives as topology levels: the group at the intra-host
+    bandwidth, the network above it; table-row-wise splits then span the group, as TorchRec's own planner has them."""
+    from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
+
+    from shardopt.torchrec.planner import tables_of
+
+    pod = TopologyFactory.create_topology(trainer_config=TrainerConfig(world_size=8, local_world_size=2, pod_size=2),
+                                          hardware_config=HardwareConfig(ddr_cap_bytes=64 * 1024**2),
+                                          kernel_config=KernelConfig(compute_device="cpu"))
+    planned = tables_of(_model(), _sharders(), pod, 512, {}, "v100", 0.0)
+    topo = planned.instance.topology
+    assert [(lv.name, lv.devices) for lv in topo.levels] == [("nvlink_domain", 4), ("network", 8)]
+    assert topo.intra_group_size == 4 and topo.intra_host_bandwidth is None
+    assert topo.levels[0].bandwidth == float(pod.intra_host_bw) * 1000.0 and topo.levels[1].bandwidth == float(pod.inter_host_bw) * 1000.0
+    flat = tables_of(_model(), _sharders(), _topology(), 512, {}, "v100", 0.0).instance.topology
+    assert flat.levels is None and flat.intra_host_bandwidth is not None  # no pod: the two numbers, as before

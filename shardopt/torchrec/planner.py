@@ -215,7 +215,7 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
     keys = {name: name if name in constraints else owner[name][1] for name in owner}  # (the constraint's key as the user wrote it)
     pooling = {name: _pooling_factor(keys[name], constraints.get(keys[name]), batch_size) for name in owner}
     pooling = {k: v for k, v in pooling.items() if v is not None}
-    topo = _topology_fields(topology, storage_reservation)
+    topo = _topology_fields(topology, storage_reservation, hardware)
     named = _named_optimizer(module, collections)
     optimizer = _optimizer(named)
     instance = instance_from_configs(configs, num_devices=topo.pop("num_devices"), devices_per_host=topo.pop("devices_per_host"),
@@ -263,9 +263,11 @@ def _pooling_factor(name: str, pc: Any, batch_size: int) -> float | None:
     return sum(factors)
 
 
-def _topology_fields(topology: Any, storage_reservation: float) -> dict[str, Any]:
+def _topology_fields(topology: Any, storage_reservation: float, hardware: str) -> dict[str, Any]:
     """The IR topology fields of TorchRec's `Topology`: devices, HBM less the reservation (on CPU: its DDR, the only
-    memory there), host memory for UVM on CUDA, bandwidths (TorchRec's bytes per ms as bytes per second)."""
+    memory there), host memory for UVM on CUDA, bandwidths (TorchRec's bytes per ms as bytes per second). An NVLink
+    group larger than a host (TorchRec's `pod_size`: `intra_group_size` = pod_size x local_world_size) becomes the
+    topology's levels: the group at the intra-host bandwidth, then the network with `hardware`'s start-up."""
     world, local = int(topology.world_size), int(topology.local_world_size)
     if world % local:
         raise PlannerInputError(f"topology: world_size {world} is not a multiple of local_world_size {local} (equal hosts only)")
@@ -278,8 +280,17 @@ def _topology_fields(topology: Any, storage_reservation: float) -> dict[str, Any
     if min(usable) <= 0:
         raise PlannerInputError(f"topology: rank {usable.index(min(usable))} has no memory for tables ({hbm[usable.index(min(usable))]:,} bytes)")
     one = (lambda v: v[0] if len(set(v)) == 1 else v)
-    return {"num_devices": world, "devices_per_host": local, "memory_bytes": one(usable), "host_memory_bytes": one(ddr),
-            "intra_host_bandwidth": float(topology.intra_host_bw) * 1000.0, "inter_host_bandwidth": float(topology.inter_host_bw) * 1000.0}
+    out = {"num_devices": world, "devices_per_host": local, "memory_bytes": one(usable), "host_memory_bytes": one(ddr)}
+    intra, inter = float(topology.intra_host_bw) * 1000.0, float(topology.inter_host_bw) * 1000.0
+    group = int(getattr(topology, "intra_group_size", local) or local)
+    if local < group and world % group == 0:
+        from shardopt.core.hardware import get_profile
+
+        levels = [{"name": "nvlink_domain", "devices": group, "bandwidth": intra}]
+        if group < world:
+            levels.append({"name": "network", "devices": world, "bandwidth": inter, "latency_s": get_profile(hardware).network_latency_s})
+        return {**out, "levels": levels}
+    return {**out, "intra_host_bandwidth": intra, "inter_host_bandwidth": inter}
 
 
 def _named_optimizer(module: Any, collections: list[Collection]) -> str | None:
