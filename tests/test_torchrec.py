@@ -525,3 +525,27 @@ def test_the_proposer_order_changes_no_plan_rating_without_a_limit() -> None:
     assert own.plan is not None and cheap.plan is not None
     assert own.plan.params["proposers"] == "torchrec" and cheap.plan.params["proposers"] == "cheap_first"
     assert cheap.info["torchrec_perf_rating_ms"] == pytest.approx(own.info["torchrec_perf_rating_ms"])
+
+
+@needs_torchrec
+def test_the_topology_round_trip_keeps_per_rank_capacities_and_the_nvlink_group() -> None:
+    """Our topology -> TorchRec's (CustomTopologyData per rank, pod_size for an NVLink domain of hosts) -> back the
+    way ShardoptPlanner reads one: the same per-rank HBM and host memory, the same levels."""
+    from shardopt.torchrec.planner import _topology_fields
+    from solvers.torchrec_solver import TorchRecSolver
+
+    inst = _instance(n_devices=8, per_host=2, tables=4)
+    doc = inst.model_dump(mode="json")
+    caps = [10**9 + 10**7 * d for d in range(8)]
+    doc["topology"].update(memory_bytes=caps, host_memory_bytes=[2 * 10**9] * 4 + [3 * 10**9] * 4,
+                           levels=[{"name": "nvlink_domain", "devices": 4, "bandwidth": 3e11},
+                                   {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}])
+    doc["topology"].pop("intra_host_bandwidth", None)
+    doc["topology"].pop("inter_host_bandwidth", None)
+    inst = instance_from_dict(doc)
+    torchrec_topology, note = TorchRecSolver()._topology(inst)
+    assert note["pod_size"] == 2 and torchrec_topology.intra_group_size == 4
+    back = _topology_fields(torchrec_topology, 0.0, inst.topology.hardware)
+    assert back["memory_bytes"] == caps and back["host_memory_bytes"] == inst.topology.host_capacities()
+    assert back["levels"] == [{"name": "nvlink_domain", "devices": 4, "bandwidth": 3e11},
+                              {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}]
