@@ -193,7 +193,7 @@ def _hints(ex: Explanation, ps: PlanShards) -> list[str]:
         comm = float(cols[2] + cols[3])
         if comm / total >= DOMINANT_SHARE:
             out.append(f"communication is {100 * comm / total:.0f} % of the bottleneck's cost: its pooled outputs "
-                       f"({ps.dims[ex.bottleneck]:.0f} columns wide) are what to spread, not its lookups")
+                       f"({float(ps.dims[:, ex.bottleneck].sum()):.0f} columns wide) are what to spread, not its lookups")
     if ex.weights and ex.runner_up_ms is not None:
         heavy = max(ex.weights, key=lambda w: w.alone_ms)
         least_comm = float((ex.columns[:, 2] + ex.columns[:, 3]).min())

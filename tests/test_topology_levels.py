@@ -347,3 +347,18 @@ def test_a_table_row_wise_split_over_the_domain_exports_to_torchrec() -> None:
     (module,) = sharding_plan.plan.values()
     ps = module[t.name]
     assert ps.sharding_type == "table_row_wise" and [r for r in ps.ranks] == list(range(8, 16))
+
+
+def test_explain_on_an_nvl72_plan_where_communication_dominates() -> None:
+    """explain's hint for a communication-bound bottleneck sums the device's widths over the per-type collectives
+    (it formatted the array of them, and crashed, on the first such plan: an NVL72 rack's greedy plan)."""
+    from solvers.catalog import get_solver
+    from solvers.explain import explain_plan
+
+    inst = load_instance(ROOT / "instances/suites/nvl72-test/nvl72-test-s1-0000.json")
+    cm = AnalyticCostModel()
+    plan = get_solver("greedy").solve(inst, cm, seed=0).plan
+    ex = explain_plan(inst, cm, plan, bound_time_limit=10)
+    hint = next(h for h in ex.hints if h.startswith("communication is"))
+    assert "columns wide" in hint and "[" not in hint
+    assert ex.bound is not None and ex.bound.value_ms is not None and ex.bound.value_ms <= ex.plan_cost
