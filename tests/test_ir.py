@@ -206,7 +206,7 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         (lambda d: d["workload"].pop("batch_size"), "workload.batch_size: required field is missing"),
         (lambda d: d.pop("topology"), "topology: required field is missing"),
         (lambda d: d["workload"].update(optimizer="lamb"), "workload.optimizer: \"lamb\": input should be 'sgd', 'rowwise_adagrad' or 'adam'"),
-        (lambda d: d["topology"].update(hardware="tpu9"), "topology.hardware: 'tpu9' is not a known hardware profile (known: a100, cpu, gh200, h100, h200, v100)"),
+        (lambda d: d["topology"].update(hardware="tpu9"), "topology.hardware: 'tpu9' is not a known hardware profile (known: a100, cpu, gb200, gh200, h100, h200, v100)"),
         (lambda d: d["topology"].update(memory_bytes=[1, 2]), "topology.memory_bytes: 2 values for 3 devices"),
         (lambda d: d["topology"].update(memory_bytes=[1, -1, 1]), "topology.memory_bytes[1]: -1 must be > 0"),
         (lambda d: d["topology"].update(memory_bytes=0), "topology.memory_bytes: 0 must be > 0"),
