@@ -24,8 +24,8 @@ MS = 1e3
 
 
 class LevelComm:
-    """The all-to-all, the hierarchical collectives of row splits held within a host, and the replicas' all-reduce
-    of one topology's levels, for a batch of `batch` samples. `alltoall_latency_s` is the profile's start-up of one
+    """The all-to-all, the hierarchical collectives of row splits held within a group (a host, or an NVLink domain
+    of hosts), and the replicas' all-reduce of one topology's levels, for a batch of `batch` samples. `alltoall_latency_s` is the profile's start-up of one
     collective."""
 
     def __init__(self, levels: tuple[CommLevel, ...], *, num_devices: int, group_size: int, batch: float, alltoall_latency_s: float):
