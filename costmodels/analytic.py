@@ -32,7 +32,7 @@ from costmodels.graph_comm import GraphComm
 from costmodels.level_comm import LevelComm
 from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer
-from shardopt.core.levels import comm_levels
+from shardopt.core.levels import comm_levels, two_level_network
 from shardopt.core.network_graph import parse_network_graph
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
@@ -278,19 +278,16 @@ class BoundAnalytic(BoundCostModel):
             return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
                              self._single_host, topo.devices_per_host, topo.num_hosts, self.intra_bw, self.inter_bw,
                              (2 * p.alltoall_latency_s + p.network_latency_s) * MS)
+        why = two_level_network(topo)
+        if why is not None:
+            raise ValueError(f"comm_terms: {why} is not two levels whose inner one is the table-row-wise group (an NVLink domain "
+                             "of whole hosts) and the network")
         levels = topo.levels
-        if levels is None or len(levels) > 2 or (len(levels) == 2 and levels[0].devices != topo.intra_group_size):
-            raise ValueError("comm_terms: the topology's network (" + ("a graph" if levels is None else
-                             " -> ".join(f"{lv.name} ({lv.devices})" for lv in levels)) + ") is not two levels whose inner one is "
-                             "the table-row-wise group (an NVLink domain of whole hosts) and the network")
-        size, D = levels[0].devices, topo.num_devices
-        per_peer = self.batch / D * COMM_BYTES
+        lc, size, D = self._by_level, levels[0].devices, topo.num_devices
         local = np.full(D, size - 1, dtype=np.float64)
         remote = np.full(D, D - size, dtype=np.float64)
-        latency = max(lv.latency_s for lv in levels)
-        return CommTerms(self._by_level.latency_ms, per_peer / levels[0].bandwidth * MS, per_peer / levels[-1].bandwidth * MS, local, remote,
-                         len(levels) == 1, topo.intra_group_size, topo.num_intra_groups, float(levels[0].bandwidth),
-                         float(levels[-1].bandwidth), (2 * p.alltoall_latency_s + latency) * MS)
+        return CommTerms(lc.latency_ms, float(lc.scales[0]), float(lc.scales[-1]), local, remote, len(levels) == 1, topo.intra_group_size,
+                         topo.num_intra_groups, float(levels[0].bandwidth), float(levels[-1].bandwidth), lc.hier_start_ms)
 
     def table_terms(self) -> TableTerms:
         return TableTerms(self._rows.copy(), self._elem.copy(), self._optimizer)

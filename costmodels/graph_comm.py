@@ -35,11 +35,11 @@ def _inverse_bandwidth(u: object, v: object, data: dict) -> float:
 
 
 class _Flows:
-    """C [E, D] of one traffic pattern (which peers each device sends to) and each device's links [D, U] (padded
-    with the index E: a link of no load)."""
+    """C [E + 1, D] of one traffic pattern (which peers each device sends to; the last row, a padding link, carries
+    nothing) and each device's links [D, U] (padded with the index E)."""
 
     def __init__(self, C: np.ndarray, links: list[np.ndarray], n_edges: int):
-        self.C = C
+        self.C = np.vstack([C, np.zeros((1, C.shape[1]))])
         width = max((len(x) for x in links), default=1)
         self.links = np.full((len(links), max(width, 1)), n_edges, dtype=np.int64)
         for d, x in enumerate(links):
@@ -55,7 +55,7 @@ class GraphComm:
         self.num_devices = num_devices
         self.group_size = group_size
         self._q = batch / num_devices * COMM_BYTES
-        self._alltoall_latency_s = alltoall_latency_s
+        self._alltoall_ms = alltoall_latency_s * MS
         nodes = list(g.nodes)
         self._index = {n: i for i, n in enumerate(nodes)}
         edges: list[tuple[int, int]] = []
@@ -67,7 +67,10 @@ class GraphComm:
         self._bw = np.array(bw)
         self._inv_bw_ms = np.append(MS / self._bw, 0.0)  # (the padding link: no time)
         self._shared = np.array([g.nodes[nodes[a]].get("device") is None and g.nodes[nodes[b]].get("device") is None for a, b in edges])
-        self._incident = [[k for k, (a, b) in enumerate(edges) if nodes[a] == n or nodes[b] == n] for n in net.device_nodes]
+        incident: dict[int, list[int]] = {}
+        for k, (a, _) in enumerate(edges):  # (both directions of every link are listed: each from its source)
+            incident.setdefault(a, []).extend([k, k ^ 1])
+        self._incident = [incident.get(self._index[n], []) for n in net.device_nodes]
         D = num_devices
         host = np.arange(D) // group_size
         rank = np.arange(D) % group_size
@@ -118,8 +121,7 @@ class GraphComm:
     def _wait(self, flows: _Flows, sends: np.ndarray) -> np.ndarray:
         """[..., D] per-device send volumes (bytes to each peer of the pattern) -> [..., D] ms: the busiest link each
         device's bytes cross."""
-        load = sends @ flows.C.T  # [..., E]
-        util = np.concatenate([load, np.zeros(load.shape[:-1] + (1,))], axis=-1) * self._inv_bw_ms
+        util = (sends @ flows.C.T) * self._inv_bw_ms  # [..., E + 1]
         return util[..., flows.links].max(axis=-1)
 
     def time(self, dims: np.ndarray) -> np.ndarray:
@@ -151,7 +153,7 @@ class GraphComm:
         intra = self._wait(self._flows["group"], H * self._q * mine)
         inter = self._wait(self._flows["rank"], self._q * mine)
         total = w.sum(axis=-1, keepdims=True)
-        start = np.where(total > 0, 2 * self._alltoall_latency_s * MS + (self.latency_ms - self._alltoall_latency_s * MS), 0.0)
+        start = np.where(total > 0, self.latency_ms + self._alltoall_ms, 0.0)  # (two start-ups: one path latency, two collectives)
         return intra + inter + start
 
     @property

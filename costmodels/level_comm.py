@@ -35,10 +35,11 @@ class LevelComm:
         q = batch / num_devices * COMM_BYTES
         self._q = q
         self._peers = np.array([lv.peers for lv in levels], dtype=np.float64)
-        self._scales = np.array([q / lv.bandwidth * MS for lv in levels])  # ms per unit of width per peer
+        self.scales = np.array([q / lv.bandwidth * MS for lv in levels])  # ms per unit of width per peer, per level
         self._groups = level_groups(levels, num_devices)  # [K, D]
-        self.latency_ms = (alltoall_latency_s + max((lv.latency_s for lv in levels), default=0.0)) * MS
-        self._alltoall_latency_s = alltoall_latency_s
+        crossing = max((lv.latency_s for lv in levels), default=0.0)
+        self.latency_ms = (alltoall_latency_s + crossing) * MS  # the all-to-all's start-up
+        self.hier_start_ms = (2 * alltoall_latency_s + crossing) * MS  # the table-row-wise collectives' two start-ups
 
     # ---- the all-to-all of pooled outputs -------------------------------------------------------------------
     def _sends_receives(self, dims: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -59,7 +60,7 @@ class LevelComm:
         sends, recvs = self._sends_receives(dims)
         t = np.zeros_like(dims)
         for k in range(len(self.levels)):
-            np.maximum(t, np.maximum(sends[k], recvs[k]) * self._scales[k], out=t)
+            np.maximum(t, np.maximum(sends[k], recvs[k]) * self.scales[k], out=t)
         return t + self.latency_ms
 
     def totals_after_adding(self, dims: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
@@ -72,9 +73,9 @@ class LevelComm:
             return np.zeros((len(cands), self.num_devices))
         sends, recvs = self._sends_receives(dims)
         K, w = len(self.levels), float(width)
-        base = np.stack([np.maximum(sends[k], recvs[k]) * self._scales[k] for k in range(K)])  # [K, D]
-        bumped = np.stack([np.maximum(sends[k], recvs[k] + w) * self._scales[k] for k in range(K)])
-        own = np.stack([np.maximum(sends[k] + w * self._peers[k], recvs[k]) * self._scales[k] for k in range(K)]).max(axis=0)
+        base = np.stack([np.maximum(sends[k], recvs[k]) * self.scales[k] for k in range(K)])  # [K, D]
+        bumped = np.stack([np.maximum(sends[k], recvs[k] + w) * self.scales[k] for k in range(K)])
+        own = np.stack([np.maximum(sends[k] + w * self._peers[k], recvs[k]) * self.scales[k] for k in range(K)]).max(axis=0)
         per_level = np.empty((K, self.num_devices))  # the time of every device when the width lands at level j
         for j in range(K):
             rest = np.delete(base, j, axis=0)
@@ -117,7 +118,7 @@ class LevelComm:
                 np.maximum(inter, np.maximum(peers * self._q * mine, self._q * recv) * bw_ms, out=inter)
                 inner = outer
             prev = lv.devices
-        start = np.where(total > 0, (2 * self._alltoall_latency_s + max((lv.latency_s for lv in self.levels), default=0.0)) * MS, 0.0)
+        start = np.where(total > 0, self.hier_start_ms, 0.0)
         return intra + inter + start
 
     # ---- data-parallel replicas -----------------------------------------------------------------------------

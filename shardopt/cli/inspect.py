@@ -103,9 +103,9 @@ def _stats(values: list[float]) -> dict[str, float]:
 def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) -> None:
     import numpy as np
 
-    from shardopt.core.feasibility import infeasibility_reason
     from dataclasses import asdict
 
+    from shardopt.core.feasibility import infeasibility_reason
     from shardopt.core.hardware import get_profile
     from shardopt.core.levels import comm_levels
     from shardopt.core.memory import table_bytes_array

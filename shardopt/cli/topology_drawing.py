@@ -30,7 +30,7 @@ def draw_topology(topology: Any, profile: Any, out: Path) -> None:
         g = parse_network_graph(topology.graph, topology.num_devices, topology.devices_per_host).graph
         pos = nx.kamada_kawai_layout(g) if g.number_of_nodes() <= 150 else nx.spring_layout(g, seed=0)
         devices = [n for n, d in g.nodes(data=True) if d.get("device") is not None]
-        switches = [n for n in g.nodes if n not in set(devices)]
+        switches = [n for n, d in g.nodes(data=True) if d.get("device") is None]
         bws = [d["bandwidth"] for _, _, d in g.edges(data=True)]
         lo = min(bws)
         nx.draw_networkx_edges(g, pos, ax=ax, width=[0.8 + 1.5 * math.log10(b / lo + 1) for b in bws], edge_color="#888888")

@@ -51,6 +51,19 @@ def comm_levels(topology: Topology, profile: HardwareProfile) -> tuple[CommLevel
     return tuple(out)
 
 
+def two_level_network(topology: Topology) -> str | None:
+    """None when the topology's network is of the two-level kind - the two levels of old, one level, or two levels
+    whose inner one is also the table-row-wise group (an NVLink domain of whole hosts, then the network) - which is
+    what the certified bound's inequalities are proven for; else why not (a graph, three levels or more, an inner
+    level inside a host)."""
+    levels = topology.levels
+    if topology.graph is not None:
+        return "topology.graph: a network graph"
+    if levels is None or len(levels) == 1 or (len(levels) == 2 and levels[0].devices == topology.intra_group_size):
+        return None
+    return "topology.levels: " + " -> ".join(f"{lv.name} ({lv.devices})" for lv in levels)
+
+
 def level_groups(levels: tuple[CommLevel, ...], num_devices: int) -> np.ndarray:
     """[K, D] each device's group index at each level (groups are consecutive devices)."""
     dev = np.arange(num_devices)
@@ -64,10 +77,3 @@ def group_sums(values: np.ndarray, group_size: int) -> np.ndarray:
     sums = v.reshape(*shape[:-1], shape[-1] // group_size, group_size).sum(axis=-1)
     return np.repeat(sums, group_size, axis=-1)
 
-
-def innermost_group(topology: Topology, profile: HardwareProfile) -> np.ndarray:
-    """[D] each device's group at the innermost level (its host without levels): the peers a solver's comm
-    linearisation and a neural model's features call "local"."""
-    levels = comm_levels(topology, profile)
-    size = levels[0].devices if levels else 1
-    return np.arange(topology.num_devices) // size

@@ -15,10 +15,9 @@ each direction. The costing is costmodels/graph_comm.py; the checks here name th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
-
-import math
 
 
 @dataclass(frozen=True)

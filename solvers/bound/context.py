@@ -14,6 +14,7 @@ import numpy as np
 from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, sector_bytes
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from shardopt.core.levels import two_level_network
 from solvers.bound.coverage import ReplicaTerms, RowTerms, host_tier_reason, replica_terms, row_terms
 from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
 from solvers.bound.terms import BoundError, _verify_terms, shard_terms
@@ -38,13 +39,15 @@ class DeviceComputeBound:
 
 
 def network_refusal(instance: Instance) -> str | None:
-    """Why the bound does not cover `instance`'s network (the BoundError it would raise), or None when it does: the two
-    levels of old, or topology levels of that kind (an NVLink domain of whole hosts, then the network)."""
-    try:
-        _analytic_binding(instance, None)
-    except BoundError as exc:
-        return str(exc)
-    return None
+    """Why the bound does not cover `instance`'s network (what its BoundError says), or None when it does: the two
+    levels of old, or topology levels of that kind (an NVLink domain of whole hosts, then the network). Read from the
+    topology alone: nothing is bound (a graph's routing is not computed to be refused)."""
+    why = two_level_network(instance.topology)
+    if why is None:
+        return None
+    return (f"{why}: the certified bound's inequalities are proven for two levels (NVLink within a group - a host, or an "
+            "NVLink domain of whole hosts that is also the table-row-wise group - and the network between groups); this "
+            "topology's network is not of that kind")
 
 
 def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
@@ -56,17 +59,12 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
             f"cost model {name!r}: the certified bound is for the analytic cost model only (analytic or "
             "analytic:PROFILE); its inequalities are proven for the analytic formulas, not for a learned model"
         )
+    refusal = network_refusal(instance)
+    if refusal is not None:
+        raise BoundError(refusal)
     bm = model.bind(instance)
     if type(bm) is not BoundAnalytic:
         raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
-    try:
-        bm.comm_terms()
-    except ValueError:
-        raise BoundError(
-            f"topology.{'levels' if instance.topology.levels is not None else 'graph'}: the certified bound's inequalities are "
-            "proven for two levels (NVLink within a group - a host, or an NVLink domain of whole hosts that is also the "
-            "table-row-wise group - and the network between groups); this topology's network is not of that kind"
-        ) from None
     return bm
 
 
