@@ -222,14 +222,38 @@ class TableTerms:
 
 
 class BoundAnalytic(BoundCostModel):
-    def __init__(self, instance: Instance, profile: HardwareProfile):
+    def __init__(self, instance: Instance, profile: HardwareProfile, device_profiles: list[HardwareProfile] | None = None):
+        """`profile` prices what no device is named for (a table's cost alone, the solvers' ordering); each device is
+        priced on `device_profiles[d]` (a job that mixes generations: Topology.device_hardware), `profile` where
+        None."""
         super().__init__(instance)
         topo = instance.topology
         if topo.host_link_bandwidth is not None:  # the topology's override of the device-host link (UVM)
             profile = replace(profile, host_link_bandwidth=float(topo.host_link_bandwidth))
+            if device_profiles is not None:
+                device_profiles = [replace(p, host_link_bandwidth=float(topo.host_link_bandwidth)) for p in device_profiles]
         self.profile = profile
-        self.intra_bw = topo.intra_host_bandwidth or profile.nvlink_bandwidth
-        self.inter_bw = topo.inter_host_bandwidth or profile.network_bandwidth
+        # the hardware kinds of the job: each device's index into `kinds` (one kind: every device on `profile`)
+        self.kinds: list[HardwareProfile] = [profile]
+        self.kind_of_device = np.zeros(topo.num_devices, dtype=np.int64)
+        if device_profiles is not None and any(p != profile for p in device_profiles):
+            self.kinds = list(dict.fromkeys(device_profiles))
+            self.kind_of_device = np.array([self.kinds.index(p) for p in device_profiles], dtype=np.int64)
+        self._mixed = len(self.kinds) > 1
+        self._kind_devices = [np.flatnonzero(self.kind_of_device == k) for k in range(len(self.kinds))]
+        # links: each device its own (an A100 host's NVLink and NICs are the A100's); a topology's override holds for all
+        dev_kinds = [self.kinds[k] for k in self.kind_of_device]
+        intra = np.array([topo.intra_host_bandwidth or p.nvlink_bandwidth for p in dev_kinds], dtype=np.float64)
+        inter = np.array([topo.inter_host_bandwidth or p.network_bandwidth for p in dev_kinds], dtype=np.float64)
+        # a collective's start-up and the row splits' / replicas' collectives wait for the slowest participant
+        self.intra_bw = float(intra.min())
+        self.inter_bw = float(inter.min())
+        if len({p.sector_bytes for p in self.kinds}) > 1:
+            raise ValueError("device_hardware: kinds with different DRAM sector sizes ("
+                             + ", ".join(f"{p.name} {p.sector_bytes} B" for p in self.kinds) + ") cannot share one device state")
+        profile = replace(profile, alltoall_latency_s=max(p.alltoall_latency_s for p in self.kinds),
+                          network_latency_s=max(p.network_latency_s for p in self.kinds)) if self.mixed else profile
+        self._start_profile = profile  # the collectives' start-ups (with mixed kinds, the slowest kind's)
         self.batch = instance.workload.batch_size
         tables = instance.tables
         self._rows = np.array([t.rows for t in tables], dtype=np.float64)
@@ -244,8 +268,12 @@ class BoundAnalytic(BoundCostModel):
         self._same_host = self._host_onehot @ self._host_onehot.T  # [D, D]: 1 where two devices share a host
         self._single_host = topo.num_hosts == 1
         per_peer = self.batch / topo.num_devices * COMM_BYTES  # bytes per unit of pooled width, per peer
-        self._local_scale = per_peer / self.intra_bw * MS
-        self._remote_scale = per_peer / self.inter_bw * MS
+        # ms per unit of width per peer: one number, or with mixed kinds one per device (each waits for its own links)
+        self._local_scale: float | np.ndarray = per_peer / self.intra_bw * MS
+        self._remote_scale: float | np.ndarray = per_peer / self.inter_bw * MS
+        if self.mixed:
+            self._local_scale = per_peer / intra * MS
+            self._remote_scale = per_peer / inter * MS
         self._latency_ms = (profile.alltoall_latency_s + (profile.network_latency_s if not self._single_host else 0.0)) * MS
         self.levels = comm_levels(topo, profile)
         # a topology that lists its levels is priced level by level, one with a graph link by link; one without keeps
@@ -257,6 +285,10 @@ class BoundAnalytic(BoundCostModel):
         elif topo.graph is not None:
             self._by_level = GraphComm(parse_network_graph(topo.graph, topo.num_devices, topo.devices_per_host), num_devices=topo.num_devices,
                                        group_size=topo.intra_group_size, batch=self.batch, alltoall_latency_s=profile.alltoall_latency_s)
+
+    @property
+    def mixed(self) -> bool:
+        return self._mixed
 
     @property
     def lists_network(self) -> bool:
@@ -402,8 +434,19 @@ class BoundAnalytic(BoundCostModel):
     def occupancy(self, states: np.ndarray) -> np.ndarray:
         return occupancy(states, self.profile)
 
-    def compute_costs(self, states: np.ndarray) -> np.ndarray:
-        return device_compute_costs(states, self.profile)
+    def compute_costs(self, states: np.ndarray, devices: np.ndarray | int | None = None) -> np.ndarray:
+        if not self.mixed:
+            return device_compute_costs(states, self.profile)
+        states = np.asarray(states, dtype=np.float64)
+        if devices is None:
+            return device_compute_costs(states, self.profile)
+        kind = np.broadcast_to(self.kind_of_device[np.asarray(devices)], states.shape[:-1])
+        out = np.empty(states.shape[:-1] + (2,))
+        for k, p in enumerate(self.kinds):
+            on = kind == k
+            if on.any():
+                out[on] = device_compute_costs(states[on], p)
+        return out
 
     def comm_costs(self, dim_sums: np.ndarray) -> np.ndarray:
         """All-to-all of pooled outputs (forward) and of their gradients (backward).
@@ -452,7 +495,7 @@ class BoundAnalytic(BoundCostModel):
         topo = self.instance.topology
         return hierarchical_comm_time(host_widths, devices_per_host=topo.devices_per_host, num_devices=topo.num_devices,
                                       batch=self.batch, intra_bw=self.intra_bw, inter_bw=self.inter_bw,
-                                      latency_s=self.profile.alltoall_latency_s, network_latency_s=self.profile.network_latency_s)
+                                      latency_s=self._start_profile.alltoall_latency_s, network_latency_s=self._start_profile.network_latency_s)
 
     def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """O(D) per device instead of O(D^2): a width added on device c changes c's sends and every other device's
@@ -516,7 +559,12 @@ class AnalyticCostModel(CostModel):
         self.name = "analytic" if profile is None else f"analytic:{profile if isinstance(profile, str) else profile.name}"
 
     def bind(self, instance: Instance) -> BoundAnalytic:
-        return BoundAnalytic(instance, self._fixed or get_profile(instance.topology.hardware))
+        """A fixed profile prices every device; otherwise each device is priced on its own kind's profile."""
+        topo = instance.topology
+        if self._fixed is not None:
+            return BoundAnalytic(instance, self._fixed)
+        kinds = topo.hardware_kinds() if topo.is_mixed else None
+        return BoundAnalytic(instance, get_profile(topo.hardware), None if kinds is None else [get_profile(k) for k in kinds])
 
     def describe(self) -> str:
         return self.name

@@ -72,12 +72,18 @@ def _rank(card: ModelCard) -> tuple[int, int, str]:
     return (0 if card.is_kernel_fallback else 1, 1 if card.source == "user" else 0, card.date)
 
 
-def _levels_outside(card: ModelCard, instance: Instance) -> list[str]:
-    """A neural model's communication features know NVLink in a host and the network between hosts only."""
-    if card.preferred == "neural" and instance.topology.lists_network:
-        return ["the topology lists its network (topology.levels or topology.graph), and the neural model knows a host's NVLink "
-                "and the network only"]
-    return []
+def _topology_outside(card: ModelCard, instance: Instance) -> list[str]:
+    """A neural model's communication features know NVLink in a host and the network between hosts only; a model
+    calibrated on one hardware kind does not price a job that mixes kinds."""
+    topo = instance.topology
+    out = []
+    if card.preferred == "neural" and topo.lists_network:
+        out.append("the topology lists its network (topology.levels or topology.graph), and the neural model knows a host's NVLink "
+                   "and the network only")
+    if topo.is_mixed:
+        out.append(f"the job mixes hardware kinds ({', '.join(dict.fromkeys(topo.hardware_kinds()))}), and the model is of "
+                   f"{card.hardware} only")
+    return out
 
 
 def choose_auto(instance: Instance, cards: list[ModelCard], machine: Fingerprint | None = None) -> tuple[ModelCard | None, str | None]:
@@ -85,7 +91,7 @@ def choose_auto(instance: Instance, cards: list[ModelCard], machine: Fingerprint
     hw = instance.topology.hardware
     mismatch = {c.id: hardware_mismatch(c, instance, machine) for c in cards if c.hardware == hw}
     mine = [c for c in cards if c.id in mismatch and mismatch[c.id] is None]
-    outside = {c.id: c.domain.outside(instance) + _levels_outside(c, instance) for c in mine}
+    outside = {c.id: c.domain.outside(instance) + _topology_outside(c, instance) for c in mine}
     covering = [c for c in mine if not outside[c.id]]
     if covering:
         return max(covering, key=_rank), None

@@ -202,8 +202,22 @@ class BoundCostModel(ABC):
         return np.stack([table_histogram(t, batch) for t in self.instance.tables])
 
     @abstractmethod
-    def compute_costs(self, states: np.ndarray) -> np.ndarray:
-        """fwd and bwd compute in ms for each state: [..., state_size] -> [..., 2]. The empty state costs 0."""
+    def compute_costs(self, states: np.ndarray, devices: np.ndarray | int | None = None) -> np.ndarray:
+        """fwd and bwd compute in ms for each state: [..., state_size] -> [..., 2]. The empty state costs 0.
+
+        `devices` (broadcast to states.shape[:-1]) says which device each state is on: a job that mixes hardware kinds
+        prices each on its own (Topology.device_hardware). None = on no device in particular (a table's cost alone,
+        an ordering): the topology's reference kind. A predictor of one kind ignores it."""
+
+    @property
+    def mixed(self) -> bool:
+        """Whether devices differ in how they price one state (a job that mixes hardware kinds)."""
+        return False
+
+    @cached_property
+    def devices(self) -> np.ndarray:
+        """[D] every device's index: the `devices` argument of compute_costs for a stack of every device's state."""
+        return np.arange(self.num_devices)
 
     @abstractmethod
     def comm_costs(self, dim_sums: np.ndarray) -> np.ndarray:
@@ -253,11 +267,11 @@ class BoundCostModel(ABC):
     def compute_after_adding(self, states: np.ndarray, table: int) -> np.ndarray:
         """[D, 2]: every device's compute if whole table `table` were added to it — no re-encoding of the rest:
         the state is a sum, so this is one vector addition and one batched call."""
-        return self.compute_costs(np.asarray(states) + self.table_states[table])
+        return self.compute_costs(np.asarray(states) + self.table_states[table], self.devices)
 
     def compute_after_removing(self, states: np.ndarray, table: int) -> np.ndarray:
         """[D, 2]: every device's compute if whole table `table` were removed from it (it must hold it)."""
-        return self.compute_costs(np.asarray(states) - self.table_states[table])
+        return self.compute_costs(np.asarray(states) - self.table_states[table], self.devices)
 
     def comm_totals_after_adding(self, dim_sums: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """[k, D]: every device's fwd + bwd comm if `width` were added to device candidates[i] (the greedy
@@ -310,7 +324,7 @@ class BoundCostModel(ABC):
         dist, i.e. per sharding type, run one after the other: `shard_sums`), the replicas' all-reduce (backward) and
         each host's hierarchical width [H] (both passes)."""
         cols = np.empty((self.num_devices, 4))
-        cols[:, 0:2] = self.compute_costs(states)
+        cols[:, 0:2] = self.compute_costs(states, self.devices)
         dims = np.asarray(dim_sums, dtype=np.float64)
         if dims.ndim == 1:
             cols[:, 2:4] = self.comm_costs(dims)

@@ -125,6 +125,10 @@ class BoundNeural(BoundCostModel):
             raise UnsupportedPlacementError(
                 f"a neural cost model cannot cost a topology that lists its network ({listed}): its communication features are "
                 "NVLink in a host and the network between hosts; use --cost-model analytic")
+        if topo.is_mixed:
+            raise UnsupportedPlacementError(
+                f"a neural cost model cannot cost a job that mixes hardware kinds (topology.device_hardware: "
+                f"{', '.join(dict.fromkeys(topo.hardware_kinds()))}): it was trained on one kind; use --cost-model analytic")
         self.profile: HardwareProfile = get_profile(topo.hardware)
         host = np.arange(topo.num_devices) // topo.devices_per_host
         self._same_host = (host[:, None] == host[None, :]).astype(np.float64)
@@ -151,7 +155,7 @@ class BoundNeural(BoundCostModel):
         z = encode_shards(self.w, x)
         return np.concatenate([z, np.ones((len(z), 1))], axis=1)
 
-    def compute_costs(self, states: np.ndarray) -> np.ndarray:
+    def compute_costs(self, states: np.ndarray, devices: np.ndarray | int | None = None) -> np.ndarray:
         s = np.asarray(states, dtype=np.float64)
         flat = s.reshape(-1, s.shape[-1])
         out = head_costs(self.w, flat)

@@ -22,3 +22,5 @@ $SHARDOPT generate --family tiered --count 12 --seed 1 --pool test --out instanc
 # clusters as they are built now (issue 36): GB200 NVL72 racks, an NVLink domain of 72 over hosts of 4 (topology levels)
 $SHARDOPT generate --family nvl72 --count 6 --seed 0 --pool train --out instances/suites/nvl72-train
 $SHARDOPT generate --family nvl72 --count 4 --seed 1 --pool test --out instances/suites/nvl72-test
+$SHARDOPT generate --family mixed --count 6 --seed 0 --pool train --out instances/suites/mixed-train
+$SHARDOPT generate --family mixed --count 4 --seed 1 --pool test --out instances/suites/mixed-test

@@ -42,6 +42,7 @@ def two_levels_of_old(inst: Instance) -> list[dict]:
 
 
 GOLDEN_COSTS = json.loads(GOLDEN.read_text())
+GOLDEN_RTOL = 1e-14  # a few units in the last place of a double
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_COSTS))
@@ -50,9 +51,11 @@ def test_old_documents_load_and_cost_exactly_as_before(name: str) -> None:
     was = GOLDEN_COSTS[name]
     assert hashlib.sha256(inst.model_dump_json().encode()).hexdigest() == was["document_sha256"]
     costs = AnalyticCostModel().plan_costs(inst, golden_plan(inst))
-    assert float(costs.max_cost) == was["max_cost_ms"]
-    assert [float(x) for x in costs.fwd_comm] == was["fwd_comm_ms"]
-    assert [float(x) for x in costs.bwd_comm] == was["bwd_comm_ms"]
+    # the same to the last bits: numpy's sums and einsum reorder their additions with the CPU's vector width, so the
+    # file written on one machine can differ from another's in the last place (a changed formula moves far more)
+    np.testing.assert_allclose(float(costs.max_cost), was["max_cost_ms"], rtol=GOLDEN_RTOL, atol=0)
+    np.testing.assert_allclose(costs.fwd_comm, was["fwd_comm_ms"], rtol=GOLDEN_RTOL, atol=0)
+    np.testing.assert_allclose(costs.bwd_comm, was["bwd_comm_ms"], rtol=GOLDEN_RTOL, atol=0)
     if inst.topology.num_devices > 1:  # the same two levels, listed: the level formulas give the same costs
         levelled = with_levels(inst, two_levels_of_old(inst))
         again = AnalyticCostModel().plan_costs(levelled, golden_plan(levelled))

@@ -87,10 +87,35 @@ def _levels_text(topo: Any, profile: Any) -> str:
     levels = comm_levels(topo, profile)
     if not levels:
         return "one device: no communication"
+    if topo.is_mixed and topo.levels is None:  # each device's links are its own kind's
+        from shardopt.core.hardware import get_profile
+
+        per_kind = [f"{k}: " + ", ".join(f"{lv.name} {lv.bandwidth / 1e9:.1f} GB/s" for lv in comm_levels(topo, get_profile(k)))
+                    for k in dict.fromkeys(topo.hardware_kinds())]
+        parts = [f"{lv.name}: groups of {lv.devices} ({lv.peers} more peer{'s' if lv.peers > 1 else ''})" for lv in levels]
+        return " -> ".join(parts) + f"; each device on its own kind's links ({'; '.join(per_kind)})"
     parts = [f"{lv.name}: groups of {lv.devices} ({lv.peers} more peer{'s' if lv.peers > 1 else ''}), {lv.bandwidth / 1e9:.1f} GB/s"
              + (f", +{lv.latency_s * 1e6:.3g} us" if lv.latency_s else "") for lv in levels]
     where = "listed in topology.levels" if topo.levels is not None else f"from the {profile.name} profile and overrides"
     return " -> ".join(parts) + f" ({where})"
+
+
+def _devices_text(topo: Any) -> str:
+    """The devices by hardware kind: "16 x a100 (NVIDIA A100 ...)", or per kind for a job that mixes them."""
+    from shardopt.core.hardware import get_profile
+
+    kinds = topo.hardware_kinds()
+    if not topo.is_mixed:
+        p = get_profile(topo.hardware)
+        return f"{topo.num_devices} x {p.name} ({p.description})"
+    caps = topo.capacities()
+    out = []
+    for k in dict.fromkeys(kinds):
+        on = [d for d in range(topo.num_devices) if kinds[d] == k]
+        mem = sorted({caps[d] for d in on})
+        out.append(f"{len(on)} x {k} (devices {on[0]}-{on[-1]}, {_fmt_bytes(mem[0])}"
+                   + (f" - {_fmt_bytes(mem[-1])}" if len(mem) > 1 else "") + f"; {get_profile(k).description})")
+    return " + ".join(out) + f"; reference kind {topo.hardware}"
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -148,6 +173,7 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
                 },
                 "topology": topo.model_dump(mode="json", exclude_none=True),
                 "num_hosts": topo.num_hosts,
+                "hardware_kinds": {k: topo.hardware_kinds().count(k) for k in dict.fromkeys(topo.hardware_kinds())},
                 "comm_levels": [asdict(lv) for lv in comm_levels(topo, get_profile(topo.hardware))],
                 "workload": work.model_dump(mode="json"),
                 "feasibility": {"table_wise_necessary_conditions": reason is None, "reason": reason},
@@ -175,7 +201,7 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
         f"({100 * sizes.max() / max(caps):.1f}% of a device)",
     )
     hosts = f"{topo.num_hosts} host{'s' if topo.num_hosts > 1 else ''} of {topo.devices_per_host}"
-    summary.add_row("topology", f"{topo.num_devices} x {profile.name} ({profile.description}); {hosts}; {mem} each")
+    summary.add_row("topology", _esc(f"{_devices_text(topo)}; {hosts}; {mem} each"))
     bw = []
     if topo.intra_host_bandwidth:
         bw.append(f"intra-host {topo.intra_host_bandwidth / 1e9:.1f} GB/s")

@@ -275,18 +275,19 @@ def _bound_lines(instance: Any, result: SolveResult, cost: float, analytic: bool
 
 
 def _network_refusal(instance: Any) -> str | None:
-    """Why the certified bound does not cover the instance's network (levels it is not proven for, a graph), or None."""
-    if not instance.topology.lists_network:
+    """Why the certified bound does not cover the instance's topology (levels it is not proven for, a graph, mixed
+    hardware kinds), or None."""
+    if not instance.topology.lists_network and not instance.topology.is_mixed:
         return None
-    from solvers.bound import network_refusal
+    from solvers.bound import hardware_refusal, network_refusal
 
-    return network_refusal(instance)
+    return network_refusal(instance) or hardware_refusal(instance)
 
 
 def _no_bound_note(analytic: bool, network: str | None = None) -> str:
     """Why a result has no certified bound (solvers.results: `lower_bound` holds only that)."""
     if network is not None:
-        return f"no certified bound for this topology's network: {network}"
+        return f"no certified bound for this topology: {network}"
     return ("no certified bound computed: the analytic model's comes from `shardopt bound`, or within the solve from cpsat / milp "
             "with -O certified_bound=true" if analytic else "no certified bound for this cost model: the certified bound is the analytic model's")
 

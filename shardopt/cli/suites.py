@@ -13,7 +13,7 @@ from shardopt.cli.common import CLIError, EXIT_BAD_INPUT, _command_line, JsonOpt
 
 @app.command()
 def generate(
-    family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production, production-xl (3,424 tables on 512 devices), cpu, huge (tables 2-20x a device's HBM), tiered (tables 1.5-4x the cluster's HBM, with host memory), nvl72 (GB200 NVL72 racks: an NVLink domain of 72 over hosts of 4, as topology levels).")],
+    family: Annotated[str, typer.Option("--family", "-f", help="Task family: dreamshard, neuroshard, autoshard, production, production-xl (3,424 tables on 512 devices), cpu, huge (tables 2-20x a device's HBM), tiered (tables 1.5-4x the cluster's HBM, with host memory), nvl72 (GB200 NVL72 racks: an NVLink domain of 72 over hosts of 4, as topology levels), mixed (A100 and H200 hosts in one job).")],
     count: Annotated[int, typer.Option("--count", "-n", help="How many instances.")],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Directory for the instances and suite.json.")],
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed: same seed, same suite, byte for byte.")] = 0,

@@ -200,7 +200,13 @@ class Topology(IRModel):
     num_devices: int = Field(ge=1, le=MAX_DEVICES)
     devices_per_host: int = Field(ge=1, le=MAX_DEVICES)
     memory_bytes: int | list[int] = Field(description="per-device memory: one value for all, or one per device")
-    hardware: str = Field(description="hardware profile name: " + ", ".join(sorted(PROFILES)))
+    hardware: str = Field(description="hardware profile name: " + ", ".join(sorted(PROFILES)) + "; with device_hardware, the "
+                          "reference kind (what a device-free figure such as a table's cost alone is priced on)")
+    device_hardware: list[str] | None = Field(
+        default=None,
+        description="each device's hardware profile, for a job that mixes generations (A100 and H100 hosts); every device "
+        "of a host is of one kind, and `hardware` is one of them; None (the default) = every device is `hardware`",
+    )
     intra_host_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of NVLink")
     inter_host_bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="bytes/s override of the network")
     host_memory_bytes: int | list[int] = Field(
@@ -229,6 +235,14 @@ class Topology(IRModel):
     def _check_hardware(cls, v: str) -> str:
         if v not in PROFILES:
             raise ValueError(f"{v!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
+        return v
+
+    @field_validator("device_hardware")
+    @classmethod
+    def _check_device_hardware(cls, v: list[str] | None) -> list[str] | None:
+        for i, name in enumerate(v or []):
+            if name not in PROFILES:
+                raise ValueError(f"[{i}]: {name!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
         return v
 
     @field_validator("memory_bytes")
@@ -262,6 +276,8 @@ class Topology(IRModel):
                 f"devices_per_host: {self.devices_per_host} does not divide num_devices {self.num_devices}: hosts must "
                 f"have equal device counts (use {self.num_devices} devices on one host, or a divisor of {self.num_devices})"
             )
+        if self.device_hardware is not None:
+            self._check_mixed(self.device_hardware)
         if self.levels is not None:
             self._check_levels(self.levels)
         if self.graph is not None:
@@ -277,6 +293,35 @@ class Topology(IRModel):
             if getattr(self, name) is not None:
                 raise ValueError(f"{name}: {getattr(self, name)} beside graph: give each link's bandwidth in the graph instead")
         parse_network_graph(self.graph, self.num_devices, self.devices_per_host)
+
+    def _check_mixed(self, kinds: list[str]) -> None:
+        """One kind per host (a server is built around one GPU model, and its NVLink is that model's), and the
+        reference kind among them."""
+        if len(kinds) != self.num_devices:
+            raise ValueError(f"device_hardware: {len(kinds)} values for {self.num_devices} devices")
+        for h in range(self.num_hosts):
+            on_host = kinds[h * self.devices_per_host:(h + 1) * self.devices_per_host]
+            if len(set(on_host)) > 1:
+                first = h * self.devices_per_host
+                other = next(i for i, k in enumerate(on_host) if k != on_host[0])
+                raise ValueError(f"device_hardware[{first + other}]: {on_host[other]!r} on host {h} beside "
+                                 f"device_hardware[{first}] {on_host[0]!r}: every device of a host is of one kind")
+        if self.hardware not in kinds:
+            raise ValueError(f"hardware: {self.hardware!r} is none of the devices' kinds in device_hardware "
+                             f"({', '.join(sorted(set(kinds)))}): name one of them as the reference kind")
+
+    def hardware_of(self, device: int) -> str:
+        """The hardware profile name of device `device`."""
+        return self.device_hardware[device] if self.device_hardware is not None else self.hardware
+
+    def hardware_kinds(self) -> list[str]:
+        """Each device's hardware profile name."""
+        return list(self.device_hardware) if self.device_hardware is not None else [self.hardware] * self.num_devices
+
+    @property
+    def is_mixed(self) -> bool:
+        """Whether the job mixes hardware kinds (device_hardware naming two or more)."""
+        return self.device_hardware is not None and len(set(self.device_hardware)) > 1
 
     @property
     def lists_network(self) -> bool:
@@ -315,7 +360,7 @@ class Topology(IRModel):
         out = handler(self)
         if out.get("host_memory_bytes") == 0:
             out.pop("host_memory_bytes")
-        for name in ("host_link_bandwidth", "levels", "graph"):
+        for name in ("host_link_bandwidth", "levels", "graph", "device_hardware"):
             if name in out and out[name] is None:
                 out.pop(name)
         return out

@@ -69,6 +69,9 @@ class Family:
     copies: int = 1
     # the topology's levels for a shape (host, NVLink domain, network: Topology.levels); None: the two of old
     levels: Callable[[TaskShape], list[TopologyLevel]] | None = None
+    # each device's hardware kind for a shape (Topology.device_hardware, a job that mixes generations; memory shared
+    # out in proportion to each kind's HBM); None: every device is `hardware`
+    device_hardware: Callable[[TaskShape], list[str]] | None = None
 
 
 # The CPU-scale family: instances a 2-core CPU can judge at their own workload, each device's shards timing in
@@ -115,6 +118,22 @@ def _nvl72_levels(shape: TaskShape) -> list[TopologyLevel]:
     p = PROFILES["gb200"]
     return [TopologyLevel(name="nvlink_domain", devices=NVL72_DOMAIN, bandwidth=p.nvlink_bandwidth),
             TopologyLevel(name="network", devices=shape.devices, bandwidth=p.network_bandwidth, latency_s=p.network_latency_s)]
+
+
+MIXED_KINDS = ("a100", "h200")  # the older and the newer generation of the `mixed` family
+MIXED_HOST = 8  # GPUs per host
+
+
+def _mixed_shape(rng: np.random.Generator, i: int) -> TaskShape:
+    devices = MIXED_HOST * (2, 4)[i % 2]
+    return TaskShape(devices * int(rng.integers(4, 9)), devices, MIXED_HOST)
+
+
+def _mixed_hardware(shape: TaskShape) -> list[str]:
+    """The first half of the hosts of the older generation, the rest of the newer (whole hosts of one kind)."""
+    hosts = shape.devices // shape.devices_per_host
+    old = hosts // 2
+    return [MIXED_KINDS[0] if d // shape.devices_per_host < old else MIXED_KINDS[1] for d in range(shape.devices)]
 
 
 FAMILIES: dict[str, Family] = {
@@ -177,6 +196,18 @@ FAMILIES: dict[str, Family] = {
         "none (a cluster family; tight rule)",
         copies=4,
         levels=lambda shape: _nvl72_levels(shape),
+    ),
+    "mixed": Family(
+        "mixed",
+        "two GPU generations in one job: 2 or 4 hosts of 8, the first half A100 80 GB (NVLink 3, 200 Gb/s), the rest "
+        "H200 141 GB (NVLink 4, 400 Gb/s); memory shared out in proportion to each kind's HBM; 4 to 8 tables per GPU "
+        "drawn from the pool, dims mixed up to 256",
+        lambda rng, i: _mixed_shape(rng, i),
+        (16, 32, 64, 128, 256),
+        (0.3, 0.3, 0.2, 0.15, 0.05),
+        MIXED_KINDS[0],
+        "none (a cluster family; tight rule, capacities in proportion to HBM)",
+        device_hardware=lambda shape: _mixed_hardware(shape),
     ),
     "cpu": Family(
         "cpu",
@@ -485,8 +516,24 @@ def tight_memory(sizes: np.ndarray, devices: int, slack: float = TIGHT_SLACK) ->
     return cap, steps
 
 
-def first_fit_decreasing_fits(sizes_desc: np.ndarray, devices: int, capacity: int) -> bool:
-    free = np.full(devices, capacity, dtype=np.int64)
+def tight_memory_shares(sizes: np.ndarray, shares: np.ndarray, slack: float = TIGHT_SLACK) -> tuple[list[int], int]:
+    """(capacity of each device, FFD steps taken) by the tight rule when devices hold different amounts (a job that
+    mixes generations): capacities in proportion to `shares` (each kind's HBM), summing to `slack` x the total, the
+    largest table fitting on the largest device, grown by SLACK_STEP until first-fit decreasing fits."""
+    sizes = np.sort(np.asarray(sizes, dtype=np.int64))[::-1]
+    shares = np.asarray(shares, dtype=np.float64) / float(np.max(shares))
+    unit = max(slack * sizes.sum() / shares.sum(), float(sizes[0]))
+    steps = 0
+    while True:
+        caps = np.ceil(unit * shares).astype(np.int64)
+        if first_fit_decreasing_fits(sizes, len(caps), caps):
+            return [int(c) for c in caps], steps
+        unit *= SLACK_STEP
+        steps += 1
+
+
+def first_fit_decreasing_fits(sizes_desc: np.ndarray, devices: int, capacity: int | np.ndarray) -> bool:
+    free = np.broadcast_to(np.asarray(capacity, dtype=np.int64), (devices,)).copy()
     for s in sizes_desc:
         d = int(np.argmax(free))
         if free[d] < s:
@@ -534,11 +581,15 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
     draft = Instance(
         tables=tables,
         topology=Topology(num_devices=shape.devices, devices_per_host=shape.devices_per_host, memory_bytes=1, hardware=family.hardware,
-                          levels=None if family.levels is None else family.levels(shape)),
+                          levels=None if family.levels is None else family.levels(shape),
+                          device_hardware=None if family.device_hardware is None else family.device_hardware(shape)),
         workload=workload,
     )
     sizes = table_bytes_array(draft)
-    cap, steps = tight_memory(sizes, shape.devices, slack)
+    if family.device_hardware is None:
+        cap, steps = tight_memory(sizes, shape.devices, slack)
+    else:
+        cap, steps = tight_memory_shares(sizes, [PROFILES[k].memory_bytes for k in draft.topology.hardware_kinds()], slack)
     name = f"{family.name}-{pool_label}-s{seed}-{index:04d}" + (f"-m{slack:g}" if memory_slack is not None else "")
     return draft.model_copy(
         update={
@@ -546,8 +597,10 @@ def generate_instance(family: Family, pool: TablePool, seed: int, index: int, po
             "topology": draft.topology.model_copy(update={"memory_bytes": cap}),
             "metadata": {
                 **_common_metadata(family, pool, seed, index, pool_label),
-                "memory_rule": f"tight: {slack:g} x total / devices, +{round((SLACK_STEP - 1) * 100)}% steps until FFD fits ({steps} steps)",
-                "memory_utilisation": round(float(sizes.sum()) / (cap * shape.devices), 4),
+                "memory_rule": (f"tight: {slack:g} x total / devices" if family.device_hardware is None else
+                                f"tight: {slack:g} x total, shared out in proportion to each kind's HBM")
+                               + f", +{round((SLACK_STEP - 1) * 100)}% steps until FFD fits ({steps} steps)",
+                "memory_utilisation": round(float(sizes.sum()) / (sum(cap) if isinstance(cap, list) else cap * shape.devices), 4),
                 "paper_memory": family.nominal_memory,
                 **({"rows_capped_at": family.max_rows} if family.max_rows is not None else {}),
                 **({"batch_rule": f"{family.batch_rule.__name__}: batch {batch} (pool's {pool.batch_size})"}

@@ -50,6 +50,18 @@ def network_refusal(instance: Instance) -> str | None:
             "topology's network is not of that kind")
 
 
+def hardware_refusal(instance: Instance) -> str | None:
+    """Why the bound does not cover `instance`'s devices (a job that mixes hardware kinds: its compute and link terms
+    are proven with one profile for every device), or None. A fixed profile (`analytic:PROFILE`) prices every device
+    on that one profile, and the bound covers it."""
+    topo = instance.topology
+    if not topo.is_mixed:
+        return None
+    kinds = ", ".join(dict.fromkeys(topo.hardware_kinds()))
+    return (f"topology.device_hardware: a job that mixes hardware kinds ({kinds}): the certified bound's compute and link terms "
+            "are proven for one hardware profile on every device")
+
+
 def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
     """The analytic model bound to `instance`; BoundError naming the model for anything else."""
     model = cost_model if cost_model is not None else AnalyticCostModel()
@@ -59,7 +71,7 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
             f"cost model {name!r}: the certified bound is for the analytic cost model only (analytic or "
             "analytic:PROFILE); its inequalities are proven for the analytic formulas, not for a learned model"
         )
-    refusal = network_refusal(instance)
+    refusal = network_refusal(instance) or (hardware_refusal(instance) if model.profile_name is None else None)
     if refusal is not None:
         raise BoundError(refusal)
     bm = model.bind(instance)

@@ -175,11 +175,11 @@ class Linearization:
         return float(self.device_costs(x).max())
 
 
-def _compute_totals(bm: BoundCostModel, states: np.ndarray) -> np.ndarray:
-    """fwd + bwd compute of many states [n, F] -> [n], in chunks."""
+def _compute_totals(bm: BoundCostModel, states: np.ndarray, devices: np.ndarray) -> np.ndarray:
+    """fwd + bwd compute of many states [n, F] on `devices` [n] -> [n], in chunks."""
     out = np.empty(len(states))
     for lo in range(0, len(states), _CHUNK_ROWS):
-        out[lo : lo + _CHUNK_ROWS] = np.asarray(bm.compute_costs(states[lo : lo + _CHUNK_ROWS])).sum(axis=-1)
+        out[lo : lo + _CHUNK_ROWS] = np.asarray(bm.compute_costs(states[lo : lo + _CHUNK_ROWS], devices[lo : lo + _CHUNK_ROWS])).sum(axis=-1)
     return out
 
 
@@ -195,7 +195,7 @@ def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> t
     D = counts.shape[1]
     T = items.num_tables
     S = items.device_states(counts)  # [D, F] (with the base of a tiered layout's fixed shards)
-    base = _compute_totals(bm, S)  # [D]
+    base = _compute_totals(bm, S, np.arange(D))  # [D]
     # own[t, d]: the state of table t's shards on d; without[t, d]: compute of d without them
     on_t = np.zeros((T, D), dtype=bool)
     for i in np.flatnonzero(counts.any(axis=1)):
@@ -207,7 +207,7 @@ def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> t
         own[j] = counts[lo:hi, d].astype(np.float64) @ states[lo:hi]
     without = np.repeat(base[None, :], T, axis=0)  # [T, D]
     if len(pairs):
-        without[pairs[:, 0], pairs[:, 1]] = _compute_totals(bm, S[pairs[:, 1]] - own)
+        without[pairs[:, 0], pairs[:, 1]] = _compute_totals(bm, S[pairs[:, 1]] - own, pairs[:, 1])
     a = np.empty((I, D))
     per_chunk = max(1, _CHUNK_ROWS // max(D, 1))
     for lo in range(0, I, per_chunk):
@@ -217,7 +217,7 @@ def linearize_compute(bm: BoundCostModel, items: Items, counts: np.ndarray) -> t
             r0, r1 = max(int(items.first[t]), lo), min(int(items.first[t + 1]), hi)
             if r0 < r1:
                 trial[r0 - lo : r1 - lo, d] -= o
-        cost = _compute_totals(bm, trial.reshape(-1, F)).reshape(hi - lo, D)
+        cost = _compute_totals(bm, trial.reshape(-1, F), np.tile(np.arange(D), hi - lo)).reshape(hi - lo, D)
         a[lo:hi] = cost - without[items.table[lo:hi]]
     c0 = base - (counts * a).sum(axis=0)
     return a, c0, base

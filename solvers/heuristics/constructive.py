@@ -170,7 +170,7 @@ class GreedyCostRule(DeviceRule):
             self.extra0 = self.extra0 + bm.dist_comm_totals(dists)
         else:
             self.extra0 = np.zeros(self.D)  # fixed shards' comm outside the all-to-all (a constant per device)
-        self.compute0 = np.asarray(bm.compute_costs(self.S0)).sum(axis=1) if layout is not None else np.zeros(self.D)
+        self.compute0 = np.asarray(bm.compute_costs(self.S0, bm.devices)).sum(axis=1) if layout is not None else np.zeros(self.D)
         self.reset()
 
     def reset(self) -> None:
@@ -184,7 +184,7 @@ class GreedyCostRule(DeviceRule):
         k = len(candidates)
         rows = self._rows[:k]
         # compute of each candidate device with the table added: one batched call ([k, 2] -> fwd + bwd)
-        c2 = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table]))
+        c2 = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table], candidates))
         new_compute = c2[:, 0] + c2[:, 1]
         # comm of every device for each candidate placement ([k, D]; the cost model answers it incrementally)
         totals = self.bm.comm_totals_after_adding(self.dim_sums, self.dims[table], candidates)  # [k, D] fwd + bwd
@@ -204,7 +204,7 @@ class GreedyCostRule(DeviceRule):
         if self._last is not None and self._last[0] == device:
             self.compute[device] = self._last[1]
         else:
-            self.compute[device] = float(np.asarray(self.bm.compute_costs(self.S[device])).sum())
+            self.compute[device] = float(np.asarray(self.bm.compute_costs(self.S[device], device)).sum())
         self._last = None
 
 

@@ -61,7 +61,7 @@ class PieceModel:
             self.base_states, self.base_dists, self.base_extra = bm.background(layout.fixed)
             self.caps = self.caps - layout.fixed_hbm
             self.host_caps = self.host_caps - layout.fixed_host
-        self.base_compute = bm.compute_costs(self.base_states).sum(axis=-1)  # [D]
+        self.base_compute = bm.compute_costs(self.base_states, bm.devices).sum(axis=-1)  # [D]
         self.base_dims = self.base_dists.sum(axis=0)  # [D] (the dim cap's measure)
 
     @property
@@ -199,7 +199,7 @@ def grid_greedy(
         live_rep = first[lanes.alive[first]]  # (a dead lane's group is not asked: its scores are all inf)
         new_rep = np.zeros((len(first), lanes.S.shape[1]))
         if len(live_rep):
-            new_rep[lanes.alive[first]] = bm.compute_costs(lanes.S[live_rep] + x[live_rep][:, None, :]).sum(axis=-1)
+            new_rep[lanes.alive[first]] = bm.compute_costs(lanes.S[live_rep] + x[live_rep][:, None, :], bm.devices).sum(axis=-1)
         new = new_rep[inv]  # [L, D]
         score = np.where(ok, new, np.inf)
         if comm_aware:
@@ -419,7 +419,7 @@ def plan_cost(bm: BoundCostModel, states: np.ndarray, widths: np.ndarray, device
     dists = np.zeros((len(OUTPUT_DIST_ORDER), bm.num_devices)) if base_dists is None else base_dists.copy()
     np.add.at(S, device_of, states)
     np.add.at(dists, (np.zeros(len(widths), dtype=np.int64) if rows is None else rows, device_of), widths)
-    totals = bm.compute_costs(S).sum(axis=-1) + bm.dist_comm_totals(dists)
+    totals = bm.compute_costs(S, bm.devices).sum(axis=-1) + bm.dist_comm_totals(dists)
     if base_extra is not None:
         totals += base_extra
     return float(totals.max()), totals

@@ -41,7 +41,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         dims = pm.base_dists.copy()
         np.add.at(S, device_of, states)
         np.add.at(dims, (rows, device_of), widths)
-        compute = bm.compute_costs(S).sum(axis=-1)
+        compute = bm.compute_costs(S, bm.devices).sum(axis=-1)
         return S, dims, compute, compute + bm.dist_comm_totals(dims) + fixed
 
     S, dims, compute, totals = summed()
@@ -64,7 +64,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
             target = -1
             if len(cands):
                 k = np.arange(len(cands))
-                new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]])).sum(axis=-1)
+                new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]]), np.concatenate([[hot], cands])).sum(axis=-1)
                 dk = np.repeat(dims[None], len(cands), axis=0)  # [k, G, D]
                 dk[:, rows[p], hot] -= widths[p]
                 dk[k, rows[p], cands] += widths[p]
@@ -96,7 +96,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
                 qs, dq = qs[ok], dq[ok]
                 if len(qs):
                     k = np.arange(len(qs))
-                    new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]])).sum(axis=-1)
+                    new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]]),
+                                           np.concatenate([np.full(len(qs), hot), dq])).sum(axis=-1)
                     dk = np.repeat(dims[None], len(qs), axis=0)  # [k, G, D]
                     dk[:, rows[p], hot] -= widths[p]
                     dk[k, rows[qs], hot] += widths[qs]

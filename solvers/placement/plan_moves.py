@@ -83,7 +83,7 @@ class PlanShards:
         self.extra = np.bincount(self.device, weights=self.extra_of, minlength=D) + 2.0 * self.hier_comm
         self.hbm = np.bincount(self.device, weights=self.hbm_of, minlength=D).astype(np.int64)
         self.host = np.bincount(self.device, weights=self.host_of, minlength=D).astype(np.int64)
-        self.compute = self.bm.compute_costs(self.S).sum(axis=-1)
+        self.compute = self.bm.compute_costs(self.S, self.bm.devices).sum(axis=-1)
         self.totals = self.compute + self.bm.dist_comm_totals(self.dims) + self.extra
 
     @property
@@ -97,7 +97,7 @@ class PlanShards:
     def columns(self) -> np.ndarray:
         """[D, 4]: fwd / bwd compute and fwd / bwd comm of every device (replicas' sync in bwd comm)."""
         cols = np.empty((self.bm.num_devices, 4))
-        cols[:, 0:2] = self.bm.compute_costs(self.S)
+        cols[:, 0:2] = self.bm.compute_costs(self.S, self.bm.devices)
         cols[:, 2:4] = self._comm_columns(self.dims)
         cols[:, 2] += self.hier_comm
         cols[:, 3] += self.extra - self.hier_comm
@@ -109,7 +109,7 @@ class PlanShards:
         dims = self.dims.copy()
         dims[self.row_of[p], d] -= self.widths[p]
         out = np.empty(4)
-        out[0:2] = self.bm.compute_costs(self.S[d] - self.states[p])
+        out[0:2] = self.bm.compute_costs(self.S[d] - self.states[p], d)
         out[2:4] = self._comm_columns(dims)[d]
         out[2] += self.hier_comm[d]
         out[3] += self.extra[d] - self.hier_comm[d] - self.extra_of[p]
@@ -123,8 +123,8 @@ class PlanShards:
         return out
 
     def alone(self, p: int) -> float:
-        """Shard p's compute (fwd + bwd, ms) on a device of its own: its kernel's cost without company."""
-        return float(self.bm.compute_costs(self.states[p]).sum())
+        """Shard p's compute (fwd + bwd, ms) alone on a device of its device's kind: its kernel's cost without company."""
+        return float(self.bm.compute_costs(self.states[p], int(self.device[p])).sum())
 
     def _siblings(self, p: int) -> np.ndarray:
         """Devices holding another shard of p's table."""
@@ -143,7 +143,8 @@ class PlanShards:
         if not len(cands):
             return cands, np.zeros((0, self.bm.num_devices))
         k = np.arange(len(cands))
-        new = self.bm.compute_costs(np.concatenate([self.S[src][None] - self.states[p], self.S[cands] + self.states[p]])).sum(axis=-1)
+        new = self.bm.compute_costs(np.concatenate([self.S[src][None] - self.states[p], self.S[cands] + self.states[p]]),
+                                   np.concatenate([[src], cands])).sum(axis=-1)
         r = self.row_of[p]
         dk = np.repeat(self.dims[None], len(cands), axis=0)  # [k, G, D]
         dk[:, r, src] -= self.widths[p]
@@ -175,7 +176,8 @@ class PlanShards:
             return qs, np.zeros((0, D))
         k = np.arange(len(qs))
         new = self.bm.compute_costs(np.concatenate([self.S[src][None] - self.states[p] + self.states[qs],
-                                                    self.S[dq] + self.states[p] - self.states[qs]])).sum(axis=-1)
+                                                    self.S[dq] + self.states[p] - self.states[qs]]),
+                                    np.concatenate([np.full(len(qs), src), dq])).sum(axis=-1)
         rp, rq = self.row_of[p], self.row_of[qs]
         dk = np.repeat(self.dims[None], len(qs), axis=0)  # [k, G, D]
         dk[:, rp, src] -= self.widths[p]

@@ -86,7 +86,7 @@ class _Plan:
         self.hier += new[5] - old[5]
 
     def totals(self, bm: BoundCostModel) -> np.ndarray:
-        return bm.compute_costs(self.S).sum(axis=-1) + comm_totals(bm, self.dims, self.hier) + self.extra
+        return bm.compute_costs(self.S, bm.devices).sum(axis=-1) + comm_totals(bm, self.dims, self.hier) + self.extra
 
 
 def comm_totals(bm: BoundCostModel, dims: np.ndarray, hier: np.ndarray) -> np.ndarray:
@@ -216,7 +216,7 @@ class _Polish:
 
     def recost(self) -> None:
         """Every device's compute, comm and total from the plan's sums."""
-        self.compute = self.bm.compute_costs(self.plan.S).sum(axis=-1)
+        self.compute = self.bm.compute_costs(self.plan.S, self.bm.devices).sum(axis=-1)
         self.comm = comm_totals(self.bm, self.plan.dims, self.plan.hier)
         self.totals = self.compute + self.comm + self.plan.extra
 
@@ -281,10 +281,10 @@ class _Polish:
                     continue
                 if c.all_devices:
                     dims, hier = plan.dims - old[1] + c.new[1], plan.hier - old[5] + c.new[5]
-                    cand = bm.compute_costs(plan.S - old[0] + c.new[0]).sum(axis=-1) + comm_totals(bm, dims, hier) + plan.extra - old[2] + c.new[2]
+                    cand = bm.compute_costs(plan.S - old[0] + c.new[0], bm.devices).sum(axis=-1) + comm_totals(bm, dims, hier) + plan.extra - old[2] + c.new[2]
                 else:  # only its devices' compute changes (and their extra comm: none for kernel moves)
                     if c.compute is None:
-                        c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d]).sum(axis=-1)
+                        c.compute = bm.compute_costs(plan.S[d] - old[0][d] + c.new[0][d], d).sum(axis=-1)
                     cand = self.totals.copy()
                     cand[d] = c.compute + self.comm[d] + plan.extra[d] - old[2][d] + c.new[2][d]
                 key = (float(cand.max()), float(cand.sum()))
@@ -312,7 +312,7 @@ class _Polish:
         t = chosen.table
         self.set_table(t, chosen.shards, chosen.new)
         changed = chosen.devices if not chosen.all_devices else np.arange(self.D)
-        self.compute[changed] = self.bm.compute_costs(self.plan.S[changed]).sum(axis=-1)
+        self.compute[changed] = self.bm.compute_costs(self.plan.S[changed], changed).sum(axis=-1)
         if chosen.all_devices:
             self.comm = comm_totals(self.bm, self.plan.dims, self.plan.hier)
         self.totals = self.compute + self.comm + self.plan.extra
@@ -385,7 +385,7 @@ def _replica_sweep(instance: Instance, bm: BoundCostModel, plan: _Plan, contrib:
         hbm, host = hbm_t, host_t
         S, dims, extra = S - old[0] + new[0], dims - old[1] + new[1], extra - old[2] + new[2]
         made.append((t, new_shards, new))
-        totals = bm.compute_costs(S).sum(axis=-1) + comm_totals(bm, dims, plan.hier) + extra
+        totals = bm.compute_costs(S, bm.devices).sum(axis=-1) + comm_totals(bm, dims, plan.hier) + extra
         key = (float(totals.max()), float(totals.sum()))
         if _better(key, best):
             best, best_k = key, len(made)

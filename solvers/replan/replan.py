@@ -215,7 +215,7 @@ class _State:
         return comm_totals(self.bm, dims, self.hier if hier is None else hier)
 
     def _totals(self) -> np.ndarray:
-        self.compute = self.bm.compute_costs(self.S).sum(axis=-1)
+        self.compute = self.bm.compute_costs(self.S, self.bm.devices).sum(axis=-1)
         return self.compute + self.comm(self.dims) + self.extra
 
     @property
@@ -236,7 +236,7 @@ class _State:
         if (self.hbm - old[3] + new[3] > self.caps).any() or (self.host - old[4] + new[4] > self.hosts).any():
             return None
         S = self.S - old[0] + new[0]
-        tot = self.bm.compute_costs(S).sum(axis=-1) + self.comm(self.dims - old[1] + new[1], self.hier - old[5] + new[5]) + self.extra - old[2] + new[2]
+        tot = self.bm.compute_costs(S, self.bm.devices).sum(axis=-1) + self.comm(self.dims - old[1] + new[1], self.hier - old[5] + new[5]) + self.extra - old[2] + new[2]
         mv = self.moved_bytes - self.moved[t] + table_moved_bytes(self.instance, self.instance.tables[t], self.old.get(t, []), shards)
         return float(tot.max()), mv, new
 
@@ -300,7 +300,7 @@ def _local_search(st: _State, budget: int | None, time: Budget) -> int:
                 if not len(cands):
                     continue
                 k = np.arange(len(cands))
-                new = bm.compute_costs(np.concatenate([st.S[hot][None] - x, st.S[cands] + x])).sum(axis=-1)
+                new = bm.compute_costs(np.concatenate([st.S[hot][None] - x, st.S[cands] + x]), np.concatenate([[hot], cands])).sum(axis=-1)
                 dk = np.repeat(st.dims[None], len(cands), axis=0)  # [k, G, D]
                 dk[:, :, hot] -= w
                 dk[k, :, cands] += w
@@ -476,7 +476,7 @@ def warm_start(instance: Instance, bm: BoundCostModel, carried: CarryOver, max_p
                 ok[[sh.device for sh in placed]] = False
                 if not ok.any():
                     break
-                new = bm.compute_costs(S_try + state).sum(axis=-1)
+                new = bm.compute_costs(S_try + state, bm.devices).sum(axis=-1)
                 d = int(np.argmin(np.where(ok, new, np.inf)))
                 placed.append(Shard(table=table.name, device=d) if parts == 1 else Shard(table=table.name, device=d, col_offset=k * width, cols=width))
                 S_try[d] += state

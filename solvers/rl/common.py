@@ -172,7 +172,7 @@ class Lanes:
             self.alive &= ~newly_dead
         mask = self._safe_mask(room, size) if self.safe else room
         mask = np.where(self.alive[:, None], mask, True)
-        new_compute = np.asarray(ctx.bm.compute_costs(self.S + ctx.states[t]), dtype=np.float64).sum(axis=-1)  # [K, D]
+        new_compute = np.asarray(ctx.bm.compute_costs(self.S + ctx.states[t], ctx.bm.devices), dtype=np.float64).sum(axis=-1)  # [K, D]
         comm_after = self._comm_after(float(ctx.widths[t]))  # [K, c, D]
         totals = comm_after + self.compute[:, None, :]
         ar = np.arange(D)

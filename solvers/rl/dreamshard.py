@@ -144,7 +144,7 @@ class JudgedPlans:
             tables = np.flatnonzero(device_of == d)
             if len(tables) == 0:
                 continue
-            y = np.asarray(ja.compute_costs(ja.table_states[tables].sum(axis=0)), dtype=np.float64)
+            y = np.asarray(ja.compute_costs(ja.table_states[tables].sum(axis=0), d), dtype=np.float64)
             if np.all(y > 0):
                 self.samples.append((feats[tables], y))
         if len(self.samples) > self.capacity:

@@ -1,0 +1,163 @@
+"""Jobs that mix GPU generations (issue 36, Topology.device_hardware): each device is priced on its own kind's
+profile and links, a uniform list costs what no list does, the solvers put the hot tables on the faster kind, bad
+lists exit 2 naming the element, and what prices one kind only (the neural models, the certified bound) says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodels.analytic import AnalyticCostModel
+from shardopt.cli import app
+from shardopt.core.ir import AccessProfile, Instance, Plan, Shard, Table, Topology, Workload, load_instance
+from shardopt.core.plan_check import check_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+MIXED = ROOT / "instances/suites/mixed-test/mixed-test-s1-0000.json"
+GiB = 1024**3
+
+
+def relabel(inst: Instance, kinds: list[str] | None, hardware: str | None = None) -> Instance:
+    doc = json.loads(inst.model_dump_json())
+    doc["topology"]["device_hardware"] = kinds
+    if hardware is not None:
+        doc["topology"]["hardware"] = hardware
+    return Instance.model_validate(doc)
+
+
+def two_kinds(hot_pooling: float = 40.0) -> Instance:
+    """One A100 and one H200 (hosts of one), a hot table and two cold ones, room for any placement."""
+    tables = [Table(name="hot", rows=2_000_000, dim=128, pooling_factor=hot_pooling, access=AccessProfile(zipf=0.6)),
+              Table(name="cold0", rows=500_000, dim=32, pooling_factor=1.0, access=AccessProfile(zipf=1.1)),
+              Table(name="cold1", rows=400_000, dim=32, pooling_factor=1.0, access=AccessProfile(zipf=1.1))]
+    topo = Topology(num_devices=2, devices_per_host=1, memory_bytes=[4 * GiB, 4 * GiB], hardware="a100", device_hardware=["a100", "h200"])
+    return Instance(name="two-kinds", tables=tables, topology=topo, workload=Workload(batch_size=65536))
+
+
+def test_a_uniform_list_costs_exactly_what_no_list_does() -> None:
+    inst = load_instance(ROOT / "instances/suites/dreamshard-test/dreamshard-test-s1-0000.json")
+    listed = relabel(inst, [inst.topology.hardware] * inst.topology.num_devices)
+    assert not listed.topology.is_mixed and listed.topology.hardware_kinds() == [inst.topology.hardware] * inst.topology.num_devices
+    plan = [Shard(table=t.name, device=i % inst.topology.num_devices) for i, t in enumerate(inst.tables)]
+    a = AnalyticCostModel().plan_costs(inst, plan).columns
+    b = AnalyticCostModel().plan_costs(listed, plan).columns
+    assert np.array_equal(a, b)
+    # and a document without the list is written as before (its content hash unchanged)
+    assert "device_hardware" not in json.loads(inst.model_dump_json())["topology"]
+
+
+def test_each_device_is_priced_on_its_own_kind() -> None:
+    """A device's compute and all-to-all on the mixed job are what the same device costs on a job of its kind alone
+    (a100 and h200 have the same collective start-ups, so nothing of the other kind leaks in)."""
+    inst = load_instance(MIXED)
+    kinds = inst.topology.hardware_kinds()
+    assert inst.topology.is_mixed and set(kinds) == {"a100", "h200"}
+    D = inst.topology.num_devices
+    plan = [Shard(table=t.name, device=(7 * i) % D) for i, t in enumerate(inst.tables)]
+    mixed = AnalyticCostModel().plan_costs(inst, plan).columns
+    for kind in ("a100", "h200"):
+        alone = AnalyticCostModel().plan_costs(relabel(inst, None, kind), plan).columns
+        on = np.array([k == kind for k in kinds])
+        np.testing.assert_allclose(mixed[on], alone[on], rtol=1e-12)
+        assert not np.allclose(mixed[~on], alone[~on])  # (the other kind's devices do differ)
+    bm = AnalyticCostModel().bind(inst)
+    S = np.repeat(bm.table_states[:3].sum(axis=0)[None], D, axis=0)
+    per_device = bm.compute_costs(S, bm.devices)
+    h200 = np.array([k == "h200" for k in kinds])
+    assert (per_device[h200].sum(axis=1) < per_device[~h200].sum(axis=1).min()).all()  # the newer kind is faster
+    # no device named: the reference kind (the topology's `hardware`), as a table's cost alone is ordered by
+    np.testing.assert_array_equal(bm.compute_costs(S[:1]), per_device[[int(np.flatnonzero(~h200)[0])]])
+    # candidates in any order are priced on their own kinds
+    cands = np.array([D - 1, 0, D // 2])
+    np.testing.assert_array_equal(bm.compute_costs(S[cands], cands), per_device[cands])
+
+
+def test_the_hot_table_goes_to_the_faster_kind_and_the_solvers_find_it() -> None:
+    inst = two_kinds()
+    cm = AnalyticCostModel()
+    on_h200 = [Shard(table="hot", device=1), Shard(table="cold0", device=0), Shard(table="cold1", device=0)]
+    on_a100 = [Shard(table="hot", device=0), Shard(table="cold0", device=1), Shard(table="cold1", device=1)]
+    assert cm.plan_costs(inst, on_h200).max_cost < 0.8 * cm.plan_costs(inst, on_a100).max_cost
+    from solvers.catalog import get_solver
+
+    for solver in ("greedy", "neuroshard", "cpsat"):
+        plan = get_solver(solver).solve(inst, cm, seed=0, time_limit=5).plan
+        hot = [s.device for s in plan.shards if s.table == "hot"]
+        assert hot and all(d == 1 for d in hot), (solver, plan.shards)
+        assert cm.plan_costs(inst, plan).max_cost <= cm.plan_costs(inst, on_h200).max_cost * (1 + 1e-9)
+
+
+def test_planning_for_the_mix_beats_planning_blind_to_it() -> None:
+    """On a committed `mixed` instance, greedy knowing each device's kind gives a plan faster (judged with the mix)
+    than greedy pricing every device as the reference kind, and both plans keep each device's own memory."""
+    inst = load_instance(MIXED)
+    blind = relabel(inst, None)
+    cm = AnalyticCostModel()
+    from solvers.catalog import get_solver
+
+    aware = get_solver("greedy").solve(inst, cm, seed=0).plan
+    unaware = get_solver("greedy").solve(blind, cm, seed=0).plan
+    for plan in (aware, unaware):
+        assert check_plan(inst, plan).ok
+    assert cm.plan_costs(inst, aware).max_cost < 0.9 * cm.plan_costs(inst, unaware).max_cost
+
+
+BAD = [
+    ({"device_hardware": ["a100"] * 15}, "device_hardware: 15 values for 16 devices"),
+    ({"device_hardware": ["a100"] * 15 + ["tpu9"]}, "'tpu9' is not a known hardware profile"),
+    ({"device_hardware": ["a100"] * 7 + ["h200"] * 9}, "device_hardware[7]: 'h200' on host 0 beside device_hardware[0] 'a100'"),
+    ({"device_hardware": ["h200"] * 8 + ["h100"] * 8}, "hardware: 'a100' is none of the devices' kinds"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD)
+def test_bad_device_hardware_exits_2_naming_the_element(tmp_path: Path, change: dict, message: str) -> None:
+    doc = json.loads(MIXED.read_text())
+    doc["topology"].update(change)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy"])
+    assert r.exit_code == 2, r.output
+    assert message in " ".join(r.output.split()) and "Traceback" not in r.output
+
+
+def test_what_prices_one_kind_says_so(tmp_path: Path) -> None:
+    from costmodels.auto import choose_auto
+    from costmodels.base import UnsupportedPlacementError
+    from costmodels.registry import get_cost_model
+    from costmodels.store import shipped_cards
+    from solvers.bound import BoundError, analytic_lower_bound
+
+    inst = two_kinds()
+    with pytest.raises(BoundError, match="device_hardware: a job that mixes hardware kinds"):
+        analytic_lower_bound(inst, time_limit=5)
+    # one profile on every device (analytic:PROFILE): the bound covers it
+    fixed = analytic_lower_bound(inst, AnalyticCostModel("h200"), time_limit=5)
+    assert fixed.value_ms > 0
+    cpu = relabel(inst, ["cpu", "a100"], "cpu")
+    with pytest.raises(UnsupportedPlacementError, match="mixes hardware kinds"):
+        get_cost_model("neural-cpu").bind(cpu)
+    shipped = [c for c in shipped_cards() if c.hardware == "cpu" and c.preferred == "neural"]
+    card, reason = choose_auto(cpu, shipped[:1], machine=shipped[0].fingerprint)
+    assert card is None and "mixes hardware kinds" in reason
+    path = tmp_path / "two.json"
+    path.write_text(inst.model_dump_json())
+    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json", "-c", "analytic"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["lower_bound"] is None and "device_hardware" in doc["lower_bound_note"]
+    plan = Plan.model_validate(doc["plan"])
+    assert doc["predicted"]["max_cost_ms"] == pytest.approx(AnalyticCostModel().plan_costs(inst, plan).max_cost, rel=1e-12)
+
+
+def test_inspect_lists_the_kinds(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["inspect", str(MIXED), "--top", "0"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "8 x a100 (devices 0-7" in text and "8 x h200 (devices 8-15" in text and "each device on its own kind's links" in text
+    r = CliRunner().invoke(app, ["inspect", str(MIXED), "--json"])
+    assert json.loads(r.stdout)["hardware_kinds"] == {"a100": 8, "h200": 8}
