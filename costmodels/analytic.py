@@ -144,6 +144,39 @@ def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.nda
     return out
 
 
+def envelope_profile(profiles: list[HardwareProfile]) -> HardwareProfile:
+    """A profile no slower than any of `profiles` for any device state: each figure at its most favourable (the
+    largest bandwidths, L2, achievable shares and backward factor; the fewest warp slots - a smaller GPU is filled by
+    fewer bags -, the least launch cost, kernel floor and start-ups; host-link row costs only where every profile has
+    them). `device_compute_costs` and the collectives fall or stay as each of these moves that way (with the L2 faster
+    than HBM, a hit is cheaper than a miss), so a plan priced with it costs no more than with any of the profiles on
+    any device: the certified bound of a job that mixes kinds prices every device with it (docs/analytic-bound.md,
+    "Mixed hardware kinds"). ValueError where the profiles cannot share one state (DRAM sectors differ) or the
+    envelope's L2 would not be faster than its HBM."""
+    ps = list(profiles)
+    if len({p.sector_bytes for p in ps}) > 1:
+        raise ValueError("profiles with different DRAM sector sizes (" + ", ".join(f"{p.name} {p.sector_bytes} B" for p in ps) + ") have no envelope")
+    rows = None if any(p.host_row_rate is None or p.host_gather_bandwidth is None for p in ps) else max(p.host_row_rate for p in ps)
+    gather = None if rows is None else max(p.host_gather_bandwidth for p in ps)
+    slots = min(ps, key=lambda p: p.sm_count * p.warps_per_sm)
+    env = HardwareProfile(
+        name="envelope(" + "+".join(p.name for p in ps) + ")",
+        description="the most favourable figure of " + ", ".join(p.name for p in ps) + " each (a lower envelope, for bounds)",
+        hbm_bandwidth=max(p.hbm_bandwidth for p in ps), memory_bytes=max(p.memory_bytes for p in ps), l2_bytes=max(p.l2_bytes for p in ps),
+        sm_count=slots.sm_count, warps_per_sm=slots.warps_per_sm,
+        nvlink_bandwidth=max(p.nvlink_bandwidth for p in ps), network_bandwidth=max(p.network_bandwidth for p in ps),
+        sector_bytes=ps[0].sector_bytes, gather_efficiency=max(p.gather_efficiency for p in ps),
+        l2_bandwidth_ratio=max(p.l2_bandwidth_ratio for p in ps), launch_overhead_s=min(p.launch_overhead_s for p in ps),
+        min_kernel_s=min(p.min_kernel_s for p in ps), alltoall_latency_s=min(p.alltoall_latency_s for p in ps),
+        network_latency_s=min(p.network_latency_s for p in ps), bwd_bandwidth_factor=max(p.bwd_bandwidth_factor for p in ps),
+        host_link_bandwidth=max(p.host_link_bandwidth for p in ps), host_link="/".join(dict.fromkeys(p.host_link for p in ps)),
+        host_row_rate=rows, host_gather_bandwidth=gather,
+    )
+    if env.l2_bandwidth_ratio < env.gather_efficiency:
+        raise ValueError(f"the envelope of {', '.join(p.name for p in ps)} would read L2 slower than HBM: no monotone envelope")
+    return env
+
+
 def cache_residency(uniq_h: np.ndarray, rows: np.ndarray, cache_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which rows of a host-memory shard are in its HBM cache of `cache_rows` slots ([n, 17] unique rows per bin,
     hottest bin first; [n] rows and cache slots) -> (psi, phi), each [n, 17] in the same order:

@@ -103,7 +103,9 @@ def choose_auto(instance: Instance, cards: list[ModelCard], machine: Fingerprint
         c = max(mine, key=_rank)
         reason = f"{c.id} does not cover this instance: " + "; ".join(outside[c.id])
     backend = "cpu" if hw == "cpu" else "cuda"
-    return None, (f"auto: {reason}; planning with the analytic model ({hw} profile). "
+    kinds = " + ".join(dict.fromkeys(instance.topology.hardware_kinds()))
+    profiles = f"{kinds} profiles, each device its own kind's" if instance.topology.is_mixed else f"{hw} profile"
+    return None, (f"auto: {reason}; planning with the analytic model ({profiles}). "
                   f"`shardopt calibrate --backend {backend} --for INSTANCE` learns this hardware")
 
 

@@ -130,14 +130,8 @@ def test_what_prices_one_kind_says_so(tmp_path: Path) -> None:
     from costmodels.base import UnsupportedPlacementError
     from costmodels.registry import get_cost_model
     from costmodels.store import shipped_cards
-    from solvers.bound import BoundError, analytic_lower_bound
 
     inst = two_kinds()
-    with pytest.raises(BoundError, match="device_hardware: a job that mixes hardware kinds"):
-        analytic_lower_bound(inst, time_limit=5)
-    # one profile on every device (analytic:PROFILE): the bound covers it
-    fixed = analytic_lower_bound(inst, AnalyticCostModel("h200"), time_limit=5)
-    assert fixed.value_ms > 0
     cpu = relabel(inst, ["cpu", "a100"], "cpu")
     with pytest.raises(UnsupportedPlacementError, match="mixes hardware kinds"):
         get_cost_model("neural-cpu").bind(cpu)
@@ -149,9 +143,56 @@ def test_what_prices_one_kind_says_so(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json", "-c", "analytic"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["lower_bound"] is None and "device_hardware" in doc["lower_bound_note"]
     plan = Plan.model_validate(doc["plan"])
     assert doc["predicted"]["max_cost_ms"] == pytest.approx(AnalyticCostModel().plan_costs(inst, plan).max_cost, rel=1e-12)
+    assert "a100 + h200 profiles" in doc["cost_model"]
+
+
+def test_the_envelope_is_no_slower_than_any_kind_on_any_state() -> None:
+    """What makes the bound of a mixed job sound: the kinds' envelope prices every device state and every width
+    vector at or below what each kind does (random states of real shards, with host-memory tiers)."""
+    from costmodels.analytic import BoundAnalytic, device_compute_costs, envelope_profile
+    from shardopt.core.hardware import PROFILES
+
+    inst = load_instance(ROOT / "instances/suites/tiered-test/tiered-test-s1-0000.json")
+    rng = np.random.default_rng(0)
+    kinds = [PROFILES[k] for k in ("v100", "a100", "h100", "h200", "gh200", "gb200")]
+    env = envelope_profile(kinds)
+    bm = AnalyticCostModel().bind(inst)
+    T = len(inst.tables)
+    n = 400
+    shards = bm.shard_states(rng.integers(0, T, n), rng.choice([4, 8, 16, 32, 64, 128], n), rng.uniform(0.05, 1, n), np.ones(n),
+                             rng.uniform(0, 1, n), rng.uniform(0, 1, n) < 0.3)
+    states = np.stack([shards[rng.choice(n, rng.integers(1, 12), replace=False)].sum(axis=0) for _ in range(300)])
+    low = device_compute_costs(states, env)
+    for p in kinds:
+        assert (low <= device_compute_costs(states, p) * (1 + 1e-12) + 1e-15).all(), p.name
+    mixed = two_kinds()
+    env_bm = BoundAnalytic(mixed, envelope_profile([PROFILES["a100"], PROFILES["h200"]]))
+    mixed_bm = AnalyticCostModel().bind(mixed)
+    dims = rng.uniform(0, 500, (200, 2))
+    assert (env_bm.comm_totals(dims) <= mixed_bm.comm_totals(dims) * (1 + 1e-12)).all()
+
+
+def test_the_bound_of_a_mixed_job_is_below_its_best_plan() -> None:
+    from itertools import product
+
+    from solvers.bound import analytic_lower_bound
+
+    inst = two_kinds()
+    cm = AnalyticCostModel()
+    best = min(cm.plan_costs(inst, [Shard(table=t.name, device=d) for t, d in zip(inst.tables, devs)]).max_cost
+               for devs in product(range(2), repeat=len(inst.tables)))
+    b = analytic_lower_bound(inst, time_limit=10)
+    assert 0 < b.value_ms <= best * (1 + 1e-9)
+    assert "envelope" in b.covers
+    roomier = load_instance(MIXED)  # (devices of different memories: bounded with the largest memory on every device)
+    b = analytic_lower_bound(roomier, time_limit=10)
+    assert "envelope" in b.covers and "largest device's" in b.covers
+    from solvers.catalog import get_solver
+
+    plan = get_solver("greedy").solve(roomier, cm, seed=0).plan
+    assert 0 < b.value_ms <= cm.plan_costs(roomier, plan).max_cost
 
 
 def test_inspect_lists_the_kinds(tmp_path: Path) -> None:

@@ -164,7 +164,7 @@ def inspect_suite(path: Path, json_out: bool) -> None:
                 "tables": len(inst.tables),
                 "devices": inst.topology.num_devices,
                 "hosts": inst.topology.num_hosts,
-                "hardware": inst.topology.hardware,
+                "hardware": "+".join(dict.fromkeys(inst.topology.hardware_kinds())),
                 "memory_per_device": inst.topology.capacity(0),
                 "host_memory_per_device": inst.topology.host_capacity(0),
                 "utilisation": float(sizes.sum()) / cap,

@@ -121,7 +121,9 @@ class Evaluation:
 def cost_model_label(model: CostModel, instance: Instance) -> str:
     """A cost model's name with the hardware profile it applies to this instance: "analytic (v100 profile)"."""
     name = model.describe()
-    if hasattr(model, "profile_name"):  # the analytic model: None means "the topology's own profile"
+    if hasattr(model, "profile_name"):  # the analytic model: None means "the topology's own profile" (each device's kind's)
+        if model.profile_name is None and instance.topology.is_mixed:
+            return f"{name.split(':', 1)[0]} ({' + '.join(dict.fromkeys(instance.topology.hardware_kinds()))} profiles, each device its own kind's)"
         profile = model.profile_name or instance.topology.hardware
         return f"{name.split(':', 1)[0]} ({profile} profile)"
     return name

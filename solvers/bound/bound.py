@@ -16,7 +16,7 @@ from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
 from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
-from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.context import AnalyticRelaxation, mixed_envelope
 from solvers.bound.milp import build_relaxation, pair_fits
 from solvers.bound.solve import _solve_highs, relaxation_plan
 from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
@@ -29,12 +29,34 @@ def _group_word(ctx: AnalyticRelaxation) -> str:
     return "host" if topo.intra_group_size == topo.devices_per_host else f"NVLink group of {topo.intra_group_size} devices"
 
 
+def _roomy_envelope_instance(instance: Instance, cost_model: CostModel | None) -> Instance | None:
+    """`instance` with every device's HBM and host memory the largest device's, where the bound prices it on the
+    kinds' envelope (a job that mixes kinds, the analytic model of each device's own profile, no placement
+    constraints) and its devices' memories differ; None otherwise."""
+    topo = instance.topology
+    if mixed_envelope(instance) is None or (cost_model is not None and getattr(cost_model, "profile_name", None) is not None):
+        return None
+    if instance.constraint_kinds() or (len(set(topo.capacities())) == 1 and len(set(topo.host_capacities())) == 1):
+        return None
+    roomy = topo.model_copy(update={"memory_bytes": max(topo.capacities()), "host_memory_bytes": max(topo.host_capacities())})
+    return instance.model_copy(update={"topology": roomy})
+
+
+def _envelope_words(ctx: AnalyticRelaxation) -> str:
+    """How a job that mixes hardware kinds is bounded (nothing for one kind)."""
+    p = ctx.bm.profile
+    if not p.name.startswith("envelope("):
+        return ""
+    return (f" with every device priced on the {p.name[len('envelope('):-1].replace('+', ' / ')} envelope (each figure at its "
+            "fastest: a bound of the mixed job, looser than one per kind)")
+
+
 def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
     """The plans a bound of `ctx` covers, in words (what `AnalyticBound.covers` says)."""
     where = "in HBM or host memory (UVM kernels)" if ctx.host_memory else "in HBM"
     not_host = "" if ctx.host_memory else f" or host-memory (UVM) shards ({ctx.host_reason})"
     if table_wise:
-        return (f"every table-wise plan {where} (each table whole on one device), under the analytic cost model; not "
+        return (f"every table-wise plan {where} (each table whole on one device), under the analytic cost model{_envelope_words(ctx)}; not "
                 f"column-, row-wise or data-parallel shards{not_host}, not other cost models")
     reps, rows = bool(ctx.replicable.any()), bool(ctx.row_split.any() or ctx.host_row_split.any())
     kinds = ["table-wise", "column-wise"] + (["row-wise"] if rows else []) + (["data-parallel"] if reps else [])
@@ -43,7 +65,7 @@ def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
             f"multiples of {DIM_ALIGNMENT}, several shards of one table on one device included"
             + (f"; row splits over any devices or within one {_group_word(ctx)}" if rows else "")
             + ("; a replica of every table that may be replicated" if reps else "")
-            + "), under the analytic cost model; not row x column blocks (grid)"
+            + "), under the analytic cost model" + _envelope_words(ctx) + "; not row x column blocks (grid)"
             + (f", {' or '.join(missing)} shards" if missing else "") + f"{not_host}, not other cost models")
 
 
@@ -118,6 +140,16 @@ def analytic_lower_bound(
     if backend != "highs":
         raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
     start = time.perf_counter()
+    roomy = _roomy_envelope_instance(instance, cost_model)
+    if roomy is not None:
+        # a job that mixes kinds is bounded on the kinds' envelope, every device alike but for its memory: with the
+        # largest device's memory on every device (more room, more plans: still a bound) the devices are
+        # interchangeable, and the symmetric LP answers where the full relaxation over devices that differ would not
+        out = analytic_lower_bound(roomy, cost_model, time_limit=time_limit, table_wise=table_wise, backend=backend, per_type=per_type,
+                                   replicas=replicas, host_memory=host_memory, row_splits=row_splits)
+        out.covers += "; every device's memory taken as the largest device's"
+        out.time_s = time.perf_counter() - start
+        return out
     ctx = AnalyticRelaxation(instance, cost_model, replicas=replicas, host_memory=host_memory, row_splits=row_splits)
     model_name = (cost_model or AnalyticCostModel()).name
     covers = covers_text(ctx, table_wise)

@@ -11,8 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, sector_bytes
+from costmodels.analytic import BWD_LAUNCHES, MS, AnalyticCostModel, BoundAnalytic, envelope_profile, sector_bytes
 from costmodels.base import CostModel
+from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.levels import two_level_network
 from solvers.bound.coverage import ReplicaTerms, RowTerms, host_tier_reason, replica_terms, row_terms
@@ -51,15 +52,26 @@ def network_refusal(instance: Instance) -> str | None:
 
 
 def hardware_refusal(instance: Instance) -> str | None:
-    """Why the bound does not cover `instance`'s devices (a job that mixes hardware kinds: its compute and link terms
-    are proven with one profile for every device), or None. A fixed profile (`analytic:PROFILE`) prices every device
-    on that one profile, and the bound covers it."""
+    """Why the bound does not cover `instance`'s devices, or None. A job that mixes hardware kinds is covered through
+    the kinds' envelope (`envelope_profile`); refused only where the kinds have none."""
     topo = instance.topology
     if not topo.is_mixed:
         return None
-    kinds = ", ".join(dict.fromkeys(topo.hardware_kinds()))
-    return (f"topology.device_hardware: a job that mixes hardware kinds ({kinds}): the certified bound's compute and link terms "
-            "are proven for one hardware profile on every device")
+    try:
+        envelope_profile([get_profile(k) for k in dict.fromkeys(topo.hardware_kinds())])
+    except ValueError as exc:
+        return f"topology.device_hardware: {exc}"
+    return None
+
+
+def mixed_envelope(instance: Instance) -> HardwareProfile | None:
+    """The profile the bound prices every device of a job that mixes kinds with (None for one kind): the kinds'
+    envelope, no slower than any of them on any state, so the bound of the envelope is a bound of the mixed job
+    (looser than one priced per kind: it lets every device be as fast as the fastest kind)."""
+    topo = instance.topology
+    if not topo.is_mixed:
+        return None
+    return envelope_profile([get_profile(k) for k in dict.fromkeys(topo.hardware_kinds())])
 
 
 def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
@@ -74,7 +86,8 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
     refusal = network_refusal(instance) or (hardware_refusal(instance) if model.profile_name is None else None)
     if refusal is not None:
         raise BoundError(refusal)
-    bm = model.bind(instance)
+    envelope = mixed_envelope(instance) if model.profile_name is None else None
+    bm = model.bind(instance) if envelope is None else BoundAnalytic(instance, envelope)
     if type(bm) is not BoundAnalytic:
         raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
     return bm
