@@ -202,3 +202,19 @@ def test_inspect_lists_the_kinds(tmp_path: Path) -> None:
     assert "8 x a100 (devices 0-7" in text and "8 x h200 (devices 8-15" in text and "each device on its own kind's links" in text
     r = CliRunner().invoke(app, ["inspect", str(MIXED), "--json"])
     assert json.loads(r.stdout)["hardware_kinds"] == {"a100": 8, "h200": 8}
+
+
+def test_a_measured_judge_refuses_a_mixed_job_by_name(tmp_path: Path) -> None:
+    """The cpu / cuda judges time every device on this one machine: a mixed job's other kinds would be timed as it."""
+    inst = two_kinds()
+    path, plan_path = tmp_path / "two.json", tmp_path / "plan.json"
+    path.write_text(inst.model_dump_json())
+    plan = Plan(instance=inst.content_hash(), solver="hand", shards=[Shard(table="hot", device=1), Shard(table="cold0", device=0),
+                                                                      Shard(table="cold1", device=0)])
+    plan_path.write_text(plan.model_dump_json())
+    for cmd in (["evaluate", str(path), str(plan_path), "--backend", "cpu"], ["compare", str(path), str(plan_path), str(plan_path), "--backend", "cpu"]):
+        r = CliRunner().invoke(app, cmd)
+        assert r.exit_code == 2, r.output
+        assert "device_hardware mixes kinds (a100, h200)" in " ".join(r.output.split()) and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["evaluate", str(path), str(plan_path), "--backend", "sim"])
+    assert r.exit_code == 0, r.output

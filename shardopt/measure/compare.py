@@ -86,7 +86,7 @@ def compare_plans(
         raise EvaluationError(f"compare needs at least 2 plans, got {len(plans)}")
     if len(names) != len(plans):
         raise ValueError("one name per plan")
-    from shardopt.measure.plan_timing import host_memory_refusal
+    from shardopt.measure.plan_timing import host_memory_refusal, mixed_hardware_refusal
 
     if rule is None:
         rule = stop_rule(repeats, target, time_cap_s)
@@ -101,6 +101,9 @@ def compare_plans(
         why = host_memory_refusal(backend, plan)
         if why:
             raise EvaluationError(f"{name}: {why}")
+    why = mixed_hardware_refusal(backend, instance)
+    if why:
+        raise EvaluationError(why)
     if backend not in MEASURED_BACKENDS:
         return _compare_simulated(instance, plans, names, backend, warnings, reference)
     return _compare_measured(instance, plans, names, backend, rule, warmup=warmup, seed=seed, threads=threads,

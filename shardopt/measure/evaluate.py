@@ -197,9 +197,9 @@ def evaluate_plan(
             backend=backend, judge=f"{cost_model_label(cost_model, instance)}, simulated", costs=costs, repeats=1,
             wall_time_s=time.perf_counter() - start, **common,
         )
-    from shardopt.measure.plan_timing import host_memory_refusal
+    from shardopt.measure.plan_timing import host_memory_refusal, mixed_hardware_refusal
 
-    why = host_memory_refusal(backend, plan)
+    why = host_memory_refusal(backend, plan) or mixed_hardware_refusal(backend, instance)
     if why:
         raise EvaluationError(why)
     measured = _measure_with_cache(instance, plan, backend, rule, warmup=warmup, seed=seed, threads=threads,

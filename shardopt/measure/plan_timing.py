@@ -123,6 +123,17 @@ def host_memory_refusal(backend: str, plan: Plan) -> str | None:
             f"{s.device} with kernel {s.kernel.value}): {what}; judge this plan with --backend sim")
 
 
+def mixed_hardware_refusal(backend: str, instance: Instance) -> str | None:
+    """Why a measured backend cannot judge a job that mixes hardware kinds (None otherwise): it times every device's
+    shards on this one machine, so the devices of the other kinds would be timed as this machine's."""
+    if backend not in ("cpu", "cuda") or not instance.topology.is_mixed:
+        return None
+    kinds = ", ".join(dict.fromkeys(instance.topology.hardware_kinds()))
+    return (f"backend {backend!r} times every device on this machine, and topology.device_hardware mixes kinds ({kinds}): "
+            "each kind's devices must be timed on that kind; judge this plan with --backend sim, or time each kind's "
+            "devices on a machine of that kind")
+
+
 def check_memory(instance: Instance, plans: Sequence[Plan], backend: str) -> None:
     if backend != "cpu":
         return  # a GPU's own memory is checked by the kernel allocation, which names the device
@@ -158,7 +169,7 @@ def measure_plans(
     all-to-all [devices, 2] that was added to each device's measured compute: modelled by the analytic model, or
     with comm="measured" (cpu only) timed on gloo first, before any kernel is built."""
     for plan in plans:  # never time a host-memory shard as an HBM one (evaluate / compare say so earlier, by name)
-        why = host_memory_refusal(backend, plan)
+        why = host_memory_refusal(backend, plan) or mixed_hardware_refusal(backend, instance)
         if why:
             raise MeasureError(why)
     check_memory(instance, plans, backend)
