@@ -338,6 +338,9 @@ class TorchRecSolver(Solver):
         topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
         note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": self.options.compute_device,
                      **{f"{k}_bytes_per_ms": v for k, v in bw.items()}})
+        if topo.is_mixed:  # (TorchRec removed its heterogeneous planner in 2026-04: one speed for every rank)
+            note["mixed_hardware"] = (f"TorchRec's topology has one compute device and one set of bandwidths: every rank is estimated "
+                                      f"as {topo.hardware} (topology.hardware), with its own HBM / DDR capacity")
         return topology, note
 
     def compute_kernels(self, instance: Instance) -> list[str]:

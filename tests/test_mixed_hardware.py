@@ -218,3 +218,13 @@ def test_a_measured_judge_refuses_a_mixed_job_by_name(tmp_path: Path) -> None:
         assert "device_hardware mixes kinds (a100, h200)" in " ".join(r.output.split()) and "Traceback" not in r.output
     r = CliRunner().invoke(app, ["evaluate", str(path), str(plan_path), "--backend", "sim"])
     assert r.exit_code == 0, r.output
+
+
+def test_scaling_a_mixed_job_for_one_machine_makes_it_one_kind(tmp_path: Path) -> None:
+    out = tmp_path / "scaled.json"
+    r = CliRunner().invoke(app, ["scale", str(MIXED), "--batch-size", "4096", "--hardware", "cpu", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    scaled = load_instance(out)
+    assert scaled.topology.hardware == "cpu" and scaled.topology.device_hardware is None
+    assert scaled.metadata["scaled_from"]["hardware"] == ["a100+h200", "cpu"]
+    assert scaled.topology.capacities() != [scaled.topology.capacity(0)] * scaled.topology.num_devices  # (each keeps its memory share)

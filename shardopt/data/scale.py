@@ -104,7 +104,8 @@ def scale_instance(instance: Instance, *, batch_size: int | None = None, max_row
     ratio = batch / old_batch
     tables = [scale_table(t, ratio, max_rows) for t in instance.tables]
     scaled = instance.model_copy(update={"tables": tables, "workload": instance.workload.model_copy(update={"batch_size": batch})})
-    topology = instance.topology if hardware is None else instance.topology.model_copy(update={"hardware": hardware})
+    # (a job that mixes kinds, to be judged on one machine, becomes a job of that machine's kind)
+    topology = instance.topology if hardware is None else instance.topology.model_copy(update={"hardware": hardware, "device_hardware": None})
     if memory == "scale":
         caps = scaled_capacities(instance, scaled)
         mem = caps[0] if not isinstance(topology.memory_bytes, list) else caps
@@ -113,7 +114,7 @@ def scale_instance(instance: Instance, *, batch_size: int | None = None, max_row
     metadata["scaled_from"] = {
         "name": instance.name, "hash": instance.content_hash(), "batch_size": old_batch,
         "to_batch_size": batch, "max_rows": max_rows, "memory": memory,
-        **({"hardware": [instance.topology.hardware, hardware]} if hardware is not None else {}),
+        **({"hardware": ["+".join(dict.fromkeys(instance.topology.hardware_kinds())), hardware]} if hardware is not None else {}),
     }
     suffix = f"-b{batch}" + (f"-r{max_rows}" if max_rows is not None else "")
     out = scaled.model_copy(update={"topology": topology, "metadata": metadata,
