@@ -216,3 +216,31 @@ def test_default_budget_grows_with_the_instance_beyond_production() -> None:
     assert default_budget(load_instance(SUITES / "production" / "production-all-s0-0000.json")) == 10.0
     xl = load_instance(SUITES / "production-xl" / "production-xl-all-s0-0000.json")
     assert default_budget(xl) == pytest.approx(3424 * 512 / 30_000)
+
+
+def test_the_polish_leaves_a_plateau_of_twin_devices() -> None:
+    """The halves of the same three tables on devices 0 and 1 tie them at the plan cost: no single move lowers it, but
+    moving a piece off each in turn does, and the polish takes those moves (a lower cost or fewer devices at it)."""
+    from shardopt.core.ir import AccessProfile, Instance, Table, Topology, Workload
+    from solvers.base import Budget, Stopwatch
+    from solvers.neuroshard.grid import PieceModel
+    from solvers.neuroshard.pieces import _better_rows, polish
+
+    tables = [Table(name=f"t{i}", rows=200_000, dim=64, pooling_factor=20.0, access=AccessProfile(zipf=0.8)) for i in range(4)]
+    inst = Instance(tables=tables, topology=Topology(num_devices=4, devices_per_host=4, memory_bytes=8 * 1024**3, hardware="a100"),
+                    workload=Workload(batch_size=65536))
+    pm = PieceModel(inst, AnalyticCostModel().bind(inst))
+    pieces = [half for t in range(4) for half in split((t, 0, 64))]
+    device_of = np.array([0, 1, 0, 1, 0, 1, 2, 3])  # t0, t1, t2 halved over the twins 0 and 1; t3 over 2 and 3
+    states, widths, _, _ = pm.info(pieces)
+    before, totals = pm.plan_cost(states, widths, device_of, pm.rows(pieces))
+    assert np.isclose(totals[0], totals[1]) and totals[0] == before
+    cfg = NeuroShardConfig()
+    after_of, moves = polish(pm, pieces, device_of, cfg, Budget.of(Stopwatch(), None))
+    after, _ = pm.plan_cost(states, widths, after_of, pm.rows(pieces))
+    assert moves >= 2 and after < 0.9 * before
+    assert all(after_of[2 * t] != after_of[2 * t + 1] for t in range(4))  # (the halves stay apart)
+    # the rule itself: lower, or as low with fewer devices at it; never higher, never as high with as many
+    rows = _better_rows(np.array([[0.9, 1.0, 0.6], [1.0, 1.0, 0.5], [0.95, 0.9, 0.9], [1.0 + 1e-6, 0.5, 0.5]]), 1.0, 2)
+    assert list(_better_rows(np.array([[0.9, 1.0, 0.6], [0.95, 0.9, 0.9]]), 1.0, 2, plateau=False)) == [1]
+    assert list(rows) == [0, 2]

@@ -20,7 +20,8 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     """First-improvement local search: move a piece off the bottleneck device, or swap it with a piece elsewhere,
     while memory holds (and halves stay apart with `split_apart`). The pieces on the bottleneck are tried in order,
     each against every device (moves) and then every piece elsewhere (swaps) in order, the first that lowers the plan
-    cost taken; all of one piece's moves (or swaps) are costed in one batched call from the devices' summed states."""
+    cost taken - or, where no piece's does, the first that keeps it with fewer devices at it (`_better_rows`); all of
+    one piece's moves (or swaps) are costed in one batched call from the devices' summed states."""
     bm = pm.bm
     if not pieces:
         return device_of.copy(), 0
@@ -45,86 +46,121 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         return S, dims, compute, compute + bm.dist_comm_totals(dims) + fixed
 
     S, dims, compute, totals = summed()
-    cost = float(totals.max())
+    cost, ties = _max_and_ties(totals)
+
+    def move(p: int, hot: int, siblings: np.ndarray, plateau: bool) -> bool:
+        """Move piece p off `hot` to the first device in order that the polish takes (`_better_rows`)."""
+        ok = (used + sizes[p] <= pm.caps) & (hused + hsizes[p] <= pm.host_caps)
+        ok[hot] = False
+        ok[siblings] = False
+        if rules is not None:
+            ok &= rules.pins[owner[p]]
+        cands = np.flatnonzero(ok)
+        if not len(cands):
+            return False
+        k = np.arange(len(cands))
+        new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]]), np.concatenate([[hot], cands])).sum(axis=-1)
+        dk = np.repeat(dims[None], len(cands), axis=0)  # [k, G, D]
+        dk[:, rows[p], hot] -= widths[p]
+        dk[k, rows[p], cands] += widths[p]
+        tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
+        tot[:, hot] += new[0] - compute[hot]
+        tot[k, cands] += new[1:] - compute[cands]
+        better = _better_rows(tot, cost, ties, plateau)
+        if rules is not None and rules.grouped:
+            better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(cands[k])})]
+        if not len(better):
+            return False
+        target = int(cands[better[0]])
+        used[hot] -= sizes[p]
+        used[target] += sizes[p]
+        hused[hot] -= hsizes[p]
+        hused[target] += hsizes[p]
+        device_of[p] = target
+        return True
+
+    def swap(p: int, hot: int, siblings: np.ndarray, hot_owners: set[int], plateau: bool) -> bool:
+        """Swap piece p on `hot` with the first piece elsewhere in order that the polish takes."""
+        qs = np.flatnonzero(device_of != hot)
+        dq = device_of[qs]
+        ok = np.ones(len(qs), dtype=bool)
+        if cfg.split_apart:
+            ok &= ~np.isin(dq, siblings) & (owner[qs] != owner[p]) & ~np.isin(owner[qs], list(hot_owners))
+        ok &= (used[dq] - sizes[qs] + sizes[p] <= pm.caps[dq]) & (used[hot] - sizes[p] + sizes[qs] <= pm.caps[hot])
+        ok &= (hused[dq] - hsizes[qs] + hsizes[p] <= pm.host_caps[dq]) & (hused[hot] - hsizes[p] + hsizes[qs] <= pm.host_caps[hot])
+        if rules is not None:
+            ok &= rules.pins[owner[p], dq] & rules.pins[owner[qs], hot]
+        qs, dq = qs[ok], dq[ok]
+        if not len(qs):
+            return False
+        k = np.arange(len(qs))
+        new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]]),
+                               np.concatenate([np.full(len(qs), hot), dq])).sum(axis=-1)
+        dk = np.repeat(dims[None], len(qs), axis=0)  # [k, G, D]
+        dk[:, rows[p], hot] -= widths[p]
+        dk[k, rows[qs], hot] += widths[qs]
+        dk[k, rows[p], dq] += widths[p]
+        dk[k, rows[qs], dq] -= widths[qs]
+        tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
+        tot[:, hot] += new[: len(qs)] - compute[hot]
+        tot[k, dq] += new[len(qs):] - compute[dq]
+        better = _better_rows(tot, cost, ties, plateau)
+        if rules is not None and rules.grouped:
+            better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(dq[k]), int(qs[k]): hot})]
+        if not len(better):
+            return False
+        q, d = int(qs[better[0]]), int(dq[better[0]])
+        used[hot] += sizes[q] - sizes[p]
+        used[d] += sizes[p] - sizes[q]
+        hused[hot] += hsizes[q] - hsizes[p]
+        hused[d] += hsizes[p] - hsizes[q]
+        device_of[p], device_of[q] = d, hot
+        return True
+
     moves = 0
     improved = True
     while improved and not budget.spent():
         improved = False
         hot = int(np.argmax(totals))
         hot_owners = set(owner[device_of == hot].tolist())
-        for p in np.flatnonzero(device_of == hot):
-            siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
-            # moves, to every device in order
-            ok = (used + sizes[p] <= pm.caps) & (hused + hsizes[p] <= pm.host_caps)
-            ok[hot] = False
-            ok[siblings] = False
-            if rules is not None:
-                ok &= rules.pins[owner[p]]
-            cands = np.flatnonzero(ok)
-            target = -1
-            if len(cands):
-                k = np.arange(len(cands))
-                new = bm.compute_costs(np.concatenate([S[hot][None] - states[p], S[cands] + states[p]]), np.concatenate([[hot], cands])).sum(axis=-1)
-                dk = np.repeat(dims[None], len(cands), axis=0)  # [k, G, D]
-                dk[:, rows[p], hot] -= widths[p]
-                dk[k, rows[p], cands] += widths[p]
-                tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
-                tot[:, hot] += new[0] - compute[hot]
-                tot[k, cands] += new[1:] - compute[cands]
-                better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
-                if rules is not None and rules.grouped:
-                    better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(cands[k])})]
-                if len(better):
-                    target = int(cands[better[0]])
-            if target >= 0:
-                used[hot] -= sizes[p]
-                used[target] += sizes[p]
-                hused[hot] -= hsizes[p]
-                hused[target] += hsizes[p]
-                device_of[p] = target
-                improved = True
-            else:  # swaps, with every piece elsewhere in order
-                qs = np.flatnonzero(device_of != hot)
-                dq = device_of[qs]
-                ok = np.ones(len(qs), dtype=bool)
-                if cfg.split_apart:
-                    ok &= ~np.isin(dq, siblings) & (owner[qs] != owner[p]) & ~np.isin(owner[qs], list(hot_owners))
-                ok &= (used[dq] - sizes[qs] + sizes[p] <= pm.caps[dq]) & (used[hot] - sizes[p] + sizes[qs] <= pm.caps[hot])
-                ok &= (hused[dq] - hsizes[qs] + hsizes[p] <= pm.host_caps[dq]) & (hused[hot] - hsizes[p] + hsizes[qs] <= pm.host_caps[hot])
-                if rules is not None:
-                    ok &= rules.pins[owner[p], dq] & rules.pins[owner[qs], hot]
-                qs, dq = qs[ok], dq[ok]
-                if len(qs):
-                    k = np.arange(len(qs))
-                    new = bm.compute_costs(np.concatenate([S[hot][None] - states[p] + states[qs], S[dq] + states[p] - states[qs]]),
-                                           np.concatenate([np.full(len(qs), hot), dq])).sum(axis=-1)
-                    dk = np.repeat(dims[None], len(qs), axis=0)  # [k, G, D]
-                    dk[:, rows[p], hot] -= widths[p]
-                    dk[k, rows[qs], hot] += widths[qs]
-                    dk[k, rows[p], dq] += widths[p]
-                    dk[k, rows[qs], dq] -= widths[qs]
-                    tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
-                    tot[:, hot] += new[: len(qs)] - compute[hot]
-                    tot[k, dq] += new[len(qs):] - compute[dq]
-                    better = np.flatnonzero(tot.max(axis=1) < cost - 1e-12)
-                    if rules is not None and rules.grouped:
-                        better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(dq[k]), int(qs[k]): hot})]
-                    if len(better):
-                        q, d = int(qs[better[0]]), int(dq[better[0]])
-                        used[hot] += sizes[q] - sizes[p]
-                        used[d] += sizes[p] - sizes[q]
-                        hused[hot] += hsizes[q] - hsizes[p]
-                        hused[d] += hsizes[p] - hsizes[q]
-                        device_of[p], device_of[q] = d, hot
-                        improved = True
-            if improved:
-                moves += 1
-                S, dims, compute, totals = summed()
-                cost = float(totals.max())
+        # a lower plan cost first, over every piece on the bottleneck; only where none gives one, the same cost with
+        # fewer devices at it (a plateau move, `_better_rows`): where the polish was not stuck it ends where it did
+        for plateau in (False, True):
+            for p in np.flatnonzero(device_of == hot):
+                siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
+                improved = move(p, hot, siblings, plateau) or swap(p, hot, siblings, hot_owners, plateau)
+                if improved or budget.spent():
+                    break
+            if improved or budget.spent():
                 break
-            if budget.spent():
-                break
+        if improved:
+            moves += 1
+            S, dims, compute, totals = summed()
+            cost, ties = _max_and_ties(totals)
     return device_of, moves
+
+
+TIE_SHARE = 1e-9  # devices within this share of the plan cost are at the maximum with it
+
+
+def _max_and_ties(totals: np.ndarray) -> tuple[float, int]:
+    """(plan cost, devices at it) of device totals [D]."""
+    top = float(totals.max())
+    return top, int(np.count_nonzero(totals >= top - TIE_SHARE * abs(top)))
+
+
+def _better_rows(tot: np.ndarray, cost: float, ties: int, plateau: bool = True) -> np.ndarray:
+    """Rows of candidate device totals [k, D] that the polish takes: a lower plan cost, or (`plateau`) the same with
+    fewer devices at it. Why the second: where devices tie at the maximum - the two halves of a table on twin devices,
+    each holding the other half of the same tables - no single move lowers the maximum, but each move off one of them
+    that leaves the rest below it brings the move that does one step nearer (nvl72-test-s1-0000: twins at 1.5468 ms).
+    The pair (cost, ties) falls with every move taken, so the polish cannot cycle."""
+    top = tot.max(axis=1)
+    lower = top < cost - 1e-12
+    if not plateau:
+        return np.flatnonzero(lower)
+    at_top = np.count_nonzero(tot >= (top - TIE_SHARE * np.abs(top))[:, None], axis=1)
+    return np.flatnonzero(lower | ((top <= cost) & (at_top < ties)))
 
 
 def _groups_kept(rules: PlacementRules, owner: np.ndarray, device_of: np.ndarray, moved: dict[int, int]) -> bool:
