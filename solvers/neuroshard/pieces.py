@@ -125,7 +125,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         hot_owners = set(owner[device_of == hot].tolist())
         # a lower plan cost first, over every piece on the bottleneck; only where none gives one, the same cost with
         # fewer devices at it (a plateau move, `_better_rows`): where the polish was not stuck it ends where it did
-        for plateau in (False, True):
+        for plateau in (False, True) if ties > 1 else (False,):
             for p in np.flatnonzero(device_of == hot):
                 siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
                 improved = move(p, hot, siblings, plateau) or swap(p, hot, siblings, hot_owners, plateau)

@@ -614,8 +614,9 @@ class NeuroShardSolver(Solver):
         if best.device_of is None and one is None:
             where = "within the tiered layout" if layout is not None else "split or not"
             return fail(self, SolveStatus.no_solution, f"no dimension-cap scale gave a plan that fits in memory, {where}; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
+        polished = cfg.polish and not budget.spent()
         pieces, device_of, moves = _polish_the_better(pm, cfg, budget, (list(search.best_state), best.device_of, best.cost), one)
-        timed_out = search.timed_out or budget.spent()
+        timed_out = search.timed_out or (polished and budget.spent())
         shards = pm.to_shards(pieces, device_of)
         if cfg.safe_fallback:
             merged = merge_colocated_columns(instance, bm, shards)
