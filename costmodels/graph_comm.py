@@ -26,7 +26,7 @@ from shardopt.core.network_graph import NetworkGraph
 
 COMM_BYTES = 4
 MS = 1e3
-CHUNK = 16  # candidates priced at once in totals_after_adding ([chunk, D, links] in memory)
+CHUNK = 64  # candidates priced at once in totals_after_adding ([chunk, D, links] in memory)
 
 
 def _inverse_bandwidth(u: object, v: object, data: dict) -> float:
@@ -132,15 +132,21 @@ class GraphComm:
         return self._wait(self._flows["all"], self._q * dims) + self.latency_ms
 
     def totals_after_adding(self, dims: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
-        """[k, D] fwd + bwd all-to-all after adding `width` to device candidates[i] (row i), priced whole."""
+        """[k, D] fwd + bwd all-to-all after adding `width` to device candidates[i] (row i). The link loads are linear
+        in the widths, so candidate c adds `q width C[:, c]` to them: each candidate costs its links' new loads and
+        every device's busiest link (k x D x links), not a whole new traffic product (k x D x E)."""
         dims = np.asarray(dims, dtype=np.float64)
         cands = np.asarray(candidates)
+        if self.num_devices == 1:
+            return np.zeros((len(cands), 1))
+        flows = self._flows["all"]
+        base = (self._q * dims) @ flows.C.T * self._inv_bw_ms  # [E + 1] ms of every link's load now
+        added = (self._q * float(width)) * self._inv_bw_ms  # [E + 1] ms per unit of C
         out = np.empty((len(cands), self.num_devices))
         for lo in range(0, len(cands), CHUNK):
             part = cands[lo: lo + CHUNK]
-            after = np.repeat(dims[None, :], len(part), axis=0)
-            after[np.arange(len(part)), part] += float(width)
-            out[lo: lo + CHUNK] = 2.0 * self.time(after)
+            util = base[None, :] + flows.C[:, part].T * added[None, :]  # [p, E + 1]
+            out[lo: lo + CHUNK] = 2.0 * (util[:, flows.links].max(axis=-1) + self.latency_ms)
         return out
 
     def hierarchical_time(self, host_widths: np.ndarray) -> np.ndarray:

@@ -45,6 +45,11 @@ def test_the_graph_of_two_levels_costs_what_the_two_level_model_does(name: str) 
     got = bm.plan_costs(plan)
     np.testing.assert_allclose(got.fwd_comm, want.fwd_comm, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.bwd_comm, want.bwd_comm, rtol=1e-9, atol=1e-12)
+    # the greedy solvers' question, answered incrementally over the links: what the two-level model answers
+    dims = np.asarray(AnalyticCostModel().bind(inst).shard_sums(plan.shards)[1].sum(axis=0))
+    cands = np.unique(np.linspace(0, inst.topology.num_devices - 1, 7).astype(int))
+    np.testing.assert_allclose(bm.comm_totals_after_adding(dims, 32.0, cands),
+                               AnalyticCostModel().bind(inst).comm_totals_after_adding(dims, 32.0, cands), rtol=1e-9, atol=1e-12)
 
 
 def leaf_spine(uplink: float) -> Instance:
