@@ -228,3 +228,10 @@ def test_scaling_a_mixed_job_for_one_machine_makes_it_one_kind(tmp_path: Path) -
     assert scaled.topology.hardware == "cpu" and scaled.topology.device_hardware is None
     assert scaled.metadata["scaled_from"]["hardware"] == ["a100+h200", "cpu"]
     assert scaled.topology.capacities() != [scaled.topology.capacity(0)] * scaled.topology.num_devices  # (each keeps its memory share)
+
+
+def test_calibrating_for_a_mixed_job_is_refused_by_name() -> None:
+    from shardopt.measure.calibration import CalibrationError, domain_settings
+
+    with pytest.raises(CalibrationError, match="mixes hardware kinds"):
+        domain_settings("cuda", "a100", [load_instance(MIXED)])

@@ -109,6 +109,12 @@ def domain_settings(backend: str, hardware: str, targets: Sequence[Instance] = (
         raise CalibrationError(f"--backend: {backend!r} is not cpu or cuda (a calibration measures; sim has nothing to learn)")
     base = dict(DEFAULT_DOMAIN[backend])
     if targets:
+        mixed = next((t for t in targets if t.topology.is_mixed), None)
+        if mixed is not None:
+            raise CalibrationError(
+                f"--for: {mixed.name or 'an instance'} mixes hardware kinds ({', '.join(dict.fromkeys(mixed.topology.hardware_kinds()))}; "
+                "topology.device_hardware): a model calibrated on this machine is of one kind; calibrate for instances of "
+                "this machine's kind (shardopt scale --hardware makes one)")
         named = sorted({t.topology.hardware for t in targets})
         if named != [hardware]:
             raise CalibrationError(
