@@ -611,12 +611,14 @@ def test_cli_says_what_the_bound_of_a_neighbourhood_solve_is(monkeypatch, tmp_pa
     monkeypatch.setattr(constants, "LARGE_MODEL", 10)
     path = tmp_path / "inst.json"
     path.write_text(json.dumps(make_instance(16, 4, seed=7, mem_factor=1.4).model_dump(mode="json")))
+    # (6 s: the warm starts come first, and the neighbourhoods - whose first linearisation gives the table cuts - run
+    # only with more than 0.5 s left; at 3 s a busy machine left none, and the bound line was missing)
     runner = CliRunner()
-    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "--time-limit", "3"])
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "--time-limit", "6"])
     out = " ".join(r.stdout.split())
     assert r.exit_code == 0 and "of the linear model's table cuts" in out and "not a bound of the plan cost" in out, r.output
     assert "shardopt bound" in out and "lower bound" not in out
-    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "certified_bound=true", "--time-limit", "3"])
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "certified_bound=true", "--time-limit", "6"])
     out = " ".join(r.stdout.split())
     assert r.exit_code == 0 and "lower bound" in out and "(certified, the analytic model) (gap" in out, r.output
     assert "shardopt bound" not in out
