@@ -311,5 +311,6 @@ def test_results_path_measured_is_sequential_with_ci(tmp_path: Path, monkeypatch
     summary = run_leaderboard(suite, ["greedy", "size"], db, backend="cpu", jobs=2, repeats=2)
     assert summary.sequential and summary.done == 4 and summary.failed == 0
     for r in load_rows(db):
-        assert r["ci_low_ms"] <= r["max_cost_ms"] <= r["ci_high_ms"]
+        # (to the last place: with 2 rounds a bound of the bootstrap CI can be the point estimate, summed in another order)
+        assert r["ci_low_ms"] <= r["max_cost_ms"] * (1 + 1e-12) and r["max_cost_ms"] <= r["ci_high_ms"] * (1 + 1e-12)
         assert r["predicted_ms"] > 0 and r["judge_rounds"] == 2 and json.loads(r["machine"])["cores"] >= 1
