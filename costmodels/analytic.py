@@ -273,7 +273,6 @@ class BoundAnalytic(BoundCostModel):
             self.kinds = list(dict.fromkeys(device_profiles))
             self.kind_of_device = np.array([self.kinds.index(p) for p in device_profiles], dtype=np.int64)
         self._mixed = len(self.kinds) > 1
-        self._kind_devices = [np.flatnonzero(self.kind_of_device == k) for k in range(len(self.kinds))]
         # links: each device its own (an A100 host's NVLink and NICs are the A100's); a topology's override holds for all
         dev_kinds = [self.kinds[k] for k in self.kind_of_device]
         intra = np.array([topo.intra_host_bandwidth or p.nvlink_bandwidth for p in dev_kinds], dtype=np.float64)
