@@ -454,8 +454,9 @@ def test_the_hopper_row_gather_constants_are_the_fit_of_the_committed_h200_probe
     fits = [fit_host_rows(json.loads(probe.read_text())) for probe in PROBES]
     for fit in fits:
         assert fit.points == 5 and fit.max_rel_error < 0.05
-        assert fit.host_row_rate == pytest.approx(h200.host_row_rate, rel=0.02)
-        # the per-byte part varies with the host (133-148 GB/s over four machines): each probe near the constant
+        # the row rate varies less with the host (47.8-48.9 M rows/s over five machines): each probe near the constant
+        assert fit.host_row_rate == pytest.approx(h200.host_row_rate, rel=0.03)
+        # the per-byte part varies more (133-148 GB/s over five machines): each probe near the constant
         assert fit.host_gather_bandwidth == pytest.approx(h200.host_gather_bandwidth, rel=0.12)
     # the constants are the probes' medians
     assert float(np.median([f.host_row_rate for f in fits])) == pytest.approx(h200.host_row_rate, rel=0.01)
