@@ -10,7 +10,8 @@ as a simpler view of it, and both plans are judged as it is. Simulated (analytic
     .venv/bin/python benchmarks/bench_topology_levels.py [INSTANCE.json ...] [--limit 20] [--solvers greedy,neuroshard,cpsat]
         [--bound-limit 60]
 
-With `--bound-limit S` each instance's certified bound first (where the bound covers it), one row each;
+With `--bound-limit S` each instance's certified bound first (where the bound covers it), one row each, and each
+plan's gap to it (`*_gap_pct`, or `*_uncovered`: why the bound does not cover the plan);
 `--solvers ""` runs none. Without instances: instances/suites/nvl72-test.
 """
 
@@ -83,14 +84,16 @@ def main() -> None:
             continue
         inst = load_instance(path)
         real, simple, view = views(inst)
+        bound = None
         if args.bound_limit > 0:
             from solvers.bound import BoundError, analytic_lower_bound
 
             start = time.perf_counter()
             try:
-                b = analytic_lower_bound(inst, cm, time_limit=args.bound_limit)
+                bound = b = analytic_lower_bound(inst, cm, time_limit=args.bound_limit)
                 print(json.dumps({"instance": inst.name, "bound_ms": b.value_ms, "status": b.status, "source": b.source,
-                                  "time_s": round(time.perf_counter() - start, 2)}), flush=True)
+                                  "envelope_bound_ms": b.info.get("envelope_bound_ms"), "time_s": round(time.perf_counter() - start, 2)}),
+                      flush=True)
             except BoundError as exc:
                 print(json.dumps({"instance": inst.name, "bound_ms": None, "why": str(exc)}), flush=True)
         for solver in filter(None, args.solvers.split(",")):
@@ -104,6 +107,13 @@ def main() -> None:
                     row[f"{simple}_predicted_ms"] = float(cm.plan_costs(view, r.plan).max_cost)  # what it believed
                 if inst.topology.is_mixed and r.plan is not None:
                     row[f"{label}_other_kind_work_share"] = round(other_kind_share(inst, r.plan), 3)
+                if bound is not None and r.plan is not None:  # the gap where the bound covers the plan (else why not)
+                    from solvers.bound.bound import uncovered_reason
+
+                    why = uncovered_reason(list(r.plan.shards), bound=bound)
+                    row[f"{label}_gap_pct"] = None if why else round(100 * (row[f"{label}_ms"] - bound.value_ms) / row[f"{label}_ms"], 2)
+                    if why:
+                        row[f"{label}_uncovered"] = why
             if row[f"{real}_ms"] and row[f"{simple}_ms"]:
                 row[f"{real}_faster_pct"] = round(100 * (row[f"{simple}_ms"] - row[f"{real}_ms"]) / row[f"{simple}_ms"], 2)
             print(json.dumps(row), flush=True)

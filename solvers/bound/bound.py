@@ -136,17 +136,62 @@ def analytic_lower_bound(
     prices one all-to-all of the summed widths, as before the per-type rows (a weaker bound, for comparisons).
     `replicas` / `host_memory` / `row_splits` False: data-parallel replicas / shards in host memory / row splits are
     left out of the covered plans (a bound of fewer plans, for comparisons); on, they are covered where the instance
-    allows them."""
+    allows them. A job that mixes hardware kinds gets the higher of the per-kind LP (each device on its own kind; its
+    table- and column-wise plans in HBM) and the kinds' envelope (every covered plan): `_mixed_kinds_bound`."""
     if backend != "highs":
         raise BoundError(f"backend {backend!r}: the bound is computed with HiGHS only (backend 'highs')")
+    if mixed_envelope(instance) is not None and getattr(cost_model, "profile_name", None) is None:
+        return _mixed_kinds_bound(instance, cost_model, time_limit=time_limit, table_wise=table_wise, per_type=per_type,
+                                  replicas=replicas, host_memory=host_memory, row_splits=row_splits)
+    return _lower_bound(instance, cost_model, time_limit=time_limit, table_wise=table_wise, per_type=per_type, replicas=replicas,
+                        host_memory=host_memory, row_splits=row_splits)
+
+
+def _mixed_kinds_bound(instance: Instance, cost_model: CostModel | None, *, time_limit: float, table_wise: bool, per_type: bool,
+                       replicas: bool, host_memory: bool, row_splits: bool) -> AnalyticBound:
+    """A job that mixes hardware kinds: the per-kind LP (solvers.bound.kinds: each device on its own kind) bounds its
+    table- and column-wise plans in HBM and its replicas; the kinds' envelope bounds every covered plan, row splits and
+    host memory included, far more loosely. The higher of the two where the per-kind LP answers, which then narrows
+    what the bound covers (the envelope's value and coverage stay in `info`)."""
+    from solvers.bound.kinds import device_classes, kinds_lp_bound
+
     start = time.perf_counter()
+    kinds = kinds_lp_bound(instance, table_wise, max(0.1, 0.25 * time_limit), replicas) if cost_model is None or isinstance(cost_model, AnalyticCostModel) else None
+    left = max(0.1, time_limit - (time.perf_counter() - start))
+    out = _lower_bound(instance, cost_model, time_limit=left, table_wise=table_wise, per_type=per_type, replicas=replicas,
+                       host_memory=host_memory, row_splits=row_splits)
+    out.time_s = time.perf_counter() - start
+    classes = device_classes(instance)
+    if kinds is None or not math.isfinite(kinds) or kinds <= out.value_ms or out.status == "infeasible":
+        why = (classes if isinstance(classes, str) else "HiGHS did not finish it in time" if kinds is None
+               else "no table- or column-wise plan in HBM fits" if not math.isfinite(kinds) else f"{kinds:.6g} ms, no higher")
+        out.info["per_kind_lp"] = why
+        return out
+    names = " / ".join(dict.fromkeys(c.kind for c in classes))
+    reps = replicas and not table_wise and bool(out.covers_replicas)
+    what = "every table-wise plan" if table_wise else "every plan of table-wise and column-wise shards" + (" and data-parallel replicas" if reps else "")
+    covers = (f"{what} in HBM (column splits into shards whose widths are multiples of {DIM_ALIGNMENT}), under the analytic cost model "
+              f"with each device priced on its own kind's profile ({names}); not row-wise or host-memory (UVM) shards, not row x "
+              f"column blocks, not other cost models (the kinds' envelope bound, {out.value_ms:.6g} ms, covers those too)")
+    info = dict(out.info, envelope_bound_ms=out.value_ms, envelope_covers=out.covers, envelope_source=out.source)
+    return AnalyticBound(kinds, "bound", table_wise, "HiGHS (scipy.optimize.milp)", time.perf_counter() - start, covers, out.cost_model,
+                         source="per-kind LP", info=info, covers_replicas=reps, covers_host_memory=False, covers_row_splits=False,
+                         solver_message="the LP relaxation with one copy of the device variables per class of devices (kind, HBM, host "
+                         "memory), each class on its kind's profile")
+
+
+def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit: float, table_wise: bool, per_type: bool,
+                 replicas: bool, host_memory: bool, row_splits: bool) -> AnalyticBound:
+    """`analytic_lower_bound` of one kind, or of a mixed job on its kinds' envelope."""
+    start = time.perf_counter()
+    backend = "highs"
     roomy = _roomy_envelope_instance(instance, cost_model)
     if roomy is not None:
         # a job that mixes kinds is bounded on the kinds' envelope, every device alike but for its memory: with the
         # largest device's memory on every device (more room, more plans: still a bound) the devices are
         # interchangeable, and the symmetric LP answers where the full relaxation over devices that differ would not
-        out = analytic_lower_bound(roomy, cost_model, time_limit=time_limit, table_wise=table_wise, backend=backend, per_type=per_type,
-                                   replicas=replicas, host_memory=host_memory, row_splits=row_splits)
+        out = _lower_bound(roomy, cost_model, time_limit=time_limit, table_wise=table_wise, per_type=per_type, replicas=replicas,
+                           host_memory=host_memory, row_splits=row_splits)
         out.covers += "; every device's memory taken as the largest device's"
         out.time_s = time.perf_counter() - start
         return out

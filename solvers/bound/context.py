@@ -74,8 +74,10 @@ def mixed_envelope(instance: Instance) -> HardwareProfile | None:
     return envelope_profile([get_profile(k) for k in dict.fromkeys(topo.hardware_kinds())])
 
 
-def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> BoundAnalytic:
-    """The analytic model bound to `instance`; BoundError naming the model for anything else."""
+def _analytic_binding(instance: Instance, cost_model: CostModel | None, own_kinds: bool = False) -> BoundAnalytic:
+    """The analytic model bound to `instance`; BoundError naming the model for anything else. A job that mixes kinds
+    binds to the kinds' envelope, or with `own_kinds` to each device's own kind (what the per-kind LP,
+    solvers.bound.kinds, prices the all-to-all and the replicas' all-reduce with)."""
     model = cost_model if cost_model is not None else AnalyticCostModel()
     if not isinstance(model, AnalyticCostModel):
         name = getattr(model, "name", type(model).__name__)
@@ -86,7 +88,7 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None) -> Bound
     refusal = network_refusal(instance) or (hardware_refusal(instance) if model.profile_name is None else None)
     if refusal is not None:
         raise BoundError(refusal)
-    envelope = mixed_envelope(instance) if model.profile_name is None else None
+    envelope = mixed_envelope(instance) if model.profile_name is None and not own_kinds else None
     bm = model.bind(instance) if envelope is None else BoundAnalytic(instance, envelope)
     if type(bm) is not BoundAnalytic:
         raise BoundError(f"cost model {model.name!r} binds to {type(bm).__name__}, not the analytic model the bound is proven for")
@@ -98,11 +100,12 @@ class AnalyticRelaxation:
     charges a device or a plan at a given point (for tests, and to see where the slack is)."""
 
     def __init__(self, instance: Instance, cost_model: CostModel | None = None, *, replicas: bool = True, host_memory: bool = True,
-                 row_splits: bool = True):
+                 row_splits: bool = True, own_kinds: bool = False):
         """`replicas` / `host_memory` / `row_splits`: whether the relaxation covers data-parallel replicas, shards in
         host memory and row splits (where the instance allows them: `replicable`, `host_tier_reason`,
-        `row_split_kinds`); off, it bounds fewer plans."""
-        bm = _analytic_binding(instance, cost_model)
+        `row_split_kinds`); off, it bounds fewer plans. `own_kinds`: a job that mixes kinds is bound with each device
+        on its own kind, not on the envelope (`_analytic_binding`; its terms are then the reference kind's)."""
+        bm = _analytic_binding(instance, cost_model, own_kinds)
         self.bm = bm
         self.terms = shard_terms(bm)
         _verify_terms(bm, self.terms)

@@ -1,0 +1,208 @@
+"""The per-kind LP: a bound of a job that mixes hardware kinds with every device priced on its own kind's profile,
+for the plans of table-wise and column-wise shards in HBM and data-parallel replicas.
+
+The envelope bound (`context.mixed_envelope`) prices every device as fast as the fastest kind, which lets the slow
+kind's devices work at the fast kind's speed: sound, and 38-59 % below the best plans found on `mixed-test`. This LP
+keeps each device's own kind. It is the symmetric LP (`symmetric.build_symmetric_lp`) with one copy of the device
+variables per *class* of interchangeable devices (same kind, same HBM, same host memory) instead of one for all.
+
+Why it is a bound (docs/analytic-bound.md, "Mixed hardware kinds"): take any covered plan and the per-device
+relaxation of it - for device d the rows of `milp.build_relaxation` with the coefficients of d's own kind (each
+row is proven for one kind's analytic formulas, and a device's compute in a mixed job is its kind's formula of the
+same state: `BoundAnalytic.compute_costs`), its all-to-all pieces with d's own links and the slowest kind's
+start-up (`BoundAnalytic.comm_time`), the replicas' all-reduce of the mixed model itself. Average every device
+variable over the devices of its class: rows that hold for each device of a class with the same coefficients hold
+for their average, sums over devices become sums over classes weighted by their device counts, and z, at least
+every device's total, is at least each class's average. The plan's cost is z at that point, so the LP's optimum is
+at most the cost of every covered plan. The comm pieces need a device's group width (the all-to-all's local group)
+to be the group size times the class's average width: so every local group must hold devices of one class
+(`device_classes` refuses a topology where one does not), as every host of the `mixed` family does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodels.analytic import AnalyticCostModel
+from shardopt.core.hardware import get_profile
+from shardopt.core.ir import DIM_ALIGNMENT, Instance
+from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.milp import MEMORY_SLACK, pair_fits
+from solvers.bound.table_cuts import table_cut_lines
+from solvers.milp import MilpStatus, SparseModel, solve_milp
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """Devices that are interchangeable in the per-kind LP: one hardware kind, one HBM, one host-memory share."""
+
+    kind: str
+    devices: list[int]
+    capacity: int
+    host_capacity: int
+
+
+def device_classes(instance: Instance) -> list[DeviceClass] | str:
+    """The classes of `instance`'s devices, or why the per-kind LP does not hold for its topology (a string)."""
+    topo = instance.topology
+    if not topo.is_mixed:
+        return "the job has one hardware kind (the bound's own LP prices it exactly)"
+    if topo.levels is not None or topo.graph is not None:
+        return "the topology lists levels or a graph (the per-kind LP takes two levels: hosts and the network)"
+    if instance.constraint_kinds():
+        return "placement constraints make devices of one kind differ"
+    caps, hosts = topo.capacities(), topo.host_capacities()
+    key = [(topo.hardware_of(d), caps[d], hosts[d]) for d in range(topo.num_devices)]
+    group = topo.devices_per_host
+    for start in range(0, topo.num_devices, group):
+        if len(set(key[start : start + group])) > 1:
+            return (f"host {start // group} holds devices of more than one class (kind, HBM, host memory): the all-to-all's "
+                    "local group must be of one class")
+    classes: dict[tuple[str, int, int], list[int]] = {}
+    for d, k in enumerate(key):
+        classes.setdefault(k, []).append(d)
+    return [DeviceClass(k[0], ds, k[1], k[2]) for k, ds in classes.items()]
+
+
+def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wise: bool = False,
+                   replicas: bool = True) -> tuple[SparseModel, int]:
+    """The per-kind LP (module docstring) of `ctx`'s instance: `ctx` is the relaxation of the mixed model (each device
+    its own kind's profile: its links, the slowest kind's start-ups, the replicas' all-reduce), the compute rows of a
+    class come from a relaxation of the same instance on its kind's profile alone. Returns (model, index of z)."""
+    bm = ctx.bm
+    inst = bm.instance
+    ct = bm.comm_terms()
+    D, L = bm.num_devices, inst.topology.devices_per_host
+    env = _envelope_context(inst)  # the table cuts: the envelope is no slower than any kind, so its cuts hold anywhere
+    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(get_profile(k)), replicas=replicas, host_memory=False, row_splits=False)
+                for k in dict.fromkeys(c.kind for c in classes)}
+    m = SparseModel()
+    z = m.var(-math.inf, math.inf)
+    T = len(ctx.terms.dims)
+    units = ctx.terms.dims.astype(np.int64) // DIM_ALIGNMENT
+    rep = ctx.replicas
+    with_replicas = replicas and not table_wise
+    r = {ti: m.var(1.0 if rep.forced[ti] else 0.0, 1.0) for ti in range(T) if with_replicas and ctx.replicable[ti]}
+    fits_all = pair_fits(inst, ctx.terms, table_wise, False)  # [T, D] (memory terms are the kinds' alike)
+    cover: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c n_tc
+    count: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c x_tc: devices holding t
+    some = m.var(0.0 if r and all(ti in r for ti in range(T)) else 1.0, 1.0)  # an all-to-all runs (a table not replicated)
+    for ti, q in r.items():
+        m.row({some: 1.0, q: 1.0}, 1.0, math.inf)
+    total = float(ctx.terms.dims.sum())
+    for c in classes:
+        kc = per_kind[c.kind]
+        t = kc.terms
+        d0 = c.devices[0]
+        Dc = float(len(c.devices))
+        fit = fits_all[:, d0]
+        x: dict[int, int] = {}
+        n: dict[int, int] = {}
+        sv: dict[int, int] = {}
+        for ti in np.flatnonzero(fit >= 1).tolist():
+            x[ti], n[ti], sv[ti] = m.var(0, 1), m.var(0, int(fit[ti])), m.var(0, math.inf)
+            cover[ti].append((n[ti], Dc))
+            count[ti].append((x[ti], Dc))
+            if table_wise:
+                m.row({n[ti]: 1.0, x[ti]: -float(units[ti])}, 0.0, 0.0)
+            else:
+                m.row({n[ti]: 1.0, x[ti]: -float(fit[ti])}, -math.inf, 0.0)
+                m.row({x[ti]: 1.0, n[ti]: -1.0}, -math.inf, 0.0)
+            for a, slope in kc.hulls[ti]:
+                m.row({sv[ti]: 1.0, x[ti]: -a, n[ti]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+            if not table_wise:
+                cc = m.var(0, math.inf)
+                m.row({cc: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
+                m.row({sv[ti]: 1.0, cc: -float(t.sector)}, 0.0, math.inf)
+        y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
+        for ti in x:
+            m.row({y: 1.0, x[ti]: -1.0}, 0.0, math.inf)
+        for ti, q in r.items():
+            m.row({y: 1.0, q: -1.0}, 0.0, math.inf)
+        mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / c.capacity) for ti in x] + [(x[ti], t.mem_fixed[ti] / c.capacity) for ti in x]
+        mem += [(q, rep.mem[ti] / c.capacity) for ti, q in r.items()]
+        m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
+        use_hits = t.kappa_ms > 0
+        h = m.var(0, math.inf if use_hits else 0.0)
+        if use_hits:
+            for k, lam in enumerate(kc.lams):
+                m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * kc.slopes[ti, k]) for ti in x],
+                      -math.inf, 0.0)
+        fwd = [(f, 1.0), (h, 1.0)] + [(q, -kc.replicas.fwd_ms[ti]) for ti, q in r.items()]
+        bwd = [(b, 1.0)] + [(q, -kc.replicas.bwd_ms[ti]) for ti, q in r.items()]
+        for ti in x:
+            fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
+            bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
+        m.row(fwd, 0.0, math.inf)
+        m.row(bwd, 0.0, math.inf)
+        m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
+        m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
+        # the all-to-all (x2: backward equals forward) of this class's device d0 with its own links: max of its
+        # NVLink send u nl, receive v - u, network send u nr, receive total - v (v = L u: its host is of this class);
+        # the total less the widths of the replicated tables (they join no all-to-all)
+        comm = m.var(-math.inf, math.inf)
+        lat = 2 * ct.latency_ms
+        ls, rs = 2 * float(np.broadcast_to(ct.local_scale, (D,))[d0]), 2 * float(np.broadcast_to(ct.remote_scale, (D,))[d0])
+        nl, nr = float(ct.local_peers[d0]), float(ct.remote_peers[d0])
+        if D > 1:
+            width = [(n[ti], DIM_ALIGNMENT) for ti in x]  # u, the device's pooled width
+            pieces = [(ls * nl, 0.0)]  # (per unit of u, per unit of the total)
+            if ct.single_host:
+                pieces.append((-ls, ls))
+            else:
+                pieces += [(ls * (L - 1), 0.0), (rs * nr, 0.0), (-rs * L, rs)]
+            for per_u, per_total in pieces:
+                row = [(comm, 1.0), (some, -lat)] + [(v, -per_u * w) for v, w in width]
+                row += [(q, per_total * float(ctx.terms.dims[ti])) for ti, q in r.items()]
+                m.row(row, per_total * total, math.inf)
+        else:
+            m.row({comm: 1.0}, 0.0, math.inf)
+        m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)]
+              + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()], 0.0, math.inf)
+    for ti in range(T):
+        others = [(r[ti], 1.0)] if ti in r else []
+        m.row(cover[ti] + [(e, w * float(units[ti])) for e, w in others], float(units[ti]), float(units[ti]))
+        if not count[ti]:
+            continue
+        m.row(count[ti] + others, 1.0, math.inf)  # the devices holding t: at least one unless it is replicated
+        lines = table_cut_lines(env, ti, 1 if table_wise else D)
+        top = 1 if table_wise else min(D, int(units[ti]))
+        for alpha, beta in lines:
+            row = [(z, 1.0)] + [(v, -beta * w) for v, w in count[ti]]
+            row += [(e, w * max(alpha, alpha + beta * top, 0.0)) for e, w in others]
+            m.row(row, alpha, math.inf)
+    return m, z
+
+
+def _envelope_context(instance: Instance) -> AnalyticRelaxation:
+    """The relaxation of `instance` on its kinds' envelope (every device as fast as the fastest kind): its table cuts
+    hold on a device of any kind."""
+    from solvers.bound.context import mixed_envelope
+
+    return AnalyticRelaxation(instance, AnalyticCostModel(mixed_envelope(instance)), host_memory=False, row_splits=False)
+
+
+def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: float = 10.0, replicas: bool = True) -> float | None:
+    """The per-kind LP's bound (ms) of `instance`'s table-wise and column-wise plans in HBM (with `replicas`, and not
+    `table_wise`: data-parallel replicas too), each device priced on its own kind; +inf when no such plan fits, None
+    where the LP does not hold for the topology (`device_classes`) or HiGHS did not finish in time."""
+    classes = device_classes(instance)
+    if isinstance(classes, str):
+        return None
+    ctx = AnalyticRelaxation(instance, host_memory=False, row_splits=False, replicas=replicas, own_kinds=True)
+    fits = pair_fits(instance, ctx.terms, table_wise, False)
+    if any(not fits[ti].any() and not (replicas and not table_wise and ctx.replicable[ti]) for ti in range(len(ctx.terms.dims))):
+        return math.inf  # a table no device holds (whole, or a column shard) and that may not be replicated
+    m, z = build_kinds_lp(ctx, classes, table_wise, replicas)
+    c = np.zeros(m.n_vars)
+    c[z] = 1.0
+    res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
+    if res.status is MilpStatus.infeasible:
+        return math.inf
+    if res.status is not MilpStatus.optimal or res.objective is None:
+        return None
+    return float(res.objective)
+
