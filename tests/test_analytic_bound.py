@@ -244,7 +244,8 @@ def plan_replicas(inst: Instance, plan) -> list[int]:
     return sorted({idx[s.table] for s in plan.shards if s.replicated})
 
 
-@pytest.mark.parametrize("seed,n_tables,n_devices,per_host,limit", [(0, 10, 4, None, 10), (1, 12, 4, 2, 3), (2, 8, 3, None, 10)])
+@pytest.mark.parametrize("seed,n_tables,n_devices,per_host,limit", [pytest.param(0, 10, 4, None, 10, marks=pytest.mark.slow), (1, 12, 4, 2, 3),
+                                                                   (2, 8, 3, None, 10)])
 def test_bound_below_every_solver_plan(seed: int, n_tables: int, n_devices: int, per_host: int | None, limit: float) -> None:
     inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.3, per_host=per_host, batch_size=65536)
     bound = analytic_lower_bound(inst, CM, time_limit=limit)  # the third is solved to optimality in 1-4 s
@@ -361,6 +362,7 @@ def test_no_time_for_highs_falls_back_to_the_table_cuts() -> None:
     assert full.source == "relaxation" and full.value_ms >= table_cut_bound(AnalyticRelaxation(small)) * (1 - 1e-6)
 
 
+@pytest.mark.slow  # (make test-all; 28 s; the symmetric LP itself: test_large_instances_with_interchangeable_devices_get_the_symmetric_lp)
 def test_no_time_for_highs_with_interchangeable_devices_gives_the_lp_bound() -> None:
     inst = make_instance(100, 8, seed=1, mem_factor=1.5)
     quick = analytic_lower_bound(inst, time_limit=0.0)
@@ -529,6 +531,7 @@ def test_per_type_bound_is_below_the_enumerated_optimum(seed: int, n_tables: int
     assert bound.value_ms >= one.value_ms * (1 - 1e-6)
 
 
+@pytest.mark.slow  # (make test-all; 13 s; the per-type rows below the optimum: test_per_type_bound_is_below_the_enumerated_optimum)
 def test_per_type_bound_sees_what_one_all_to_all_cannot() -> None:
     """8 tables on 3 devices: the one-all-to-all relaxation's optimum mixes whole tables and pieces whose two
     collectives the judge prices apart (its plan: 2.677 ms against that bound's 2.4226); the per-type relaxation

@@ -383,6 +383,7 @@ def test_auto_plans_host_memory_instances_with_the_cards_refitted_profile(tmp_pa
     assert plain.card_id == "mine" and plain.name == card.cost_model_name("neural") and plain.notice is None
 
 
+@pytest.mark.slow  # (make test-all; 14 s: it trains both RL policies)
 def test_calibrate_with_policies_trains_them_on_the_model_and_keeps_only_a_winner(tmp_path: Path):
     from shardopt.measure.calibration import calibrate_machine, domain_settings
 

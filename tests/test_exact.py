@@ -732,6 +732,7 @@ def test_exact_solvers_keep_uneven_pieces_of_their_start(name: str) -> None:
     assert len([s for s in r.plan.shards if s.table == "t0"]) >= 2
 
 
+@pytest.mark.slow  # (make test-all; 18 s)
 def test_one_collective_warm_start_on_many_devices() -> None:
     """The one-collective start (every table cut, one all-to-all) is among the exact solver's warm starts, and on many
     devices with few tables each it is the start to beat: the plan is no dearer than it."""

@@ -111,6 +111,7 @@ def test_a_host_memory_table_is_no_item_of_the_exact_model() -> None:
     assert items.counts_from_shards(inst, shards, D) is None
 
 
+@pytest.mark.slow  # (make test-all; 11 s)
 def test_the_relaxation_start_holds_huge_test_in_hbm() -> None:
     """huge-test-s1-0000's 60 GB table in eighths does not pack with the rest (CP-SAT proves it); the plan of the
     analytic bound's relaxation, of any 4-aligned widths, does: cpsat starts from it and stays in HBM, within 5 % of

@@ -110,7 +110,7 @@ def test_the_background_is_priced() -> None:
     assert r.info["best_grid_cost"] >= r.predicted.max_cost - 1e-9  # the polish only improves on the grid plan
 
 
-@pytest.mark.parametrize("suite, picks", [("huge-test", [0, 8, 10]), ("tiered-test", [1, 4, 10])])
+@pytest.mark.parametrize("suite, picks", [("huge-test", [0, 8, 10]), pytest.param("tiered-test", [1, 4, 10], marks=pytest.mark.slow)])
 def test_committed_huge_and_tiered_instances_get_plans(suite: str, picks: list[int]) -> None:
     cm = get_cost_model("analytic")
     paths = sorted((ROOT / "instances" / "suites" / suite).glob(f"{suite}-*.json"))
