@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.cli import app
-from shardopt.core.ir import AccessProfile, Instance, Plan, Shard, Table, Topology, Workload, load_instance
+from shardopt.core.ir import AccessProfile, Instance, Kernel, Plan, Shard, Table, Topology, Workload, load_instance
 from shardopt.core.plan_check import check_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,7 +258,8 @@ def random_mixed(seed: int) -> Instance:
 @pytest.mark.parametrize("seed", [0, 6, 10, 14, 21, 31, 38, 39])
 def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int) -> None:
     """Each device on its own kind (solvers.bound.kinds): below the best table-wise plan (enumerated) and below random
-    plans of column shards and replicas; the column-wise bound below the table-wise one (it covers more plans)."""
+    plans of column shards, replicas and row splits (over devices anywhere, over all or some devices of one host); the
+    bound of all those plans below the table-wise one (it covers more plans)."""
     from itertools import product
 
     from solvers.bound.kinds import kinds_lp_bound
@@ -273,12 +274,23 @@ def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int) -> None:
     assert costs and whole <= min(costs) * (1 + 1e-9)
     rng = np.random.default_rng(seed + 100)
     judged = 0
-    for _ in range(40):
+    per_host = inst.topology.devices_per_host
+    for _ in range(60):
         shards: list[Shard] = []
         for t in inst.tables:
             units = t.dim // 4
-            if rng.random() < 0.15:
+            u = rng.random()
+            if u < 0.15:
                 shards += [Shard(table=t.name, device=d, replicated=True) for d in range(D)]
+            elif u < 0.35:  # row blocks: on devices anywhere, on every device of one host, or on some of one host
+                how = rng.integers(3)
+                if how == 0:
+                    devs = rng.choice(D, size=int(rng.integers(2, D + 1)), replace=False).tolist()
+                else:
+                    h = int(rng.integers(D // per_host))
+                    devs = list(range(h * per_host, (h + 1) * per_host))[: per_host if how == 1 else max(1, per_host - 1)]
+                edges = np.linspace(0, t.rows, len(devs) + 1).astype(int)
+                shards += [Shard(table=t.name, device=int(d), row_offset=int(a), rows=int(b - a)) for d, a, b in zip(devs, edges[:-1], edges[1:])]
             elif units > 1 and rng.random() < 0.6:
                 cut = int(rng.integers(1, units))
                 shards += [Shard(table=t.name, device=int(rng.integers(D)), cols=4 * cut),
@@ -293,7 +305,8 @@ def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int) -> None:
 
 def test_the_bound_of_a_mixed_job_prices_each_device_on_its_kind() -> None:
     """On a committed mixed job the per-kind LP is far above the envelope, below a solver's plan, and says what it
-    does not cover: a plan with a row split is outside it (the envelope's figure, in info, covers that one)."""
+    covers: row splits and replicas, not host-memory shards (the envelope's figure in info covers those where the
+    topology has host memory)."""
     from solvers.bound import analytic_lower_bound
     from solvers.bound.bound import uncovered_reason
     from solvers.catalog import get_solver
@@ -305,10 +318,10 @@ def test_the_bound_of_a_mixed_job_prices_each_device_on_its_kind() -> None:
     assert b.value_ms > 1.3 * b.info["envelope_bound_ms"]
     plan = get_solver("greedy").solve(inst, cm, seed=0).plan
     assert b.value_ms <= cm.plan_costs(inst, plan).max_cost
-    assert uncovered_reason(list(plan.shards), bound=b) is None or "row" in uncovered_reason(list(plan.shards), bound=b)
+    assert uncovered_reason(list(plan.shards), bound=b) is None
     split = [Shard(table="x", device=0, rows=10), Shard(table="x", device=1, row_offset=10)]
-    assert "row-wise" in uncovered_reason(split, bound=b)
-    assert not b.covers_row_splits and not b.covers_host_memory
+    assert uncovered_reason(split, bound=b) is None and b.covers_row_splits and b.covers_replicas
+    assert "host memory" in uncovered_reason([Shard(table="x", device=0, kernel=Kernel.fused_uvm)], bound=b)
     r = CliRunner().invoke(app, ["bound", str(MIXED), "--time-limit", "5"])
     assert r.exit_code == 0 and "each device on its own hardware kind" in r.output, r.output
 

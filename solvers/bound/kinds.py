@@ -1,5 +1,5 @@
 """The per-kind LP: a bound of a job that mixes hardware kinds with every device priced on its own kind's profile,
-for the plans of table-wise and column-wise shards in HBM and data-parallel replicas.
+for its plans in HBM: table-wise and column-wise shards, data-parallel replicas and row splits.
 
 The envelope bound (`context.mixed_envelope`) prices every device as fast as the fastest kind, which lets the slow
 kind's devices work at the fast kind's speed: sound, and 38-59 % below the best plans found on `mixed-test`. This LP
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.analytic import AnalyticCostModel
+from costmodels.analytic import MS, AnalyticCostModel
 from shardopt.core.hardware import get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
@@ -67,35 +67,61 @@ def device_classes(instance: Instance) -> list[DeviceClass] | str:
     return [DeviceClass(k[0], ds, k[1], k[2]) for k, ds in classes.items()]
 
 
-def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wise: bool = False,
-                   replicas: bool = True) -> tuple[SparseModel, int]:
+def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wise: bool = False, replicas: bool = True,
+                   row_splits: bool = True) -> tuple[SparseModel, int]:
     """The per-kind LP (module docstring) of `ctx`'s instance: `ctx` is the relaxation of the mixed model (each device
-    its own kind's profile: its links, the slowest kind's start-ups, the replicas' all-reduce), the compute rows of a
-    class come from a relaxation of the same instance on its kind's profile alone. Returns (model, index of z)."""
+    its own kind's profile: its links, the slowest kind's start-ups, the row splits' and replicas' collectives at the
+    slowest links), the compute rows of a class come from a relaxation of the same instance on its kind's profile
+    alone. Returns (model, index of z).
+
+    Row splits (not `table_wise`; where `ctx` allows them) are `milp._add_row_variables` averaged per class: g_t the
+    share split over devices (the direct collective), tw_tc the average over the class's hosts of t's split within a
+    host (the hierarchical collectives), and per class a device's average row share rho_tc, blocks xr_tc and second
+    blocks qr_tc."""
     bm = ctx.bm
     inst = bm.instance
     ct = bm.comm_terms()
     D, L = bm.num_devices, inst.topology.devices_per_host
     env = _envelope_context(inst)  # the table cuts: the envelope is no slower than any kind, so its cuts hold anywhere
-    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(get_profile(k)), replicas=replicas, host_memory=False, row_splits=False)
+    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(get_profile(k)), replicas=replicas, host_memory=False, row_splits=row_splits)
                 for k in dict.fromkeys(c.kind for c in classes)}
     m = SparseModel()
     z = m.var(-math.inf, math.inf)
     T = len(ctx.terms.dims)
+    dims = ctx.terms.dims.astype(np.float64)
     units = ctx.terms.dims.astype(np.int64) // DIM_ALIGNMENT
     rep = ctx.replicas
     with_replicas = replicas and not table_wise
+    splits = row_splits and not table_wise
     r = {ti: m.var(1.0 if rep.forced[ti] else 0.0, 1.0) for ti in range(T) if with_replicas and ctx.replicable[ti]}
+    g = {ti: m.var(0, 1) for ti in range(T) if splits and ctx.row_split[ti]}
+    by_host = [ti for ti in range(T) if splits and ctx.host_row_split[ti]]
+    hosts_of = {c.devices[0]: len(c.devices) // L for c in classes}  # H_c: hosts of each class (by its first device)
+    tw = {(ti, c.devices[0]): m.var(0, 1) for ti in by_host for c in classes}  # tw_tc
+    split = sorted(set(g) | set(by_host))
+    # the share of t that is replicated or split by rows, as (variable, weight): r_t + g_t + sum_c H_c tw_tc
+    others = {ti: ([(r[ti], 1.0)] if ti in r else []) + ([(g[ti], 1.0)] if ti in g else [])
+              + [(tw[(ti, c.devices[0])], float(hosts_of[c.devices[0]])) for c in classes if (ti, c.devices[0]) in tw] for ti in range(T)}
+    for ti in range(T):
+        if len(others[ti]) > 1:
+            m.row(others[ti], -math.inf, 1.0)  # at most one of replicated, split over devices, split within a host
     fits_all = pair_fits(inst, ctx.terms, table_wise, False)  # [T, D] (memory terms are the kinds' alike)
     cover: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c n_tc
     count: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c x_tc: devices holding t
-    some = m.var(0.0 if r and all(ti in r for ti in range(T)) else 1.0, 1.0)  # an all-to-all runs (a table not replicated)
-    for ti, q in r.items():
-        m.row({some: 1.0, q: 1.0}, 1.0, math.inf)
-    total = float(ctx.terms.dims.sum())
+    rho_sum: dict[int, list[tuple[int, float]]] = {ti: [] for ti in split}  # sum_c D_c rho_tc
+    block_sum: dict[int, list[tuple[int, float]]] = {ti: [] for ti in split}  # sum_c D_c (xr_tc + qr_tc)
+    some = m.var(0.0 if all(others[ti] for ti in range(T)) else 1.0, 1.0)  # the table- / column-wise all-to-all runs
+    for ti in range(T):
+        if others[ti]:
+            m.row([(some, 1.0)] + others[ti], 1.0, math.inf)
+    by_rows = m.var(0, 1)  # the row-wise all-to-all runs
+    for q in g.values():
+        m.row({by_rows: 1.0, q: -1.0}, 0.0, math.inf)
+    hier = _hierarchical_rows(m, ctx, classes, tw, hosts_of, dims) if tw else {}
+    total = float(dims.sum())
     for c in classes:
         kc = per_kind[c.kind]
-        t = kc.terms
+        t, rows = kc.terms, kc.rows
         d0 = c.devices[0]
         Dc = float(len(c.devices))
         fit = fits_all[:, d0]
@@ -117,64 +143,121 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
                 cc = m.var(0, math.inf)
                 m.row({cc: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
                 m.row({sv[ti]: 1.0, cc: -float(t.sector)}, 0.0, math.inf)
+        # row blocks of this class's average device: rho <= xr <= g + tw, xr >= tw, qr <= min(xr, g)
+        rho: dict[int, int] = {}
+        xr: dict[int, int] = {}
+        qr: dict[int, int] = {}
+        for ti in split:
+            rho[ti], xr[ti] = m.var(0, 1), m.var(0, 1)
+            m.row({rho[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
+            m.row([(xr[ti], 1.0)] + ([(g[ti], -1.0)] if ti in g else []) + ([(tw[(ti, d0)], -1.0)] if (ti, d0) in tw else []), -math.inf, 0.0)
+            if (ti, d0) in tw:
+                m.row({xr[ti]: 1.0, tw[(ti, d0)]: -1.0}, 0.0, math.inf)
+            rho_sum[ti].append((rho[ti], Dc))
+            block_sum[ti].append((xr[ti], Dc))
+            if ti in g:
+                qr[ti] = m.var(0, 1)
+                m.row({qr[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
+                m.row({qr[ti]: 1.0, g[ti]: -1.0}, -math.inf, 0.0)
+                block_sum[ti].append((qr[ti], Dc))
         y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
-        for ti in x:
-            m.row({y: 1.0, x[ti]: -1.0}, 0.0, math.inf)
-        for ti, q in r.items():
-            m.row({y: 1.0, q: -1.0}, 0.0, math.inf)
+        for v in [*x.values(), *r.values(), *xr.values()]:
+            m.row({y: 1.0, v: -1.0}, 0.0, math.inf)
         mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / c.capacity) for ti in x] + [(x[ti], t.mem_fixed[ti] / c.capacity) for ti in x]
-        mem += [(q, rep.mem[ti] / c.capacity) for ti, q in r.items()]
+        mem += [(q, rep.mem[ti] / c.capacity) for ti, q in r.items()] + [(rho[ti], rows.mem_rho[ti] / c.capacity) for ti in split]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
         use_hits = t.kappa_ms > 0
         h = m.var(0, math.inf if use_hits else 0.0)
         if use_hits:
             for k, lam in enumerate(kc.lams):
-                m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * kc.slopes[ti, k]) for ti in x],
-                      -math.inf, 0.0)
+                m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * kc.slopes[ti, k]) for ti in x]
+                      + [(rho[ti], -t.kappa_ms * kc.slopes[ti, k] * rows.sb[ti]) for ti in split], -math.inf, 0.0)
         fwd = [(f, 1.0), (h, 1.0)] + [(q, -kc.replicas.fwd_ms[ti]) for ti, q in r.items()]
         bwd = [(b, 1.0)] + [(q, -kc.replicas.bwd_ms[ti]) for ti, q in r.items()]
         for ti in x:
             fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
             bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
+        for ti in split:
+            blocks = [xr[ti]] + ([qr[ti]] if ti in qr else [])
+            fwd += [(e, -rows.fwd_block_ms[ti]) for e in blocks] + [(rho[ti], -rows.fwd_rho_ms[ti])]
+            bwd += [(e, -rows.bwd_block_ms[ti]) for e in blocks] + [(rho[ti], -rows.bwd_rho_ms[ti])]
         m.row(fwd, 0.0, math.inf)
         m.row(bwd, 0.0, math.inf)
         m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
         m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
         # the all-to-all (x2: backward equals forward) of this class's device d0 with its own links: max of its
         # NVLink send u nl, receive v - u, network send u nr, receive total - v (v = L u: its host is of this class);
-        # the total less the widths of the replicated tables (they join no all-to-all)
+        # u its column shards' width and its row blocks' (less a split within its host: hierarchical), the total
+        # less the widths of the tables replicated or split within a host (they join no all-to-all)
         comm = m.var(-math.inf, math.inf)
         lat = 2 * ct.latency_ms
         ls, rs = 2 * float(np.broadcast_to(ct.local_scale, (D,))[d0]), 2 * float(np.broadcast_to(ct.remote_scale, (D,))[d0])
         nl, nr = float(ct.local_peers[d0]), float(ct.remote_peers[d0])
         if D > 1:
-            width = [(n[ti], DIM_ALIGNMENT) for ti in x]  # u, the device's pooled width
+            width = [(n[ti], float(DIM_ALIGNMENT)) for ti in x] + [(xr[ti], dims[ti]) for ti in split] + [(q, dims[ti]) for ti, q in qr.items()]
+            width += [(tw[(ti, d0)], -dims[ti]) for ti in split if (ti, d0) in tw]
+            leave = [(e, wt * dims[ti]) for ti in range(T) for e, wt in others[ti] if not (ti in g and e == g[ti])]
             pieces = [(ls * nl, 0.0)]  # (per unit of u, per unit of the total)
             if ct.single_host:
                 pieces.append((-ls, ls))
             else:
                 pieces += [(ls * (L - 1), 0.0), (rs * nr, 0.0), (-rs * L, rs)]
             for per_u, per_total in pieces:
-                row = [(comm, 1.0), (some, -lat)] + [(v, -per_u * w) for v, w in width]
-                row += [(q, per_total * float(ctx.terms.dims[ti])) for ti, q in r.items()]
+                row = [(comm, 1.0), (some, -lat), (by_rows, -lat)] + [(v, -per_u * w) for v, w in width]
+                row += [(e, per_total * w) for e, w in leave]
                 m.row(row, per_total * total, math.inf)
         else:
             m.row({comm: 1.0}, 0.0, math.inf)
         m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)]
-              + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()], 0.0, math.inf)
+              + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()] + ([(hier[d0], -1.0)] if hier else []), 0.0, math.inf)
+    for ti in split:  # the shares add up; two blocks or more; the direct collective's blocks at least g
+        splitting = [(e, -w) for e, w in others[ti] if not (ti in r and e == r[ti])]
+        m.row(rho_sum[ti] + splitting, 0.0, 0.0)
+        m.row(block_sum[ti] + [(e, 2 * w) for e, w in splitting], 0.0, math.inf)
+        if ti in g:
+            nested = [(tw[(ti, c.devices[0])], -float(len(c.devices))) for c in classes if (ti, c.devices[0]) in tw]
+            m.row(block_sum[ti] + nested + [(g[ti], -1.0)], 0.0, math.inf)
     for ti in range(T):
-        others = [(r[ti], 1.0)] if ti in r else []
-        m.row(cover[ti] + [(e, w * float(units[ti])) for e, w in others], float(units[ti]), float(units[ti]))
+        m.row(cover[ti] + [(e, w * float(units[ti])) for e, w in others[ti]], float(units[ti]), float(units[ti]))
         if not count[ti]:
             continue
-        m.row(count[ti] + others, 1.0, math.inf)  # the devices holding t: at least one unless it is replicated
+        m.row(count[ti] + others[ti], 1.0, math.inf)  # the devices holding t: at least one unless it is elsewhere
         lines = table_cut_lines(env, ti, 1 if table_wise else D)
         top = 1 if table_wise else min(D, int(units[ti]))
         for alpha, beta in lines:
             row = [(z, 1.0)] + [(v, -beta * w) for v, w in count[ti]]
-            row += [(e, w * max(alpha, alpha + beta * top, 0.0)) for e, w in others]
+            row += [(e, w * max(alpha, alpha + beta * top, 0.0)) for e, w in others[ti]]
             m.row(row, alpha, math.inf)
     return m, z
+
+
+def _hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, classes: list[DeviceClass], tw: dict[tuple[int, int], int],
+                       hosts_of: dict[int, int], dims: np.ndarray) -> dict[int, int]:
+    """Per class, hier_c >= both passes of the table-row-wise collectives (`milp._add_hierarchical_rows` averaged over
+    the class's hosts: its host width W_c = sum_t dim_t tw_tc, all hosts' W = sum_c H_c W_c), at the mixed job's
+    slowest links. Keyed by the class's first device."""
+    bm = ctx.bm
+    ct = bm.comm_terms()
+    L, H = ct.group_size, ct.num_groups
+    q = bm.batch / bm.num_devices * 4.0  # bytes per unit of width and peer (costmodels.hierarchical.COMM_BYTES)
+    intra = (L - 1) * H * q / ct.intra_bw * MS
+    inter = q / ct.inter_bw * MS
+    present = m.var(0, 1)
+    for v in tw.values():
+        m.row({present: 1.0, v: -1.0}, 0.0, math.inf)
+    every = {v: float(hosts_of[d]) * float(dims[ti]) for (ti, d), v in tw.items()}
+    out: dict[int, int] = {}
+    for c in classes:
+        d0 = c.devices[0]
+        hier = out[d0] = m.var(0, math.inf)
+        mine = {v: float(dims[ti]) for (ti, d), v in tw.items() if d == d0}
+        send = {k: -2.0 * (intra + (H - 1) * inter) * w for k, w in mine.items()}
+        recv = {k: -2.0 * inter * w for k, w in every.items()}
+        for k, w in mine.items():
+            recv[k] = recv.get(k, 0.0) - 2.0 * (intra - inter) * w
+        for row in (send, recv):
+            m.row({hier: 1.0, present: -2.0 * ct.hier_start_ms, **row}, 0.0, math.inf)
+    return out
 
 
 def _envelope_context(instance: Instance) -> AnalyticRelaxation:
@@ -182,21 +265,25 @@ def _envelope_context(instance: Instance) -> AnalyticRelaxation:
     hold on a device of any kind."""
     from solvers.bound.context import mixed_envelope
 
-    return AnalyticRelaxation(instance, AnalyticCostModel(mixed_envelope(instance)), host_memory=False, row_splits=False)
+    return AnalyticRelaxation(instance, AnalyticCostModel(mixed_envelope(instance)), host_memory=False)
 
 
-def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: float = 10.0, replicas: bool = True) -> float | None:
-    """The per-kind LP's bound (ms) of `instance`'s table-wise and column-wise plans in HBM (with `replicas`, and not
-    `table_wise`: data-parallel replicas too), each device priced on its own kind; +inf when no such plan fits, None
-    where the LP does not hold for the topology (`device_classes`) or HiGHS did not finish in time."""
+def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: float = 10.0, replicas: bool = True,
+                   row_splits: bool = True) -> float | None:
+    """The per-kind LP's bound (ms) of `instance`'s plans in HBM - table-wise ones with `table_wise`; else of
+    table-wise and column-wise shards, data-parallel replicas (`replicas`) and row splits (`row_splits`) where the
+    instance allows them (`AnalyticRelaxation.replicable`, `row_split`, `host_row_split`) - each device priced on its
+    own kind; +inf when no such plan fits, None where the LP does not hold for the topology (`device_classes`) or
+    HiGHS did not finish in time."""
     classes = device_classes(instance)
     if isinstance(classes, str):
         return None
-    ctx = AnalyticRelaxation(instance, host_memory=False, row_splits=False, replicas=replicas, own_kinds=True)
+    ctx = AnalyticRelaxation(instance, host_memory=False, row_splits=row_splits, replicas=replicas, own_kinds=True)
     fits = pair_fits(instance, ctx.terms, table_wise, False)
-    if any(not fits[ti].any() and not (replicas and not table_wise and ctx.replicable[ti]) for ti in range(len(ctx.terms.dims))):
-        return math.inf  # a table no device holds (whole, or a column shard) and that may not be replicated
-    m, z = build_kinds_lp(ctx, classes, table_wise, replicas)
+    elsewhere = np.zeros(len(ctx.terms.dims), dtype=bool) if table_wise else (ctx.replicable | ctx.row_split | ctx.host_row_split)
+    if any(not fits[ti].any() and not elsewhere[ti] for ti in range(len(ctx.terms.dims))):
+        return math.inf  # a table no device holds (whole, or a column shard) that may not be replicated or split by rows
+    m, z = build_kinds_lp(ctx, classes, table_wise, replicas, row_splits)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
@@ -205,4 +292,3 @@ def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: flo
     if res.status is not MilpStatus.optimal or res.objective is None:
         return None
     return float(res.objective)
-
