@@ -31,6 +31,7 @@ from shardopt.core.hardware import get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
+from solvers.bound.symmetric import pair_rows
 from solvers.bound.table_cuts import table_cut_lines
 from solvers.milp import MilpStatus, SparseModel, solve_milp
 
@@ -132,17 +133,7 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
             x[ti], n[ti], sv[ti] = m.var(0, 1), m.var(0, int(fit[ti])), m.var(0, math.inf)
             cover[ti].append((n[ti], Dc))
             count[ti].append((x[ti], Dc))
-            if table_wise:
-                m.row({n[ti]: 1.0, x[ti]: -float(units[ti])}, 0.0, 0.0)
-            else:
-                m.row({n[ti]: 1.0, x[ti]: -float(fit[ti])}, -math.inf, 0.0)
-                m.row({x[ti]: 1.0, n[ti]: -1.0}, -math.inf, 0.0)
-            for a, slope in kc.hulls[ti]:
-                m.row({sv[ti]: 1.0, x[ti]: -a, n[ti]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
-            if not table_wise:
-                cc = m.var(0, math.inf)
-                m.row({cc: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
-                m.row({sv[ti]: 1.0, cc: -float(t.sector)}, 0.0, math.inf)
+            pair_rows(m, x[ti], n[ti], sv[ti], kc.hulls[ti], int(units[ti]), int(fit[ti]), float(t.elem[ti]), t.sector, table_wise)
         # row blocks of this class's average device: rho <= xr <= g + tw, xr >= tw, qr <= min(xr, g)
         rho: dict[int, int] = {}
         xr: dict[int, int] = {}

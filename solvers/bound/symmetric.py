@@ -29,6 +29,24 @@ def devices_interchangeable(instance: Instance) -> bool:
     return len(set(caps)) == 1 and topo.num_devices % topo.devices_per_host == 0 and topo.num_devices % topo.intra_group_size == 0
 
 
+def pair_rows(m: SparseModel, x: int, n: int, s: int, hull: list[tuple[float, float]], units: int, most: int, elem: float, sector: int,
+              table_wise: bool) -> None:
+    """The rows of one pair's variables (a table on a device, or on every device of a class): x in [0, 1] holds, n
+    units of 4 columns (table-wise: all `units` or none; else at most `most`, at least one where x), s >= the sector
+    hull, and split, s >= the sector bytes of n's columns rounded up (through c)."""
+    if table_wise:
+        m.row({n: 1.0, x: -float(units)}, 0.0, 0.0)
+    else:
+        m.row({n: 1.0, x: -float(most)}, -math.inf, 0.0)
+        m.row({x: 1.0, n: -1.0}, -math.inf, 0.0)
+    for a, slope in hull:
+        m.row({s: 1.0, x: -a, n: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
+    if not table_wise:
+        c = m.var(0, math.inf)
+        m.row({c: 1.0, n: -DIM_ALIGNMENT * elem / sector}, 0.0, math.inf)
+        m.row({s: 1.0, c: -float(sector)}, 0.0, math.inf)
+
+
 PLAN_CLASSES = ("any", "mixed", "column_wise")  # the plans a symmetric LP bounds (`build_symmetric_lp`)
 
 
@@ -116,17 +134,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
             m.row([(e, w * units) for e, w in others(ti)], float(units), float(units))
             continue
         m.row([(n[ti], float(n_dev))] + [(e, w * units) for e, w in others(ti)], units, units)
-        if table_wise:
-            m.row({n[ti]: 1.0, x[ti]: -float(units)}, 0.0, 0.0)
-        else:
-            m.row({n[ti]: 1.0, x[ti]: -float(nmax[(ti, 0)])}, -math.inf, 0.0)
-            m.row({x[ti]: 1.0, n[ti]: -1.0}, -math.inf, 0.0)
-        for a, slope in ctx.hulls[ti]:
-            m.row({sv[ti]: 1.0, x[ti]: -a, n[ti]: -slope * DIM_ALIGNMENT}, 0.0, math.inf)
-        if not table_wise:
-            c = m.var(0, math.inf)
-            m.row({c: 1.0, n[ti]: -DIM_ALIGNMENT * t.elem[ti] / t.sector}, 0.0, math.inf)
-            m.row({sv[ti]: 1.0, c: -float(t.sector)}, 0.0, math.inf)
+        pair_rows(m, x[ti], n[ti], sv[ti], ctx.hulls[ti], units, nmax[(ti, 0)], float(t.elem[ti]), t.sector, table_wise)
         m.row({y: 1.0, x[ti]: -1.0}, 0.0, math.inf)
         if ti in r:
             m.row({y: 1.0, r[ti]: -1.0}, 0.0, math.inf)
