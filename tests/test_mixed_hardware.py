@@ -237,9 +237,10 @@ def test_calibrating_for_a_mixed_job_is_refused_by_name() -> None:
         domain_settings("cuda", "a100", [load_instance(MIXED)])
 
 
-def random_mixed(seed: int) -> Instance:
+def random_mixed(seed: int, host_memory: bool = False) -> Instance:
     """A small job of two kinds on two to four hosts (of one or two devices), the second kind's devices with 1.5x the
-    HBM: few enough tables that every table-wise plan can be enumerated."""
+    HBM (with `host_memory`, each device a share of host memory as large as its HBM, and less HBM): few enough tables
+    that every table-wise plan can be enumerated."""
     rng = np.random.default_rng(seed)
     per_host = int(rng.choice([1, 2]))
     hosts = 2 if per_host == 2 else int(rng.choice([2, 3, 4]))
@@ -250,27 +251,33 @@ def random_mixed(seed: int) -> Instance:
                     pooling_factor=float(rng.choice([1.0, 5.0, 20.0, 80.0])), access=AccessProfile(zipf=float(rng.choice([0.3, 0.8, 1.1, 1.4]))))
               for i in range(int(rng.integers(2, 5)))]
     cap = int(sum(t.rows * t.dim * 4 for t in tables) * float(rng.choice([1.0, 3.0])) / len(dev_kinds)) + 64 * 1024**2
+    if host_memory:
+        cap //= 2
+    mems = [cap if k == kinds[0] else int(cap * 1.5) for k in dev_kinds]
     topo = Topology(num_devices=len(dev_kinds), devices_per_host=per_host, hardware=kinds[0], device_hardware=dev_kinds,
-                    memory_bytes=[cap if k == kinds[0] else int(cap * 1.5) for k in dev_kinds])
+                    memory_bytes=mems, host_memory_bytes=mems if host_memory else 0)
     return Instance(name=f"mixed-{seed}", tables=tables, topology=topo, workload=Workload(batch_size=int(rng.choice([4096, 65536]))))
 
 
-@pytest.mark.parametrize("seed", [0, 6, 10, 14, 21, 31, 38, 39])
-def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int) -> None:
+@pytest.mark.parametrize("seed, host", [(0, False), (6, False), (10, False), (14, False), (1, True), (5, True), (18, True), (38, True)])
+def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int, host: bool) -> None:
     """Each device on its own kind (solvers.bound.kinds): below the best table-wise plan (enumerated) and below random
     plans of column shards, replicas and row splits (over devices anywhere, over all or some devices of one host); the
-    bound of all those plans below the table-wise one (it covers more plans)."""
+    bound of all those plans below the table-wise one (it covers more plans). With host memory, shards there too
+    (UVM, alone or behind an HBM cache)."""
     from itertools import product
 
     from solvers.bound.kinds import kinds_lp_bound
 
-    inst = random_mixed(seed)
+    inst = random_mixed(seed, host)
     cm = AnalyticCostModel()
     D = inst.topology.num_devices
-    whole, cols = kinds_lp_bound(inst, table_wise=True), kinds_lp_bound(inst)
+    (whole, host_whole), (cols, host_cols) = kinds_lp_bound(inst, table_wise=True), kinds_lp_bound(inst)
     assert whole is not None and cols is not None and 0 < cols <= whole * (1 + 1e-9)
-    costs = [cm.plan_costs(inst, plan).max_cost for devs in product(range(D), repeat=len(inst.tables))
-             if check_plan(inst, plan := [Shard(table=t.name, device=d) for t, d in zip(inst.tables, devs)]).ok]
+    assert host_whole == host_cols == host
+    places = [(d, k) for d in range(D) for k in ([Kernel.fused, Kernel.fused_uvm] if host else [Kernel.fused])]
+    costs = [cm.plan_costs(inst, plan).max_cost for where in product(places, repeat=len(inst.tables))
+             if check_plan(inst, plan := [Shard(table=t.name, device=d, kernel=k) for t, (d, k) in zip(inst.tables, where)]).ok]
     assert costs and whole <= min(costs) * (1 + 1e-9)
     rng = np.random.default_rng(seed + 100)
     judged = 0
@@ -295,6 +302,10 @@ def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int) -> None:
                 cut = int(rng.integers(1, units))
                 shards += [Shard(table=t.name, device=int(rng.integers(D)), cols=4 * cut),
                            Shard(table=t.name, device=int(rng.integers(D)), col_offset=4 * cut, cols=4 * (units - cut))]
+            elif host and rng.random() < 0.5:  # whole, in host memory: alone or behind a cache
+                shards.append(Shard(table=t.name, device=int(rng.integers(D)), kernel=Kernel.fused_uvm) if rng.random() < 0.5 else
+                              Shard(table=t.name, device=int(rng.integers(D)), kernel=Kernel.fused_uvm_caching,
+                                    cache_load_factor=float(rng.choice([0.05, 0.2, 0.5]))))
             else:
                 shards.append(Shard(table=t.name, device=int(rng.integers(D))))
         if check_plan(inst, shards).ok:
@@ -337,6 +348,6 @@ def test_the_per_kind_lp_names_the_topologies_it_does_not_hold_for() -> None:
     uneven = Instance.model_validate(doc)
     classes = device_classes(uneven)
     if inst.topology.devices_per_host > 1:
-        assert isinstance(classes, str) and "host 0" in classes and kinds_lp_bound(uneven) is None
+        assert isinstance(classes, str) and "host 0" in classes and kinds_lp_bound(uneven) == (None, False)
     else:
         assert len(classes) == 3

@@ -150,14 +150,14 @@ def analytic_lower_bound(
 def _mixed_kinds_bound(instance: Instance, cost_model: CostModel | None, *, time_limit: float, table_wise: bool, per_type: bool,
                        replicas: bool, host_memory: bool, row_splits: bool) -> AnalyticBound:
     """A job that mixes hardware kinds: the per-kind LP (solvers.bound.kinds: each device on its own kind) bounds its
-    plans in HBM (table- and column-wise shards, replicas, row splits); the kinds' envelope bounds every covered plan,
-    host memory included, far more loosely. The higher of the two where the per-kind LP answers, which then says what
-    it covers (the envelope's value and coverage stay in `info`)."""
+    plans (table- and column-wise shards, replicas, row splits, in HBM and, where every kind's relaxation covers it,
+    in host memory); the kinds' envelope bounds the same plans far more loosely. The higher of the two where the
+    per-kind LP answers, which then says what it covers (the envelope's value and coverage stay in `info`)."""
     from solvers.bound.kinds import device_classes, kinds_lp_bound
 
     start = time.perf_counter()
-    kinds = (kinds_lp_bound(instance, table_wise, max(0.1, 0.25 * time_limit), replicas, row_splits)
-             if cost_model is None or isinstance(cost_model, AnalyticCostModel) else None)
+    kinds, kinds_host = ((kinds_lp_bound(instance, table_wise, max(0.1, 0.25 * time_limit), replicas, row_splits, host_memory))
+                         if cost_model is None or isinstance(cost_model, AnalyticCostModel) else (None, False))
     left = max(0.1, time_limit - (time.perf_counter() - start))
     out = _lower_bound(instance, cost_model, time_limit=left, table_wise=table_wise, per_type=per_type, replicas=replicas,
                        host_memory=host_memory, row_splits=row_splits)
@@ -165,25 +165,28 @@ def _mixed_kinds_bound(instance: Instance, cost_model: CostModel | None, *, time
     classes = device_classes(instance)
     if kinds is None or not math.isfinite(kinds) or kinds <= out.value_ms or out.status == "infeasible":
         why = (classes if isinstance(classes, str) else "HiGHS did not finish it in time" if kinds is None
-               else "no plan in HBM fits" if not math.isfinite(kinds) else f"{kinds:.6g} ms, no higher")
+               else "no covered plan fits" if not math.isfinite(kinds) else f"{kinds:.6g} ms, no higher")
         out.info["per_kind_lp"] = why
         return out
     names = " / ".join(dict.fromkeys(c.kind for c in classes))
     reps = replicas and not table_wise and out.covers_replicas
     rows = row_splits and not table_wise and out.covers_row_splits
+    host = kinds_host and out.covers_host_memory
+    where = "in HBM or host memory (UVM kernels)" if host else "in HBM"
     if table_wise:
-        what = "every table-wise plan in HBM (each table whole on one device)"
+        what = f"every table-wise plan {where} (each table whole on one device)"
     else:
         kinds_of = ["table-wise", "column-wise"] + (["row-wise"] if rows else []) + (["data-parallel"] if reps else [])
-        what = (f"every plan of {', '.join(kinds_of[:-1])} and {kinds_of[-1]} shards in HBM (column splits into shards whose widths "
-                f"are multiples of {DIM_ALIGNMENT}" + ("; row splits over any devices or within one host" if rows else "") + ")")
-    missing = ([] if rows or table_wise else ["row-wise"]) + ["host-memory (UVM)"]
-    covers = (f"{what}, under the analytic cost model with each device priced on its own kind's profile ({names}); not "
-              f"{' or '.join(missing)} shards, not row x column blocks, not other cost models (the kinds' envelope bound, "
-              f"{out.value_ms:.6g} ms, is looser" + (" and covers host-memory shards too)" if out.covers_host_memory else ")"))
+        what = (f"every plan of {', '.join(kinds_of[:-1])} and {kinds_of[-1]} shards {where} (column splits into shards whose "
+                f"widths are multiples of {DIM_ALIGNMENT}" + ("; row splits over any devices or within one host" if rows else "") + ")")
+    missing = ([] if rows or table_wise else ["row-wise"]) + ([] if host else ["host-memory (UVM)"])
+    covers = (f"{what}, under the analytic cost model with each device priced on its own kind's profile ({names}); "
+              + (f"not {' or '.join(missing)} shards, " if missing else "") + "not row x column blocks, not other cost models (the "
+              f"kinds' envelope bound, {out.value_ms:.6g} ms, is looser"
+              + (" and covers host-memory shards too)" if out.covers_host_memory and not host else ")"))
     info = dict(out.info, envelope_bound_ms=out.value_ms, envelope_covers=out.covers, envelope_source=out.source)
     return AnalyticBound(kinds, "bound", table_wise, "HiGHS (scipy.optimize.milp)", time.perf_counter() - start, covers, out.cost_model,
-                         source="per-kind LP", info=info, covers_replicas=reps, covers_host_memory=False, covers_row_splits=rows,
+                         source="per-kind LP", info=info, covers_replicas=reps, covers_host_memory=host, covers_row_splits=rows,
                          solver_message="the LP relaxation with one copy of the device variables per class of devices (kind, HBM, host "
                          "memory), each class on its kind's profile")
 

@@ -30,6 +30,7 @@ from costmodels.analytic import MS, AnalyticCostModel
 from shardopt.core.hardware import get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
+from solvers.bound.coverage import host_tables, host_tier_reason
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
 from solvers.bound.symmetric import pair_rows
 from solvers.bound.table_cuts import table_cut_lines
@@ -69,7 +70,7 @@ def device_classes(instance: Instance) -> list[DeviceClass] | str:
 
 
 def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wise: bool = False, replicas: bool = True,
-                   row_splits: bool = True) -> tuple[SparseModel, int]:
+                   row_splits: bool = True, host_memory: bool = False) -> tuple[SparseModel, int]:
     """The per-kind LP (module docstring) of `ctx`'s instance: `ctx` is the relaxation of the mixed model (each device
     its own kind's profile: its links, the slowest kind's start-ups, the row splits' and replicas' collectives at the
     slowest links), the compute rows of a class come from a relaxation of the same instance on its kind's profile
@@ -78,14 +79,17 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     Row splits (not `table_wise`; where `ctx` allows them) are `milp._add_row_variables` averaged per class: g_t the
     share split over devices (the direct collective), tw_tc the average over the class's hosts of t's split within a
     host (the hierarchical collectives), and per class a device's average row share rho_tc, blocks xr_tc and second
-    blocks qr_tc."""
+    blocks qr_tc. With `host_memory` (every kind's relaxation covers it: `AnalyticRelaxation.host_memory`), hu_tc of
+    a class's n_tc and hr_tc of its rho_tc in its host memory (`build_symmetric_lp`'s rows, per class), charged their
+    HBM cost as there."""
     bm = ctx.bm
     inst = bm.instance
     ct = bm.comm_terms()
     D, L = bm.num_devices, inst.topology.devices_per_host
     env = _envelope_context(inst)  # the table cuts: the envelope is no slower than any kind, so its cuts hold anywhere
-    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(get_profile(k)), replicas=replicas, host_memory=False, row_splits=row_splits)
+    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(get_profile(k)), replicas=replicas, host_memory=host_memory, row_splits=row_splits)
                 for k in dict.fromkeys(c.kind for c in classes)}
+    may_host, must_host = host_tables(inst)
     m = SparseModel()
     z = m.var(-math.inf, math.inf)
     T = len(ctx.terms.dims)
@@ -106,7 +110,7 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     for ti in range(T):
         if len(others[ti]) > 1:
             m.row(others[ti], -math.inf, 1.0)  # at most one of replicated, split over devices, split within a host
-    fits_all = pair_fits(inst, ctx.terms, table_wise, False)  # [T, D] (memory terms are the kinds' alike)
+    fits_all = pair_fits(inst, ctx.terms, table_wise, host_memory)  # [T, D] (memory terms are the kinds' alike)
     cover: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c n_tc
     count: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c x_tc: devices holding t
     rho_sum: dict[int, list[tuple[int, float]]] = {ti: [] for ti in split}  # sum_c D_c rho_tc
@@ -151,12 +155,24 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
                 m.row({qr[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
                 m.row({qr[ti]: 1.0, g[ti]: -1.0}, -math.inf, 0.0)
                 block_sum[ti].append((qr[ti], Dc))
+        host = host_memory and c.host_capacity > 0
+        hu = {ti: m.var(0, int(fit[ti])) for ti in x if host and may_host[ti]}  # n's units in host memory
+        hr = {ti: m.var(0, 1) for ti in split if host and may_host[ti]}  # rho's share in host memory
+        for ti, u in hu.items():
+            m.row({u: 1.0, n[ti]: -1.0}, 0.0 if must_host[ti] else -math.inf, 0.0)
+        for ti, q in hr.items():
+            m.row({q: 1.0, rho[ti]: -1.0}, -math.inf, 0.0)
         y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
         for v in [*x.values(), *r.values(), *xr.values()]:
             m.row({y: 1.0, v: -1.0}, 0.0, math.inf)
         mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / c.capacity) for ti in x] + [(x[ti], t.mem_fixed[ti] / c.capacity) for ti in x]
         mem += [(q, rep.mem[ti] / c.capacity) for ti, q in r.items()] + [(rho[ti], rows.mem_rho[ti] / c.capacity) for ti in split]
+        mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / c.capacity) for ti, u in hu.items()]
+        mem += [(q, -rows.mem_col_rho[ti] / c.capacity) for ti, q in hr.items()]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
+        if hu or hr:
+            m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / c.host_capacity) for ti, u in hu.items()]
+                  + [(q, rows.mem_col_rho[ti] / c.host_capacity) for ti, q in hr.items()], -math.inf, 1.0 + MEMORY_SLACK)
         use_hits = t.kappa_ms > 0
         h = m.var(0, math.inf if use_hits else 0.0)
         if use_hits:
@@ -260,26 +276,29 @@ def _envelope_context(instance: Instance) -> AnalyticRelaxation:
 
 
 def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: float = 10.0, replicas: bool = True,
-                   row_splits: bool = True) -> float | None:
-    """The per-kind LP's bound (ms) of `instance`'s plans in HBM - table-wise ones with `table_wise`; else of
-    table-wise and column-wise shards, data-parallel replicas (`replicas`) and row splits (`row_splits`) where the
-    instance allows them (`AnalyticRelaxation.replicable`, `row_split`, `host_row_split`) - each device priced on its
-    own kind; +inf when no such plan fits, None where the LP does not hold for the topology (`device_classes`) or
-    HiGHS did not finish in time."""
+                   row_splits: bool = True, host_memory: bool = True) -> tuple[float | None, bool]:
+    """(the per-kind LP's bound in ms, whether it covers host memory) of `instance`'s plans - table-wise ones with
+    `table_wise`; else of table-wise and column-wise shards, data-parallel replicas (`replicas`) and row splits
+    (`row_splits`) where the instance allows them (`AnalyticRelaxation.replicable`, `row_split`, `host_row_split`),
+    in HBM and, with `host_memory` where every kind's relaxation covers it, in host memory - each device priced on
+    its own kind. The bound is +inf when no such plan fits, None where the LP does not hold for the topology
+    (`device_classes`) or HiGHS did not finish in time."""
     classes = device_classes(instance)
     if isinstance(classes, str):
-        return None
+        return None, False
     ctx = AnalyticRelaxation(instance, host_memory=False, row_splits=row_splits, replicas=replicas, own_kinds=True)
-    fits = pair_fits(instance, ctx.terms, table_wise, False)
+    host = host_memory and all(host_tier_reason(AnalyticCostModel(get_profile(k)).bind(instance)) is None
+                               for k in dict.fromkeys(c.kind for c in classes))
+    fits = pair_fits(instance, ctx.terms, table_wise, host)
     elsewhere = np.zeros(len(ctx.terms.dims), dtype=bool) if table_wise else (ctx.replicable | ctx.row_split | ctx.host_row_split)
     if any(not fits[ti].any() and not elsewhere[ti] for ti in range(len(ctx.terms.dims))):
-        return math.inf  # a table no device holds (whole, or a column shard) that may not be replicated or split by rows
-    m, z = build_kinds_lp(ctx, classes, table_wise, replicas, row_splits)
+        return math.inf, host  # a table no device holds (whole, or a column shard) that may not be replicated or split by rows
+    m, z = build_kinds_lp(ctx, classes, table_wise, replicas, row_splits, host)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
     if res.status is MilpStatus.infeasible:
-        return math.inf
+        return math.inf, host
     if res.status is not MilpStatus.optimal or res.objective is None:
-        return None
-    return float(res.objective)
+        return None, host
+    return float(res.objective), host
