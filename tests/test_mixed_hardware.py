@@ -351,3 +351,29 @@ def test_the_per_kind_lp_names_the_topologies_it_does_not_hold_for() -> None:
         assert isinstance(classes, str) and "host 0" in classes and kinds_lp_bound(uneven) == (None, False)
     else:
         assert len(classes) == 3
+
+
+@pytest.mark.parametrize("seed", [6, 14, 30])
+def test_the_class_lp_bounds_a_job_of_one_kind_whose_memories_differ(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One kind, two HBM sizes: the same LP with one copy of the device variables per memory class is below the
+    enumerated best table-wise plan, and stands in for the table cuts where the full relaxation is too large."""
+    from itertools import product
+
+    import solvers.bound.bound as bound_module
+    from solvers.bound import analytic_lower_bound
+    from solvers.bound.context import AnalyticRelaxation
+    from solvers.bound.kinds import device_classes, kinds_lp_bound
+    from solvers.bound.table_cuts import table_cut_bound
+
+    inst = relabel(random_mixed(seed), None)
+    assert not inst.topology.is_mixed and len(device_classes(inst, one_kind=True)) == 2
+    cm = AnalyticCostModel()
+    D = inst.topology.num_devices
+    best = min(cm.plan_costs(inst, plan).max_cost for devs in product(range(D), repeat=len(inst.tables))
+               if check_plan(inst, plan := [Shard(table=t.name, device=d) for t, d in zip(inst.tables, devs)]).ok)
+    value, _ = kinds_lp_bound(inst)
+    assert value is not None and 0 < value <= best * (1 + 1e-9)
+    monkeypatch.setattr(bound_module, "MAX_FULL_PAIRS", 0)  # as if the devices were too many to build the relaxation
+    b = analytic_lower_bound(inst, time_limit=10)
+    assert b.source == "class LP" and b.value_ms == pytest.approx(value)
+    assert b.value_ms > table_cut_bound(AnalyticRelaxation(inst)) and b.value_ms <= best * (1 + 1e-9)

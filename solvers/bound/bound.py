@@ -243,7 +243,15 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
                                  solver_message=f"the symmetric LP did not finish within {0.8 * time_limit:g} s ({n_pairs:,} pairs: too large "
                                  "for the full relaxation); a longer --time-limit gives its bound", **flags)
     elif n_pairs > MAX_FULL_PAIRS:  # devices that differ, and too many pairs to build the relaxation in memory
-        return AnalyticBound(table_cut_bound(ctx, table_wise), "bound", table_wise, solver, time.perf_counter() - start, covers, model_name,
+        cuts = table_cut_bound(ctx, table_wise)
+        classes = _class_lp(instance, cost_model, ctx, table_wise, replicas, row_splits, max(0.1, 0.9 * time_limit - (time.perf_counter() - start)))
+        if classes is not None and classes > cuts:
+            # the devices fall into a few classes of memory (and the LP holds for them): the relaxation's LP with one copy
+            # of the device variables per class (solvers.bound.kinds), of every covered plan
+            return AnalyticBound(classes, "bound", table_wise, solver, time.perf_counter() - start, covers, model_name, source="class LP", **flags,
+                                 solver_message=f"{n_pairs:,} (table, device) pairs on devices that differ: the LP relaxation with one copy "
+                                 "of the device variables per class of devices (HBM, host memory)")
+        return AnalyticBound(cuts, "bound", table_wise, solver, time.perf_counter() - start, covers, model_name,
                              source="table cuts", **flags,
                              solver_message=f"{n_pairs:,} (table, device) pairs on devices that differ: beyond what the full relaxation "
                              f"is built for ({MAX_FULL_PAIRS:,}); the bound that needs no solver")
@@ -293,6 +301,21 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
         cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,
         solver_message=res["message"], source=source, **sizes, info=_constraints_info(instance, counted=source == "relaxation"), **flags,
     )
+
+
+def _class_lp(instance: Instance, cost_model: CostModel | None, ctx: AnalyticRelaxation, table_wise: bool, replicas: bool, row_splits: bool,
+              time_limit: float) -> float | None:
+    """The class LP's bound (solvers.bound.kinds.kinds_lp_bound) of a job of one kind whose devices differ in memory,
+    where it covers the same plans as `ctx` (host memory included where `ctx` covers it); None where it does not
+    hold (placement constraints, a host of two classes, levels), did not finish, or the job mixes kinds."""
+    from solvers.bound.kinds import kinds_lp_bound
+
+    if instance.topology.is_mixed:
+        return None
+    value, host = kinds_lp_bound(instance, table_wise, time_limit, replicas, row_splits, ctx.host_memory, cost_model)
+    if value is None or not math.isfinite(value) or host != ctx.host_memory:
+        return None
+    return value
 
 
 def _constraints_info(instance: Instance, counted: bool) -> dict[str, Any]:

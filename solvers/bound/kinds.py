@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.analytic import MS, AnalyticCostModel
-from shardopt.core.hardware import get_profile
+from costmodels.analytic import MS, AnalyticCostModel, envelope_profile
+from costmodels.base import CostModel
+from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables, host_tier_reason
@@ -47,10 +48,12 @@ class DeviceClass:
     host_capacity: int
 
 
-def device_classes(instance: Instance) -> list[DeviceClass] | str:
-    """The classes of `instance`'s devices, or why the per-kind LP does not hold for its topology (a string)."""
+def device_classes(instance: Instance, one_kind: bool = False) -> list[DeviceClass] | str:
+    """The classes of `instance`'s devices, or why the per-kind LP does not hold for its topology (a string). With
+    `one_kind`, also of a job of one kind (classes of HBM and host memory: the class LP, where the devices' memories
+    differ)."""
     topo = instance.topology
-    if not topo.is_mixed:
+    if not topo.is_mixed and not one_kind:
         return "the job has one hardware kind (the bound's own LP prices it exactly)"
     if topo.levels is not None or topo.graph is not None:
         return "the topology lists levels or a graph (the per-kind LP takes two levels: hosts and the network)"
@@ -70,7 +73,8 @@ def device_classes(instance: Instance) -> list[DeviceClass] | str:
 
 
 def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wise: bool = False, replicas: bool = True,
-                   row_splits: bool = True, host_memory: bool = False) -> tuple[SparseModel, int]:
+                   row_splits: bool = True, host_memory: bool = False,
+                   profiles: dict[str, HardwareProfile] | None = None) -> tuple[SparseModel, int]:
     """The per-kind LP (module docstring) of `ctx`'s instance: `ctx` is the relaxation of the mixed model (each device
     its own kind's profile: its links, the slowest kind's start-ups, the row splits' and replicas' collectives at the
     slowest links), the compute rows of a class come from a relaxation of the same instance on its kind's profile
@@ -81,14 +85,16 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     host (the hierarchical collectives), and per class a device's average row share rho_tc, blocks xr_tc and second
     blocks qr_tc. With `host_memory` (every kind's relaxation covers it: `AnalyticRelaxation.host_memory`), hu_tc of
     a class's n_tc and hr_tc of its rho_tc in its host memory (`build_symmetric_lp`'s rows, per class), charged their
-    HBM cost as there."""
+    HBM cost as there. `profiles`: each kind's profile (default: the shipped one of its name; a job of one kind priced
+    on another profile, e.g. a calibrated one, passes it)."""
     bm = ctx.bm
     inst = bm.instance
     ct = bm.comm_terms()
     D, L = bm.num_devices, inst.topology.devices_per_host
-    env = _envelope_context(inst)  # the table cuts: the envelope is no slower than any kind, so its cuts hold anywhere
-    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(get_profile(k)), replicas=replicas, host_memory=host_memory, row_splits=row_splits)
-                for k in dict.fromkeys(c.kind for c in classes)}
+    profiles = profiles or {k: get_profile(k) for k in dict.fromkeys(c.kind for c in classes)}
+    env = _envelope_context(inst, list(profiles.values()))  # the table cuts: no slower than any kind, so they hold anywhere
+    per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(p), replicas=replicas, host_memory=host_memory, row_splits=row_splits)
+                for k, p in profiles.items()}
     may_host, must_host = host_tables(inst)
     m = SparseModel()
     z = m.var(-math.inf, math.inf)
@@ -267,33 +273,34 @@ def _hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, classes: list[De
     return out
 
 
-def _envelope_context(instance: Instance) -> AnalyticRelaxation:
-    """The relaxation of `instance` on its kinds' envelope (every device as fast as the fastest kind): its table cuts
-    hold on a device of any kind."""
-    from solvers.bound.context import mixed_envelope
-
-    return AnalyticRelaxation(instance, AnalyticCostModel(mixed_envelope(instance)), host_memory=False)
+def _envelope_context(instance: Instance, profiles: list[HardwareProfile]) -> AnalyticRelaxation:
+    """The relaxation of `instance` on the profiles' envelope (every device as fast as the fastest kind; one profile:
+    itself): its table cuts hold on a device of any kind."""
+    env = profiles[0] if len(profiles) == 1 else envelope_profile(profiles)
+    return AnalyticRelaxation(instance, AnalyticCostModel(env), host_memory=False)
 
 
 def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: float = 10.0, replicas: bool = True,
-                   row_splits: bool = True, host_memory: bool = True) -> tuple[float | None, bool]:
+                   row_splits: bool = True, host_memory: bool = True, cost_model: CostModel | None = None) -> tuple[float | None, bool]:
     """(the per-kind LP's bound in ms, whether it covers host memory) of `instance`'s plans - table-wise ones with
     `table_wise`; else of table-wise and column-wise shards, data-parallel replicas (`replicas`) and row splits
     (`row_splits`) where the instance allows them (`AnalyticRelaxation.replicable`, `row_split`, `host_row_split`),
     in HBM and, with `host_memory` where every kind's relaxation covers it, in host memory - each device priced on
-    its own kind. The bound is +inf when no such plan fits, None where the LP does not hold for the topology
-    (`device_classes`) or HiGHS did not finish in time."""
-    classes = device_classes(instance)
+    its own kind (a job of one kind: on `cost_model`'s profile, the class LP of its memory classes). The bound is +inf
+    when no such plan fits, None where the LP does not hold for the topology (`device_classes`) or HiGHS did not
+    finish in time."""
+    classes = device_classes(instance, one_kind=True)
     if isinstance(classes, str):
         return None, False
-    ctx = AnalyticRelaxation(instance, host_memory=False, row_splits=row_splits, replicas=replicas, own_kinds=True)
-    host = host_memory and all(host_tier_reason(AnalyticCostModel(get_profile(k)).bind(instance)) is None
-                               for k in dict.fromkeys(c.kind for c in classes))
+    ctx = AnalyticRelaxation(instance, cost_model, host_memory=False, row_splits=row_splits, replicas=replicas, own_kinds=True)
+    kinds = list(dict.fromkeys(c.kind for c in classes))
+    profiles = {k: get_profile(k) for k in kinds} if instance.topology.is_mixed else {kinds[0]: ctx.bm.profile}
+    host = host_memory and all(host_tier_reason(AnalyticCostModel(p).bind(instance)) is None for p in profiles.values())
     fits = pair_fits(instance, ctx.terms, table_wise, host)
     elsewhere = np.zeros(len(ctx.terms.dims), dtype=bool) if table_wise else (ctx.replicable | ctx.row_split | ctx.host_row_split)
     if any(not fits[ti].any() and not elsewhere[ti] for ti in range(len(ctx.terms.dims))):
         return math.inf, host  # a table no device holds (whole, or a column shard) that may not be replicated or split by rows
-    m, z = build_kinds_lp(ctx, classes, table_wise, replicas, row_splits, host)
+    m, z = build_kinds_lp(ctx, classes, table_wise, replicas, row_splits, host, profiles)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
