@@ -354,9 +354,10 @@ def test_the_per_kind_lp_names_the_topologies_it_does_not_hold_for() -> None:
 
 
 @pytest.mark.parametrize("seed", [6, 14, 30])
-def test_the_class_lp_bounds_a_job_of_one_kind_whose_memories_differ(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_class_lp_bounds_a_job_of_one_kind_whose_memories_differ(seed: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """One kind, two HBM sizes: the same LP with one copy of the device variables per memory class is below the
-    enumerated best table-wise plan, and stands in for the table cuts where the full relaxation is too large."""
+    enumerated best table-wise plan, and is the bound where the pairs are too many to branch on (above the table
+    cuts); the CLI says so."""
     from itertools import product
 
     import solvers.bound.bound as bound_module
@@ -373,7 +374,11 @@ def test_the_class_lp_bounds_a_job_of_one_kind_whose_memories_differ(seed: int, 
                if check_plan(inst, plan := [Shard(table=t.name, device=d) for t, d in zip(inst.tables, devs)]).ok)
     value, _ = kinds_lp_bound(inst)
     assert value is not None and 0 < value <= best * (1 + 1e-9)
-    monkeypatch.setattr(bound_module, "MAX_FULL_PAIRS", 0)  # as if the devices were too many to build the relaxation
+    monkeypatch.setattr(bound_module, "FULL_RELAXATION_MAX_PAIRS", 0)  # as if the pairs were too many to branch on
     b = analytic_lower_bound(inst, time_limit=10)
     assert b.source == "class LP" and b.value_ms == pytest.approx(value)
     assert b.value_ms > table_cut_bound(AnalyticRelaxation(inst)) and b.value_ms <= best * (1 + 1e-9)
+    path = tmp_path / "uneven.json"
+    path.write_text(inst.model_dump_json())
+    r = CliRunner().invoke(app, ["bound", str(path), "--time-limit", "5"])
+    assert r.exit_code == 0 and "per class of devices" in r.output, r.output

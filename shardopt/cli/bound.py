@@ -145,6 +145,9 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
     elif result.source == "per-kind LP":
         how = ("the LP relaxation with each device on its own hardware kind, one copy of the device variables per class of "
                "devices (kind, HBM, host memory): docs/analytic-bound.md, \"the per-kind LP\"")
+    elif result.source == "class LP":
+        how = ("the LP relaxation with one copy of the device variables per class of devices (HBM, host memory): the devices "
+               "differ in memory, host by host, and the pairs are too many to branch on (docs/analytic-bound.md, \"the per-kind LP\")")
     elif result.source == "table cuts":
         how = (f"HiGHS proved nothing within the {time_limit:g} s limit, so this is the bound that "
                "needs no solver: every table lies on some devices, one of which then costs at least this (valid, but weak "
