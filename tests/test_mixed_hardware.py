@@ -344,13 +344,11 @@ def test_the_per_kind_lp_names_the_topologies_it_does_not_hold_for() -> None:
     assert not isinstance(device_classes(inst), str)
     assert "one hardware kind" in device_classes(relabel(inst, None))
     doc = json.loads(inst.model_dump_json())
-    doc["topology"]["memory_bytes"][0] += 1 << 20  # two HBM sizes in one host, or a host of its own: a class apart
+    doc["topology"]["memory_bytes"][0] += 1 << 20  # two HBM sizes in one host (of two devices)
     uneven = Instance.model_validate(doc)
     classes = device_classes(uneven)
-    if inst.topology.devices_per_host > 1:
-        assert isinstance(classes, str) and "host 0" in classes and kinds_lp_bound(uneven) == (None, False)
-    else:
-        assert len(classes) == 3
+    assert inst.topology.devices_per_host == 2
+    assert isinstance(classes, str) and "host 0" in classes and kinds_lp_bound(uneven) == (None, False)
 
 
 @pytest.mark.parametrize("seed", [6, 14, 30])

@@ -196,7 +196,6 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
                  replicas: bool, host_memory: bool, row_splits: bool) -> AnalyticBound:
     """`analytic_lower_bound` of one kind, or of a mixed job on its kinds' envelope."""
     start = time.perf_counter()
-    backend = "highs"
     roomy = _roomy_envelope_instance(instance, cost_model)
     if roomy is not None:
         # a job that mixes kinds is bounded on the kinds' envelope, every device alike but for its memory: with the
@@ -222,7 +221,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             # too large for the full relaxation, which alone carries the constraints (pins make the devices differ,
             # so the symmetric LP does not hold for it): the bound of every plan, also a bound of the constrained ones
             out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
-                                       table_wise=table_wise, backend=backend, per_type=per_type, replicas=replicas, host_memory=host_memory,
+                                       table_wise=table_wise, per_type=per_type, replicas=replicas, host_memory=host_memory,
                                        row_splits=row_splits)
             out.info.update(_constraints_info(instance, counted=False))
             out.time_s = time.perf_counter() - start
