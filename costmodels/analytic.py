@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
+from costmodels.comm_terms import CommTerms, pooled_level_terms
 from costmodels.hierarchical import hierarchical_comm_time
 from costmodels.graph_comm import GraphComm
 from costmodels.level_comm import LevelComm
@@ -219,32 +220,6 @@ def cache_miss_share(histogram: np.ndarray, rows: float, lookups: float, cache_r
 
 
 @dataclass(frozen=True)
-class CommTerms:
-    """The numbers one device's all-to-all time is made of (docs/analytic-model.md, "Communication"): a start-up
-    latency, and per unit of pooled width the ms to each local and each remote peer, with each device's peer counts.
-    Public for the certified bound, whose inequalities are linear pieces of this time (solvers.bound.inequalities)."""
-
-    latency_ms: float  # per direction and pass
-    local_scale: float  # ms per unit of pooled width per peer on the same host (NVLink)
-    remote_scale: float  # ... per peer on another host (the network)
-    local_peers: np.ndarray  # [D] devices on the device's host other than itself
-    remote_peers: np.ndarray  # [D] devices on other hosts
-    single_host: bool
-    # the row splits' hierarchical collectives (costmodels/hierarchical.py): devices per table-row-wise group and the
-    # groups (the host, or an NVLink domain of topology levels), the two links, the collectives' start-ups (ms)
-    group_size: int
-    num_groups: int
-    intra_bw: float
-    inter_bw: float
-    hier_start_ms: float
-
-    @property
-    def local_size(self) -> int:
-        """Devices in the all-to-all's local group (the host; an NVLink domain where levels list one)."""
-        return int(self.local_peers[0]) + 1 if len(self.local_peers) else 1
-
-
-@dataclass(frozen=True)
 class TableTerms:
     """Per table what the compute terms scale with: rows, bytes per element, and the workload's optimizer. Public
     for the certified bound's per-shard coefficients (solvers.bound.terms)."""
@@ -334,24 +309,35 @@ class BoundAnalytic(BoundCostModel):
 
     def comm_terms(self) -> CommTerms:
         """The two-level terms; also of a topology whose levels are two levels of that kind (an inner level that is
-        also the table-row-wise group - an NVLink domain over hosts - and the network), or one. ValueError for any
-        other network (three levels or more, an inner level inside a host, a graph)."""
+        also the table-row-wise group - an NVLink domain over hosts - and the network), or one. Levels of any other
+        nesting (three or more, an inner level inside a host) are pooled into those two roles, each send at its
+        slowest level and each receive on the summed bandwidths: `pooled_level_terms`, a lower bound of the time
+        (docs/analytic-bound.md, "Three levels or more"). ValueError for a graph."""
         topo = self.instance.topology
         p = self.profile
+        q = self.batch / topo.num_devices * COMM_BYTES
         if self._by_level is None:
+            L, H = topo.devices_per_host, topo.num_hosts
             return CommTerms(self._latency_ms, self._local_scale, self._remote_scale, self._local_peers.copy(), self._remote_peers.copy(),
-                             self._single_host, topo.devices_per_host, topo.num_hosts, self.intra_bw, self.inter_bw,
-                             (2 * p.alltoall_latency_s + p.network_latency_s) * MS)
-        why = two_level_network(topo)
-        if why is not None:
-            raise ValueError(f"comm_terms: {why} is not two levels whose inner one is the table-row-wise group (an NVLink domain "
-                             "of whole hosts) and the network")
+                             self._single_host, L, H, self.intra_bw, self.inter_bw,
+                             (2 * p.alltoall_latency_s + p.network_latency_s) * MS,
+                             hier_intra_ms=(L - 1) * H * q / self.intra_bw * MS, hier_send_ms=(H - 1) * q / self.inter_bw * MS,
+                             hier_recv_ms=q / self.inter_bw * MS)
+        if topo.graph is not None:
+            raise ValueError("comm_terms: topology.graph: a network graph is not two levels (NVLink within a group and the network)")
+        lc = self._by_level
+        if two_level_network(topo) is not None:
+            return pooled_level_terms(self.levels, num_devices=topo.num_devices, group_size=topo.intra_group_size, batch=self.batch,
+                                      latency_ms=lc.latency_ms, hier_start_ms=lc.hier_start_ms)
         levels = topo.levels
-        lc, size, D = self._by_level, levels[0].devices, topo.num_devices
+        size, D = levels[0].devices, topo.num_devices
+        L, H = topo.intra_group_size, topo.num_intra_groups
         local = np.full(D, size - 1, dtype=np.float64)
         remote = np.full(D, D - size, dtype=np.float64)
-        return CommTerms(lc.latency_ms, float(lc.scales[0]), float(lc.scales[-1]), local, remote, len(levels) == 1, topo.intra_group_size,
-                         topo.num_intra_groups, float(levels[0].bandwidth), float(levels[-1].bandwidth), lc.hier_start_ms)
+        intra, inter = float(levels[0].bandwidth), float(levels[-1].bandwidth)
+        return CommTerms(lc.latency_ms, float(lc.scales[0]), float(lc.scales[-1]), local, remote, len(levels) == 1, L, H, intra, inter,
+                         lc.hier_start_ms, hier_intra_ms=(L - 1) * H * q / intra * MS, hier_send_ms=(H - 1) * q / inter * MS,
+                         hier_recv_ms=q / inter * MS)
 
     def table_terms(self) -> TableTerms:
         return TableTerms(self._rows.copy(), self._elem.copy(), self._optimizer)

@@ -245,8 +245,16 @@ def as_rows(inst: Instance, shards: list[Shard]) -> list[tuple[int, int, float, 
                                   with_levels(make_instance(6, 8, seed=54, mem_factor=2.0, per_host=2, batch_size=65536),
                                               [{"name": "nvlink_domain", "devices": 4, "bandwidth": 3e11, "latency_s": 1e-6},
                                                {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}]),
-                                  with_levels(make_instance(5, 4, seed=55, mem_factor=1.5, per_host=2, batch_size=16384), ONE_DOMAIN_4)],
-                         ids=["one-host", "two-hosts", "two-hosts-uvm", "nvlink-domains", "one-domain-two-hosts"])
+                                  with_levels(make_instance(5, 4, seed=55, mem_factor=1.5, per_host=2, batch_size=16384), ONE_DOMAIN_4),
+                                  with_levels(make_instance(6, 8, seed=56, mem_factor=2.0, per_host=2, batch_size=65536),
+                                              [{"name": "host", "devices": 2, "bandwidth": 4e11},
+                                               {"name": "nvlink_domain", "devices": 4, "bandwidth": 2e11, "latency_s": 1e-6},
+                                               {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}]),
+                                  with_levels(make_instance(6, 8, seed=57, mem_factor=2.0, per_host=4, batch_size=32768),
+                                              [{"name": "pair", "devices": 2, "bandwidth": 3e11},
+                                               {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}])],
+                         ids=["one-host", "two-hosts", "two-hosts-uvm", "nvlink-domains", "one-domain-two-hosts", "three-levels",
+                              "pair-inside-a-host"])
 def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance) -> None:
     """Random plans mixing whole tables, column halves, replicas and row splits (over any devices, two blocks on one
     device, over a whole host: the hierarchical collectives): the relaxation at each is below its cost."""
@@ -346,17 +354,17 @@ def test_a_table_too_large_for_any_device_is_covered_by_row_splits() -> None:
     assert table_cut_bound(AnalyticRelaxation(inst, row_splits=False)) > cost
 
 
-def test_networks_the_bound_is_not_proven_for_are_refused() -> None:
-    from solvers.bound import BoundError
-
+def test_networks_beyond_the_two_roles_are_pooled_and_say_so() -> None:
+    """Three levels and a level inside a host are bounded with their levels pooled (tests/test_bound_levels.py), and
+    `covers` says so; two levels of the bound's kind are priced exactly and say nothing of it."""
     three = with_levels(make_instance(3, 8, seed=9, per_host=2), [{"name": "host", "devices": 2, "bandwidth": 3e11},
                                                                  {"name": "nvlink_domain", "devices": 4, "bandwidth": 2e11},
                                                                  {"name": "network", "devices": 8, "bandwidth": 2e10}])
-    with pytest.raises(BoundError, match="topology.levels"):
-        analytic_lower_bound(three, CM, time_limit=2)
     inside = with_levels(make_instance(3, 8, seed=9, per_host=4), [{"name": "pair", "devices": 2, "bandwidth": 3e11},
                                                                   {"name": "network", "devices": 8, "bandwidth": 2e10}])
-    with pytest.raises(BoundError, match="not of that kind"):
-        analytic_lower_bound(inside, CM, time_limit=2)
+    for inst in (three, inside):
+        bound = analytic_lower_bound(inst, CM, time_limit=5)
+        assert bound.status in ("optimal", "bound") and "pooled" in bound.covers
     domains = with_levels(make_instance(3, 4, seed=8, per_host=1), DOMAINS_4)
-    assert analytic_lower_bound(domains, CM, time_limit=5).status in ("optimal", "bound")
+    bound = analytic_lower_bound(domains, CM, time_limit=5)
+    assert bound.status in ("optimal", "bound") and "pooled" not in bound.covers

@@ -237,15 +237,29 @@ def test_calibrating_for_a_mixed_job_is_refused_by_name() -> None:
         domain_settings("cuda", "a100", [load_instance(MIXED)])
 
 
-def random_mixed(seed: int, host_memory: bool = False) -> Instance:
+# topology levels for `random_mixed` (hosts of `per_host`, 4 hosts): NVLink domains of two hosts, then the network;
+# or three levels (a host link of its own, the domain, the network: pooled into two roles by the bound)
+MIXED_LEVELS = {
+    "domains": lambda per_host: [{"name": "nvlink_domain", "devices": 2 * per_host, "bandwidth": 3e11, "latency_s": 1e-6},
+                                 {"name": "network", "devices": 4 * per_host, "bandwidth": 2.5e10, "latency_s": 1e-5}],
+    "three": lambda per_host: [{"name": "host", "devices": per_host, "bandwidth": 4e11},
+                               {"name": "nvlink_domain", "devices": 2 * per_host, "bandwidth": 2e11, "latency_s": 1e-6},
+                               {"name": "network", "devices": 4 * per_host, "bandwidth": 2.5e10, "latency_s": 1e-5}],
+}
+
+
+def random_mixed(seed: int, host_memory: bool = False, levels: str | None = None) -> Instance:
     """A small job of two kinds on two to four hosts (of one or two devices), the second kind's devices with 1.5x the
     HBM (with `host_memory`, each device a share of host memory as large as its HBM, and less HBM): few enough tables
-    that every table-wise plan can be enumerated."""
+    that every table-wise plan can be enumerated. `levels` (a key of MIXED_LEVELS): four hosts whose network is
+    given as topology levels, the kinds split at an NVLink domain (or, with three levels, a host)."""
     rng = np.random.default_rng(seed)
     per_host = int(rng.choice([1, 2]))
-    hosts = 2 if per_host == 2 else int(rng.choice([2, 3, 4]))
+    hosts = 4 if levels else 2 if per_host == 2 else int(rng.choice([2, 3, 4]))
+    if levels == "three":
+        per_host = 2
     kinds = [("a100", "h200"), ("v100", "h100"), ("a100", "h100"), ("h100", "h200")][seed % 4]
-    split = int(rng.integers(1, hosts))
+    split = 2 if levels == "domains" else int(rng.integers(1, hosts))
     dev_kinds = [kinds[0] if d // per_host < split else kinds[1] for d in range(per_host * hosts)]
     tables = [Table(name=f"t{i}", rows=int(rng.integers(1000, 3_000_000)), dim=int(rng.choice([4, 8, 16, 32, 64, 128])),
                     pooling_factor=float(rng.choice([1.0, 5.0, 20.0, 80.0])), access=AccessProfile(zipf=float(rng.choice([0.3, 0.8, 1.1, 1.4]))))
@@ -255,21 +269,26 @@ def random_mixed(seed: int, host_memory: bool = False) -> Instance:
         cap //= 2
     mems = [cap if k == kinds[0] else int(cap * 1.5) for k in dev_kinds]
     topo = Topology(num_devices=len(dev_kinds), devices_per_host=per_host, hardware=kinds[0], device_hardware=dev_kinds,
-                    memory_bytes=mems, host_memory_bytes=mems if host_memory else 0)
+                    memory_bytes=mems, host_memory_bytes=mems if host_memory else 0,
+                    levels=MIXED_LEVELS[levels](per_host) if levels else None)
     return Instance(name=f"mixed-{seed}", tables=tables, topology=topo, workload=Workload(batch_size=int(rng.choice([4096, 65536]))))
 
 
-@pytest.mark.parametrize("seed, host", [(0, False), (6, False), (10, False), (14, False), (1, True), (5, True), (18, True), (38, True)])
-def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int, host: bool) -> None:
+@pytest.mark.parametrize("seed, host, levels", [(0, False, None), (6, False, None), (10, False, None), (14, False, None), (1, True, None),
+                                                (5, True, None), (18, True, None), (38, True, None), (5, False, "domains"),
+                                                (9, True, "domains"), (1, False, "three"), (11, False, "three"),
+                                                pytest.param(30, True, "three", marks=pytest.mark.slow)])
+def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int, host: bool, levels: str | None) -> None:
     """Each device on its own kind (solvers.bound.kinds): below the best table-wise plan (enumerated) and below random
-    plans of column shards, replicas and row splits (over devices anywhere, over all or some devices of one host); the
-    bound of all those plans below the table-wise one (it covers more plans). With host memory, shards there too
-    (UVM, alone or behind an HBM cache)."""
+    plans of column shards, replicas and row splits (over devices anywhere, over all or some devices of one group);
+    the bound of all those plans below the table-wise one (it covers more plans). With host memory, shards there too
+    (UVM, alone or behind an HBM cache). With topology levels: NVLink domains of two hosts (the group), and three
+    levels (pooled)."""
     from itertools import product
 
     from solvers.bound.kinds import kinds_lp_bound
 
-    inst = random_mixed(seed, host)
+    inst = random_mixed(seed, host, levels)
     cm = AnalyticCostModel()
     D = inst.topology.num_devices
     (whole, host_whole), (cols, host_cols) = kinds_lp_bound(inst, table_wise=True), kinds_lp_bound(inst)
@@ -281,7 +300,7 @@ def test_the_per_kind_bound_is_below_every_plan_it_covers(seed: int, host: bool)
     assert costs and whole <= min(costs) * (1 + 1e-9)
     rng = np.random.default_rng(seed + 100)
     judged = 0
-    per_host = inst.topology.devices_per_host
+    per_host = inst.topology.intra_group_size  # (a table-row-wise split's group: the host, or an NVLink domain)
     for _ in range(60):
         shards: list[Shard] = []
         for t in inst.tables:

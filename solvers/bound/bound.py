@@ -16,7 +16,7 @@ from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
 from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
-from solvers.bound.context import AnalyticRelaxation, mixed_envelope
+from solvers.bound.context import AnalyticRelaxation, mixed_envelope, network_pooling
 from solvers.bound.milp import build_relaxation, pair_fits
 from solvers.bound.solve import _solve_highs, relaxation_plan
 from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
@@ -51,13 +51,19 @@ def _envelope_words(ctx: AnalyticRelaxation) -> str:
             "fastest: a bound of the mixed job, looser than one per kind)")
 
 
+def _network_words(ctx: AnalyticRelaxation) -> str:
+    """How topology levels beyond the bound's two roles are priced (nothing where the terms are exact)."""
+    pooled = network_pooling(ctx.bm.instance)
+    return f" with the network's all-to-all bounded from below ({pooled})" if pooled else ""
+
+
 def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
     """The plans a bound of `ctx` covers, in words (what `AnalyticBound.covers` says)."""
     where = "in HBM or host memory (UVM kernels)" if ctx.host_memory else "in HBM"
     not_host = "" if ctx.host_memory else f" or host-memory (UVM) shards ({ctx.host_reason})"
     if table_wise:
         return (f"every table-wise plan {where} (each table whole on one device), under the analytic cost model{_envelope_words(ctx)}; not "
-                f"column-, row-wise or data-parallel shards{not_host}, not other cost models")
+                f"column-, row-wise or data-parallel shards{not_host}, not other cost models{_network_words(ctx)}")
     reps, rows = bool(ctx.replicable.any()), bool(ctx.row_split.any() or ctx.host_row_split.any())
     kinds = ["table-wise", "column-wise"] + (["row-wise"] if rows else []) + (["data-parallel"] if reps else [])
     missing = ([] if rows else ["row-wise"]) + ([] if reps else ["data-parallel"])
@@ -66,7 +72,7 @@ def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
             + (f"; row splits over any devices or within one {_group_word(ctx)}" if rows else "")
             + ("; a replica of every table that may be replicated" if reps else "")
             + "), under the analytic cost model" + _envelope_words(ctx) + "; not row x column blocks (grid)"
-            + (f", {' or '.join(missing)} shards" if missing else "") + f"{not_host}, not other cost models")
+            + (f", {' or '.join(missing)} shards" if missing else "") + f"{not_host}, not other cost models{_network_words(ctx)}")
 
 
 FULL_RELAXATION_MAX_PAIRS = 20_000  # above this many (table, device) pairs, interchangeable devices get the symmetric LP only

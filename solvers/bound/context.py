@@ -41,14 +41,23 @@ class DeviceComputeBound:
 
 def network_refusal(instance: Instance) -> str | None:
     """Why the bound does not cover `instance`'s network (what its BoundError says), or None when it does: the two
-    levels of old, or topology levels of that kind (an NVLink domain of whole hosts, then the network). Read from the
-    topology alone: nothing is bound (a graph's routing is not computed to be refused)."""
-    why = two_level_network(instance.topology)
-    if why is None:
+    levels of old, and topology levels of any nesting (those beyond the bound's two roles pooled into them:
+    `costmodels.comm_terms.pooled_level_terms`). A network graph is refused. Read from the topology alone."""
+    if instance.topology.graph is None:
         return None
-    return (f"{why}: the certified bound's inequalities are proven for two levels (NVLink within a group - a host, or an "
-            "NVLink domain of whole hosts that is also the table-row-wise group - and the network between groups); this "
-            "topology's network is not of that kind")
+    return ("topology.graph: the certified bound's inequalities are proven for topology levels (each device's own link "
+            "per level); a network graph's shared links are not priced by them")
+
+
+def network_pooling(instance: Instance) -> str | None:
+    """What the bound does to `instance`'s network, in words, where it pools levels into its two roles (None where
+    its terms are the model's exactly): said in the bound's `covers`."""
+    why = two_level_network(instance.topology)
+    if why is None or instance.topology.graph is not None:
+        return None
+    return (f"{why}: more than two roles, so each level is pooled into the role its peers fall in (a table-row-wise "
+            "group, beyond it): each send priced at its slowest level, each receive on its role's summed bandwidth (a "
+            "lower bound of the all-to-all, looser than the levels' own)")
 
 
 def hardware_refusal(instance: Instance) -> str | None:

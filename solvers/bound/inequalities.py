@@ -139,16 +139,22 @@ def comm_pieces(bm: BoundAnalytic, device: int, total_width: float) -> list[Comm
         return [CommPiece(0.0, 0.0, 0.0)]
     ct = bm.comm_terms()
     lat = 2 * ct.latency_ms
-    ls, rs = 2 * ct.local_scale, 2 * ct.remote_scale
+    ls, rs = 2 * scale_at(ct.local_scale, device), 2 * scale_at(ct.remote_scale, device)  # receives
+    ss_l, ss_r = (2 * scale_at(s, device) for s in ct.send_scales)  # sends (the same, unless levels were pooled)
     nl, nr = float(ct.local_peers[device]), float(ct.remote_peers[device])
     if ct.single_host:
-        return [CommPiece(lat, ls * nl, 0.0), CommPiece(lat + ls * total_width, -ls, 0.0)]
+        return [CommPiece(lat, ss_l * nl, 0.0), CommPiece(lat + ls * total_width, -ls, 0.0)]
     return [
-        CommPiece(lat, ls * nl, 0.0),
+        CommPiece(lat, ss_l * nl, 0.0),
         CommPiece(lat, -ls, ls),
-        CommPiece(lat, rs * nr, 0.0),
+        CommPiece(lat, ss_r * nr, 0.0),
         CommPiece(lat + rs * total_width, 0.0, -rs),
     ]
+
+
+def scale_at(scale: float | np.ndarray, device: int) -> float:
+    """A scale of one device (a job that mixes kinds has one per device: its own links)."""
+    return float(scale) if np.ndim(scale) == 0 else float(np.asarray(scale)[device])
 
 
 def comm_floor(bm: BoundAnalytic, width: float, total: float | None = None) -> float:
@@ -160,8 +166,10 @@ def comm_floor(bm: BoundAnalytic, width: float, total: float | None = None) -> f
     total = float(bm.table_dims.sum()) if total is None else total  # (the all-to-alls' least total width)
     ct = bm.comm_terms()
     nl, nr = ct.local_peers.astype(np.float64), ct.remote_peers.astype(np.float64)
+    send_l, send_r = ct.send_scales
     if ct.single_host:
-        t = ct.local_scale * np.maximum(nl * width, nl * total / (nl + 1))
+        # max(s nl u, r (total - u)) over u is least where the two meet: s nl r total / (s nl + r) (s = r: nl total / (nl + 1))
+        t = np.maximum(send_l * nl * width, send_l * nl * ct.local_scale * total / (send_l * nl + ct.local_scale))
     else:
-        t = np.maximum(ct.local_scale * nl * width, ct.remote_scale * nr * width)
+        t = np.maximum(send_l * nl * width, send_r * nr * width)
     return float((2 * (ct.latency_ms + t)).min())

@@ -15,8 +15,10 @@ variable over the devices of its class: rows that hold for each device of a clas
 for their average, sums over devices become sums over classes weighted by their device counts, and z, at least
 every device's total, is at least each class's average. The plan's cost is z at that point, so the LP's optimum is
 at most the cost of every covered plan. The comm pieces need a device's group width (the all-to-all's local group)
-to be the group size times the class's average width: so every local group must hold devices of one class
-(`device_classes` refuses a topology where one does not), as every host of the `mixed` family does.
+to be the group size times the class's average width: so every local group (a host, or an NVLink domain of hosts
+with topology levels) must hold devices of one class (`device_classes` refuses a topology where one does not), as
+every host of the `mixed` family does. Levels beyond two roles come pooled (`CommTerms.pooled`), as in the bound's
+own LPs.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.analytic import MS, AnalyticCostModel, envelope_profile
+from costmodels.analytic import AnalyticCostModel, envelope_profile
 from costmodels.base import CostModel
 from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables, host_tier_reason
+from solvers.bound.inequalities import scale_at
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
 from solvers.bound.symmetric import pair_rows
 from solvers.bound.table_cuts import table_cut_lines
@@ -55,16 +58,17 @@ def device_classes(instance: Instance, one_kind: bool = False) -> list[DeviceCla
     topo = instance.topology
     if not topo.is_mixed and not one_kind:
         return "the job has one hardware kind (the bound's own LP prices it exactly)"
-    if topo.levels is not None or topo.graph is not None:
-        return "the topology lists levels or a graph (the per-kind LP takes two levels: hosts and the network)"
+    if topo.graph is not None:
+        return "the topology gives its network as a graph (the per-kind LP takes topology levels: each device's own links)"
     if instance.constraint_kinds():
         return "placement constraints make devices of one kind differ"
     caps, hosts = topo.capacities(), topo.host_capacities()
     key = [(topo.hardware_of(d), caps[d], hosts[d]) for d in range(topo.num_devices)]
-    group = topo.devices_per_host
+    group = topo.intra_group_size  # the host, or an NVLink domain of hosts (the all-to-all's local group where it has one)
+    where = "host" if group == topo.devices_per_host else f"NVLink group (of {group} devices)"
     for start in range(0, topo.num_devices, group):
         if len(set(key[start : start + group])) > 1:
-            return (f"host {start // group} holds devices of more than one class (kind, HBM, host memory): the all-to-all's "
+            return (f"{where} {start // group} holds devices of more than one class (kind, HBM, host memory): the all-to-all's "
                     "local group must be of one class")
     classes: dict[tuple[str, int, int], list[int]] = {}
     for d, k in enumerate(key):
@@ -90,7 +94,7 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     bm = ctx.bm
     inst = bm.instance
     ct = bm.comm_terms()
-    D, L = bm.num_devices, inst.topology.devices_per_host
+    D, L = bm.num_devices, inst.topology.intra_group_size  # (a group: the host, or an NVLink domain of hosts)
     profiles = profiles or {k: get_profile(k) for k in dict.fromkeys(c.kind for c in classes)}
     env = _envelope_context(inst, list(profiles.values()))  # the table cuts: no slower than any kind, so they hold anywhere
     per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(p), replicas=replicas, host_memory=host_memory, row_splits=row_splits)
@@ -204,17 +208,18 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
         # less the widths of the tables replicated or split within a host (they join no all-to-all)
         comm = m.var(-math.inf, math.inf)
         lat = 2 * ct.latency_ms
-        ls, rs = 2 * float(np.broadcast_to(ct.local_scale, (D,))[d0]), 2 * float(np.broadcast_to(ct.remote_scale, (D,))[d0])
+        ls, rs = 2 * scale_at(ct.local_scale, d0), 2 * scale_at(ct.remote_scale, d0)  # receives
+        ss_l, ss_r = (2 * scale_at(sc, d0) for sc in ct.send_scales)  # sends
         nl, nr = float(ct.local_peers[d0]), float(ct.remote_peers[d0])
         if D > 1:
             width = [(n[ti], float(DIM_ALIGNMENT)) for ti in x] + [(xr[ti], dims[ti]) for ti in split] + [(q, dims[ti]) for ti, q in qr.items()]
             width += [(tw[(ti, d0)], -dims[ti]) for ti in split if (ti, d0) in tw]
             leave = [(e, wt * dims[ti]) for ti in range(T) for e, wt in others[ti] if not (ti in g and e == g[ti])]
-            pieces = [(ls * nl, 0.0)]  # (per unit of u, per unit of the total)
+            pieces = [(ss_l * nl, 0.0)]  # (per unit of u, per unit of the total)
             if ct.single_host:
                 pieces.append((-ls, ls))
             else:
-                pieces += [(ls * (L - 1), 0.0), (rs * nr, 0.0), (-rs * L, rs)]
+                pieces += [(ls * (L - 1), 0.0), (ss_r * nr, 0.0), (-rs * L, rs)]
             for per_u, per_total in pieces:
                 row = [(comm, 1.0), (some, -lat), (by_rows, -lat)] + [(v, -per_u * w) for v, w in width]
                 row += [(e, per_total * w) for e, w in leave]
@@ -251,10 +256,7 @@ def _hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, classes: list[De
     slowest links. Keyed by the class's first device."""
     bm = ctx.bm
     ct = bm.comm_terms()
-    L, H = ct.group_size, ct.num_groups
-    q = bm.batch / bm.num_devices * 4.0  # bytes per unit of width and peer (costmodels.hierarchical.COMM_BYTES)
-    intra = (L - 1) * H * q / ct.intra_bw * MS
-    inter = q / ct.inter_bw * MS
+    intra, send_x, recv_x = ct.hier_intra_ms, ct.hier_send_ms, ct.hier_recv_ms
     present = m.var(0, 1)
     for v in tw.values():
         m.row({present: 1.0, v: -1.0}, 0.0, math.inf)
@@ -264,10 +266,10 @@ def _hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, classes: list[De
         d0 = c.devices[0]
         hier = out[d0] = m.var(0, math.inf)
         mine = {v: float(dims[ti]) for (ti, d), v in tw.items() if d == d0}
-        send = {k: -2.0 * (intra + (H - 1) * inter) * w for k, w in mine.items()}
-        recv = {k: -2.0 * inter * w for k, w in every.items()}
+        send = {k: -2.0 * (intra + send_x) * w for k, w in mine.items()}
+        recv = {k: -2.0 * recv_x * w for k, w in every.items()}
         for k, w in mine.items():
-            recv[k] = recv.get(k, 0.0) - 2.0 * (intra - inter) * w
+            recv[k] = recv.get(k, 0.0) - 2.0 * (intra - recv_x) * w
         for row in (send, recv):
             m.row({hier: 1.0, present: -2.0 * ct.hier_start_ms, **row}, 0.0, math.inf)
     return out

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodels.analytic import MS
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_WISE
 from solvers.placement.rules import PlacementRules
@@ -309,23 +308,21 @@ def _add_hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) ->
     if not v.tw:
         return
     ct = bm.comm_terms()
-    L, H = ct.group_size, ct.num_groups
-    q = bm.batch / n_dev * 4.0  # bytes per unit of width and peer (costmodels.hierarchical.COMM_BYTES)
     start = ct.hier_start_ms
     present = m.var(0, 1)
     for tw in v.tw.values():
         m.row({present: 1.0, tw: -1.0}, 0.0, math.inf)
-    intra = (L - 1) * H * q / ct.intra_bw * MS
-    inter = q / ct.inter_bw * MS
+    intra, send_x, recv_x = ct.hier_intra_ms, ct.hier_send_ms, ct.hier_recv_ms
     for d in range(n_dev):
         h = topo.intra_group_of(d)
         mine = {tw: float(ctx.terms.dims[ti]) for (ti, hh), tw in v.tw.items() if hh == h}
         every = {tw: float(ctx.terms.dims[ti]) for (ti, _), tw in v.tw.items()}
-        # send: (L - 1) H q W_h / intra + (H - 1) q W_h / inter; receive: ... + q (W - W_h) / inter
-        send = {k: -2.0 * (intra + (H - 1) * inter) * w for k, w in mine.items()}
-        recv = {k: -2.0 * inter * w for k, w in every.items()}
+        # send: the reduce-scatter's (L - 1) H q W_h / intra + the all-to-all's (H - 1) q W_h / inter (CommTerms.hier_*:
+        # with pooled levels, each at its slowest level); receive: ... + q (W - W_h) / inter
+        send = {k: -2.0 * (intra + send_x) * w for k, w in mine.items()}
+        recv = {k: -2.0 * recv_x * w for k, w in every.items()}
         for k, w in mine.items():
-            recv[k] = recv.get(k, 0.0) - 2.0 * (intra - inter) * w
+            recv[k] = recv.get(k, 0.0) - 2.0 * (intra - recv_x) * w
         for row in (send, recv):
             m.row({v.hier[d]: 1.0, present: -2.0 * start, **row}, 0.0, math.inf)
 

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 
-from costmodels.analytic import MS
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
@@ -226,11 +225,12 @@ def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]
         return None
     bm = ctx.bm
     ct = bm.comm_terms()
-    L, H, D = ct.group_size, ct.num_groups, bm.num_devices
-    q = bm.batch / D * 4.0
+    H = ct.num_groups
     start = ct.hier_start_ms
-    intra = (L - 1) * H * q / ct.intra_bw * MS
-    inter = (H - 1) * q / ct.inter_bw * MS  # send (H - 1) q W_h and receive q (H - 1) W_h: equal here
+    intra = ct.hier_intra_ms
+    # send (H - 1) q W_h and receive q (H - 1) W_h: equal on two levels; with pooled levels the send's scale is the
+    # larger (its slowest level), and both rows hold, so the larger
+    inter = max(ct.hier_send_ms, (H - 1) * ct.hier_recv_ms)
     hier, present = m.var(0, math.inf), m.var(0, 1)
     for v in tw.values():
         m.row({present: 1.0, v: -1.0}, 0.0, math.inf)
