@@ -5,7 +5,9 @@ as a simpler view of it, and both plans are judged as it is. Simulated (analytic
   old (NVLink within the host, the network beyond it): row keys `levels_*` / `two_levels_*`;
 * a job that mixes GPU generations (`device_hardware`) against every device priced as the reference kind, each
   keeping its own memory (what a planner with per-rank capacities but one compute model sees, as TorchRec's):
-  row keys `mixed_*` / `blind_*`, and each plan's share of the lookup work on the devices not of the reference kind.
+  row keys `mixed_*` / `blind_*`, and each plan's share of the lookup work on the devices not of the reference kind;
+* a topology given as a network graph against the two levels of old at device 0's fastest and slowest links (NVLink
+  and NIC: blind to shared, oversubscribed uplinks): row keys `graph_*` / `two_levels_*`.
 
     .venv/bin/python benchmarks/bench_topology_levels.py [INSTANCE.json ...] [--limit 20] [--solvers greedy,neuroshard,cpsat]
         [--bound-limit 60]
@@ -43,6 +45,17 @@ def without_levels(inst: Instance) -> Instance:
     return inst.model_copy(update={"topology": Topology.model_validate(topo.model_dump())})
 
 
+def without_graph(inst: Instance) -> Instance:
+    """The same cluster as the two levels of old describe it: NVLink within the host at the fastest link of device 0,
+    the network at its slowest (its NIC): blind to what the graph adds - shared uplinks, their oversubscription."""
+    graph = inst.topology.graph
+    names = {n["id"]: n for n in graph["nodes"]}
+    links = [e["bandwidth"] for e in graph.get("edges", graph.get("links", []))
+             if any(names.get(end, {}).get("device") == 0 for end in (e["source"], e["target"]))]
+    topo = inst.topology.model_copy(update={"graph": None, "intra_host_bandwidth": max(links), "inter_host_bandwidth": min(links)})
+    return inst.model_copy(update={"topology": Topology.model_validate(topo.model_dump())})
+
+
 def blind_to_mix(inst: Instance) -> Instance:
     """The same job with every device of the reference kind (`topology.hardware`), each keeping its own memory."""
     topo = inst.topology.model_copy(update={"device_hardware": None})
@@ -55,6 +68,8 @@ def views(inst: Instance) -> tuple[str, str, Instance]:
         return "mixed", "blind", blind_to_mix(inst)
     if inst.topology.levels is not None:
         return "levels", "two_levels", without_levels(inst)
+    if inst.topology.graph is not None:
+        return "graph", "two_levels", without_graph(inst)
     raise SystemExit(f"{inst.name}: neither topology levels nor mixed hardware kinds: nothing to compare")
 
 

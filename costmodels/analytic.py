@@ -312,7 +312,8 @@ class BoundAnalytic(BoundCostModel):
         also the table-row-wise group - an NVLink domain over hosts - and the network), or one. Levels of any other
         nesting (three or more, an inner level inside a host) are pooled into those two roles, each send at its
         slowest level and each receive on the summed bandwidths: `pooled_level_terms`, a lower bound of the time
-        (docs/analytic-bound.md, "Three levels or more"). ValueError for a graph."""
+        (docs/analytic-bound.md, "Three levels or more"); a network graph's likewise per device
+        (`GraphComm.bound_terms`, "Network graphs")."""
         topo = self.instance.topology
         p = self.profile
         q = self.batch / topo.num_devices * COMM_BYTES
@@ -323,8 +324,8 @@ class BoundAnalytic(BoundCostModel):
                              (2 * p.alltoall_latency_s + p.network_latency_s) * MS,
                              hier_intra_ms=(L - 1) * H * q / self.intra_bw * MS, hier_send_ms=(H - 1) * q / self.inter_bw * MS,
                              hier_recv_ms=q / self.inter_bw * MS)
-        if topo.graph is not None:
-            raise ValueError("comm_terms: topology.graph: a network graph is not two levels (NVLink within a group and the network)")
+        if isinstance(self._by_level, GraphComm):
+            return self._by_level.bound_terms()
         lc = self._by_level
         if two_level_network(topo) is not None:
             return pooled_level_terms(self.levels, num_devices=topo.num_devices, group_size=topo.intra_group_size, batch=self.batch,

@@ -20,8 +20,11 @@ one local rank); a replica's all-reduce crosses the slowest link any device's tr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from costmodels.comm_terms import CommTerms
 from shardopt.core.network_graph import NetworkGraph
 
 COMM_BYTES = 4
@@ -81,6 +84,9 @@ class GraphComm:
         np.fill_diagonal(same_group, False)
         patterns = {"all": everyone, "group": same_group, "rank": same_rank}
         Cs = {k: np.zeros((len(edges), D)) for k in patterns}
+        # per pattern and device: the links its bytes from that pattern's peers arrive over (the last hops of their
+        # routes), for the certified bound's receives (`bound_terms`)
+        self._last_hops: dict[str, list[set[int]]] = {k: [set() for _ in range(D)] for k in (*patterns, "beyond")}
         self.latency_ms = np.zeros(D)
         import networkx as nx
 
@@ -92,6 +98,15 @@ class GraphComm:
             for w in order[1:]:
                 sigma[w] = sum(sigma[v] for v in pred[w])
                 lat[w] = max(lat[v] + (g.nodes[v]["latency_s"] if v != src else 0.0) for v in pred[w])
+            for j, node in enumerate(net.device_nodes):
+                if j == s:
+                    continue
+                hops = [self._edge_id[(self._index[v], self._index[node])] for v in pred[node]]
+                for name, mask in patterns.items():
+                    if mask[s, j]:
+                        self._last_hops[name][j].update(hops)
+                if not same_group[s, j]:
+                    self._last_hops["beyond"][j].update(hops)
             peers_lat = [lat[n] for n in net.device_nodes if n != src]
             self.latency_ms[s] = (alltoall_latency_s + max(peers_lat, default=0.0)) * MS
             for name, mask in patterns.items():
@@ -161,6 +176,45 @@ class GraphComm:
         total = w.sum(axis=-1, keepdims=True)
         start = np.where(total > 0, self.latency_ms + self._alltoall_ms, 0.0)  # (two start-ups: one path latency, two collectives)
         return intra + inter + start
+
+    def bound_terms(self) -> CommTerms:
+        """The two roles' terms the certified bound's pieces read (group = the host: `group_size`), each at most this
+        graph's time for every plan (docs/analytic-bound.md, "Network graphs"). A device's own bytes load the links
+        they cross in proportion to its width, so its sends are priced at the busiest of its own links' shares of
+        them, `q C[e, d] u_d / BW_e` (exact where its own bytes decide); the bytes it receives from its group peers
+        (or from beyond) all arrive over the last hops of their routes, so they are at least their sum over those
+        links' summed bandwidth. The least of each over devices (the most bandwidth), so one set of terms holds for
+        every device; the start-ups the least device's."""
+        D, G = self.num_devices, self.group_size
+        H = D // G
+        q_ms = self._q * MS
+
+        def busiest_own(name: str) -> float:  # min over devices of max over its links of C[e, d] / BW_e
+            f = self._flows[name]
+            own = f.C[f.links, np.arange(D)[:, None]] * self._inv_bw_ms[f.links] / MS  # [D, U]
+            return float(own.max(axis=1).min()) * q_ms
+
+        def arrival_bw(name: str) -> float:  # max over devices of its last hops' summed bandwidth
+            sums = [float(self._bw[list(h)].sum()) for h in self._last_hops[name] if h]
+            return max(sums) if sums else math.inf
+
+        send = busiest_own("all")
+        nl, nr = G - 1, D - G
+        local_in = arrival_bw("group") if nl else math.inf
+        remote_in = arrival_bw("beyond") if nr else local_in
+        local_in = local_in if nl else remote_in
+        local_recv, remote_recv = q_ms / local_in, q_ms / remote_in
+        start = float(self.latency_ms.min())
+        return CommTerms(
+            start, local_recv, remote_recv, np.full(D, nl, dtype=np.float64), np.full(D, nr, dtype=np.float64), nr == 0, G, H,
+            local_in, remote_in, start + self._alltoall_ms,
+            hier_intra_ms=H * busiest_own("group") if G > 1 else 0.0,
+            hier_send_ms=busiest_own("rank") if H > 1 else 0.0,
+            hier_recv_ms=q_ms / arrival_bw("rank") if H > 1 else 0.0,
+            local_send_scale=send / nl if nl else 0.0, remote_send_scale=send / nr if nr else 0.0,
+            pooled="the network graph bounded per device: each send at the busiest of its own links' share of its bytes, "
+            "each receive over the summed bandwidth of the links its bytes arrive by",
+        )
 
     @property
     def allreduce_bandwidth(self) -> float:

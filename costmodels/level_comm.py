@@ -21,6 +21,7 @@ from shardopt.core.levels import CommLevel, group_sums, level_groups
 
 COMM_BYTES = 4  # fp32 pooled outputs and their gradients
 MS = 1e3
+SHARED_TABLE_MAX = 2048  # devices up to which the innermost-shared-level table is kept ([D, D] indices: 32 MB)
 
 
 class LevelComm:
@@ -37,18 +38,28 @@ class LevelComm:
         self._peers = np.array([lv.peers for lv in levels], dtype=np.float64)
         self.scales = np.array([q / lv.bandwidth * MS for lv in levels])  # ms per unit of width per peer, per level
         self._groups = level_groups(levels, num_devices)  # [K, D]
+        self._first_shared: np.ndarray | None = None  # [D, D] where two devices first share a group (on first use)
         crossing = max((lv.latency_s for lv in levels), default=0.0)
         self.latency_ms = (alltoall_latency_s + crossing) * MS  # the all-to-all's start-up
         self.hier_start_ms = (2 * alltoall_latency_s + crossing) * MS  # the table-row-wise collectives' two start-ups
 
     # ---- the all-to-all of pooled outputs -------------------------------------------------------------------
+    def _nested(self, dims: np.ndarray) -> np.ndarray:
+        """[..., D] as [..., D / size_(K-1), ..., size_1 / size_0, size_0]: the outermost group first, so a level's
+        group sums are sums over the last axes and broadcast back to the devices without copies."""
+        sizes = [lv.devices for lv in self.levels]
+        factors = [sizes[0]] + [b // a for a, b in zip(sizes, sizes[1:])]
+        return dims.reshape(*dims.shape[:-1], *reversed(factors))
+
     def _sends_receives(self, dims: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per level, each device's sends and receives ([..., D] each)."""
+        x = self._nested(dims)
         sends, recvs = [], []
-        inner = dims
-        for k, lv in enumerate(self.levels):
-            outer = group_sums(dims, lv.devices)
+        inner = x
+        for k in range(len(self.levels)):
+            outer = inner.sum(axis=-(k + 1), keepdims=True)
             sends.append(dims * self._peers[k])
-            recvs.append(outer - inner)
+            recvs.append(np.broadcast_to(outer - inner, x.shape).reshape(dims.shape))
             inner = outer
         return sends, recvs
 
@@ -57,11 +68,14 @@ class LevelComm:
         dims = np.asarray(dims, dtype=np.float64)
         if self.num_devices == 1 or not self.levels:
             return np.zeros_like(dims)
-        sends, recvs = self._sends_receives(dims)
-        t = np.zeros_like(dims)
-        for k in range(len(self.levels)):
-            np.maximum(t, np.maximum(sends[k], recvs[k]) * self.scales[k], out=t)
-        return t + self.latency_ms
+        x = self._nested(dims)
+        t = x * float((self._peers * self.scales).max())  # the sends: the slowest level's share of the width (x >= 0)
+        inner = x
+        for k in range(len(self.levels)):  # the receives: each level's on its own group sums (broadcast, no copies)
+            outer = inner.sum(axis=-(k + 1), keepdims=True)
+            np.maximum(t, (outer - inner) * self.scales[k], out=t)
+            inner = outer
+        return t.reshape(dims.shape) + self.latency_ms
 
     def totals_after_adding(self, dims: np.ndarray, width: float, candidates: np.ndarray) -> np.ndarray:
         """[k, D] fwd + bwd all-to-all of every device after adding `width` to device candidates[i] (row i): the
@@ -71,20 +85,41 @@ class LevelComm:
         cands = np.asarray(candidates)
         if self.num_devices == 1 or not self.levels:
             return np.zeros((len(cands), self.num_devices))
-        sends, recvs = self._sends_receives(dims)
+        sends, recvs = (np.array(a) for a in self._sends_receives(dims))  # [K, D] each
         K, w = len(self.levels), float(width)
-        base = np.stack([np.maximum(sends[k], recvs[k]) * self.scales[k] for k in range(K)])  # [K, D]
-        bumped = np.stack([np.maximum(sends[k], recvs[k] + w) * self.scales[k] for k in range(K)])
-        own = np.stack([np.maximum(sends[k] + w * self._peers[k], recvs[k]) * self.scales[k] for k in range(K)]).max(axis=0)
-        per_level = np.empty((K, self.num_devices))  # the time of every device when the width lands at level j
-        for j in range(K):
-            rest = np.delete(base, j, axis=0)
-            per_level[j] = np.maximum(bumped[j], rest.max(axis=0)) if K > 1 else bumped[j]
-        same = self._groups[:, cands, None] == self._groups[:, None, :]  # [K, k, D]: shares a level-j group
-        first = np.argmax(same, axis=0)  # [k, D]: the innermost shared level (the outermost spans every device)
-        out = per_level[first, np.arange(self.num_devices)[None, :]]  # [k, D]
+        scales, peers = self.scales[:, None], self._peers[:, None]
+        base = np.maximum(sends, recvs) * scales  # [K, D]
+        bumped = np.maximum(sends, recvs + w) * scales
+        own = (np.maximum(sends + w * peers, recvs) * scales).max(axis=0)
+        # the time of every device when the width lands at level j: bumped there, the largest of the other levels'
+        # (the top one unless j holds it, then the second)
+        if K > 1:
+            top = np.argmax(base, axis=0)
+            ordered = np.sort(base, axis=0)
+            others = np.where(np.arange(K)[:, None] == top[None, :], ordered[-2][None, :], ordered[-1][None, :])  # [K, D]
+            per_level = np.maximum(bumped, others)
+        else:
+            per_level = bumped
+        # [k, D]: each device's time at the innermost level it shares with the candidate (flat indices into per_level)
+        out = per_level.ravel().take(self._innermost_shared(cands))
         out[np.arange(len(cands)), cands] = own[cands]
         return 2.0 * (out + self.latency_ms)
+
+    def _innermost_shared(self, cands: np.ndarray) -> np.ndarray:
+        """[k, D] the innermost level whose group holds both a candidate and a device - the count of levels whose
+        groups part them (groups nest) - as a flat index into a [K, D] array. Up to SHARED_TABLE_MAX devices the
+        [D, D] table is computed once and gathered from; above, per call."""
+        def parted(rows: np.ndarray) -> np.ndarray:  # as flat indices level x D + device into a [K, D] array
+            first = np.zeros((len(rows), self.num_devices), dtype=np.intp)
+            for g in self._groups:
+                first += g[rows, None] != g[None, :]
+            return first * self.num_devices + np.arange(self.num_devices, dtype=first.dtype)[None, :]
+
+        if self.num_devices > SHARED_TABLE_MAX:
+            return parted(np.asarray(cands))
+        if self._first_shared is None:
+            self._first_shared = parted(np.arange(self.num_devices))
+        return self._first_shared[cands]
 
     # ---- row splits held within one group (a host, or an NVLink domain over hosts) -----------------------------
     def hierarchical_time(self, host_widths: np.ndarray) -> np.ndarray:

@@ -1,7 +1,9 @@
-"""The certified bound on topology levels beyond its two roles (three levels or more, a level inside a host):
-`costmodels.comm_terms.pooled_level_terms` pools the levels into the group a table-row-wise split spans and the rest
-of the job. Its pieces must never be above the level model's time (costmodels/level_comm.py) - checked on random
-topologies and widths - and the bound built on them must stay below every plan (enumerated optima, random plans)."""
+"""The certified bound on networks beyond its two roles: topology levels of three or more, a level inside a host
+(`costmodels.comm_terms.pooled_level_terms` pools the levels into the group a table-row-wise split spans and the rest
+of the job), and network graphs (`GraphComm.bound_terms`: per device, its own links' shares of its sends and the
+last hops of its receives). Their pieces must never be above the model's time (costmodels/level_comm.py,
+graph_comm.py) - checked on random topologies and widths - and the bound built on them must stay below every plan
+(enumerated optima, random plans)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from shardopt.cli import app
 from shardopt.core.ir import Instance, Shard, Topology
 from shardopt.core.levels import comm_levels, two_level_network
 from shardopt.core.plan_check import check_plan
-from solvers.bound import BoundError, analytic_lower_bound, network_refusal
+from solvers.bound import analytic_lower_bound, network_refusal
+from solvers.bound.context import network_pooling
 from test_bound_coverage import options, row_blocks, with_levels
 
 CM = AnalyticCostModel()
@@ -142,20 +145,135 @@ def test_solvers_plans_are_above_the_bound_on_three_levels() -> None:
         assert CM.plan_costs(inst, res.plan.shards).max_cost >= bound.value_ms * (1 - 1e-9), name
 
 
-def test_a_graph_is_still_refused_and_the_cli_bounds_levels(tmp_path) -> None:
-    from shardopt.core.network_graph import two_level_graph
-
+def test_every_network_is_bounded_and_the_cli_says_how(tmp_path) -> None:
     inst = with_levels(make_instance(3, 8, seed=9, per_host=2), THREE)
-    assert network_refusal(inst) is None
-    doc = json.loads(make_instance(3, 4, seed=9, per_host=2).model_dump_json())
-    doc["topology"]["graph"] = two_level_graph(4, 2, 3e11, 2.5e10, 1e-5)
-    graph = Instance.model_validate(doc)
-    assert "topology.graph" in network_refusal(graph)
-    with pytest.raises(BoundError, match="topology.graph"):
-        analytic_lower_bound(graph, CM, time_limit=2)
+    assert network_refusal(inst) is None and "pooled" in network_pooling(inst)
+    assert network_pooling(make_instance(3, 8, seed=9, per_host=2)) is None  # (the two levels of old: exact)
     path = tmp_path / "three.json"
     path.write_text(inst.model_dump_json())
     r = CliRunner().invoke(app, ["bound", str(path), "--time-limit", "10", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)["bound"]
     assert out["value_ms"] > 0 and "pooled" in out["covers"]
+
+
+# ---- network graphs (docs/analytic-bound.md, "Network graphs") -------------------------------------------------
+
+
+def random_graph_instance(rng: np.random.Generator) -> Instance:
+    """Hosts of 1-4 devices on an NVSwitch each (where more than one), every device with a NIC on a leaf switch (one
+    leaf per host, or rails: one leaf per local rank), leaves joined through one or two spines, random bandwidths and
+    switch latencies: shared links that some devices' bytes cross and others' do not."""
+    per_host = int(rng.choice([1, 2, 4]))
+    hosts = int(rng.choice([2, 3, 4]))
+    D = per_host * hosts
+    rails = per_host > 1 and rng.random() < 0.5
+    nodes = [{"id": f"g{d}", "device": d} for d in range(D)]
+    edges = []
+    leaves = per_host if rails else hosts
+    nodes += [{"id": f"leaf{i}", "latency_s": float(rng.uniform(0, 5e-6))} for i in range(leaves)]
+    spines = int(rng.integers(1, 3))
+    nodes += [{"id": f"spine{i}", "latency_s": float(rng.uniform(0, 1e-5))} for i in range(spines)]
+    for h in range(hosts):
+        if per_host > 1:
+            nodes.append({"id": f"nvs{h}"})
+            nvl = float(rng.uniform(1e11, 9e11))
+            edges += [{"source": f"g{h * per_host + r}", "target": f"nvs{h}", "bandwidth": nvl} for r in range(per_host)]
+        for r in range(per_host):
+            edges.append({"source": f"g{h * per_host + r}", "target": f"leaf{r if rails else h}", "bandwidth": float(rng.uniform(1e10, 5e10))})
+    for i in range(leaves):
+        for j in range(spines):
+            edges.append({"source": f"leaf{i}", "target": f"spine{j}", "bandwidth": float(rng.uniform(5e9, 1e11))})
+    inst = make_instance(int(rng.integers(3, 6)), D, seed=int(rng.integers(1000)), per_host=per_host, mem_factor=float(rng.choice([1.5, 3.0])),
+                         batch_size=int(rng.choice([4096, 65536])))
+    doc = json.loads(inst.model_dump_json())
+    doc["topology"]["graph"] = {"nodes": nodes, "edges": edges}
+    return Instance.model_validate(doc)
+
+
+def test_graph_pieces_are_never_above_the_graph_model() -> None:
+    """On 40 random leaf-spine / rail graphs, 20 random width vectors each: the pieces' max is at most the graph
+    model's all-to-all on every device, and the table-row-wise rows at most its `hierarchical_time`."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        inst = random_graph_instance(rng)
+        bm = CM.bind(inst)
+        gc = bm._by_level
+        ct = bm.comm_terms()
+        assert ct.pooled and "topology.graph" in network_pooling(inst)
+        D, G = inst.topology.num_devices, ct.group_size
+        send_l, send_r = ct.send_scales
+        for _ in range(20):
+            dims = rng.integers(0, 5, size=D).astype(float) * 16 * (rng.random(D) < 0.7)
+            group = np.repeat(dims.reshape(-1, G).sum(axis=1), G)
+            pieces = [send_l * ct.local_peers * dims, ct.local_scale * (group - dims)]
+            if not ct.single_host:
+                pieces += [send_r * ct.remote_peers * dims, ct.remote_scale * (dims.sum() - group)]
+            bound = ct.latency_ms + np.max(pieces, axis=0)
+            assert np.all(bound <= gc.time(dims) * (1 + 1e-12)), (dims, bound, gc.time(dims))
+            widths = rng.integers(0, 3, size=ct.num_groups).astype(float) * 32
+            mine = np.repeat(widths, G)
+            rows = ct.hier_intra_ms * mine + np.maximum(ct.hier_send_ms * mine, ct.hier_recv_ms * (widths.sum() - mine))
+            assert np.all(rows + (ct.hier_start_ms if widths.sum() else 0.0) <= gc.hierarchical_time(widths) * (1 + 1e-12) + 1e-15)
+
+
+def test_the_graph_of_two_levels_is_bounded_as_the_two_levels_are() -> None:
+    """The graph of the two levels of old (`two_level_graph`) gives the two-level terms exactly - its sends leave and
+    its receives arrive over one link per role - so its bound is the two-level bound."""
+    from shardopt.core.hardware import get_profile
+    from shardopt.core.network_graph import two_level_graph
+
+    inst = make_instance(6, 4, seed=4, per_host=2, mem_factor=1.6, batch_size=65536, hardware="a100")
+    prof = get_profile("a100")
+    doc = json.loads(inst.model_dump_json())
+    doc["topology"]["graph"] = two_level_graph(4, 2, prof.nvlink_bandwidth, prof.network_bandwidth, prof.network_latency_s)
+    graph = Instance.model_validate(doc)
+    a, b = CM.bind(inst).comm_terms(), CM.bind(graph).comm_terms()
+    for name in ("latency_ms", "local_scale", "remote_scale", "hier_intra_ms", "hier_send_ms", "hier_recv_ms", "hier_start_ms"):
+        assert getattr(b, name) == pytest.approx(getattr(a, name), rel=1e-12), name
+    send = [max(s[0] * t.local_peers[0], s[1] * t.remote_peers[0]) for t, s in ((a, a.send_scales), (b, b.send_scales))]
+    assert send[1] == pytest.approx(send[0], rel=1e-12)  # (one send piece on the graph: its busiest own link)
+    two, on_graph = analytic_lower_bound(inst, CM, time_limit=20), analytic_lower_bound(graph, CM, time_limit=20)
+    assert two.status == on_graph.status == "optimal"  # (solved to HiGHS's gap: the same LP up to a repeated piece)
+    assert on_graph.value_ms == pytest.approx(two.value_ms, rel=1e-3) and "topology.graph" in on_graph.covers
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_bound_of_a_graph_is_below_its_plans(seed: int) -> None:
+    """Random graphs: the bound is below the enumerated best table-wise plan and below random plans of column
+    halves, replicas and row splits (over any devices, over a whole host)."""
+    rng = np.random.default_rng(100 + seed)
+    inst = random_graph_instance(rng)
+    while inst.topology.num_devices > 6 or len(inst.tables) > 4:
+        inst = random_graph_instance(rng)
+    D, L = inst.topology.num_devices, inst.topology.intra_group_size
+    bound = analytic_lower_bound(inst, CM, time_limit=20)
+    assert bound.covers_row_splits and bound.covers_replicas and "topology.graph" in bound.covers
+    best = min((CM.plan_costs(inst, p).max_cost for where in itertools.product(range(D), repeat=len(inst.tables))
+                if check_plan(inst, p := [Shard(table=t.name, device=d) for t, d in zip(inst.tables, where)]).ok), default=math.inf)
+    assert bound.value_ms <= best * (1 + 1e-7)
+    judged = 0
+    for _ in range(80):
+        shards = []
+        for t, table in enumerate(inst.tables):
+            u = rng.random()
+            if u < 0.15:
+                shards += [Shard(table=table.name, device=d, replicated=True) for d in range(D)]
+            elif u < 0.4:
+                if rng.random() < 0.5 and inst.topology.num_intra_groups > 1:
+                    h = int(rng.integers(inst.topology.num_intra_groups))
+                    devs = list(range(h * L, h * L + L))
+                else:
+                    devs = [int(e) for e in rng.choice(D, size=2, replace=False)]
+                devs = devs if len(devs) > 1 else devs * 2
+                shards += row_blocks(inst, t, devs, [1.0 / len(devs)] * len(devs))
+            elif u < 0.65:
+                half = table.dim // 2
+                shards += [Shard(table=table.name, device=int(rng.integers(D)), cols=half),
+                           Shard(table=table.name, device=int(rng.integers(D)), col_offset=half, cols=half)]
+            else:
+                shards.append(Shard(table=table.name, device=int(rng.integers(D))))
+        if check_plan(inst, shards).ok:
+            judged += 1
+            assert bound.value_ms <= CM.plan_costs(inst, shards).max_cost * (1 + 1e-7)
+    assert judged >= 20

@@ -40,20 +40,24 @@ class DeviceComputeBound:
 
 
 def network_refusal(instance: Instance) -> str | None:
-    """Why the bound does not cover `instance`'s network (what its BoundError says), or None when it does: the two
-    levels of old, and topology levels of any nesting (those beyond the bound's two roles pooled into them:
-    `costmodels.comm_terms.pooled_level_terms`). A network graph is refused. Read from the topology alone."""
-    if instance.topology.graph is None:
-        return None
-    return ("topology.graph: the certified bound's inequalities are proven for topology levels (each device's own link "
-            "per level); a network graph's shared links are not priced by them")
+    """Why the bound does not cover `instance`'s network (what its BoundError says), or None when it does: every
+    network the model prices - the two levels of old, topology levels of any nesting, a network graph - is covered,
+    those beyond the bound's two roles bounded from below (`network_pooling` says how). Kept as the one place a
+    future network the bound cannot price would be refused."""
+    return None
 
 
 def network_pooling(instance: Instance) -> str | None:
-    """What the bound does to `instance`'s network, in words, where it pools levels into its two roles (None where
-    its terms are the model's exactly): said in the bound's `covers`."""
-    why = two_level_network(instance.topology)
-    if why is None or instance.topology.graph is not None:
+    """What the bound does to `instance`'s network, in words, where its terms are below the model's all-to-all rather
+    than equal to it (topology levels beyond two roles, a network graph); None where they are exact. Said in the
+    bound's `covers`."""
+    topo = instance.topology
+    if topo.graph is not None:
+        return ("topology.graph: each device's sends priced at the busiest of its own links' share of its bytes, its receives "
+                "over the summed bandwidth of the links they arrive by, the least device's figures for all (a lower bound of "
+                "the all-to-all; shared links' load from other devices is not counted)")
+    why = two_level_network(topo)
+    if why is None:
         return None
     return (f"{why}: more than two roles, so each level is pooled into the role its peers fall in (a table-row-wise "
             "group, beyond it): each send priced at its slowest level, each receive on its role's summed bandwidth (a "
