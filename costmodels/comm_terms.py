@@ -54,6 +54,11 @@ class CommTerms:
     local_send_scale: float | None = None
     remote_send_scale: float | None = None
     pooled: str | None = None  # which levels were pooled into the two roles, in words (None: the terms are exact)
+    # a network graph's shared links (an uplink several devices' bytes cross): ms per unit of the device's group width
+    # v (its group's sends all cross such a link) and per unit of the width beyond its group (total - v: the bytes all
+    # arriving through one); 0 = no such piece
+    group_send_scale: float = 0.0
+    group_recv_scale: float = 0.0
 
     @property
     def local_size(self) -> int:

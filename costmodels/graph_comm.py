@@ -204,17 +204,43 @@ class GraphComm:
         remote_in = arrival_bw("beyond") if nr else local_in
         local_in = local_in if nl else remote_in
         local_recv, remote_recv = q_ms / local_in, q_ms / remote_in
+        group_send, group_recv = self._shared_link_scales() if nr else (0.0, 0.0)
+        hier_group = self._shared_link_scales("rank", per_group=True) if H > 1 else (0.0, 0.0)
         start = float(self.latency_ms.min())
         return CommTerms(
             start, local_recv, remote_recv, np.full(D, nl, dtype=np.float64), np.full(D, nr, dtype=np.float64), nr == 0, G, H,
             local_in, remote_in, start + self._alltoall_ms,
             hier_intra_ms=H * busiest_own("group") if G > 1 else 0.0,
-            hier_send_ms=busiest_own("rank") if H > 1 else 0.0,
-            hier_recv_ms=q_ms / arrival_bw("rank") if H > 1 else 0.0,
+            hier_send_ms=max(busiest_own("rank"), hier_group[0]) if H > 1 else 0.0,
+            hier_recv_ms=max(q_ms / arrival_bw("rank"), hier_group[1]) if H > 1 else 0.0,
             local_send_scale=send / nl if nl else 0.0, remote_send_scale=send / nr if nr else 0.0,
             pooled="the network graph bounded per device: each send at the busiest of its own links' share of its bytes, "
             "each receive over the summed bandwidth of the links its bytes arrive by",
+            group_send_scale=group_send, group_recv_scale=group_recv,
         )
+
+    def _shared_link_scales(self, name: str = "all", per_group: bool = False) -> tuple[float, float]:
+        """(ms per unit of a device's group width, per unit of the width beyond its group) that the links a device
+        waits for carry of its group's bytes together, and of the rest's: what an oversubscribed uplink costs a
+        host's devices together, which no one device's own bytes show. A link e carries `q sum_s C[e, s] x_s`, so at
+        least `q min_(s in d's group) C[e, s]` per unit of the group's width (the all-to-all: each member its own
+        width), or with `per_group` (the row splits' collectives: every member of a group sends the group's width)
+        `q sum_(s in the group) C[e, s]` per unit of it, and beyond the group the least other group's. The busiest
+        such link of each device, the least device's."""
+        f = self._flows[name]
+        D, G = self.num_devices, self.group_size
+        H = D // G
+        group = np.arange(D) // G
+        by_group = np.stack([f.C[:, group == g].sum(axis=1) if per_group else f.C[:, group == g].min(axis=1) for g in range(H)], axis=1)
+        if per_group:
+            outside = np.stack([np.delete(by_group, g, axis=1).min(axis=1) if H > 1 else np.zeros(len(f.C)) for g in range(H)], axis=1)
+        else:
+            outside = np.stack([f.C[:, group != g].min(axis=1) if H > 1 else np.zeros(len(f.C)) for g in range(H)], axis=1)
+        inv = self._inv_bw_ms / MS  # [E + 1] s per byte (the padding link: 0)
+        inside_d = (by_group[f.links, group[:, None]] * inv[f.links]).max(axis=1)  # [D]
+        outside_d = (outside[f.links, group[:, None]] * inv[f.links]).max(axis=1)
+        q_ms = self._q * MS
+        return float(inside_d.min()) * q_ms, float(outside_d.min()) * q_ms
 
     @property
     def allreduce_bandwidth(self) -> float:

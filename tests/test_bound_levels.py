@@ -25,6 +25,7 @@ from shardopt.core.levels import comm_levels, two_level_network
 from shardopt.core.plan_check import check_plan
 from solvers.bound import analytic_lower_bound, network_refusal
 from solvers.bound.context import network_pooling
+from solvers.bound.inequalities import comm_pieces
 from test_bound_coverage import options, row_blocks, with_levels
 
 CM = AnalyticCostModel()
@@ -192,9 +193,11 @@ def random_graph_instance(rng: np.random.Generator) -> Instance:
 
 
 def test_graph_pieces_are_never_above_the_graph_model() -> None:
-    """On 40 random leaf-spine / rail graphs, 20 random width vectors each: the pieces' max is at most the graph
-    model's all-to-all on every device, and the table-row-wise rows at most its `hierarchical_time`."""
+    """On 40 random leaf-spine / rail graphs, 20 random width vectors each: the pieces' max (`comm_pieces`, shared
+    uplinks' group pieces included) is at most the graph model's all-to-all on every device, and the table-row-wise
+    rows at most its `hierarchical_time`."""
     rng = np.random.default_rng(11)
+    shared = 0
     for _ in range(40):
         inst = random_graph_instance(rng)
         bm = CM.bind(inst)
@@ -202,19 +205,19 @@ def test_graph_pieces_are_never_above_the_graph_model() -> None:
         ct = bm.comm_terms()
         assert ct.pooled and "topology.graph" in network_pooling(inst)
         D, G = inst.topology.num_devices, ct.group_size
-        send_l, send_r = ct.send_scales
+        shared += ct.group_send_scale > ct.send_scales[1] * ct.remote_peers[0] / G * (1 + 1e-9)  # (the uplink's piece binds)
         for _ in range(20):
             dims = rng.integers(0, 5, size=D).astype(float) * 16 * (rng.random(D) < 0.7)
             group = np.repeat(dims.reshape(-1, G).sum(axis=1), G)
-            pieces = [send_l * ct.local_peers * dims, ct.local_scale * (group - dims)]
-            if not ct.single_host:
-                pieces += [send_r * ct.remote_peers * dims, ct.remote_scale * (dims.sum() - group)]
-            bound = ct.latency_ms + np.max(pieces, axis=0)
-            assert np.all(bound <= gc.time(dims) * (1 + 1e-12)), (dims, bound, gc.time(dims))
+            true = 2 * gc.time(dims)  # (the pieces are fwd + bwd)
+            for d in range(D):
+                bound = max(p.const + p.cu * dims[d] + p.cv * group[d] for p in comm_pieces(bm, d, float(dims.sum())))
+                assert bound <= true[d] * (1 + 1e-12), (d, dims, bound, true[d])
             widths = rng.integers(0, 3, size=ct.num_groups).astype(float) * 32
             mine = np.repeat(widths, G)
             rows = ct.hier_intra_ms * mine + np.maximum(ct.hier_send_ms * mine, ct.hier_recv_ms * (widths.sum() - mine))
             assert np.all(rows + (ct.hier_start_ms if widths.sum() else 0.0) <= gc.hierarchical_time(widths) * (1 + 1e-12) + 1e-15)
+    assert shared >= 5  # (graphs where a host's bytes together on a shared uplink price more than one device's own)
 
 
 def test_the_graph_of_two_levels_is_bounded_as_the_two_levels_are() -> None:

@@ -144,12 +144,18 @@ def comm_pieces(bm: BoundAnalytic, device: int, total_width: float) -> list[Comm
     nl, nr = float(ct.local_peers[device]), float(ct.remote_peers[device])
     if ct.single_host:
         return [CommPiece(lat, ss_l * nl, 0.0), CommPiece(lat + ls * total_width, -ls, 0.0)]
-    return [
+    pieces = [
         CommPiece(lat, ss_l * nl, 0.0),
         CommPiece(lat, -ls, ls),
         CommPiece(lat, ss_r * nr, 0.0),
         CommPiece(lat + rs * total_width, 0.0, -rs),
     ]
+    gs, gr = 2 * ct.group_send_scale, 2 * ct.group_recv_scale  # (a graph's shared links: its group's bytes together)
+    if gs > 0:
+        pieces.append(CommPiece(lat, 0.0, gs))
+    if gr > 0:
+        pieces.append(CommPiece(lat + gr * total_width, 0.0, -gr))
+    return pieces
 
 
 def scale_at(scale: float | np.ndarray, device: int) -> float:
