@@ -139,10 +139,10 @@ def test_solvers_plans_are_above_the_bound_on_three_levels() -> None:
     levels = [{"name": "host", "devices": 2, "bandwidth": 4e11}, {"name": "nvlink_domain", "devices": 8, "bandwidth": 3e11, "latency_s": 2e-6},
               {"name": "network", "devices": 16, "bandwidth": 2.5e10, "latency_s": 1e-5}]
     inst = with_levels(make_instance(24, 16, seed=21, per_host=2, mem_factor=1.6, batch_size=65536), levels)
-    bound = analytic_lower_bound(inst, CM, time_limit=20)
+    bound = analytic_lower_bound(inst, CM, time_limit=8)
     assert bound.status in ("optimal", "bound") and bound.source in ("symmetric LP", "relaxation")
     for name in ("greedy", "neuroshard", "cpsat"):
-        res = get_solver(name).solve(inst, CM, time_limit=3, seed=0)
+        res = get_solver(name).solve(inst, CM, time_limit=2, seed=0)
         assert CM.plan_costs(inst, res.plan.shards).max_cost >= bound.value_ms * (1 - 1e-9), name
 
 
