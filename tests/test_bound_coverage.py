@@ -59,7 +59,11 @@ def options(inst: Instance, t: int, host: bool) -> list[list[Shard]]:
 
 def enumerate_best(inst: Instance, host: bool) -> tuple[float, list[Shard]]:
     """The cheapest valid plan over every combination of `options` (the analytic judge)."""
-    per_table = [options(inst, t, host) for t in range(len(inst.tables))]
+    return best_of(inst, [options(inst, t, host) for t in range(len(inst.tables))])
+
+
+def best_of(inst: Instance, per_table: list[list[list[Shard]]]) -> tuple[float, list[Shard]]:
+    """The cheapest valid plan over every combination of the tables' placements in `per_table` (the analytic judge)."""
     best, plan = math.inf, []
     for choice in itertools.product(*per_table):
         shards = [s for opt in choice for s in opt]
@@ -321,11 +325,7 @@ def test_bound_below_the_enumerated_optimum_with_row_splits(inst: Instance) -> N
         if inst.topology.num_intra_groups > 1:
             opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_intra_groups)]
         per_table.append(opts)
-    best = math.inf
-    for choice in itertools.product(*per_table):
-        shards = [s for opt in choice for s in opt]
-        if check_plan(inst, shards).ok:
-            best = min(best, CM.plan_costs(inst, shards).max_cost)
+    best, _ = best_of(inst, per_table)
     bound = analytic_lower_bound(inst, CM, time_limit=30)
     assert bound.covers_row_splits and bound.value_ms <= best * (1 + 1e-7), (bound.value_ms, best)
 

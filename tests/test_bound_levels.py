@@ -26,7 +26,7 @@ from shardopt.core.plan_check import check_plan
 from solvers.bound import analytic_lower_bound, network_refusal
 from solvers.bound.context import network_pooling
 from solvers.bound.inequalities import comm_pieces
-from test_bound_coverage import options, row_blocks, with_levels
+from test_bound_coverage import best_of, options, row_blocks, with_levels
 
 CM = AnalyticCostModel()
 
@@ -120,11 +120,7 @@ def test_bound_below_the_enumerated_optimum_on_pooled_levels(levels: list[dict],
         opts += [row_blocks(inst, t, [a, b], [0.5, 0.5]) for a, b in some]
         opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_intra_groups)]
         per_table.append(opts)
-    best = math.inf
-    for choice in itertools.product(*per_table):
-        shards = [s for opt in choice for s in opt]
-        if check_plan(inst, shards).ok:
-            best = min(best, CM.plan_costs(inst, shards).max_cost)
+    best, _ = best_of(inst, per_table)
     bound = analytic_lower_bound(inst, CM, time_limit=30)
     assert bound.covers_row_splits and bound.covers_replicas
     assert "pooled" in bound.covers and "topology.levels" in bound.covers
