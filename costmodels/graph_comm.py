@@ -29,7 +29,7 @@ from shardopt.core.network_graph import NetworkGraph
 
 COMM_BYTES = 4
 MS = 1e3
-CHUNK = 64  # candidates priced at once in totals_after_adding ([chunk, D, links] in memory)
+CHUNK = 256  # candidates priced at once in totals_after_adding ([chunk, links] and [chunk, D, own links] in memory)
 
 
 def _inverse_bandwidth(u: object, v: object, data: dict) -> float:
@@ -37,16 +37,36 @@ def _inverse_bandwidth(u: object, v: object, data: dict) -> float:
     return 1.0 / data["bandwidth"]
 
 
+def _padded(rows: list[np.ndarray], pad: int) -> np.ndarray:
+    """Index arrays of different lengths as one [n, U] array, padded with `pad` (the padding link: no load)."""
+    out = np.full((len(rows), max((len(x) for x in rows), default=1) or 1), pad, dtype=np.int64)
+    for i, x in enumerate(rows):
+        out[i, : len(x)] = x
+    return out
+
+
 class _Flows:
     """C [E + 1, D] of one traffic pattern (which peers each device sends to; the last row, a padding link, carries
-    nothing) and each device's links [D, U] (padded with the index E)."""
+    nothing) and the links each device waits for [D, U] (padded with the index E): its own (`own`) and the shared
+    links its bytes cross, kept once per distinct set (`sets` [S, U2], device d's `set_of[d]`). Why the sets: in a
+    leaf-spine every device's bytes cross nearly every uplink, so the devices share a handful of sets, and a
+    device's wait is the max of its few own links and its set's max (512 GPUs: [k, S] maxima instead of [k, D, U])."""
 
-    def __init__(self, C: np.ndarray, links: list[np.ndarray], n_edges: int):
+    def __init__(self, C: np.ndarray, own: list[np.ndarray], shared: list[np.ndarray], n_edges: int):
         self.C = np.vstack([C, np.zeros((1, C.shape[1]))])
-        width = max((len(x) for x in links), default=1)
-        self.links = np.full((len(links), max(width, 1)), n_edges, dtype=np.int64)
-        for d, x in enumerate(links):
-            self.links[d, : len(x)] = x
+        self.CT = np.ascontiguousarray(self.C.T)  # [D, E + 1]: a candidate's links' shares, one row each
+        self.links = _padded([np.unique(np.concatenate([o, x])) for o, x in zip(own, shared)], n_edges)
+        self.own = _padded(own, n_edges)
+        index: dict[bytes, int] = {}
+        self.set_of = np.array([index.setdefault(np.asarray(x, dtype=np.int64).tobytes(), len(index)) for x in shared], dtype=np.int64)
+        distinct: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(index)
+        for x, k in zip(shared, self.set_of):
+            distinct[k] = np.asarray(x, dtype=np.int64)
+        self.sets = _padded(distinct, n_edges)
+
+    def device_max(self, util: np.ndarray) -> np.ndarray:
+        """[..., E + 1] link times -> [..., D] the busiest link each device waits for."""
+        return np.maximum(util[..., self.own].max(axis=-1), util[..., self.sets].max(axis=-1)[..., self.set_of])
 
 
 class GraphComm:
@@ -123,12 +143,12 @@ class GraphComm:
         rev = np.array([self._edge_id[(b, a)] for a, b in edges])
         self._flows = {}
         for name, C in Cs.items():
-            links = []
+            own, crossed_shared = [], []
             for d in range(D):
                 used = (C[:, d] > 0) & self._shared
-                shared = np.flatnonzero(used | used[rev])
-                links.append(np.unique(np.concatenate([np.array(self._incident[d], dtype=np.int64), shared])))
-            self._flows[name] = _Flows(C, links, len(edges))
+                crossed_shared.append(np.flatnonzero(used | used[rev]))
+                own.append(np.unique(np.array(self._incident[d], dtype=np.int64)))
+            self._flows[name] = _Flows(C, own, crossed_shared, len(edges))
         crossed = np.unique(np.concatenate([f.links.ravel() for f in self._flows.values()]))
         crossed = crossed[crossed < len(edges)]
         self._slowest = float(self._bw[crossed].min()) if len(crossed) else float(self._bw.min())
@@ -137,7 +157,7 @@ class GraphComm:
         """[..., D] per-device send volumes (bytes to each peer of the pattern) -> [..., D] ms: the busiest link each
         device's bytes cross."""
         util = (sends @ flows.C.T) * self._inv_bw_ms  # [..., E + 1]
-        return util[..., flows.links].max(axis=-1)
+        return flows.device_max(util)
 
     def time(self, dims: np.ndarray) -> np.ndarray:
         """One direction's all-to-all (ms) per device: [..., D] -> [..., D]."""
@@ -160,8 +180,8 @@ class GraphComm:
         out = np.empty((len(cands), self.num_devices))
         for lo in range(0, len(cands), CHUNK):
             part = cands[lo: lo + CHUNK]
-            util = base[None, :] + flows.C[:, part].T * added[None, :]  # [p, E + 1]
-            out[lo: lo + CHUNK] = 2.0 * (util[:, flows.links].max(axis=-1) + self.latency_ms)
+            util = base[None, :] + flows.CT[part] * added[None, :]  # [p, E + 1]
+            out[lo: lo + CHUNK] = 2.0 * (flows.device_max(util) + self.latency_ms)
         return out
 
     def hierarchical_time(self, host_widths: np.ndarray) -> np.ndarray:
