@@ -29,12 +29,11 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.comm_terms import CommTerms, pooled_level_terms
 from costmodels.hierarchical import hierarchical_comm_time
-from costmodels.graph_comm import GraphComm
+from costmodels.graph_comm import GraphComm, graph_comm_of
 from costmodels.level_comm import LevelComm
 from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer
 from shardopt.core.levels import comm_levels, two_level_network
-from shardopt.core.network_graph import parse_network_graph
 
 # ---- model constants (see docs/analytic-model.md) -------------------------------------------------------------
 INDEX_BYTES = 8  # int64 indices and offsets
@@ -290,8 +289,8 @@ class BoundAnalytic(BoundCostModel):
             self._by_level = LevelComm(self.levels, num_devices=topo.num_devices, group_size=topo.intra_group_size, batch=self.batch,
                                        alltoall_latency_s=profile.alltoall_latency_s)
         elif topo.graph is not None:
-            self._by_level = GraphComm(parse_network_graph(topo.graph, topo.num_devices, topo.devices_per_host), num_devices=topo.num_devices,
-                                       group_size=topo.intra_group_size, batch=self.batch, alltoall_latency_s=profile.alltoall_latency_s)
+            self._by_level = graph_comm_of(topo.graph, num_devices=topo.num_devices, devices_per_host=topo.devices_per_host,
+                                           group_size=topo.intra_group_size, batch=self.batch, alltoall_latency_s=profile.alltoall_latency_s)
 
     @property
     def mixed(self) -> bool:

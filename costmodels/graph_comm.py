@@ -20,12 +20,14 @@ one local rank); a replica's all-reduce crosses the slowest link any device's tr
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 
 import numpy as np
 
 from costmodels.comm_terms import CommTerms
-from shardopt.core.network_graph import NetworkGraph
+from shardopt.core.network_graph import NetworkGraph, parse_network_graph
 
 COMM_BYTES = 4
 MS = 1e3
@@ -67,6 +69,20 @@ class _Flows:
     def device_max(self, util: np.ndarray) -> np.ndarray:
         """[..., E + 1] link times -> [..., D] the busiest link each device waits for."""
         return np.maximum(util[..., self.own].max(axis=-1), util[..., self.sets].max(axis=-1)[..., self.set_of])
+
+
+@functools.lru_cache(maxsize=2)  # (a 512-GPU leaf-spine holds ~50 MB of routes)
+def _routed(doc_json: str, num_devices: int, devices_per_host: int, group_size: int, batch: float, alltoall_latency_s: float) -> "GraphComm":
+    return GraphComm(parse_network_graph(json.loads(doc_json), num_devices, devices_per_host), num_devices=num_devices,
+                     group_size=group_size, batch=batch, alltoall_latency_s=alltoall_latency_s)
+
+
+def graph_comm_of(graph: dict, *, num_devices: int, devices_per_host: int, group_size: int, batch: float,
+                  alltoall_latency_s: float) -> "GraphComm":
+    """The GraphComm of a topology's graph document, routed once per process for the same document and figures: a
+    solve binds the cost model several times (the solver, its warm starts, the judge), and routing is Dijkstra from
+    every device (0.2 s at 128 GPUs, seconds at 512). Safe to share: a GraphComm is not changed after it is built."""
+    return _routed(json.dumps(graph, sort_keys=True), num_devices, devices_per_host, group_size, float(batch), float(alltoall_latency_s))
 
 
 class GraphComm:

@@ -155,3 +155,14 @@ def test_a_graph_plan_with_a_row_split_in_a_host_and_a_replica() -> None:
     np.testing.assert_allclose(AnalyticCostModel().plan_costs(inst, plan).bwd_comm, AnalyticCostModel().plan_costs(base, plan).bwd_comm, rtol=1e-9)
     shards = [Shard(table=t.name, device=i % inst.topology.num_devices) for i, t in enumerate(inst.tables)]
     assert AnalyticCostModel().plan_costs(inst, shards).max_cost > 0
+
+
+def test_a_graph_is_routed_once_per_document() -> None:
+    """Binding the same graph twice reuses its routes (a solve binds several times); another bandwidth is routed
+    anew and priced on its own."""
+    a, b = AnalyticCostModel().bind(leaf_spine(20 * GB)), AnalyticCostModel().bind(leaf_spine(20 * GB))
+    assert a._by_level is b._by_level
+    c = AnalyticCostModel().bind(leaf_spine(5 * GB))
+    assert c._by_level is not a._by_level
+    dims = np.array([32.0, 0.0, 0.0, 32.0])
+    assert np.all(c.comm_time(dims) > a.comm_time(dims))
