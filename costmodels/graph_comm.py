@@ -219,8 +219,9 @@ class GraphComm:
         they cross in proportion to its width, so its sends are priced at the busiest of its own links' shares of
         them, `q C[e, d] u_d / BW_e` (exact where its own bytes decide); the bytes it receives from its group peers
         (or from beyond) all arrive over the last hops of their routes, so they are at least their sum over those
-        links' summed bandwidth. The least of each over devices (the most bandwidth), so one set of terms holds for
-        every device; the start-ups the least device's."""
+        links' summed bandwidth; a shared link a device waits for carries its whole host's bytes (or the rest's)
+        together (`_shared_link_scales`: an oversubscribed uplink). The least of each over devices (the most
+        bandwidth), so one set of terms holds for every device; the start-ups the least device's."""
         D, G = self.num_devices, self.group_size
         H = D // G
         q_ms = self._q * MS
