@@ -44,10 +44,10 @@ class CommTerms:
     hier_start_ms: float
     # the table-row-wise collectives per unit of width (ms, one direction): the reduce-scatter's sends per unit of the
     # device's group width W_h, the all-to-all across groups' sends per unit of W_h and receives per unit of the other
-    # groups' width (NaN: from intra_bw / inter_bw, as `comm_terms` fills them in)
-    hier_intra_ms: float = float("nan")
-    hier_send_ms: float = float("nan")
-    hier_recv_ms: float = float("nan")
+    # groups' width
+    hier_intra_ms: float
+    hier_send_ms: float
+    hier_recv_ms: float
     # the sends' ms per unit of width per peer where they differ from the receives' (`local_scale`, `remote_scale`):
     # topology levels of more than the two roles pooled into them (`pooled`), where a send is priced at its slowest
     # level exactly and a receive on the pooled bandwidth; None: the same
@@ -92,8 +92,6 @@ def pooled_level_terms(levels: tuple[CommLevel, ...], *, num_devices: int, group
         if n_out > 0:
             outer.append((n_out, lv))
         prev = lv.devices
-    if not inner and not outer:
-        raise ValueError("pooled_level_terms: no level has a peer (one device)")
     H = D // G
 
     def slowest(role: list[tuple[int, CommLevel]], per: float) -> float:
@@ -102,16 +100,18 @@ def pooled_level_terms(levels: tuple[CommLevel, ...], *, num_devices: int, group
     def pooled(role: list[tuple[int, CommLevel]]) -> float:
         return float(sum(lv.bandwidth for _, lv in role))
 
-    bw_in = pooled(inner) if inner else pooled(outer)
+    # (pooled levels have a group of 2 or more - a group of one device is a network of one level, never pooled - so
+    # the inner role always has a level)
+    bw_in = pooled(inner)
     bw_out = pooled(outer) if outer else bw_in
     local_recv, remote_recv = q_ms / bw_in, q_ms / bw_out
-    local_send = slowest(inner, G - 1) if inner else local_recv
+    local_send = slowest(inner, G - 1)
     remote_send = slowest(outer, D - G) if outer else remote_recv
     names = " + ".join(lv.name for _, lv in inner) + (" | " + " + ".join(lv.name for _, lv in outer) if outer else "")
     return CommTerms(
         latency_ms, local_recv, remote_recv, np.full(D, G - 1, dtype=np.float64), np.full(D, D - G, dtype=np.float64), not outer,
         G, H, bw_in, bw_out, hier_start_ms,
-        hier_intra_ms=H * slowest(inner, 1.0) if inner else 0.0,
+        hier_intra_ms=H * slowest(inner, 1.0),
         hier_send_ms=slowest(outer, G) if outer else 0.0,
         hier_recv_ms=remote_recv,
         local_send_scale=local_send, remote_send_scale=remote_send,

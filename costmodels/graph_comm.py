@@ -110,6 +110,9 @@ class GraphComm:
         for k, (a, _) in enumerate(edges):  # (both directions of every link are listed: each from its source)
             incident.setdefault(a, []).extend([k, k ^ 1])
         self._incident = [incident.get(self._index[n], []) for n in net.device_nodes]
+        # each device's links into it (the last hops of every route that ends there), for the bound's receives
+        self._into = [np.array([k for k in self._incident[d] if edges[k][1] == self._index[n]], dtype=np.int64)
+                      for d, n in enumerate(net.device_nodes)]
         D = num_devices
         host = np.arange(D) // group_size
         rank = np.arange(D) % group_size
@@ -120,9 +123,6 @@ class GraphComm:
         np.fill_diagonal(same_group, False)
         patterns = {"all": everyone, "group": same_group, "rank": same_rank}
         Cs = {k: np.zeros((len(edges), D)) for k in patterns}
-        # per pattern and device: the links its bytes from that pattern's peers arrive over (the last hops of their
-        # routes), for the certified bound's receives (`bound_terms`)
-        self._last_hops: dict[str, list[set[int]]] = {k: [set() for _ in range(D)] for k in (*patterns, "beyond")}
         self.latency_ms = np.zeros(D)
         import networkx as nx
 
@@ -134,15 +134,6 @@ class GraphComm:
             for w in order[1:]:
                 sigma[w] = sum(sigma[v] for v in pred[w])
                 lat[w] = max(lat[v] + (g.nodes[v]["latency_s"] if v != src else 0.0) for v in pred[w])
-            for j, node in enumerate(net.device_nodes):
-                if j == s:
-                    continue
-                hops = [self._edge_id[(self._index[v], self._index[node])] for v in pred[node]]
-                for name, mask in patterns.items():
-                    if mask[s, j]:
-                        self._last_hops[name][j].update(hops)
-                if not same_group[s, j]:
-                    self._last_hops["beyond"][j].update(hops)
             peers_lat = [lat[n] for n in net.device_nodes if n != src]
             self.latency_ms[s] = (alltoall_latency_s + max(peers_lat, default=0.0)) * MS
             for name, mask in patterns.items():
@@ -213,7 +204,16 @@ class GraphComm:
         start = np.where(total > 0, self.latency_ms + self._alltoall_ms, 0.0)  # (two start-ups: one path latency, two collectives)
         return intra + inter + start
 
+    @functools.cached_property
+    def _bound_terms(self) -> CommTerms:
+        return self._compute_bound_terms()
+
     def bound_terms(self) -> CommTerms:
+        """`_compute_bound_terms`, once per GraphComm: the bound asks for the terms device by device (0.5 s each at
+        512 GPUs)."""
+        return self._bound_terms
+
+    def _compute_bound_terms(self) -> CommTerms:
         """The two roles' terms the certified bound's pieces read (group = the host: `group_size`), each at most this
         graph's time for every plan (docs/analytic-bound.md, "Network graphs"). A device's own bytes load the links
         they cross in proportion to its width, so its sends are priced at the busiest of its own links' shares of
@@ -231,14 +231,32 @@ class GraphComm:
             own = f.C[f.links, np.arange(D)[:, None]] * self._inv_bw_ms[f.links] / MS  # [D, U]
             return float(own.max(axis=1).min()) * q_ms
 
-        def arrival_bw(name: str) -> float:  # max over devices of its last hops' summed bandwidth
-            sums = [float(self._bw[list(h)].sum()) for h in self._last_hops[name] if h]
+        group = np.arange(D) // G
+
+        def arrival_bw(name: str, beyond: bool = False) -> float:
+            """Max over devices of the summed bandwidth of the links into it that carry the pattern's bytes from its
+            peers (its group's, the same rank's in other groups, or with `beyond` the "all" pattern's from the other
+            groups): every such byte arrives over one of them (a link into a device carries bytes to it, or through
+            it: then more links, a lower bound, still sound)."""
+            C = self._flows[name].C
+            sums = []
+            for j, into in enumerate(self._into):
+                if name == "group":
+                    peers = group == group[j]
+                elif name == "rank":
+                    peers = (np.arange(D) % G == j % G) & (group != group[j])
+                else:
+                    peers = (group != group[j]) if beyond else np.ones(D, dtype=bool)
+                peers[j] = False
+                used = into[(C[into][:, peers] > 0).any(axis=1)] if len(into) else into
+                if len(used):
+                    sums.append(float(self._bw[used].sum()))
             return max(sums) if sums else math.inf
 
         send = busiest_own("all")
         nl, nr = G - 1, D - G
         local_in = arrival_bw("group") if nl else math.inf
-        remote_in = arrival_bw("beyond") if nr else local_in
+        remote_in = arrival_bw("all", beyond=True) if nr else local_in
         local_in = local_in if nl else remote_in
         local_recv, remote_recv = q_ms / local_in, q_ms / remote_in
         group_send, group_recv = self._shared_link_scales() if nr else (0.0, 0.0)

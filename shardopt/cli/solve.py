@@ -194,7 +194,7 @@ class _Shown:
             "lower_bound": result.lower_bound,
             "lower_bound_of": result.lower_bound_of,
             **({} if result.lower_bound is not None else
-               {"lower_bound_note": _no_bound_note(getattr(self.model, "name", None) == "analytic", _network_refusal(self.instance))}),
+               {"lower_bound_note": _no_bound_note(getattr(self.model, "name", None) == "analytic", _topology_refusal(self.instance))}),
             **({"solver_bound": result.model_bound.to_dict()} if result.model_bound is not None else {}),
             "predicted": self.costs.to_dict(),
             "memory": _memory_doc(self.instance, self.memory),
@@ -268,20 +268,20 @@ def _bound_lines(instance: Any, result: SolveResult, cost: float, analytic: bool
     if result.model_bound is not None:
         lines.append(f"the solver's own bound: {result.model_bound.value:.3f} ms of {result.model_bound.of} (not a bound of the plan cost)")
         if result.lower_bound is None:
-            refusal = _network_refusal(instance)
+            refusal = _topology_refusal(instance)
             hint = f"; shardopt bound {instance_path} --plan PLAN.json" if analytic and refusal is None else ""
             lines.append(f"({_no_bound_note(analytic, refusal)}{hint})")
     return lines
 
 
-def _network_refusal(instance: Any) -> str | None:
-    """Why the certified bound does not cover the instance's topology (levels it is not proven for, a graph, mixed
-    hardware kinds), or None."""
-    if not instance.topology.lists_network and not instance.topology.is_mixed:
+def _topology_refusal(instance: Any) -> str | None:
+    """Why the certified bound does not cover the instance's topology (mixed hardware kinds without an envelope; every
+    network is covered), or None."""
+    if not instance.topology.is_mixed:
         return None
-    from solvers.bound import hardware_refusal, network_refusal
+    from solvers.bound import hardware_refusal
 
-    return network_refusal(instance) or hardware_refusal(instance)
+    return hardware_refusal(instance)
 
 
 def _no_bound_note(analytic: bool, network: str | None = None) -> str:

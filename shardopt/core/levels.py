@@ -53,9 +53,9 @@ def comm_levels(topology: Topology, profile: HardwareProfile) -> tuple[CommLevel
 
 def two_level_network(topology: Topology) -> str | None:
     """None when the topology's network is of the two-level kind - the two levels of old, one level, or two levels
-    whose inner one is also the table-row-wise group (an NVLink domain of whole hosts, then the network) - which is
-    what the certified bound's inequalities are proven for; else why not (a graph, three levels or more, an inner
-    level inside a host)."""
+    whose inner one is also the table-row-wise group (an NVLink domain of whole hosts, then the network) - which the
+    certified bound's terms price exactly; else why not (a graph, three levels or more, an inner level inside a host:
+    the bound pools those, costmodels.comm_terms)."""
     levels = topology.levels
     if topology.graph is not None:
         return "topology.graph: a network graph"

@@ -35,7 +35,7 @@ it in this list:
 """
 
 from solvers.bound.bound import analytic_lower_bound, plan_gap, uncovered_reason
-from solvers.bound.context import AnalyticRelaxation, device_compute_lower_bound, hardware_refusal, network_refusal
+from solvers.bound.context import AnalyticRelaxation, device_compute_lower_bound, hardware_refusal, network_pooling
 from solvers.bound.inequalities import comm_pieces, sector_hull
 from solvers.bound.milp import build_relaxation
 from solvers.bound.solve import relaxation_value_at
@@ -50,7 +50,7 @@ __all__ = [
     "build_relaxation",
     "comm_pieces",
     "hardware_refusal",
-    "network_refusal",
+    "network_pooling",
     "device_compute_lower_bound",
     "devices_interchangeable",
     "plan_gap",

@@ -39,23 +39,16 @@ class DeviceComputeBound:
         return self.fwd_ms + self.bwd_ms
 
 
-def network_refusal(instance: Instance) -> str | None:
-    """Why the bound does not cover `instance`'s network (what its BoundError says), or None when it does: every
-    network the model prices - the two levels of old, topology levels of any nesting, a network graph - is covered,
-    those beyond the bound's two roles bounded from below (`network_pooling` says how). Kept as the one place a
-    future network the bound cannot price would be refused."""
-    return None
-
-
 def network_pooling(instance: Instance) -> str | None:
     """What the bound does to `instance`'s network, in words, where its terms are below the model's all-to-all rather
     than equal to it (topology levels beyond two roles, a network graph); None where they are exact. Said in the
-    bound's `covers`."""
+    bound's `covers`. Every network the model prices is covered (none is refused)."""
     topo = instance.topology
     if topo.graph is not None:
         return ("topology.graph: each device's sends priced at the busiest of its own links' share of its bytes, its receives "
-                "over the summed bandwidth of the links they arrive by, the least device's figures for all (a lower bound of "
-                "the all-to-all; shared links' load from other devices is not counted)")
+                "over the summed bandwidth of the links they arrive by, a shared link's load from the device's host together, "
+                "the least device's figures for all (a lower bound of the all-to-all; other hosts' load on a shared link is "
+                "counted only at the least host's)")
     why = two_level_network(topo)
     if why is None:
         return None
@@ -98,7 +91,7 @@ def _analytic_binding(instance: Instance, cost_model: CostModel | None, own_kind
             f"cost model {name!r}: the certified bound is for the analytic cost model only (analytic or "
             "analytic:PROFILE); its inequalities are proven for the analytic formulas, not for a learned model"
         )
-    refusal = network_refusal(instance) or (hardware_refusal(instance) if model.profile_name is None else None)
+    refusal = hardware_refusal(instance) if model.profile_name is None else None
     if refusal is not None:
         raise BoundError(refusal)
     envelope = mixed_envelope(instance) if model.profile_name is None and not own_kinds else None
