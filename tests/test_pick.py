@@ -11,7 +11,7 @@ from conftest import equal_tables_instance
 from shardopt.core.ir import Plan, Shard
 from shardopt.measure.compare import CompareReport, PlanResult
 from shardopt.measure.confidence import Comparison, Interval
-from shardopt.measure.pick import contenders_of, pick_fastest
+from shardopt.measure.pick import PICK_PORTFOLIO, contenders_of, pick_fastest, portfolio_pairs
 
 
 def _report(costs: dict[str, float], faster: dict[str, tuple[float, float, float]]) -> CompareReport:
@@ -70,3 +70,14 @@ def test_close_plans_are_re_timed_in_a_second_session_and_a_clear_loser_is_not()
     assert "one session" in single.how()
     with pytest.raises(ValueError, match="unique"):
         pick_fastest(inst, [balanced, mirror], ["a", "a"], "cpu")
+
+
+def test_the_portfolio_hedges_with_model_free_plans_run_once() -> None:
+    """The model-dependent solvers search with the chosen model and the data sheet; size and random (the model-free
+    hedge) are run once, with the chosen model, and nothing is run twice."""
+    pairs = portfolio_pairs(PICK_PORTFOLIO, "neural-cpu")
+    assert len(pairs) == len(set(pairs))
+    assert [s for s, m in pairs if m == "neural-cpu"] == list(PICK_PORTFOLIO)
+    assert [s for s, m in pairs if m == "analytic"] == ["greedy", "neuroshard", "cpsat"]
+    assert pairs[:len(PICK_PORTFOLIO)] == [(s, "neural-cpu") for s in PICK_PORTFOLIO]  # --candidates K: the chosen model's first
+    assert portfolio_pairs(PICK_PORTFOLIO, "analytic") == [(s, "analytic") for s in PICK_PORTFOLIO]

@@ -28,16 +28,16 @@ class Candidate:
 
 def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit: int | None, time_limit: float | None,
                          seed: int) -> list[Candidate]:
-    """Every portfolio solver with the chosen model, then with the analytic model (when that is another model); at
-    most `limit` of them, in that order. Solvers that find no plan are left out (and said so by the caller)."""
+    """Every portfolio solver with the chosen model, then the model-dependent ones with the analytic model (when that
+    is another model); at most `limit` of them, in that order. Solvers that find no plan are left out (and said so by the caller)."""
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import plan_key
-    from shardopt.measure.pick import portfolio_models
+    from shardopt.measure.pick import portfolio_pairs
     from solvers.catalog import get_solver
 
     chosen = choice.card.id if choice.card is not None else choice.name
     models = {chosen: choice.model}
-    pairs = [(s, m) for m in portfolio_models(chosen) for s in portfolio][:limit]
+    pairs = portfolio_pairs(portfolio, chosen)[:limit]
     out: list[Candidate] = []
     for solver, label in pairs:
         if label not in models:

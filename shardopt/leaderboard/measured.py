@@ -141,7 +141,7 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
     measured-fastest kept."""
     from costmodels.auto import model_for
     from shardopt.core.ir import plan_key
-    from shardopt.measure.pick import PICK_PORTFOLIO, pick_fastest, portfolio_models
+    from shardopt.measure.pick import PICK_PORTFOLIO, pick_fastest, portfolio_pairs
 
     solved = {(r["solver"], r["cost_model"]): (r, p) for r, p in zip(rows, plans)}
     out_rows, out_plans = [], []
@@ -150,14 +150,13 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
             continue
         candidates: dict[str, tuple[str, dict[str, Any], Any]] = {}  # plan key -> (label, row, plan): distinct plans
         spent = 0.0
-        for model in portfolio_models(cm):
-            for solver in PICK_PORTFOLIO:
-                if (solver, model) not in solved:
-                    solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit, job.solver_options.get(solver))
-                r, p = solved[(solver, model)]
-                spent += r.get("solve_time_s") or 0.0
-                if p is not None:
-                    candidates.setdefault(plan_key(p), (f"{solver} / {model}", r, p))
+        for solver, model in portfolio_pairs(PICK_PORTFOLIO, cm):
+            if (solver, model) not in solved:
+                solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit, job.solver_options.get(solver))
+            r, p = solved[(solver, model)]
+            spent += r.get("solve_time_s") or 0.0
+            if p is not None:
+                candidates.setdefault(plan_key(p), (f"{solver} / {model}", r, p))
         row: dict[str, Any] = {"solver": PICK, "cost_model": cm, "seed": job.seed}
         if not candidates:
             row.update(status="no_solution", reason="no solver of the portfolio found a plan", solve_time_s=spent)
