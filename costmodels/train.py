@@ -133,6 +133,39 @@ def _export(prefix: str, seq: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def _load_layers(seq: Any, prefix: str, base: NeuralWeights) -> None:
+    """A base model's `prefix` network copied into `seq` (same architecture, checked): fine-tuning starts from it."""
+    import torch
+    import torch.nn as nn
+
+    linear = [layer for layer in seq if isinstance(layer, nn.Linear)]
+    arrays = base.layers(prefix)
+    shapes = [(layer.in_features, layer.out_features) for layer in linear]
+    if [w.shape for w, _ in arrays] != shapes:
+        raise TrainError(f"base model: its {prefix} network has layers {[w.shape for w, _ in arrays]}, this version trains "
+                         f"{shapes}; retrain it, or calibrate without a base")
+    with torch.no_grad():
+        for (w, b), layer in zip(arrays, linear):
+            layer.weight.copy_(torch.as_tensor(w.T, dtype=torch.float32))
+            layer.bias.copy_(torch.as_tensor(b, dtype=torch.float32))
+
+
+def _base_norm(base: NeuralWeights, prefix: str, features: Sequence[str], field: str) -> tuple[np.ndarray, np.ndarray]:
+    """The base model's input normalisation (its networks were trained on inputs scaled so), its features checked."""
+    if list(base.meta.get(field, [])) != list(features):
+        raise TrainError(f"base model: its {field} {base.meta.get(field)} are not this version's {list(features)}; "
+                         "retrain it, or calibrate without a base")
+    return base.arrays[f"{prefix}_mean"], base.arrays[f"{prefix}_std"]
+
+
+def _union_ranges(prefix: str, ours: dict[str, np.ndarray], base: NeuralWeights | None) -> dict[str, np.ndarray]:
+    """Inference clamps to the training range: a fine-tuned model has seen the base's range and the new data's."""
+    if base is None:
+        return ours
+    return {f"{prefix}_lo": np.minimum(ours[f"{prefix}_lo"], base.arrays[f"{prefix}_lo"]),
+            f"{prefix}_hi": np.maximum(ours[f"{prefix}_hi"], base.arrays[f"{prefix}_hi"])}
+
+
 def _fit(params: list[Any], loss_of: Callable[[np.ndarray], Any], n: int, val_loss: Callable[[], float], settings: TrainSettings, progress: Callable[[str, int, int, float], None] | None, name: str) -> tuple[list[float], float, dict[int, Any]]:
     """Adam + cosine schedule over index batches; keeps the parameters of the best validation epoch."""
     import torch
@@ -164,7 +197,12 @@ def _fit(params: list[Any], loss_of: Callable[[np.ndarray], Any], n: int, val_lo
     return history, best, {}
 
 
-def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSettings(), *, progress: Callable[[str, int, int, float], None] | None = None, meta: dict[str, Any] | None = None) -> NeuralWeights:
+def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSettings(), *, progress: Callable[[str, int, int, float], None] | None = None,
+          meta: dict[str, Any] | None = None, base: NeuralWeights | None = None) -> NeuralWeights:
+    """A neural cost model fitted to `samples`. With `base`, its networks start from the base model's weights and keep
+    its input normalisation (fine-tuning from a model of a similar machine). Measured on GPU lease 6's 50-177 samples
+    it did not beat a fit from nothing (docs/benchmarks.md, "Lease 6"), so `calibrate` does not use it;
+    benchmarks/bench_finetune.py asks the question again of new data."""
     import torch
 
     if settings.epochs < 1:
@@ -180,8 +218,12 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
     if np.any(y <= 0) or np.any(cy <= 0):
         raise TrainError("targets must be positive milliseconds")
     hardware = sorted({str(s.get("hardware")) for s in samples if s.get("kind") == "compute"})
-    mean, std = _norm_stats(x, mask)
-    cmean, cstd = _norm_stats(cx)
+    if base is None:
+        mean, std = _norm_stats(x, mask)
+        cmean, cstd = _norm_stats(cx)
+    else:
+        mean, std = _base_norm(base, "feat", SHARD_FEATURES, "shard_features")
+        cmean, cstd = _base_norm(base, "comm", COMM_FEATURES, "comm_features")
 
     rng = np.random.default_rng(settings.seed)
     perm = rng.permutation(len(y))
@@ -192,6 +234,9 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
     yt = torch.log(torch.tensor(y, dtype=torch.float32))
     enc = _torch_mlp([x.shape[-1], *ENCODER], last_relu=True)
     head = _torch_mlp([ENCODER[-1] + 1, *HEAD, 2], last_relu=False)
+    if base is not None:
+        _load_layers(enc, "enc", base)
+        _load_layers(head, "head", base)
 
     def predict(idx: Any) -> Any:
         z = enc(xt[idx]) * mt[idx][..., None]
@@ -215,6 +260,8 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
     cxt = torch.tensor((cx - cmean) / cstd, dtype=torch.float32)
     cyt = torch.log(torch.tensor(cy, dtype=torch.float32))
     comm = _torch_mlp([cx.shape[-1], *COMM, 2], last_relu=False)
+    if base is not None:
+        _load_layers(comm, "comm", base)
 
     def cpred(t: Any) -> Any:
         return torch.log(torch.nn.functional.softplus(comm(cxt[t])) + 1e-9)
@@ -232,8 +279,8 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
     hist_m, best_m, _ = _fit(list(comm.parameters()), comm_loss, len(ctr), comm_val, comm_settings, progress, "comm")
 
     arrays = {"feat_mean": mean, "feat_std": std, "comm_mean": cmean, "comm_std": cstd}
-    arrays.update(_ranges("feat", (x - mean) / std, mask))
-    arrays.update(_ranges("comm", (cx - cmean) / cstd, None))
+    arrays.update(_union_ranges("feat", _ranges("feat", (x - mean) / std, mask), base))
+    arrays.update(_union_ranges("comm", _ranges("comm", (cx - cmean) / cstd, None), base))
     arrays.update(_export("enc", enc))
     arrays.update(_export("head", head))
     arrays.update(_export("comm", comm))
@@ -258,6 +305,7 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
             "val_history_comm": [round(v, 6) for v in hist_m],
         },
         "date": datetime.date.today().isoformat(),
+        **({"base": base.meta.get("model") or base.meta.get("id") or "given"} if base is not None else {}),
         **(meta or {}),
     }
     return NeuralWeights(arrays, record)

@@ -302,14 +302,26 @@ def test_an_interrupted_calibration_resumes_without_duplicates(tmp_path: Path):
     assert not work.exists()  # the work folder goes once the model is registered
 
 
-def test_the_loop_adds_samples_from_proposed_plans_and_reports_the_plan_level_error(tmp_path: Path):
+def test_the_loop_adds_samples_from_proposed_plans_and_reports_the_plan_level_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import shardopt.measure.calibration as calibration
     from shardopt.cli.calibrate import _proposer
     from shardopt.measure.calibration import calibrate_machine, domain_settings
 
     targets = [load_instance(CPU_TEST / f"cpu-test-s1-00{i}.json") for i in ("08", "09", "10")]
-    settings = domain_settings("cpu", "cpu", targets, train_samples=12, test_samples=4, epochs=2, repeats=1)
+    epochs = calibration.MIN_EPOCHS + 2
+    settings = domain_settings("cpu", "cpu", targets, train_samples=12, test_samples=4, epochs=epochs, repeats=1)
+    close_loop = calibration._Calibration.close_loop
+
+    def starved_loop(self, *args, **kwargs):  # the rounds' proposals use all their time: no epoch fits in what is left
+        monkeypatch.setattr(calibration, "TRAIN_S_PER_SAMPLE_EPOCH", 1e3)
+        return close_loop(self, *args, **kwargs)
+
+    monkeypatch.setattr(calibration._Calibration, "close_loop", starved_loop)
     result = calibrate_machine(settings, cpu_fingerprint(), budget_s=600, models_dir=tmp_path, targets=targets, rounds=1,
                                propose=_proposer(["greedy"], 1.0, 0))
+    # the retrain, a fit from nothing on more samples, trains as long as the first fit even out of time
+    details = {s.name: s.detail for s in result.stages}
+    assert details["train"].startswith(f"{epochs} epochs") and details["retrain r1"].startswith(f"{epochs} epochs")
     card = result.card
     assert [r["round"] for r in result.plan_rounds] == [0, 1]
     for r in result.plan_rounds:  # one held-out instance (every third), greedy's plan of it, predicted vs measured

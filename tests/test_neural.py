@@ -44,6 +44,24 @@ def test_training_refuses_unusable_data(tiny_data):
         train(tiny_data[:3], TrainSettings(epochs=1))
 
 
+def test_fine_tuning_starts_from_the_base_model(tiny_data):
+    """With a base, training starts from its weights and keeps its input normalisation: at a learning rate of
+    nothing, the result predicts what the base does; a base of another feature set is refused, naming it."""
+    base = train(tiny_data[::2], TrainSettings(epochs=3, batch_size=32, seed=0, threads=1))
+    tuned = train(tiny_data, TrainSettings(epochs=1, batch_size=32, seed=1, threads=1, learning_rate=1e-12), base=base)
+    for k in base.arrays:
+        if k.endswith("_lo"):  # the clamping range widened to cover both data sets
+            assert np.all(tuned.arrays[k] <= base.arrays[k])
+        elif k.endswith("_hi"):
+            assert np.all(tuned.arrays[k] >= base.arrays[k])
+        else:
+            np.testing.assert_allclose(tuned.arrays[k], base.arrays[k], rtol=1e-5, atol=1e-6)
+    assert "base" in tuned.meta
+    other = NeuralWeights(base.arrays, {**base.meta, "shard_features": ["rows"]})
+    with pytest.raises(TrainError, match="base model: its shard_features"):
+        train(tiny_data, TrainSettings(epochs=1, threads=1), base=other)
+
+
 def test_weights_round_trip(tiny_data, tmp_path):
     w = train(tiny_data, TrainSettings(epochs=1, threads=1))
     w.save(tmp_path / "m.npz")
