@@ -93,6 +93,7 @@ def unregister(name: str) -> None:
 
 
 ENTRY_POINT_GROUP = "shardopt.solvers"
+DEFAULT_SOLVER = "neuroshard"  # the one place the default lives: `solve` without --solver, and the plan --pick keeps in a near-tie
 _plugins_loaded = False
 
 

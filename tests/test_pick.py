@@ -81,3 +81,25 @@ def test_the_portfolio_hedges_with_model_free_plans_run_once() -> None:
     assert [s for s, m in pairs if m == "analytic"] == ["greedy", "neuroshard", "cpsat"]
     assert pairs[:len(PICK_PORTFOLIO)] == [(s, "neural-cpu") for s in PICK_PORTFOLIO]  # --candidates K: the chosen model's first
     assert portfolio_pairs(PICK_PORTFOLIO, "analytic") == [(s, "analytic") for s in PICK_PORTFOLIO]
+
+
+@pytest.mark.parametrize(("second_b", "apart_twice"), [(10.1, False), (10.5, True)])
+def test_a_near_tie_keeps_the_default_solves_plan(monkeypatch: pytest.MonkeyPatch, second_b: float, apart_twice: bool) -> None:
+    """`prefer` (the default solve's plan) in contention is replaced only by a plan measured faster with the intervals
+    apart in both sessions; without `prefer` the lowest over both sessions wins as before."""
+    import shardopt.measure.pick as pick
+
+    first_b = 10.05 if not apart_twice else 10.25  # b: within the spread of a, so a contender either way
+    sessions = [_report({"a": 10.0, "b": first_b}, {"b": (-(first_b - 10) * 10, -6.0, 0.5 if not apart_twice else -1.0)}),
+                _report({"a": 10.0, "b": second_b}, {"b": (-(second_b - 10) * 10, -6.0, -0.1)})]
+    calls = iter(sessions * 2)
+    monkeypatch.setattr(pick, "compare_plans", lambda *a, **k: next(calls))
+    plans = [Plan(shards=[Shard(table="t0", device=0)]), Plan(shards=[Shard(table="t0", device=1)])]
+    kept = pick_fastest(None, plans, ["a", "b"], "cpu", prefer=1)  # type: ignore[arg-type]
+    plain = pick_fastest(None, plans, ["a", "b"], "cpu")  # type: ignore[arg-type]
+    assert kept.contenders == [0, 1] and plain.winner == 0
+    if apart_twice:  # a beat b clear of the intervals in both sessions: the switch is earned
+        assert kept.winner == 0 and kept.kept_default is None
+    else:  # the intervals overlap in a session: the default's plan stays
+        assert kept.winner == 1 and kept.kept_default == 0 and "default solve's plan, kept" in kept.how()
+        assert kept.to_dict()["kept_default_over"] == "a"

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from costmodels.base import DeviceCosts
     from shardopt.core.ir import Instance, Shard
 
-DEFAULT_SOLVER = "neuroshard"  # the one place the default lives
 DEBUG_ENV = "SHARDOPT_DEBUG"
 
 # when this command started (the first import of the CLI): `solve --time-limit` bounds the command, so start-up and

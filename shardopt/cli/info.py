@@ -8,7 +8,6 @@ from typing import Annotated, Any, Optional
 import typer
 
 from shardopt.cli.common import (
-    DEFAULT_SOLVER,
     JsonOpt,
     _console,
     _emit_json,
@@ -16,6 +15,7 @@ from shardopt.cli.common import (
     _guard,
     app,
 )
+from solvers.catalog import DEFAULT_SOLVER
 
 
 @app.command("solvers")

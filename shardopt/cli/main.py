@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from shardopt.cli.common import DEFAULT_SOLVER, app
+from shardopt.cli.common import app
+from solvers.catalog import DEFAULT_SOLVER
 
 # importing a command module registers its commands on `app`
 import shardopt.cli.solve  # noqa: E402,F401  (solve)

@@ -79,8 +79,22 @@ def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, pr
     if len(distinct) == 1:
         return distinct[0], None, notes + ["one distinct plan: nothing to measure against"]
     names = [c.name for c in distinct]
-    outcome = pick_fastest(instance, [c.result.plan for c in distinct], names, backend, seed=seed, progress=progress)
+    default = default_candidate(candidates)
+    prefer = names.index(default) if default in names else None
+    outcome = pick_fastest(instance, [c.result.plan for c in distinct], names, backend, seed=seed, prefer=prefer, progress=progress)
     return distinct[outcome.winner], outcome, notes
+
+
+def default_candidate(candidates: list[Candidate]) -> str | None:
+    """The name under which the default solve's plan (the default solver with the chosen model, the portfolio's first)
+    was measured - that of an earlier candidate with the same plan - or None where the portfolio has none."""
+    from solvers.catalog import DEFAULT_SOLVER
+
+    if not candidates:
+        return None
+    chosen = candidates[0].cost_model
+    c = next((c for c in candidates if c.solver == DEFAULT_SOLVER and c.cost_model == chosen and c.result.plan is not None), None)
+    return None if c is None else (c.same_as or c.name)
 
 
 def pick_lines(outcome: Any, winner: Candidate, backend: str) -> list[str]:

@@ -9,7 +9,6 @@ import typer
 
 from shardopt.cli.common import (
     CLIError,
-    DEFAULT_SOLVER,
     EXIT_INFEASIBLE,
     CostModelOpt,
     JsonOpt,
@@ -28,6 +27,7 @@ from shardopt.cli.common import (
     solver_time_limit,
     app,
 )
+from solvers.catalog import DEFAULT_SOLVER
 from shardopt.cli.live import EXIT_INTERRUPTED, live_solve
 from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
 from shardopt.measure.pick import PICK_PORTFOLIO

@@ -142,6 +142,7 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
     from costmodels.auto import model_for
     from shardopt.core.ir import plan_key
     from shardopt.measure.pick import PICK_PORTFOLIO, pick_fastest, portfolio_pairs
+    from solvers.catalog import DEFAULT_SOLVER
 
     solved = {(r["solver"], r["cost_model"]): (r, p) for r, p in zip(rows, plans)}
     out_rows, out_plans = [], []
@@ -169,8 +170,10 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
             best, how = keys[0], "one distinct plan"
         else:  # sessions of their own (seed + 1: not the leaderboard session's order)
             started = time.perf_counter()
+            default = solved.get((DEFAULT_SOLVER, cm), (None, None))[1]  # the default solve's plan: kept in a near-tie
+            prefer = keys.index(plan_key(default)) if default is not None else None
             outcome = pick_fastest(inst, [candidates[k][2] for k in keys], [candidates[k][0] for k in keys],
-                                   job.backend, seed=job.seed + 1, rule=job.rule)
+                                   job.backend, seed=job.seed + 1, rule=job.rule, prefer=prefer)
             session_s = time.perf_counter() - started
             best, how = keys[outcome.winner], outcome.how()
         label, _, plan = candidates[best]
