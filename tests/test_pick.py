@@ -103,3 +103,20 @@ def test_a_near_tie_keeps_the_default_solves_plan(monkeypatch: pytest.MonkeyPatc
     else:  # the intervals overlap in a session: the default's plan stays
         assert kept.winner == 1 and kept.kept_default == 0 and "default solve's plan, kept" in kept.how()
         assert kept.to_dict()["kept_default_over"] == "a"
+
+
+def test_the_default_candidate_is_the_default_solvers_plan_with_the_chosen_model() -> None:
+    """`solve --pick` keeps, in a near-tie, the plan `solve` would return: neuroshard with the chosen model, measured
+    under the name of an earlier candidate where that one had the very same plan."""
+    from types import SimpleNamespace
+
+    from shardopt.cli.pick import Candidate, default_candidate
+
+    def cand(solver: str, model: str, same_as: str | None = None, plan: object = True) -> Candidate:
+        return Candidate(f"{solver} / {model}", solver, model, None, SimpleNamespace(plan=object() if plan else None), same_as)
+
+    assert default_candidate([cand("greedy", "m"), cand("neuroshard", "m"), cand("neuroshard", "analytic")]) == "neuroshard / m"
+    assert default_candidate([cand("greedy", "m"), cand("neuroshard", "m", same_as="greedy / m")]) == "greedy / m"
+    assert default_candidate([cand("greedy", "m"), cand("neuroshard", "analytic")]) is None  # not with the chosen model
+    assert default_candidate([cand("greedy", "m"), cand("neuroshard", "m", plan=False)]) is None  # no plan
+    assert default_candidate([]) is None
