@@ -326,6 +326,8 @@ def test_the_loop_adds_samples_from_proposed_plans_and_reports_the_plan_level_er
     assert [r["round"] for r in result.plan_rounds] == [0, 1]
     for r in result.plan_rounds:  # one held-out instance (every third), greedy's plan of it, predicted vs measured
         assert r["n"] == 1 and r["plans"][0]["instance"] == targets[2].name and r["mape"] >= 0
+    # the round's model's own proposals on the two learning instances, before it trained on them; none after the last
+    assert result.plan_rounds[0]["learning"]["n"] == 2 and "learning" not in result.plan_rounds[1]
     plan_level = card.accuracy["plan_level"]
     assert plan_level["heldout_instances"] == [targets[2].name] and len(plan_level["rounds"]) == 2
     # the learning instances' plans gave device samples, kept with where they came from

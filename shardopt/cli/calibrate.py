@@ -216,12 +216,14 @@ def _print_rounds(rounds: list[dict[str, Any]], card: Any) -> None:
     heldout = card.accuracy.get("plan_level", {}).get("heldout_instances", [])
     table = RichTable(title=f"plan-level error: the model's predicted plan cost vs the plan measured on this machine "
                             f"({len(heldout)} held-out instances; the loop learns from the others)", title_justify="left")
-    for col in ("round", "plans", "MAPE", "mean signed error", "Kendall tau"):
+    for col in ("round", "plans", "MAPE", "mean signed error", "Kendall tau", "learning instances' plans: MAPE / signed"):
         table.add_column(col, justify="right")
     for r in rounds:
         tau = r.get("kendall_tau")
+        learning = r.get("learning")
         table.add_row("first fit" if r["round"] == 0 else str(r["round"]), str(r["n"]), f"{r['mape']:.1%}", f"{r['bias']:+.1%}",
-                      "-" if tau is None or tau != tau else f"{tau:.3f}")
+                      "-" if tau is None or tau != tau else f"{tau:.3f}",
+                      f"{learning['mape']:.1%} / {learning['bias']:+.1%} ({learning['n']})" if learning else "-")
     _console().print(table)
 
 
