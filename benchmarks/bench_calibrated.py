@@ -5,7 +5,7 @@ greedy and neuroshard searching with the analytic model, measured on the cpu jud
 
 Per instance, one paired, interleaved `compare` session (shardopt.measure.compare, the judge's default stopping
 rule) of four plans: the default solve's (neuroshard with auto), --pick's (the portfolio greedy / neuroshard / cpsat
-with auto and with analytic, measured in its own session first, the fastest kept), greedy with analytic, neuroshard
+with auto and with analytic, size and random once, measured in its own sessions first: shardopt.measure.pick), greedy with analytic, neuroshard
 with analytic. The default is compared with each baseline: "x % faster (95 % CI [l, u])". Also: which model auto
 chose and why not, and whether --pick's plan was measured slower than any of its candidates in the final session.
 
