@@ -31,6 +31,7 @@ from shardopt.cli.pick import pick, portfolio_candidates  # noqa: E402
 from shardopt.core.fingerprint import cpu_fingerprint  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from shardopt.measure.compare import compare_plans  # noqa: E402
+from shardopt.measure.pick import PICK_PORTFOLIO  # noqa: E402
 from solvers.catalog import get_solver  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def one(path: Path, time_limit: float, models: Path | None) -> dict:
         "greedy, analytic": get_solver("greedy").solve(inst, analytic, time_limit=time_limit, seed=0),
         "neuroshard, analytic": get_solver("neuroshard").solve(inst, analytic, time_limit=time_limit, seed=0),
     }
-    cands = portfolio_candidates(inst, choice, ["greedy", "neuroshard", "cpsat"], None, time_limit, 0)
+    cands = portfolio_candidates(inst, choice, list(PICK_PORTFOLIO), None, time_limit, 0)
     winner, pick_report, notes = pick(inst, cands, "cpu", 0)
     plans[f"pick ({winner.name})"] = winner.result
     solve_s = time.perf_counter() - t0
@@ -62,6 +63,9 @@ def one(path: Path, time_limit: float, models: Path | None) -> dict:
         "predicted_ms": {n: float(plans[n].predicted.max_cost) for n in names},
         "measured": measured, "default_vs": cmp,
         "pick": {"winner": winner.name, "its_session_ms": pick_cands, "notes": notes,
+                 "how": pick_report.how() if pick_report is not None else "one distinct plan",
+                 "kept_default_over": (pick_report.names[pick_report.kept_default]
+                                       if pick_report is not None and pick_report.kept_default is not None else None),
                  "slower_than_a_baseline_here": [n for n in names[:3] if measured[n]["ms"] < pick_ms and
                                                   not (measured[n]["ci"][1] >= measured[pick_name]["ci"][0])]},
         "rounds": report.rounds, "solve_s": solve_s, "judge": report.judge,
