@@ -75,12 +75,17 @@ def test_close_plans_are_re_timed_in_a_second_session_and_a_clear_loser_is_not()
 def test_the_portfolio_hedges_with_model_free_plans_run_once() -> None:
     """The model-dependent solvers search with the chosen model and the data sheet; size and random (the model-free
     hedge) are run once, with the chosen model, and nothing is run twice."""
-    pairs = portfolio_pairs(PICK_PORTFOLIO, "neural-cpu")
+    from solvers.catalog import spec_of
+
+    def uses(s: str) -> bool:
+        return spec_of(s).uses_cost_model
+
+    pairs = portfolio_pairs(PICK_PORTFOLIO, "neural-cpu", uses)
     assert len(pairs) == len(set(pairs))
     assert [s for s, m in pairs if m == "neural-cpu"] == list(PICK_PORTFOLIO)
     assert [s for s, m in pairs if m == "analytic"] == ["greedy", "neuroshard", "cpsat"]
     assert pairs[:len(PICK_PORTFOLIO)] == [(s, "neural-cpu") for s in PICK_PORTFOLIO]  # --candidates K: the chosen model's first
-    assert portfolio_pairs(PICK_PORTFOLIO, "analytic") == [(s, "analytic") for s in PICK_PORTFOLIO]
+    assert portfolio_pairs(PICK_PORTFOLIO, "analytic", uses) == [(s, "analytic") for s in PICK_PORTFOLIO]
 
 
 @pytest.mark.parametrize(("second_b", "apart_twice"), [(10.1, False), (10.5, True)])

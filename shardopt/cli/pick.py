@@ -33,11 +33,11 @@ def portfolio_candidates(instance: Any, choice: Any, portfolio: list[str], limit
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import plan_key
     from shardopt.measure.pick import portfolio_pairs
-    from solvers.catalog import get_solver
+    from solvers.catalog import get_solver, spec_of
 
     chosen = choice.card.id if choice.card is not None else choice.name
     models = {chosen: choice.model}
-    pairs = portfolio_pairs(portfolio, chosen)[:limit]
+    pairs = portfolio_pairs(portfolio, chosen, lambda s: spec_of(s).uses_cost_model)[:limit]
     out: list[Candidate] = []
     for solver, label in pairs:
         if label not in models:

@@ -142,7 +142,7 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
     from costmodels.auto import model_for
     from shardopt.core.ir import plan_key
     from shardopt.measure.pick import PICK_PORTFOLIO, pick_fastest, portfolio_pairs
-    from solvers.catalog import DEFAULT_SOLVER
+    from solvers.catalog import DEFAULT_SOLVER, spec_of
 
     solved = {(r["solver"], r["cost_model"]): (r, p) for r, p in zip(rows, plans)}
     out_rows, out_plans = [], []
@@ -151,7 +151,7 @@ def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: Ins
             continue
         candidates: dict[str, tuple[str, dict[str, Any], Any]] = {}  # plan key -> (label, row, plan): distinct plans
         spent = 0.0
-        for solver, model in portfolio_pairs(PICK_PORTFOLIO, cm):
+        for solver, model in portfolio_pairs(PICK_PORTFOLIO, cm, lambda s: spec_of(s).uses_cost_model):
             if (solver, model) not in solved:
                 solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit, job.solver_options.get(solver))
             r, p = solved[(solver, model)]

@@ -42,14 +42,12 @@ def portfolio_models(chosen: str) -> list[str]:
     return [chosen] + (["analytic"] if chosen != "analytic" else [])
 
 
-def portfolio_pairs(solvers: Sequence[str], chosen: str) -> list[tuple[str, str]]:
+def portfolio_pairs(solvers: Sequence[str], chosen: str, uses_cost_model: Callable[[str], bool]) -> list[tuple[str, str]]:
     """(solver, cost model) pairs of a pick portfolio, in the order they are run: every solver with the chosen model,
     then the model-dependent ones with the data sheet. A model-free solver's plan is the same with any model, so it is
-    run once."""
-    from solvers.catalog import spec_of
-
+    run once. `uses_cost_model(solver)`: the catalog's answer (solvers.catalog.spec_of; a layer above this one)."""
     models = portfolio_models(chosen)
-    return [(s, m) for m in models for s in solvers if m == chosen or spec_of(s).uses_cost_model]
+    return [(s, m) for m in models for s in solvers if m == chosen or uses_cost_model(s)]
 
 
 @dataclass
