@@ -64,8 +64,8 @@ def one(path: Path, time_limit: float, models: Path | None) -> dict:
         "measured": measured, "default_vs": cmp,
         "pick": {"winner": winner.name, "its_session_ms": pick_cands, "notes": notes,
                  "how": pick_report.how() if pick_report is not None else "one distinct plan",
-                 "kept_default_over": (pick_report.names[pick_report.kept_default]
-                                       if pick_report is not None and pick_report.kept_default is not None else None),
+                 "default_kept_over": (pick_report.names[pick_report.default_kept_over]
+                                       if pick_report is not None and pick_report.default_kept_over is not None else None),
                  "slower_than_a_baseline_here": [n for n in names[:3] if measured[n]["ms"] < pick_ms and
                                                   not (measured[n]["ci"][1] >= measured[pick_name]["ci"][0])]},
         "rounds": report.rounds, "solve_s": solve_s, "judge": report.judge,

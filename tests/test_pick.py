@@ -104,10 +104,10 @@ def test_a_near_tie_keeps_the_default_solves_plan(monkeypatch: pytest.MonkeyPatc
     plain = pick_fastest(None, plans, ["a", "b"], "cpu")  # type: ignore[arg-type]
     assert kept.contenders == [0, 1] and plain.winner == 0
     if apart_twice:  # a beat b clear of the intervals in both sessions: the switch is earned
-        assert kept.winner == 0 and kept.kept_default is None
+        assert kept.winner == 0 and kept.default_kept_over is None
     else:  # the intervals overlap in a session: the default's plan stays
-        assert kept.winner == 1 and kept.kept_default == 0 and "default solve's plan, kept" in kept.how()
-        assert kept.to_dict()["kept_default_over"] == "a"
+        assert kept.winner == 1 and kept.default_kept_over == 0 and "default solve's plan, kept" in kept.how()
+        assert kept.to_dict()["default_kept_over"] == "a"
 
 
 def test_the_default_candidate_is_the_default_solvers_plan_with_the_chosen_model() -> None:

@@ -27,10 +27,10 @@ from shardopt.cli.common import (
     solver_time_limit,
     app,
 )
-from solvers.catalog import DEFAULT_SOLVER
 from shardopt.cli.live import EXIT_INTERRUPTED, live_solve
 from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
 from shardopt.measure.pick import PICK_PORTFOLIO
+from solvers.catalog import DEFAULT_SOLVER
 from solvers.results import STOP_WORDS, FallbackUse, ReplanReport, SolveResult, StopReason
 
 

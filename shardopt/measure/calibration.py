@@ -390,9 +390,9 @@ class _Calibration:
                 f"only {len(self.train_samples)} train and {len(self.test_samples)} held-out samples were timed within the budget "
                 f"({self.budget_s / 60:g} min): give it more time (--budget-minutes); the samples are kept and a rerun resumes")
 
-    def fit_neural(self, extra: list[dict[str, Any]], end_share: float, out: Path, stage: str, min_epochs: int = MIN_EPOCHS) -> int:
+    def fit_neural(self, extra: list[dict[str, Any]], end_share: float, out: Path, stage: str, min_epochs: int = MIN_EPOCHS) -> None:
         """The neural model, its epochs fitted to the time left before `end_share` of the budget (at least
-        `min_epochs` unless the settings ask for fewer); returns the epochs it trained."""
+        `min_epochs` unless the settings ask for fewer; the epochs are stamped in the work folder)."""
         from costmodels.train import TrainError, TrainSettings, train
 
         settings = self.settings
@@ -418,7 +418,6 @@ class _Calibration:
         _stamp(self.work, stage, {"epochs": epochs})
         self.stages.append(StageRecord(stage, time.monotonic() - start,
                                        f"{epochs} epochs on {len(self.train_samples)} + {len(extra)} proposed + {len(self.comm_samples)} comm samples"))
-        return epochs
 
     def close_loop(self, targets: Sequence[Instance], rounds: int, propose: Proposer, shares: dict[str, float]) -> None:
         """The plans the searches propose with the model, measured; their devices added; retrained, `rounds` times,

@@ -9,9 +9,9 @@ the fastest's, or that lie within the judge's session-to-session spread of it - 
 their own (another seed: another round order and trace), and the pick is the contender with the lowest cost relative
 to the others over both sessions (the geometric mean of its per-session ratio to the session's fastest).
 
-Two sessions still cannot split a near-tie: on the cpu judge `--pick` chose, twice in 24 instances, a plan 0.6 % from
-the default solve's in its sessions that a later session measured 1.9-2.2 % slower than the default's, with both
-intervals narrow (docs/measured.md). So where the default's plan (`prefer`) is still in contention, another plan
+Two sessions still cannot split a near-tie: on the cpu judge `--pick` chose, once in each of two runs of 24 instances,
+a plan within 1 % of the default solve's in its own sessions that a later session measured 1.9-2.2 % slower than the
+default's, with both intervals narrow (docs/measured.md). So where the default's plan (`prefer`) is still in contention, another plan
 replaces it only when it was measured faster with the intervals apart in both sessions: a switch away from what
 `solve` returns needs evidence that held twice.
 """
@@ -60,7 +60,7 @@ class PickOutcome:
     confirm: CompareReport | None = None  # the second session of the contenders; None where the first was decisive
     contenders: list[int] = field(default_factory=list)  # indices re-timed in the second session
     relative: dict[int, float] = field(default_factory=dict)  # contender -> geometric-mean ratio to each session's fastest
-    kept_default: int | None = None  # the lowest over both sessions, where the preferred plan was kept instead of it
+    default_kept_over: int | None = None  # where the preferred plan was kept: the lowest over both sessions, overruled
 
     @property
     def sessions(self) -> int:
@@ -84,9 +84,9 @@ class PickOutcome:
         first_fastest = names.index(self.first.plans[0].name)
         others = ", ".join(f"{names[i]} {100 * (self.relative[i] / self.relative[self.winner] - 1):+.1f} %"
                            for i in self.contenders if i != self.winner)
-        if self.kept_default is not None:
+        if self.default_kept_over is not None:
             return (f"{names[self.winner]}, the default solve's plan, kept: of {n} distinct plans {len(self.contenders)} "
-                    f"were close and re-timed in a second session, and {names[self.kept_default]}, the lowest over both, "
+                    f"were close and re-timed in a second session, and {names[self.default_kept_over]}, the lowest over both, "
                     f"was not measured faster than it with the intervals apart in both; over both sessions the others "
                     f"cost {others}")
         verdict = ("confirmed" if first_fastest == self.winner
@@ -97,7 +97,7 @@ class PickOutcome:
     def to_dict(self) -> dict[str, Any]:
         names = self.names
         return {"winner": names[self.winner], "sessions": self.sessions, "how": self.how(),
-                "kept_default_over": names[self.kept_default] if self.kept_default is not None else None,
+                "default_kept_over": names[self.default_kept_over] if self.default_kept_over is not None else None,
                 "contenders": [names[i] for i in self.contenders],
                 "relative_to_fastest": {names[i]: r for i, r in self.relative.items()},
                 "first": self.first.to_dict(), "confirm": self.confirm.to_dict() if self.confirm is not None else None}
@@ -159,5 +159,5 @@ def pick_fastest(
     winner = min(contenders, key=lambda i: (relative[i], contenders.index(i)))
     if (prefer is not None and prefer in contenders and winner != prefer
             and not all(measured_apart(r, names[winner], names[prefer]) for r in (first, second))):
-        return PickOutcome(prefer, list(names), first, second, contenders, relative, kept_default=winner)
+        return PickOutcome(prefer, list(names), first, second, contenders, relative, default_kept_over=winner)
     return PickOutcome(winner, list(names), first, second, contenders, relative)
