@@ -568,22 +568,32 @@ def test_plan_class_bounds_are_below_each_class_optimum(seed: int, n_tables: int
     one-all-to-all LP; their least is the bound `classes_lp_bound` gives."""
     from solvers.bound.symmetric import classes_lp_bound
 
+    from solvers.bound.symmetric import COLUMN_CLASSES
+
     inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.6, per_host=per_host, batch_size=65536)
     ctx = AnalyticRelaxation(inst)
-    best = brute_force_by_class(inst, CM)
-    value, classes = classes_lp_bound(ctx, 20.0)
+    best = brute_force_by_class(inst, CM)  # (whole tables and column halves: no row splits, no replicas)
+    found = classes_lp_bound(ctx, 20.0)
     anyone = symmetric_lp_bound(ctx)
-    for name, v in classes.items():
+    for name, table_wise, plans in COLUMN_CLASSES:
+        v = found.classes[name]
         assert v is not None and v >= anyone * (1 - 1e-9)
-        assert v <= best[name] * (1 + 1e-7), (name, v, best[name])
-    assert value == min(classes.values())
+        if name in best:
+            assert v <= best[name] * (1 + 1e-7), (name, v, best[name])
+            # the class's plans without row splits: its row class "none" bounds them too
+            none = symmetric_lp_bound(ctx, table_wise, 20.0, plans, replicas=True, rows="none")
+            assert none is not None and none <= best[name] * (1 + 1e-7), (name, none, best[name])
+    assert found.value == min(found.classes.values())
 
 
 def test_production_bound_counts_the_collectives_a_plan_runs() -> None:
-    """856 x 128 takes the symmetric LP; its plan classes lift it above the one-all-to-all LP (measured 9.886 ->
-    9.936 ms: plans that run both collectives pay two start-ups, and plans of cut tables only their second shards)."""
+    """856 x 128 takes the symmetric LP; its plan classes lift it above the one-all-to-all LP (measured 9.878 ->
+    9.927 ms: plans that run two collectives pay two start-ups, plans of cut tables their second shards; the lowest
+    class is refined by its row splits, since a fractional row split would pay a fraction of its collective's)."""
     inst = load_instance(ROOT / "instances" / "suites" / "production" / "production-all-s0-0000.json")
     b = analytic_lower_bound(inst, CM, time_limit=30)
     classes = b.info["plan_classes"]
-    assert b.source == "symmetric LP" and set(classes) == {"table_wise", "mixed", "column_wise"}
+    assert b.source == "symmetric LP" and set(classes) == {"table_wise", "mixed", "column_wise", "rows_and_replicas"}
     assert b.value_ms == min(classes.values()) > b.lp_bound_ms
+    (lowest, rows), = b.info["plan_classes_by_rows"].items()  # (refined: the lowest class, and only it here)
+    assert classes[lowest] == b.value_ms == min(rows.values()) and set(rows) == {"none", "over_devices", "within_hosts"}

@@ -265,16 +265,19 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
     if sym is not None and math.isfinite(sym):
         # too large to branch on (856 x 128: building alone ~11 s, the LP not done in 20 s); the symmetric LP is the
         # one-all-to-all relaxation's LP bound (build_symmetric_lp), of every plan: constraints only take plans away.
-        # With the time left, the per-type judge's classes (classes_lp_bound: whole tables only, every table cut, both
-        # collectives) each bounded apart, the least of them
+        # With the time left, the per-type judge's classes (classes_lp_bound: by the collectives a plan runs, each
+        # start-up paid whole) each bounded apart, the least of them
         info = _constraints_info(instance, counted=False)
         value, how = sym, "one all-to-all of the summed widths"
         left = 0.9 * time_limit - (time.perf_counter() - start)
         if not table_wise and left > 0:
-            by_class, classes = classes_lp_bound(ctx, left)
-            info["plan_classes"] = classes
-            if by_class is not None and by_class > sym:
-                value, how = by_class, "the least over plan classes (whole tables only, every table cut, both collectives)"
+            found = classes_lp_bound(ctx, left)
+            info["plan_classes"] = found.classes
+            if found.by_rows:
+                info["plan_classes_by_rows"] = found.by_rows
+            if found.value is not None and found.value > sym:
+                value, how = found.value, ("the least over plan classes (by the collectives they run: whole tables only, every table cut, "
+                                           "both, neither; with or without row splits)")
         return AnalyticBound(
             value_ms=value, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
             cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",

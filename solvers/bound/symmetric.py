@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,27 +47,37 @@ def pair_rows(m: SparseModel, x: int, n: int, s: int, hull: list[tuple[float, fl
         m.row({s: 1.0, c: -float(sector)}, 0.0, math.inf)
 
 
-PLAN_CLASSES = ("any", "mixed", "column_wise")  # the plans a symmetric LP bounds (`build_symmetric_lp`)
+PLAN_CLASSES = ("any", "whole", "mixed", "column_wise", "rows_and_replicas")  # which table-/column-wise collectives run
+ROW_CLASSES = ("any", "none", "over_devices", "within_hosts")  # which row-split collectives run (`build_symmetric_lp`)
 
 
-def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans: str = "any", replicas: bool | None = None) -> tuple[SparseModel, int]:
+def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans: str = "any", replicas: bool | None = None,
+                       rows: str = "any") -> tuple[SparseModel, int]:
     """The LP relaxation of `build_relaxation` for interchangeable devices, with every device's variables equal:
     one copy of each pair's variables per table (x_t, n_t, s_t, c_t) and of each device's (y, f, b, h, comm).
 
     Why it is the same bound: the LP's feasible set (without the symmetry-ordering rows, which only cut off
     permuted copies) is mapped onto itself by the device permutations `devices_interchangeable` allows, and that
-    group moves any device to any other; averaging an optimal LP solution over the group gives a feasible solution
+    group moves any device to any other; averaging an optimal LP solution over it gives a feasible solution
     (the set is convex) with the same z in which all devices are equal. So the LP optimum over such symmetric points
     is the LP optimum -- at a size independent of the device count (856 tables x 128 devices: ~4k variables instead
     of ~440k). Rows that sum over devices get the device count as a factor: sum_d n[t, d] = D n_t, k_t = D x_t, and a
     comm piece's host-width term sums the same n over the host's devices. Returns (model, index of z).
 
-    `plans` (column-wise mode) says which plans the LP bounds, so that the judge's one all-to-all per sharding type
-    counts: "any" every covered plan (one all-to-all of the summed widths, one start-up); "mixed" the plans that run
-    both the table-wise and the column-wise collective (each pays its own start-up: every comm piece one more); and
-    "column_wise" the plans whose every table is cut (two shards or more: `q_t` the shards beyond the ones `x`
-    counts, `D (x_t + q_t) >= 2`, each charged the per-shard constants and optimizer bytes). With the table-wise LP
-    (every table whole: one collective) the three classes cover every plan: `classes_lp_bound`.
+    `plans` and `rows` say which plans the LP bounds, so that the judge's one all-to-all per sharding type counts
+    (each collective that runs pays its own start-up; in the LP a collective's start-up is otherwise paid only in
+    the fraction its tables' variables take). `plans`, the table- and column-wise collectives: "any" every covered
+    plan (one all-to-all of the summed widths); "whole" (table-wise mode) plans that cut no table and run the
+    table-wise collective; "mixed" plans that run both (every comm piece one more start-up); "column_wise" plans whose
+    every table is cut (two shards or more: `q_t` the shards beyond the ones `x` counts, `D (x_t + q_t) >= 2`, each
+    charged the per-shard constants and optimizer bytes) and that run the column-wise collective;
+    "rows_and_replicas" plans that run neither (every table replicated or split by rows). `rows`, the collectives of
+    row splits: "any"; "none" plans without row splits; "over_devices" plans with a table split by rows over devices
+    (the row-wise collective runs: its start-up paid whole, and some g_t = 1); "within_hosts" plans whose row splits
+    all lie within one host, at least one (the hierarchical collectives run: their start-ups paid whole). Every class
+    keeps every row of the "any" LP, and its added rows hold at every plan of the class and are invariant under the
+    device permutations, so the averaging argument holds for each; `classes_lp_bound` takes the least over classes
+    that together hold every plan.
 
     `replicas` (default: not `table_wise`): the replicable tables (`ctx.replicable`) may be replicated, r_t the
     share replicated (a device-independent load: the same on every device, so symmetric as it stands); the classes
@@ -74,6 +85,10 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     n_t in its host memory (HBM rows less those columns, a host-memory row)."""
     if plans not in PLAN_CLASSES:
         raise ValueError(f"plans: {plans!r} is not one of {', '.join(PLAN_CLASSES)}")
+    if rows not in ROW_CLASSES:
+        raise ValueError(f"rows: {rows!r} is not one of {', '.join(ROW_CLASSES)}")
+    if (plans == "whole") != table_wise and plans in ("whole", "mixed", "column_wise"):
+        raise ValueError(f"plans: {plans!r} {'needs' if plans == 'whole' else 'excludes'} table-wise mode")
     bm, t = ctx.bm, ctx.terms
     inst = bm.instance
     if not devices_interchangeable(inst):
@@ -84,23 +99,29 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     fits = [int(ti) for ti in np.flatnonzero(fit0 >= 1)]
     nmax = {(ti, 0): int(fit0[ti]) for ti in fits}
     m = SparseModel()
-    x = {ti: m.var(0, 1) for ti in fits}
-    n = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits}
-    sv = {ti: m.var(0, math.inf) for ti in fits}
+    # the tables that may have table- or column-wise shards (none where the plans hold only replicas and row splits)
+    pairs = [] if plans == "rows_and_replicas" else fits
+    x = {ti: m.var(0, 1) for ti in pairs}
+    n = {ti: m.var(0, nmax[(ti, 0)]) for ti in pairs}
+    sv = {ti: m.var(0, math.inf) for ti in pairs}
     y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
     rep = ctx.replicas
     with_replicas = (not table_wise) if replicas is None else replicas
     r = {ti: m.var(1.0 if rep.forced[ti] else 0.0, 1.0) for ti in fits if with_replicas and ctx.replicable[ti]}
     host_cap = inst.topology.host_capacities()[0]
     may_host, must_host = host_tables(inst)
-    hu = {ti: m.var(0, nmax[(ti, 0)]) for ti in fits if ctx.host_memory and may_host[ti] and host_cap > 0}
+    hu = {ti: m.var(0, nmax[(ti, 0)]) for ti in pairs if ctx.host_memory and may_host[ti] and host_cap > 0}
     # row splits, every device's (and host's) variables equal (milp._add_row_variables averaged): g_t, tw_t <= 1/H per
     # host, a device's share of t's rows rho_t = (g + H tw) / D (`rho_of`), and its blocks bl_t = xr + qr in [0, 2]:
     # bl >= rho, bl <= 2 g + tw, bl >= tw, D (bl - tw) >= g, D bl >= 2 (g + H tw); busy y >= bl / 2 (>= xr)
     H = inst.topology.num_intra_groups  # (table-row-wise groups: hosts, or NVLink domains)
-    rows = ctx.rows
-    g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti]}
-    tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti]}
+    row_terms = ctx.rows
+    g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti] and rows in ("any", "over_devices")}
+    tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti] and rows != "none"}
+    if rows == "over_devices":  # (some table is split by rows over devices: its g_t is 1)
+        m.row([(v, 1.0) for v in g.values()], 1.0, math.inf)
+    if rows == "within_hosts":  # (some table is split within a host: H tw_t is 1)
+        m.row([(v, float(H)) for v in tw.values()], 1.0, math.inf)
     split = sorted(set(g) | set(tw))
     bl = {ti: m.var(0, 2) for ti in split}
     hr = {ti: m.var(0, 1) for ti in split if ctx.host_memory and may_host[ti] and host_cap > 0}
@@ -141,27 +162,27 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
             m.row({hu[ti]: 1.0, n[ti]: -1.0}, 0.0 if must_host[ti] else -math.inf, 0.0)
     cap = inst.topology.capacities()[0]
     extra: dict[int, int] = {}  # q_t: "column_wise", the shards of t beyond one per device holding it
-    if plans == "column_wise" and not table_wise:
+    if plans == "column_wise":
         for ti in fits:  # (every table not replicated or split by rows is cut: D (x + q) >= 2 (1 - r - g - H tw))
             extra[ti] = m.var(0, math.inf)
             m.row([(x[ti], float(n_dev)), (extra[ti], float(n_dev))] + [(e, 2.0 * w) for e, w in others(ti)], 2.0, math.inf)
-    mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in fits] + [(x[ti], t.mem_fixed[ti] / cap) for ti in fits]
+    mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in pairs] + [(x[ti], t.mem_fixed[ti] / cap) for ti in pairs]
     mem += [(q, t.mem_fixed[ti] / cap) for ti, q in extra.items()]
     mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti, u in hu.items()] + [(q, rep.mem[ti] / cap) for ti, q in r.items()]
-    mem += [e for ti in split for e in rho_of(ti, rows.mem_rho[ti] / cap)] + [(q, -rows.mem_col_rho[ti] / cap) for ti, q in hr.items()]
+    mem += [e for ti in split for e in rho_of(ti, row_terms.mem_rho[ti] / cap)] + [(q, -row_terms.mem_col_rho[ti] / cap) for ti, q in hr.items()]
     m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
     if hu or hr:
-        m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()] + [(q, rows.mem_col_rho[ti] / host_cap) for ti, q in hr.items()],
+        m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()] + [(q, row_terms.mem_col_rho[ti] / host_cap) for ti, q in hr.items()],
               -math.inf, 1.0 + MEMORY_SLACK)
     for ti in split:
         m.row({y: 1.0, bl[ti]: -0.5}, 0.0, math.inf)
     if use_hits:
         for k, lam in enumerate(ctx.lams):
-            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in fits]
-                  + [e for ti in split for e in rho_of(ti, -t.kappa_ms * ctx.slopes[ti, k] * rows.sb[ti])], -math.inf, 0.0)
+            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in pairs]
+                  + [e for ti in split for e in rho_of(ti, -t.kappa_ms * ctx.slopes[ti, k] * row_terms.sb[ti])], -math.inf, 0.0)
     fwd = [(f, 1.0), (h, 1.0)]
     bwd = [(b, 1.0)]
-    for ti in fits:
+    for ti in pairs:
         fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
         bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
     for ti, q in extra.items():
@@ -171,23 +192,26 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         fwd.append((q, -rep.fwd_ms[ti]))
         bwd.append((q, -rep.bwd_ms[ti]))
     for ti in split:
-        fwd += [(bl[ti], -rows.fwd_block_ms[ti])] + rho_of(ti, -rows.fwd_rho_ms[ti])
-        bwd += [(bl[ti], -rows.bwd_block_ms[ti])] + rho_of(ti, -rows.bwd_rho_ms[ti])
+        fwd += [(bl[ti], -row_terms.fwd_block_ms[ti])] + rho_of(ti, -row_terms.fwd_rho_ms[ti])
+        bwd += [(bl[ti], -row_terms.bwd_block_ms[ti])] + rho_of(ti, -row_terms.bwd_rho_ms[ti])
     m.row(fwd, 0.0, math.inf)
     m.row(bwd, 0.0, math.inf)
     m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
     m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
-    mixed = plans == "mixed" and not table_wise  # (both collectives run: two start-ups)
+    mixed = plans == "mixed"  # (both collectives run: two start-ups)
     # one all-to-all of every width (row blocks' included), its start-ups those of the collectives that run: the
     # table- / column-wise one unless every table is replicated or split by rows (`some`), the row-wise one where a
     # table is split by rows over devices (`by_rows`; a sum of maxes is at least the max of the sums); its total less
     # the widths of the tables that join none (a row split over devices counted once: at most)
     leave = {ti: [(e, w) for e, w in others(ti) if ti not in g or e != g[ti]] for ti in range(len(t.dims))}
-    some = m.var(1.0 if mixed or not all(others(ti) for ti in range(len(t.dims))) else 0.0, 1.0)
+    if plans == "rows_and_replicas":
+        some = m.var(0.0, 0.0)
+    else:
+        some = m.var(1.0 if plans != "any" or not all(others(ti) for ti in range(len(t.dims))) else 0.0, 1.0)
     for ti in range(len(t.dims)):
         if others(ti):
             m.row([(some, 1.0)] + others(ti), 1.0, math.inf)
-    by_rows = m.var(0, 1)
+    by_rows = m.var(1.0 if rows == "over_devices" else 0.0, 1)
     for q in g.values():
         m.row({by_rows: 1.0, q: -1.0}, 0.0, math.inf)
     start_up = comm_pieces(bm, 0, 0.0)[0].const if mixed else 0.0
@@ -195,14 +219,14 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     for p0, p1 in zip(comm_pieces(bm, 0, 0.0), comm_pieces(bm, 0, 1.0)):  # (device 0 stands for all: the pieces are the same)
         per_total = p1.const - p0.const
         w = p0.cv * per_host + p0.cu
-        row = [(comm, 1.0), (some, -p0.const), (by_rows, -p0.const)] + [(n[ti], -w * DIM_ALIGNMENT) for ti in fits]
+        row = [(comm, 1.0), (some, -p0.const), (by_rows, -p0.const)] + [(n[ti], -w * DIM_ALIGNMENT) for ti in pairs]
         row += [(bl[ti], -w * float(t.dims[ti])) for ti in split] + [(q, w * float(t.dims[ti])) for ti, q in tw.items()]
         row += [(e, per_total * float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es]
         m.row(row, per_total * total + start_up, math.inf)
-    hier = _hierarchical_lp(m, ctx, tw)
+    hier = _hierarchical_lp(m, ctx, tw, runs=rows == "within_hosts")
     m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
           + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
-    for ti in fits:
+    for ti in pairs:
         lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
         other = others(ti)
         if len(lines) == 1 and lines[0][1] == 0.0:
@@ -218,9 +242,10 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     return m, z
 
 
-def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]) -> int | None:
+def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int], runs: bool = False) -> int | None:
     """The hierarchical collectives of row splits within a host, every host's tw_t equal (`milp._add_hierarchical_rows`
-    averaged over hosts: W_h = sum_t dim_t tw_t, the other hosts' (H - 1) W_h, start-ups times present >= tw_t)."""
+    averaged over hosts: W_h = sum_t dim_t tw_t, the other hosts' (H - 1) W_h, start-ups times present >= tw_t;
+    present = 1 where the plans bounded are known to run them: `runs`)."""
     if not tw:
         return None
     bm = ctx.bm
@@ -231,7 +256,7 @@ def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]
     # send (H - 1) q W_h and receive q (H - 1) W_h: equal on two levels; with pooled levels the send's scale is the
     # larger (its slowest level), and both rows hold, so the larger
     inter = max(ct.hier_send_ms, (H - 1) * ct.hier_recv_ms)
-    hier, present = m.var(0, math.inf), m.var(0, 1)
+    hier, present = m.var(0, math.inf), m.var(1.0 if runs else 0.0, 1)
     for v in tw.values():
         m.row({present: 1.0, v: -1.0}, 0.0, math.inf)
     m.row([(hier, 1.0), (present, -2.0 * start)] + [(v, -2.0 * (intra + inter) * float(ctx.terms.dims[ti])) for ti, v in tw.items()], 0.0, math.inf)
@@ -239,10 +264,10 @@ def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]
 
 
 def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any",
-                       replicas: bool | None = None) -> float | None:
-    """The relaxation's LP bound via `build_symmetric_lp` (HiGHS) over `plans`; +inf when infeasible, None when
-    HiGHS did not finish within the limit."""
-    m, z = build_symmetric_lp(ctx, table_wise, plans, replicas)
+                       replicas: bool | None = None, rows: str = "any") -> float | None:
+    """The relaxation's LP bound via `build_symmetric_lp` (HiGHS) over the plans of class (`plans`, `rows`); +inf when
+    infeasible (no plan of the class), None when HiGHS did not finish within the limit."""
+    m, z = build_symmetric_lp(ctx, table_wise, plans, replicas, rows)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
@@ -253,24 +278,76 @@ def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_l
     return res.objective
 
 
-def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> tuple[float | None, dict[str, float | None]]:
-    """A bound of every table- and column-wise plan as the least of the symmetric LP bounds of three classes that
-    cover them: plans of whole tables only (the table-wise LP: one collective), plans whose every table is cut
-    ("column_wise": one collective, each table's second shard paid) and plans that run both collectives ("mixed":
-    two start-ups). Each class's bound is at least the one-all-to-all LP's ("any"), whose rows every class keeps.
-    (bound, each class's value); None where a class's LP did not finish (then no bound from the classes). A class no
-    plan belongs to (a table narrower than 8 columns: no plan cuts every table) is +inf: it only needs to bound its
-    own plans."""
+# the plan classes by the table- and column-wise collectives they run: (name, table-wise mode, `plans`)
+COLUMN_CLASSES = (("table_wise", True, "whole"), ("mixed", False, "mixed"), ("column_wise", False, "column_wise"),
+                  ("rows_and_replicas", False, "rows_and_replicas"))
+
+
+def row_classes(ctx: AnalyticRelaxation) -> tuple[str, ...]:
+    """The row classes (`build_symmetric_lp`'s `rows`) that together hold every plan the relaxation covers: without row
+    splits, and where row splits are covered, with one over devices, and with row splits within hosts only."""
+    out = ["none"]
+    if ctx.row_split.any():
+        out.append("over_devices")
+    if ctx.host_row_split.any() and ctx.bm.instance.topology.num_intra_groups > 1:
+        out.append("within_hosts")
+    return tuple(out)
+
+
+@dataclass
+class PlanClassBounds:
+    """What `classes_lp_bound` found: the bound (None where a class's LP did not finish), each column class's value
+    (the least over its row classes where they were all solved, else its LP over any row splits) and the row classes'
+    values of the classes refined."""
+
+    value: float | None
+    classes: dict[str, float | None]
+    by_rows: dict[str, dict[str, float]]
+
+
+def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanClassBounds:
+    """A bound of every covered plan as the least of the symmetric LP bounds of classes that together hold them all.
+
+    Column classes, by the table- and column-wise collectives a plan runs: whole tables only ("table_wise"), both
+    ("mixed": two start-ups), every table cut ("column_wise": each table's second shard paid), neither
+    ("rows_and_replicas"). Each is first bounded over any row splits; then, lowest first, a class is refined into its
+    row classes (`row_classes`: no row split, one over devices, within hosts only - each collective that runs pays its
+    start-up whole) and takes the least of them, until the lowest class is a refined one: refining the others could
+    only raise them. Every class's LP keeps the rows of the one-all-to-all LP, so no class is below it. A class no plan
+    belongs to (a table narrower than 8 columns: no plan cuts every table; a table neither replicable nor splittable
+    by rows: every plan runs a table- or column-wise collective) is +inf: it only needs to bound its own plans."""
     start = time.perf_counter()
-    values: dict[str, float | None] = {}
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - start)
+
     narrow = any(int(d) // DIM_ALIGNMENT < 2 for d in ctx.terms.dims)
-    for name, table_wise, plans in (("table_wise", True, "any"), ("mixed", False, "mixed"), ("column_wise", False, "column_wise")):
-        if name == "column_wise" and narrow:
+    movable = bool(np.all(ctx.replicable | ctx.row_split | ctx.host_row_split))
+    values: dict[str, float | None] = {}
+    for name, table_wise, plans in COLUMN_CLASSES:
+        if (name == "column_wise" and narrow) or (name == "rows_and_replicas" and not movable):
             values[name] = math.inf
             continue
-        left = time_limit - (time.perf_counter() - start)
         # (the whole-tables class holds the plans that cut no table: their replicas included)
-        values[name] = symmetric_lp_bound(ctx, table_wise, left, plans, replicas=True) if left > 0 else None
-    if any(v is None for v in values.values()):
-        return None, values
-    return min(v for v in values.values() if v is not None), values
+        values[name] = symmetric_lp_bound(ctx, table_wise, left(), plans, replicas=True) if left() > 0 else None
+    solved = {k: v for k, v in values.items() if v is not None}
+    if len(solved) < len(values):
+        return PlanClassBounds(None, values, {})
+    by_rows: dict[str, dict[str, float]] = {}
+    splits = row_classes(ctx)
+    mode = {name: dict(table_wise=table_wise, plans=plans) for name, table_wise, plans in COLUMN_CLASSES}
+    while len(splits) > 1:
+        lowest = min(solved, key=solved.__getitem__)
+        if lowest in by_rows or not math.isfinite(solved[lowest]):
+            break
+        found: dict[str, float] = {}
+        for rows in splits:
+            v = symmetric_lp_bound(ctx, time_limit=left(), replicas=True, rows=rows, **mode[lowest]) if left() > 0 else None
+            if v is None:
+                break  # (out of time: the classes keep their bounds over any row splits)
+            found[rows] = v
+        if len(found) < len(splits):
+            break
+        by_rows[lowest] = found
+        solved[lowest] = max(solved[lowest], min(found.values()))
+    return PlanClassBounds(min(solved.values()), dict(solved), by_rows)
