@@ -308,6 +308,17 @@ def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance)
     assert checked >= 8 and kinds >= 4
 
 
+def options_with_rows(inst: Instance, t: int) -> list[list[Shard]]:
+    """`options` plus row splits of table t in two halves (any two devices, one included) and, on two hosts or more,
+    over a whole host."""
+    D, L = inst.topology.num_devices, inst.topology.intra_group_size
+    opts = options(inst, t, host=False)
+    opts += [row_blocks(inst, t, [a, b], [0.5, 0.5]) for a, b in itertools.combinations_with_replacement(range(D), 2)]
+    if inst.topology.num_intra_groups > 1:
+        opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_intra_groups)]
+    return opts
+
+
 @pytest.mark.parametrize("inst", [make_instance(3, 2, seed=61, mem_factor=1.2, batch_size=4096),
                                   pytest.param(make_instance(3, 4, seed=62, mem_factor=1.5, per_host=2, batch_size=16384), marks=pytest.mark.slow),
                                   with_levels(make_instance(3, 4, seed=63, mem_factor=1.5, per_host=1, batch_size=65536), DOMAINS_4),
@@ -317,14 +328,7 @@ def test_relaxation_at_plans_with_row_splits_is_below_their_cost(inst: Instance)
 def test_bound_below_the_enumerated_optimum_with_row_splits(inst: Instance) -> None:
     """The enumeration of `options` plus row splits in two halves (any two devices, one included) and, on two hosts,
     over a whole host: the bound is below the best of them."""
-    D, L = inst.topology.num_devices, inst.topology.intra_group_size
-    per_table = []
-    for t in range(len(inst.tables)):
-        opts = options(inst, t, host=False)
-        opts += [row_blocks(inst, t, [a, b], [0.5, 0.5]) for a, b in itertools.combinations_with_replacement(range(D), 2)]
-        if inst.topology.num_intra_groups > 1:
-            opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_intra_groups)]
-        per_table.append(opts)
+    per_table = [options_with_rows(inst, t) for t in range(len(inst.tables))]
     best, _ = best_of(inst, per_table)
     bound = analytic_lower_bound(inst, CM, time_limit=30)
     assert bound.covers_row_splits and bound.value_ms <= best * (1 + 1e-7), (bound.value_ms, best)
@@ -443,14 +447,7 @@ def test_each_plan_class_bound_is_below_its_enumerated_optimum(inst: Instance, t
     symmetric LP is loose, 0.26-0.97, and the case checks validity, the within-host classes included)."""
     from solvers.bound.symmetric import COLUMN_CLASSES, symmetric_lp_bound
 
-    D, L = inst.topology.num_devices, inst.topology.intra_group_size
-    per_table = []
-    for t in range(len(inst.tables)):
-        opts = options(inst, t, host=False)
-        opts += [row_blocks(inst, t, [a, b], [0.5, 0.5]) for a, b in itertools.combinations_with_replacement(range(D), 2)]
-        if inst.topology.num_intra_groups > 1:
-            opts += [row_blocks(inst, t, list(range(h * L, h * L + L)), [1.0 / L] * L) for h in range(inst.topology.num_intra_groups)]
-        per_table.append(opts)
+    per_table = [options_with_rows(inst, t) for t in range(len(inst.tables))]
     best: dict[tuple[str, str], float] = {}
     for choice in itertools.product(*per_table):
         shards = [s for opt in choice for s in opt]
