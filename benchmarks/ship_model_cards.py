@@ -54,6 +54,9 @@ SHIPPED = {
 # name -> the committed calibration folder (card.json, neural.npz, profile.json) it ships from
 CALIBRATED = {
     "calibrated-h200-torch": ROOT / "benchmarks/results/gpu-h200-2026-11-26/lease4/campaign/models/campaign-h200",
+    # `shardopt calibrate --backend cpu --budget-minutes 15 --for instances/suites/cpu-test --rounds 2` on the 2-core
+    # AMD EPYC family 25 model 17 VM (docs/measured.md, "On a third CPU")
+    "calibrated-cpu-epyc-f25m17": ROOT / "benchmarks/results/calibrate-cpu-2026-11-28/model",
 }
 
 

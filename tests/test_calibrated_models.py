@@ -95,6 +95,33 @@ def test_the_shipped_h200_calibration_is_what_auto_plans_an_h200_instance_with()
     assert calibrated > 5 * data_sheet  # the data sheet's H200 is far faster than the measured torch fallback
 
 
+def test_the_shipped_cpu_calibration_plans_its_own_cpu_only(tmp_path: Path) -> None:
+    """The 2-core EPYC family 25 model 17 calibration (benchmarks/ship_model_cards.py, docs/measured.md "On a third
+    CPU") ships its neural model as what auto plans a `cpu` instance with on that CPU kind, and on no other: another
+    CPU falls back to the analytic model with the notice. The machine is passed, so the test does not depend on the
+    CPU it runs on."""
+    cal = next(c for c in shipped_cards() if c.id == "calibrated-cpu-epyc-f25m17")
+    assert cal.hardware == "cpu" and cal.backend == "cpu" and not cal.is_kernel_fallback and cal.preferred == "neural"
+    assert (cal.fingerprint.family, cal.fingerprint.model, cal.fingerprint.cores) == ("25", "17", 2)
+    assert cal.model_path().is_file() and cal.model_path("analytic").is_file()
+    assert card_beside(cal.model_path()).id == "calibrated-cpu-epyc-f25m17"
+    inst = load_instance(ROOT / "instances/suites/cpu-test/cpu-test-s1-0003.json")
+    assert inst.topology.hardware == "cpu" and not cal.domain.outside(inst)
+    empty = tmp_path / "store"  # (no user models: the shipped ones only)
+    here = choose_cost_model("auto", inst, models_dir=empty, machine=cal.fingerprint)
+    assert here.card_id == "calibrated-cpu-epyc-f25m17" and here.notice is None and not here.warnings
+    from solvers.catalog import get_solver
+
+    plan = get_solver("greedy").solve(inst, here.model, seed=0).plan
+    predicted = float(here.model.plan_costs(inst, plan).total.max())
+    assert 0 < predicted < 1e4  # (the loaded weights price a plan: milliseconds of this CPU)
+    other = replace(cal.fingerprint, family="99", model="1")  # (a CPU no shipped model was measured on)
+    elsewhere = choose_cost_model("auto", inst, models_dir=empty, machine=other)
+    assert elsewhere.card_id is None and elsewhere.name.startswith("analytic") and "calibrate" in (elsewhere.notice or "")
+    named = choose_cost_model("calibrated-cpu-epyc-f25m17", inst, models_dir=empty, machine=other)
+    assert any("another CPU" in w for w in named.warnings)
+
+
 @pytest.mark.parametrize("field, value, expect", [
     ("backend", "sim", "backend: 'sim' is not cpu or cuda"),
     ("hardware", "tpu9", "hardware: 'tpu9' is not a known hardware profile"),
