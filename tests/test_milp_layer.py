@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.milp import MilpStatus, SparseModel, solve_lp, solve_milp
+from solvers.milp import MilpStatus, SparseModel, solve_lp, solve_milp, solve_model_lp_ipm
 
 
 def knapsack() -> tuple[SparseModel, np.ndarray]:
@@ -48,3 +48,24 @@ def test_infeasible_and_unbounded_are_named() -> None:
 def test_the_lp_form() -> None:
     res = solve_lp(np.array([1.0, 1.0]), np.array([[-1.0, -2.0]]), np.array([-4.0]), np.array([[0, 10], [0, 10]]))
     assert res.status is MilpStatus.optimal and res.objective == pytest.approx(2.0) and res.code == 0
+
+
+def test_the_interior_point_gives_the_simplex_optimum() -> None:
+    """`solve_model_lp_ipm` reads the model's ranged, equality and one-sided rows and its bounds as `solve_milp` does:
+    the same LP optimum on a model with each kind, and infeasibility named."""
+    rng = np.random.default_rng(5)
+    m = SparseModel()
+    xs = [m.var(0, 4) for _ in range(6)] + [m.var(-np.inf, np.inf)]
+    for _ in range(8):
+        cols = rng.choice(6, size=3, replace=False)
+        m.row({int(j): float(rng.uniform(0.5, 2.0)) for j in cols}, float(rng.uniform(0, 0.2)), float(rng.uniform(3, 6)))
+    m.row({xs[0]: 1.0, xs[1]: 1.0}, 1.0, 1.0)  # an equality
+    m.row({xs[6]: 1.0, xs[2]: -1.0, xs[3]: -2.0}, 0.0, np.inf)  # a free variable above a sum
+    c = np.append(-rng.uniform(0.5, 1.5, size=6), 1.0)
+    simplex = solve_milp(m, c, time_limit=10, integrality=False)
+    ipm = solve_model_lp_ipm(m, c, time_limit=10)
+    assert simplex.status is ipm.status is MilpStatus.optimal and ipm.objective == pytest.approx(simplex.objective, rel=1e-9, abs=1e-9)
+    bad = SparseModel()
+    x = bad.var(0, 1)
+    bad.row({x: 1.0}, 2.0, np.inf)
+    assert solve_model_lp_ipm(bad, np.array([1.0]), time_limit=10).status is MilpStatus.infeasible

@@ -4,7 +4,7 @@ to CBC through PuLP (`solve_milp_cbc`), each the one reader of its backend's sta
 problem - the separation of CVXPY's reductions / solvers and of OR-Tools' model_builder."""
 
 from solvers.milp.cbc import solve_milp_cbc
-from solvers.milp.highs import MilpResult, MilpStatus, solve_lp, solve_milp
+from solvers.milp.highs import MilpResult, MilpStatus, solve_lp, solve_milp, solve_model_lp_ipm
 from solvers.milp.model import SparseModel
 
-__all__ = ["MilpResult", "MilpStatus", "SparseModel", "solve_lp", "solve_milp", "solve_milp_cbc"]
+__all__ = ["MilpResult", "MilpStatus", "SparseModel", "solve_lp", "solve_milp", "solve_milp_cbc", "solve_model_lp_ipm"]
