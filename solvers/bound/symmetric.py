@@ -337,7 +337,7 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
         if (name == "column_wise" and narrow) or (name == "rows_and_replicas" and not movable):
             values[name] = math.inf
             continue
-        # (the whole-tables class holds the plans that cut no table: their replicas included)
+        # (the whole-tables class: the plans that cut no table and hold a whole one, their replicas and row splits included)
         values[name] = symmetric_lp_bound(ctx, table_wise, left(), plans, replicas=True) if left() > 0 else None
     solved = {k: v for k, v in values.items() if v is not None}
     if len(solved) < len(values):
