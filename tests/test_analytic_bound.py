@@ -597,3 +597,15 @@ def test_production_bound_counts_the_collectives_a_plan_runs() -> None:
     assert b.value_ms == min(classes.values()) > b.lp_bound_ms
     (lowest, rows), = b.info["plan_classes_by_rows"].items()  # (refined: the lowest class, and only it here)
     assert classes[lowest] == b.value_ms == min(rows.values()) and set(rows) == {"none", "over_devices", "within_hosts"}
+
+
+def test_the_plan_classes_line_names_each_class_and_its_row_classes() -> None:
+    """`shardopt bound` prints the plan classes' bounds in words, the refined class with its row classes, and says
+    which class no plan belongs to or did not finish."""
+    from shardopt.cli.bound import _plan_classes_line
+
+    line = _plan_classes_line({"table_wise": 9.9269, "mixed": 9.9284, "column_wise": math.inf, "rows_and_replicas": None},
+                              {"table_wise": {"none": 12.6124, "over_devices": 9.9269}})
+    assert line.startswith("by plan class (ms): whole tables only 9.9269 (no row split 12.6124, a row split over devices 9.9269)")
+    assert "whole and cut tables 9.9284" in line and "every table cut no such plan" in line
+    assert "replicas and row splits only not solved in time" in line

@@ -161,6 +161,8 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
     ]
     if result.info.get("constraints"):
         lines.insert(2, f"the instance's placement constraints: {result.info['constraints']}")
+    if result.info.get("plan_classes"):
+        lines.insert(2, _plan_classes_line(result.info["plan_classes"], result.info.get("plan_classes_by_rows", {})))
     if result.relaxation_primal_ms is not None:
         lines.append(f"best solution of the relaxation found {result.relaxation_primal_ms:.4f} ms (the relaxation's optimum lies between it and the bound)")
     if result.plan_cost_ms is not None:
@@ -173,3 +175,23 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
             f"{100 * plan_doc['gap']:.2f} %" + ("" if plan_doc["covered"] else " (not certified: see the warning)")
         )
     return lines
+
+
+_CLASS_WORDS = {"table_wise": "whole tables only", "mixed": "whole and cut tables", "column_wise": "every table cut",
+                "rows_and_replicas": "replicas and row splits only"}
+_ROW_WORDS = {"none": "no row split", "over_devices": "a row split over devices", "within_hosts": "row splits within hosts"}
+
+
+def _plan_classes_line(classes: dict[str, float | None], by_rows: dict[str, dict[str, float]]) -> str:
+    """One line of the plan classes' bounds (`classes_lp_bound`), the refined ones with their row classes: which kind
+    of plan the bound is tight for, and how far above it the others are."""
+
+    def ms(v: float | None) -> str:
+        return "not solved in time" if v is None else ("no such plan" if v == float("inf") else f"{v:.4f}")
+
+    parts = []
+    for name, value in classes.items():
+        rows = by_rows.get(name)
+        detail = f" ({', '.join(f'{_ROW_WORDS.get(r, r)} {ms(v)}' for r, v in rows.items())})" if rows else ""
+        parts.append(f"{_CLASS_WORDS.get(name, name)} {ms(value)}{detail}")
+    return "by plan class (ms): " + "; ".join(parts)
