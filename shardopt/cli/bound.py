@@ -4,6 +4,7 @@ be from the best such plan."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -187,7 +188,7 @@ def _plan_classes_line(classes: dict[str, float | None], by_rows: dict[str, dict
     of plan the bound is tight for, and how far above it the others are."""
 
     def ms(v: float | None) -> str:
-        return "not solved in time" if v is None else ("no such plan" if v == float("inf") else f"{v:.4f}")
+        return "not solved in time" if v is None else ("no such plan" if math.isinf(v) else f"{v:.4f}")
 
     parts = []
     for name, value in classes.items():
