@@ -462,3 +462,66 @@ def test_each_plan_class_bound_is_below_its_enumerated_optimum(inst: Instance, t
         assert value is not None and value <= cost * (1 + 1e-7), (key, value, cost)
         tight += value >= 0.85 * cost
     assert len(best) >= 8 and tight >= tight_classes, best
+
+
+@pytest.mark.parametrize("inst", [make_instance(9, 8, seed=81, mem_factor=2.0, per_host=2, batch_size=65536),
+                                  make_instance(12, 12, seed=82, mem_factor=2.0, per_host=4, batch_size=16384),
+                                  make_instance(6, 6, seed=83, mem_factor=2.0, per_host=3, batch_size=131072, hardware="h100")],
+                         ids=["4-hosts-of-2", "3-hosts-of-4", "2-hosts-of-3"])
+def test_host_receive_floor_is_below_every_plan(inst: Instance) -> None:
+    """The receive lemma of the table cuts (`host_receive_floor`): for random plans (whole tables, column halves, row
+    blocks) on several hosts, every device's compute c and the all-to-alls' total width T give start + B c + C T at or
+    below the judged plan cost - and for some device within 30 % of it, so a wrong weight would show."""
+    from costmodels.hierarchical import output_dist_rows
+    from solvers.bound.inequalities import host_receive_floor
+
+    bm = CM.bind(inst)
+    rng = np.random.default_rng(11)
+    D, closest = inst.topology.num_devices, 0.0
+    for _ in range(60):
+        shards: list[Shard] = []
+        for t, table in enumerate(inst.tables):
+            kind, d = rng.integers(3), int(rng.integers(D))
+            if kind == 0 or table.dim < 8:
+                shards.append(Shard(table=table.name, device=d))
+            elif kind == 1:
+                half = table.dim // 2 // 4 * 4
+                shards += [Shard(table=table.name, device=d, cols=half), Shard(table=table.name, device=int(rng.integers(D)), col_offset=half, cols=table.dim - half)]
+            else:
+                devs = sorted(int(e) for e in rng.choice(D, size=int(rng.integers(2, D + 1)), replace=False))
+                shards += row_blocks(inst, t, devs, list(rng.dirichlet(np.ones(len(devs)))))
+        costs = bm.plan_costs(shards)
+        compute = costs.fwd_compute + costs.bwd_compute
+        total = float(output_dist_rows(inst, shards).sum())
+        floors = np.array([host_receive_floor(bm, float(c), total) for c in compute])
+        assert np.all(floors <= costs.max_cost * (1 + 1e-9)), (floors.max(), costs.max_cost)
+        closest = max(closest, float(floors.max() / costs.max_cost))
+    assert closest >= 0.7, closest
+
+
+def test_host_receive_floor_needs_several_hosts() -> None:
+    """On one host the lemma has no remote receive to stand on: -inf (the one-host receive is `comm_floor`'s)."""
+    from solvers.bound.inequalities import host_receive_floor
+
+    assert host_receive_floor(CM.bind(make_instance(4, 4, seed=84)), 1.0, 100.0) == -math.inf
+
+
+@pytest.mark.parametrize("seed", [85, 86])
+def test_row_block_cut_values_are_below_the_blocks_device(seed: int) -> None:
+    """`row_block_cut_values`: a device holding a row block of share 1/k, alone or beside other shards, costs at least
+    c_t(k) (exact alone at occupancy 1: the large batch), for every table and k."""
+    from solvers.bound.table_cuts import row_block_cut_values
+
+    inst = make_instance(6, 8, seed=seed, mem_factor=2.0, per_host=4, batch_size=65536)
+    ctx = AnalyticRelaxation(inst)
+    bm = ctx.bm
+    rng = np.random.default_rng(seed)
+    for t in range(len(inst.tables)):
+        values = row_block_cut_values(ctx, t, 8)
+        for k in range(2, 9):
+            block = bm.shard_states(np.array([t]), np.array([bm.table_dims[t]]), np.array([1.0 / k]), np.array([1.0]))[0]
+            alone = float(bm.compute_costs(block).sum())
+            assert values[k - 2] <= alone * (1 + 1e-9) and values[k - 2] >= 0.999 * alone, (t, k, values[k - 2], alone)
+            others = [u for u in range(len(inst.tables)) if u != t and rng.random() < 0.5]
+            company = block + bm.table_states[others].sum(axis=0) if others else block
+            assert values[k - 2] <= float(bm.compute_costs(company).sum()) * (1 + 1e-9)

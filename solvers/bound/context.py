@@ -119,6 +119,7 @@ class AnalyticRelaxation:
         self.lams = knapsack_multipliers(self.terms)
         self.slopes = hit_slopes(self.terms, self.lams)
         self.cut_values: dict[tuple[int, int], np.ndarray] = {}  # table_cut_values, by (table, max devices)
+        self.part_compute: dict[tuple[int, int], np.ndarray] = {}  # widest_part_compute, likewise
         self.replicas: ReplicaTerms = replica_terms(bm)
         self.host_reason: str | None = host_tier_reason(bm) if host_memory else "not asked for"  # None: covered
         # [T] tables the relaxation lets be replicated (a replica variable each)

@@ -6,6 +6,7 @@ Proofs: docs/analytic-bound.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,3 +180,28 @@ def comm_floor(bm: BoundAnalytic, width: float, total: float | None = None) -> f
     else:
         t = np.maximum(send_l * nl * width, send_r * nr * width)
     return float((2 * (ct.latency_ms + t)).min())
+
+
+def host_receive_floor(bm: BoundAnalytic, compute: float, total: float) -> float:
+    """A lower bound (ms) of the plan cost where some device's compute is >= `compute` and the all-to-alls carry >=
+    `total` of width in all; -inf where it does not apply (one host; scales or peer counts that differ by device).
+
+    Why: that device receives rr (total - v) per direction from other hosts, v its host's width, and a host that holds
+    much width to receive little must send it: each host mate i pays sr n_r u_i. Weighting the holder's receive
+    piece by 1, its send piece and each of its L - 1 mates' send pieces by rho = rr / (sr n_r) (the weights that
+    cancel v and the holder's own width u) and dividing by their sum gives z >= 2 lat + [(1 + rho) c + rr total] /
+    (1 + L rho) (rr, sr both directions): a device with a heavy part of a table pays it on top of nearly the whole
+    receive, however its host's width is spread (docs/analytic-bound.md, "Table cuts")."""
+    if bm.num_devices == 1:
+        return -math.inf
+    ct = bm.comm_terms()
+    send_r = ct.send_scales[1]
+    if ct.single_host or np.ndim(ct.remote_scale) or np.ndim(send_r) or len(set(ct.remote_peers.tolist())) != 1:
+        return -math.inf
+    nr = float(ct.remote_peers[0])
+    rr, sr = 2 * float(ct.remote_scale), 2 * float(send_r)
+    if nr <= 0 or rr <= 0 or sr <= 0:
+        return -math.inf
+    rho = rr / (sr * nr)
+    return 2 * ct.latency_ms + ((1 + rho) * compute + rr * total) / (1 + ct.local_size * rho)
+

@@ -18,7 +18,7 @@ from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
 from solvers.milp import MilpStatus, SparseModel, solve_milp, solve_model_lp_ipm
-from solvers.bound.table_cuts import table_cut_lines
+from solvers.bound.table_cuts import receive_cut_lines, receive_cut_terms, row_block_cut_lines, row_block_cut_values, table_cut_lines, widest_part_compute
 
 
 def devices_interchangeable(instance: Instance) -> bool:
@@ -52,7 +52,7 @@ ROW_CLASSES = ("any", "none", "over_devices", "within_hosts")  # which row-split
 
 
 def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans: str = "any", replicas: bool | None = None,
-                       rows: str = "any") -> tuple[SparseModel, int]:
+                       rows: str = "any", receive_rows: bool = False) -> tuple[SparseModel, int]:
     """The LP relaxation of `build_relaxation` for interchangeable devices, with every device's variables equal:
     one copy of each pair's variables per table (x_t, n_t, s_t, c_t) and of each device's (y, f, b, h, comm).
 
@@ -82,7 +82,9 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     `replicas` (default: not `table_wise`): the replicable tables (`ctx.replicable`) may be replicated, r_t the
     share replicated (a device-independent load: the same on every device, so symmetric as it stands); the classes
     then say which collectives the tables that are not replicated run. With `ctx.host_memory`, hu_t of each device's
-    n_t in its host memory (HBM rows less those columns, a host-memory row)."""
+    n_t in its host memory (HBM rows less those columns, a host-memory row). `receive_rows`: the table cuts' receive
+    rows too (`_receive_rows`; valid at every plan, they lift the classes of whole tables, and slow the LP: 1.6-3x on
+    production-xl), which `classes_lp_bound` adds where it refines a class."""
     if plans not in PLAN_CLASSES:
         raise ValueError(f"plans: {plans!r} is not one of {', '.join(PLAN_CLASSES)}")
     if rows not in ROW_CLASSES:
@@ -226,6 +228,9 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     hier = _hierarchical_lp(m, ctx, tw, runs=rows == "within_hosts")
     m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
           + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
+    receive = receive_cut_terms(ctx) if receive_rows else None
+    if receive is not None:
+        _receive_rows(m, ctx, z, receive, x, g, tw, bl, leave, others, table_wise, n_dev, H)
     for ti in pairs:
         lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
         other = others(ti)
@@ -240,6 +245,58 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
                 row[e] = wt * max(alpha, alpha + beta * top, 0.0)
             m.row(row, alpha, math.inf)
     return m, z
+
+
+# the tables that get receive rows: those whose compute on one device is at least this share of the mean device's
+# (production-all-s0-0000: the same bound from a quarter of it, and the class LPs 3x slower)
+RECEIVE_ROWS_FROM = 1.0
+
+
+def _receive_rows(m: SparseModel, ctx: AnalyticRelaxation, z: int, receive: tuple[float, float, float], x: dict[int, int], g: dict[int, int],
+                  tw: dict[int, int], bl: dict[int, int], leave: dict[int, list[tuple[int, float]]], others, table_wise: bool, n_dev: int, H: int) -> None:
+    """The table cuts' receive rows (`host_receive_floor`): z >= start + B c + C T, T the all-to-alls' total (a variable
+    here, `tv`: every width but those of the tables replicated or split within a host), c what the device holding the
+    table's largest part is charged - as a line in the number of its parts, one per way the table is laid out: its
+    table- / column-wise shards on k = D x_t devices (`receive_cut_lines`), or row blocks over k = D bl_t devices
+    (`row_block_cut_lines`). A plan lays a table out one way, so each line enters weighted by its way's share
+    (1 - r - g - H tw for the shards, g for the rows: at a plan, one of them is 1 and the row is that way's cut); a
+    replicated share voids the row; a share split within a group of G devices keeps the receive and the largest of
+    its blocks, c(G), without the start-up (maybe no all-to-all runs). Rows only for the tables heavy enough to matter
+    (`RECEIVE_ROWS_FROM`): fewer rows only weaken the LP."""
+    t = ctx.terms
+    start, scale_c, scale_t = receive
+    total = float(t.dims.sum())
+    tables = sorted(set(x) | set(g))
+    mean_compute = sum(float(widest_part_compute(ctx, ti, 1)[0]) for ti in range(len(t.dims))) / n_dev
+    heavy = [ti for ti in tables if float(widest_part_compute(ctx, ti, 1)[0]) >= RECEIVE_ROWS_FROM * mean_compute]
+    if not heavy:
+        return
+    tv = m.var(0.0, total)
+    m.row([(tv, 1.0)] + [(e, float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es], total, total)
+    floor = max(start + scale_t * total, 0.0)  # (start + C tv at most: what a voided row takes off)
+    group = ctx.bm.instance.topology.intra_group_size
+    for ti in heavy:
+        shard_lines = receive_cut_lines(ctx, ti, 1 if table_wise else n_dev) if ti in x else [(0.0, 0.0)]
+        block_lines = row_block_cut_lines(ctx, ti, 2 * n_dev) if ti in g else [(0.0, 0.0)]  # (bl_t <= 2: up to 2 D blocks)
+        # replicated: the row void; split within a group of G devices: its largest block's device pays >= c(G) and
+        # the receive, but maybe no all-to-all start-up
+        in_group = scale_c * float(row_block_cut_values(ctx, ti, group)[-1]) if ti in tw else 0.0
+        void = [(e, wt * (floor if ti not in tw or e != tw[ti] else start - in_group)) for e, wt in others(ti) if ti not in g or e != g[ti]]
+        # the two ways' lines through their own variables (the max over pairs of lines is the sum of the maxes)
+        row: dict[int, float] = {z: 1.0, tv: -scale_t}
+        if ti in x:
+            ux = m.var(-math.inf, math.inf)  # >= ax (1 - r - g - H tw) + bx D x_t, every line
+            for ax, bx in shard_lines:
+                m.row([(ux, 1.0), (x[ti], -bx * n_dev)] + [(e, ax * wt) for e, wt in others(ti)], ax, math.inf)
+            row[ux] = -scale_c
+        if ti in g:
+            ug = m.var(-math.inf, math.inf)  # >= ag g_t + bg D bl_t, every line
+            for ag, bg in block_lines:
+                m.row({ug: 1.0, g[ti]: -ag, bl[ti]: -bg * n_dev}, 0.0, math.inf)
+            row[ug] = -scale_c
+        for e, w in void:
+            row[e] = row.get(e, 0.0) + w
+        m.row(row, start, math.inf)
 
 
 def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int], runs: bool = False) -> int | None:
@@ -270,10 +327,10 @@ INTERIOR_POINT_CLASSES = ("column_wise",)
 
 
 def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any",
-                       replicas: bool | None = None, rows: str = "any") -> float | None:
+                       replicas: bool | None = None, rows: str = "any", receive_rows: bool = False) -> float | None:
     """The relaxation's LP bound via `build_symmetric_lp` (HiGHS) over the plans of class (`plans`, `rows`); +inf when
     infeasible (no plan of the class), None when HiGHS did not finish within the limit."""
-    m, z = build_symmetric_lp(ctx, table_wise, plans, replicas, rows)
+    m, z = build_symmetric_lp(ctx, table_wise, plans, replicas, rows, receive_rows)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     if plans in INTERIOR_POINT_CLASSES:
@@ -321,7 +378,7 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
     ("mixed": two start-ups), every table cut ("column_wise": each table's second shard paid), neither
     ("rows_and_replicas"). Each is first bounded over any row splits; then, lowest first, a class is refined into its
     row classes (`row_classes`: no row split, one over devices, within hosts only - each collective that runs pays its
-    start-up whole) and takes the least of them, until the lowest class is a refined one: refining the others could
+    start-up whole; with the receive rows, `_receive_rows`) and takes the least of them, until the lowest class is a refined one: refining the others could
     only raise them. Every class's LP keeps the rows of the one-all-to-all LP, so no class is below it. A class no plan
     belongs to (a table narrower than 8 columns: no plan cuts every table; a table neither replicable nor splittable
     by rows: every plan runs a table- or column-wise collective) is +inf: it only needs to bound its own plans."""
@@ -351,7 +408,7 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
             break
         found: dict[str, float] = {}
         for rows in splits:
-            v = symmetric_lp_bound(ctx, time_limit=left(), replicas=True, rows=rows, **mode[lowest]) if left() > 0 else None
+            v = symmetric_lp_bound(ctx, time_limit=left(), replicas=True, rows=rows, receive_rows=True, **mode[lowest]) if left() > 0 else None
             if v is None:
                 break  # (out of time: the classes keep their bounds over any row splits)
             found[rows] = v

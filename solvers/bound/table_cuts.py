@@ -10,29 +10,46 @@ import math
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT
+from costmodels.analytic import BWD_LAUNCHES, MS
 from solvers.bound.context import AnalyticRelaxation, _device_bound
-from solvers.bound.inequalities import _cross, comm_floor
+from solvers.bound.inequalities import _cross, comm_floor, hits_upper_bound, host_receive_floor
 
 
-def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> np.ndarray:
-    """Psi_t(k), k = 1..max_devices: a lower bound of the plan cost when table t lies on k devices.
+# edges of each receive row's hull kept (`lower_hull_lines`): the class LPs' time grows with them (production-xl)
+RECEIVE_LINES = 12
 
-    One of those devices holds >= W_k = 4 ceil(units / k) of t's columns; its compute is >= what the relaxation
-    charges t's part alone (adding shards never lowers the per-device bound: docs/analytic-bound.md), which does
-    not decrease with the width, and its all-to-all >= `comm_floor(W_k)`."""
+
+def widest_part_compute(ctx: AnalyticRelaxation, table: int, max_devices: int) -> np.ndarray:
+    """c_t(k), k = 1..max_devices: what the relaxation charges, at least, the device holding the widest part of table t
+    when t lies on k devices (W_k = 4 ceil(units / k) of its columns: adding shards never lowers the per-device bound,
+    docs/analytic-bound.md, and the bound does not decrease with the width)."""
     units = int(ctx.terms.dims[table]) // DIM_ALIGNMENT
     top = max(1, min(max_devices, units))
     key = (int(table), top)
-    if key not in ctx.cut_values:  # (computed once: the relaxation's rows and the fallback bound both use them)
-        total = ctx.alltoall_total_floor(table)
+    if key not in ctx.part_compute:  # (computed once: the relaxation's rows and the fallback bound all use them)
         at: dict[int, float] = {}  # by width: k devices give few distinct widths (512 devices, 64 units: 15)
         vals = []
         for k in range(1, top + 1):
             w = DIM_ALIGNMENT * math.ceil(units / k)
             if w not in at:
-                at[w] = _device_bound(ctx, [(table, w)]).total_ms + comm_floor(ctx.bm, w, total)
+                at[w] = _device_bound(ctx, [(table, w)]).total_ms
             vals.append(at[w])
-        ctx.cut_values[key] = np.array(vals)
+        ctx.part_compute[key] = np.array(vals)
+    return ctx.part_compute[key]
+
+
+def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> np.ndarray:
+    """Psi_t(k), k = 1..max_devices: a lower bound of the plan cost when table t lies on k devices: the widest part's
+    device pays `widest_part_compute` and an all-to-all >= `comm_floor(W_k)`; with its host mates' sends, the plan
+    cost is also >= `host_receive_floor` of that compute and the least width the all-to-alls carry."""
+    units = int(ctx.terms.dims[table]) // DIM_ALIGNMENT
+    top = max(1, min(max_devices, units))
+    key = (int(table), top)
+    if key not in ctx.cut_values:
+        total = ctx.alltoall_total_floor(table)
+        compute = widest_part_compute(ctx, table, max_devices)
+        ctx.cut_values[key] = np.array([max(c + comm_floor(ctx.bm, DIM_ALIGNMENT * math.ceil(units / k), total),
+                                            host_receive_floor(ctx.bm, c, total)) for k, c in enumerate(compute.tolist(), start=1)])
     return ctx.cut_values[key]
 
 
@@ -59,8 +76,56 @@ def table_cut_bound(ctx: AnalyticRelaxation, table_wise: bool = False) -> float:
 def table_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> list[tuple[float, float]]:
     """Lines z >= alpha + beta k of the lower convex hull of the points (k, Psi_t(k)): valid at every integer k
     (the number of devices holding t is sum_d x[t, d])."""
-    vals = table_cut_values(ctx, table, max_devices)
-    pts = list(zip(range(1, len(vals) + 1), vals.tolist()))
+    return lower_hull_lines(table_cut_values(ctx, table, max_devices))
+
+
+def receive_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> list[tuple[float, float]]:
+    """Lines c >= alpha + beta k of the lower convex hull of the points (k, `widest_part_compute`): with
+    `receive_cut_terms`, rows z >= start + B (alpha + beta k_t) + C T of a relaxation whose all-to-all total T is a
+    variable (the width of the tables not replicated nor split within a host), where the constant least total of
+    `table_cut_values` counts every table that may leave it as gone."""
+    return lower_hull_lines(widest_part_compute(ctx, table, max_devices), RECEIVE_LINES)
+
+
+def receive_cut_terms(ctx: AnalyticRelaxation) -> tuple[float, float, float] | None:
+    """(start, B, C) of `host_receive_floor` = start + B c + C total, or None where it does not apply."""
+    lo = host_receive_floor(ctx.bm, 0.0, 0.0)
+    if not math.isfinite(lo):
+        return None
+    b = host_receive_floor(ctx.bm, 1.0, 0.0) - lo
+    c = host_receive_floor(ctx.bm, 0.0, 1.0) - lo
+    return lo, b, c
+
+
+def row_block_cut_values(ctx: AnalyticRelaxation, table: int, max_blocks: int) -> np.ndarray:
+    """c_t(k), k = 2..max_blocks: what a device holding the largest of k row blocks of table t is charged at least. One
+    of k blocks holds a share rho >= 1/k of the rows; its device pays its launches and the block's kernels (`RowTerms`:
+    per block + rho x per share, exact at occupancy 1, which only lowers them), the forward less the L2 hits its
+    sectors can give (`hits_upper_bound` of rho x the full-width sector bytes, as the relaxation's cache rows take a
+    block) and at least the kernels' floor."""
+    t, rows = ctx.terms, ctx.rows
+    launch = ctx.bm.profile.launch_overhead_s * MS
+    out = []
+    for k in range(2, max(2, max_blocks) + 1):
+        rho = 1.0 / k
+        hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, {int(table): rho * float(rows.sb[table])})) if t.kappa_ms > 0 else 0.0
+        fwd = rows.fwd_block_ms[table] + rho * rows.fwd_rho_ms[table] - t.kappa_ms * hits
+        bwd = rows.bwd_block_ms[table] + rho * rows.bwd_rho_ms[table]
+        out.append((1 + BWD_LAUNCHES) * launch + max(t.min_kernel_ms, fwd) + max(t.min_kernel_ms, bwd))
+    return np.array(out)
+
+
+def row_block_cut_lines(ctx: AnalyticRelaxation, table: int, max_blocks: int) -> list[tuple[float, float]]:
+    """Lines c >= alpha + beta k of the lower convex hull of (k, `row_block_cut_values`), k = 2..max_blocks (a split
+    by rows has two blocks or more). Rows with `receive_cut_terms`, like `receive_cut_lines`."""
+    return [(a - b, b) for a, b in lower_hull_lines(row_block_cut_values(ctx, table, max_blocks), RECEIVE_LINES)]  # (from i = k - 1 to k)
+
+
+def lower_hull_lines(vals: np.ndarray, most: int | None = None) -> list[tuple[float, float]]:
+    """Lines v >= alpha + beta k of the lower convex hull of the points (k, vals[k - 1]), k = 1..len(vals); with `most`,
+    at most that many of its edges, spread geometrically from the first (each edge is valid alone: fewer only weaken
+    the rows, and a convex curve such as a + b / k over 1,024 block counts has an edge at every k)."""
+    pts = list(zip(range(1, len(vals) + 1), np.asarray(vals, dtype=np.float64).tolist()))
     if len(pts) == 1:
         return [(pts[0][1], 0.0)]
     hull: list[tuple[float, float]] = []
@@ -72,4 +137,7 @@ def table_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> li
     for (k0, v0), (k1, v1) in zip(hull[:-1], hull[1:]):
         beta = (v1 - v0) / (k1 - k0)
         lines.append((v0 - beta * k0, beta))
+    if most is not None and len(lines) > most:
+        keep = sorted(set(np.unique(np.round(np.geomspace(1, len(lines), most)).astype(int) - 1).tolist()))
+        lines = [lines[i] for i in keep]
     return lines
