@@ -581,7 +581,7 @@ def test_plan_class_bounds_are_below_each_class_optimum(seed: int, n_tables: int
         if name in best:
             assert v <= best[name] * (1 + 1e-7), (name, v, best[name])
             # the class's plans without row splits: its row class "none" bounds them too
-            none = symmetric_lp_bound(ctx, table_wise, 20.0, plans, replicas=True, rows="none")
+            none = symmetric_lp_bound(ctx, table_wise, 20.0, plans, replicas=True, rows="none", receive_rows=True)
             assert none is not None and none <= best[name] * (1 + 1e-7), (name, none, best[name])
     assert found.value == min(found.classes.values())
 

@@ -216,7 +216,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     by_rows = m.var(1.0 if rows == "over_devices" else 0.0, 1)
     for q in g.values():
         m.row({by_rows: 1.0, q: -1.0}, 0.0, math.inf)
-    start_up = comm_pieces(bm, 0, 0.0)[0].const if mixed else 0.0
+    start_up = comm_pieces(bm, 0, 0.0)[0].const  # (one all-to-all's start-ups, both passes)
     total = float(t.dims.sum())
     for p0, p1 in zip(comm_pieces(bm, 0, 0.0), comm_pieces(bm, 0, 1.0)):  # (device 0 stands for all: the pieces are the same)
         per_total = p1.const - p0.const
@@ -224,13 +224,15 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         row = [(comm, 1.0), (some, -p0.const), (by_rows, -p0.const)] + [(n[ti], -w * DIM_ALIGNMENT) for ti in pairs]
         row += [(bl[ti], -w * float(t.dims[ti])) for ti in split] + [(q, w * float(t.dims[ti])) for ti, q in tw.items()]
         row += [(e, per_total * float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es]
-        m.row(row, per_total * total + start_up, math.inf)
+        m.row(row, per_total * total + (start_up if mixed else 0.0), math.inf)
     hier = _hierarchical_lp(m, ctx, tw, runs=rows == "within_hosts")
     m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
           + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
     receive = receive_cut_terms(ctx) if receive_rows else None
     if receive is not None:
-        _receive_rows(m, ctx, z, receive, x, g, tw, bl, leave, others, table_wise, n_dev, H)
+        # the start-ups every device pays at every plan of the class: its all-to-alls' and the hierarchical collectives'
+        known = start_up * ({"whole": 1, "column_wise": 1, "mixed": 2}.get(plans, 0) + (rows == "over_devices"))
+        _receive_rows(m, ctx, z, receive, x, g, tw, bl, leave, others, table_wise, known, rows == "within_hosts")
     for ti in pairs:
         lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
         other = others(ti)
@@ -253,50 +255,63 @@ RECEIVE_ROWS_FROM = 1.0
 
 
 def _receive_rows(m: SparseModel, ctx: AnalyticRelaxation, z: int, receive: tuple[float, float, float], x: dict[int, int], g: dict[int, int],
-                  tw: dict[int, int], bl: dict[int, int], leave: dict[int, list[tuple[int, float]]], others, table_wise: bool, n_dev: int, H: int) -> None:
-    """The table cuts' receive rows (`host_receive_floor`): z >= start + B c + C T, T the all-to-alls' total (a variable
+                  tw: dict[int, int], bl: dict[int, int], leave: dict[int, list[tuple[int, float]]], others, table_wise: bool,
+                  known: float, hier_runs: bool) -> None:
+    """The table cuts' receive rows (`host_receive_floor`): z >= S + B c + C T, T the all-to-alls' total (a variable
     here, `tv`: every width but those of the tables replicated or split within a host), c what the device holding the
-    table's largest part is charged - as a line in the number of its parts, one per way the table is laid out: its
-    table- / column-wise shards on k = D x_t devices (`receive_cut_lines`), or row blocks over k = D bl_t devices
-    (`row_block_cut_lines`). A plan lays a table out one way, so each line enters weighted by its way's share
-    (1 - r - g - H tw for the shards, g for the rows: at a plan, one of them is 1 and the row is that way's cut); a
-    replicated share voids the row; a share split within a group of G devices keeps the receive and the largest of
-    its blocks, c(G), without the start-up (maybe no all-to-all runs). Rows only for the tables heavy enough to matter
-    (`RECEIVE_ROWS_FROM`): fewer rows only weaken the LP."""
+    table's largest part pays besides the all-to-alls - as a line in the number of its parts, one per way the table
+    is laid out: its table- / column-wise shards on k = D x_t devices (`receive_cut_lines`), row blocks over
+    k = D (bl_t - tw_t) devices (`row_block_cut_lines`; a split within a host has one block on each of its devices),
+    or within a group of G devices, whose largest block's device pays c(G) and its host's hierarchical collectives
+    (>= t's full width; its host mates pay them too, so they enter unweighted). A plan lays a table out one way, so
+    each line enters weighted by its way's share (1 - r - g - H tw for the shards, g for the rows, H tw in a host: at
+    a plan one of them is 1 and the row is that way's cut); a replicated table leaves the receive of the others.
+    S: the start-ups every device pays, `known` (the all-to-alls the class runs at every plan; at least the one the
+    table's own shards or blocks join) and the hierarchical ones where the class runs them (`hier_runs`). Rows only
+    for the tables heavy enough to matter (`RECEIVE_ROWS_FROM`): fewer rows only weaken the LP."""
     t = ctx.terms
+    bm = ctx.bm
+    n_dev = bm.num_devices
     start, scale_c, scale_t = receive
+    ct = bm.comm_terms()
+    hier_start = 2.0 * ct.hier_start_ms if hier_runs else 0.0
+    const = max(known, start) + hier_start  # (x- and row-wise ways: their own all-to-all runs)
     total = float(t.dims.sum())
-    tables = sorted(set(x) | set(g))
+    tables = sorted(set(x) | set(g) | set(tw))
     mean_compute = sum(float(widest_part_compute(ctx, ti, 1)[0]) for ti in range(len(t.dims))) / n_dev
     heavy = [ti for ti in tables if float(widest_part_compute(ctx, ti, 1)[0]) >= RECEIVE_ROWS_FROM * mean_compute]
     if not heavy:
         return
     tv = m.var(0.0, total)
     m.row([(tv, 1.0)] + [(e, float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es], total, total)
-    floor = max(start + scale_t * total, 0.0)  # (start + C tv at most: what a voided row takes off)
-    group = ctx.bm.instance.topology.intra_group_size
+    group = bm.instance.topology.intra_group_size
     for ti in heavy:
-        shard_lines = receive_cut_lines(ctx, ti, 1 if table_wise else n_dev) if ti in x else [(0.0, 0.0)]
-        block_lines = row_block_cut_lines(ctx, ti, 2 * n_dev) if ti in g else [(0.0, 0.0)]  # (bl_t <= 2: up to 2 D blocks)
-        # replicated: the row void; split within a group of G devices: its largest block's device pays >= c(G) and
-        # the receive, but maybe no all-to-all start-up
-        in_group = scale_c * float(row_block_cut_values(ctx, ti, group)[-1]) if ti in tw else 0.0
-        void = [(e, wt * (floor if ti not in tw or e != tw[ti] else start - in_group)) for e, wt in others(ti) if ti not in g or e != g[ti]]
-        # the two ways' lines through their own variables (the max over pairs of lines is the sum of the maxes)
+        shard_lines = receive_cut_lines(ctx, ti, 1 if table_wise else n_dev) if ti in x else []
+        block_lines = row_block_cut_lines(ctx, ti, 2 * n_dev) if ti in g else []  # (bl_t <= 2: up to 2 D blocks)
+        # what each other way's share takes off the constant: replicated, S less the known start-ups; within a host,
+        # S less (the known start-ups, the host's collectives, the largest block's device's compute)
+        in_group = 0.0
+        if ti in tw:
+            hier = 2.0 * (ct.hier_start_ms + (ct.hier_intra_ms + ct.hier_send_ms) * float(t.dims[ti]))
+            in_group = known + hier + scale_c * float(row_block_cut_values(ctx, ti, group)[-1])
         row: dict[int, float] = {z: 1.0, tv: -scale_t}
-        if ti in x:
+        for e, wt in others(ti):
+            if ti in g and e == g[ti]:
+                continue
+            off = const - in_group if ti in tw and e == tw[ti] else const - known - hier_start
+            row[e] = row.get(e, 0.0) + wt * off
+        # the two ways' lines through their own variables (the max over pairs of lines is the sum of the maxes)
+        if shard_lines:
             ux = m.var(-math.inf, math.inf)  # >= ax (1 - r - g - H tw) + bx D x_t, every line
             for ax, bx in shard_lines:
                 m.row([(ux, 1.0), (x[ti], -bx * n_dev)] + [(e, ax * wt) for e, wt in others(ti)], ax, math.inf)
             row[ux] = -scale_c
-        if ti in g:
-            ug = m.var(-math.inf, math.inf)  # >= ag g_t + bg D bl_t, every line
+        if block_lines:
+            ug = m.var(-math.inf, math.inf)  # >= ag g_t + bg D (bl_t - tw_t), every line
             for ag, bg in block_lines:
-                m.row({ug: 1.0, g[ti]: -ag, bl[ti]: -bg * n_dev}, 0.0, math.inf)
+                m.row({ug: 1.0, g[ti]: -ag, bl[ti]: -bg * n_dev, **({tw[ti]: bg * n_dev} if ti in tw else {})}, 0.0, math.inf)
             row[ug] = -scale_c
-        for e, w in void:
-            row[e] = row.get(e, 0.0) + w
-        m.row(row, start, math.inf)
+        m.row(row, const, math.inf)
 
 
 def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int], runs: bool = False) -> int | None:
@@ -378,8 +393,10 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
     ("mixed": two start-ups), every table cut ("column_wise": each table's second shard paid), neither
     ("rows_and_replicas"). Each is first bounded over any row splits; then, lowest first, a class is refined into its
     row classes (`row_classes`: no row split, one over devices, within hosts only - each collective that runs pays its
-    start-up whole; with the receive rows, `_receive_rows`) and takes the least of them, until the lowest class is a refined one: refining the others could
-    only raise them. Every class's LP keeps the rows of the one-all-to-all LP, so no class is below it. A class no plan
+    start-up whole) and takes the least of them, until the lowest class is a refined one: refining the others could
+    only raise them. Then the same again with the table cuts' receive rows (`_receive_rows`), while time is left: they
+    slow the LPs (production-xl does not finish them in 60 s), so a class keeps its first refinement until they are
+    solved. Every class's LP keeps the rows of the one-all-to-all LP, so no class is below it. A class no plan
     belongs to (a table narrower than 8 columns: no plan cuts every table; a table neither replicable nor splittable
     by rows: every plan runs a table- or column-wise collective) is +inf: it only needs to bound its own plans."""
     start = time.perf_counter()
@@ -402,18 +419,24 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
     by_rows: dict[str, dict[str, float]] = {}
     splits = row_classes(ctx)
     mode = {name: dict(table_wise=table_wise, plans=plans) for name, table_wise, plans in COLUMN_CLASSES}
-    while len(splits) > 1:
-        lowest = min(solved, key=solved.__getitem__)
-        if lowest in by_rows or not math.isfinite(solved[lowest]):
-            break
-        found: dict[str, float] = {}
-        for rows in splits:
-            v = symmetric_lp_bound(ctx, time_limit=left(), replicas=True, rows=rows, receive_rows=True, **mode[lowest]) if left() > 0 else None
-            if v is None:
-                break  # (out of time: the classes keep their bounds over any row splits)
-            found[rows] = v
-        if len(found) < len(splits):
-            break
-        by_rows[lowest] = found
-        solved[lowest] = max(solved[lowest], min(found.values()))
+    # refined lowest first, first without the receive rows (fast), then with them while time is left (each pass
+    # only raises a class: every row of the first is in the second)
+    for receive_rows in (False, True):
+        done: set[str] = set()
+        while len(splits) > 1:
+            lowest = min(solved, key=solved.__getitem__)
+            if lowest in done or not math.isfinite(solved[lowest]):
+                break
+            found: dict[str, float] = {}
+            for rows in splits:
+                v = (symmetric_lp_bound(ctx, time_limit=left(), replicas=True, rows=rows, receive_rows=receive_rows, **mode[lowest])
+                     if left() > 0 else None)
+                if v is None:
+                    break  # (out of time: the classes keep the bounds they have)
+                found[rows] = max(v, by_rows.get(lowest, {}).get(rows, -math.inf))
+            if len(found) < len(splits):
+                break
+            by_rows[lowest] = found
+            solved[lowest] = max(solved[lowest], min(found.values()))
+            done.add(lowest)
     return PlanClassBounds(min(solved.values()), dict(solved), by_rows)
