@@ -1,6 +1,8 @@
 """Table cuts: z >= Psi_t(k) when table t lies on k devices (`table_cut_values`). As lines in k they are rows of
 the relaxation (`table_cut_lines`); their least value over k is a bound that needs no solver (`table_cut_bound`),
-the fallback when HiGHS proves nothing within the time limit.
+the fallback when HiGHS proves nothing within the time limit. The receive rows' lines (`receive_cut_lines`,
+`row_block_cut_lines`) are the same cut through `host_receive_floor` with the all-to-all total left to the LP: what
+the device holding a table's largest part (a column part, or a row block) pays besides the all-to-alls.
 """
 
 from __future__ import annotations
@@ -9,11 +11,10 @@ import math
 
 import numpy as np
 
-from shardopt.core.ir import DIM_ALIGNMENT
 from costmodels.analytic import BWD_LAUNCHES, MS
+from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.bound.context import AnalyticRelaxation, _device_bound
 from solvers.bound.inequalities import _cross, comm_floor, hits_upper_bound, host_receive_floor
-
 
 # edges of each receive row's hull kept (`lower_hull_lines`): the class LPs' time grows with them (production-xl)
 RECEIVE_LINES = 12
