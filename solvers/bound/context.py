@@ -17,7 +17,7 @@ from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.levels import two_level_network
 from solvers.bound.coverage import ReplicaTerms, RowTerms, host_tier_reason, replica_terms, row_terms
-from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, knapsack_multipliers, sector_hull
+from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, host_receive_terms, knapsack_multipliers, sector_hull
 from solvers.bound.terms import BoundError, _verify_terms, shard_terms
 
 
@@ -120,6 +120,8 @@ class AnalyticRelaxation:
         self.slopes = hit_slopes(self.terms, self.lams)
         self.cut_values: dict[tuple[int, int], np.ndarray] = {}  # table_cut_values, by (table, max devices)
         self.part_compute: dict[tuple[int, int], np.ndarray] = {}  # widest_part_compute, likewise
+        self.block_compute: dict[tuple[int, int], np.ndarray] = {}  # row_block_cut_values, by (table, max blocks)
+        self.receive: tuple[float, float, float] | None = host_receive_terms(bm)  # the receive floor's (S, B, C)
         self.replicas: ReplicaTerms = replica_terms(bm)
         self.host_reason: str | None = host_tier_reason(bm) if host_memory else "not asked for"  # None: covered
         # [T] tables the relaxation lets be replicated (a replica variable each)

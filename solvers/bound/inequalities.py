@@ -182,26 +182,37 @@ def comm_floor(bm: BoundAnalytic, width: float, total: float | None = None) -> f
     return float((2 * (ct.latency_ms + t)).min())
 
 
-def host_receive_floor(bm: BoundAnalytic, compute: float, total: float) -> float:
-    """A lower bound (ms) of the plan cost where some device's compute is >= `compute` and the all-to-alls carry >=
-    `total` of width in all; -inf where it does not apply (one host; scales or peer counts that differ by device).
+def host_receive_terms(bm: BoundAnalytic) -> tuple[float, float, float] | None:
+    """(S, B, C) of the receive floor: the plan cost is >= S + B c + C T wherever some device's charge outside the
+    all-to-alls is >= c and the all-to-alls carry >= T of width in all; None where it does not apply (one host; scales
+    or peer counts that differ by device).
 
-    Why: that device receives rr (total - v) per direction from other hosts, v its host's width, and a host that holds
+    Why: that device receives rr (T - v) per direction from other hosts, v its host's width, and a host that holds
     much width to receive little must send it: each host mate i pays sr n_r u_i. Weighting the holder's receive
     piece by 1, its send piece and each of its L - 1 mates' send pieces by rho = rr / (sr n_r) (the weights that
-    cancel v and the holder's own width u) and dividing by their sum gives z >= 2 lat + [(1 + rho) c + rr total] /
-    (1 + L rho) (rr, sr both directions): a device with a heavy part of a table pays it on top of nearly the whole
-    receive, however its host's width is spread (docs/analytic-bound.md, "Table cuts")."""
+    cancel v and the holder's own width u) and dividing by their sum gives S = 2 lat, B = (1 + rho) / (1 + L rho),
+    C = rr / (1 + L rho) (rr, sr both directions): a device with a heavy part of a table pays it on top of nearly the
+    whole receive, however its host's width is spread (docs/analytic-bound.md, row 12b)."""
     if bm.num_devices == 1:
-        return -math.inf
+        return None
     ct = bm.comm_terms()
     send_r = ct.send_scales[1]
     if ct.single_host or np.ndim(ct.remote_scale) or np.ndim(send_r) or len(set(ct.remote_peers.tolist())) != 1:
-        return -math.inf
+        return None
     nr = float(ct.remote_peers[0])
     rr, sr = 2 * float(ct.remote_scale), 2 * float(send_r)
     if nr <= 0 or rr <= 0 or sr <= 0:
-        return -math.inf
+        return None
     rho = rr / (sr * nr)
-    return 2 * ct.latency_ms + ((1 + rho) * compute + rr * total) / (1 + ct.local_size * rho)
+    weights = 1 + ct.local_size * rho
+    return 2 * ct.latency_ms, (1 + rho) / weights, rr / weights
 
+
+def host_receive_floor(bm: BoundAnalytic, compute: float, total: float) -> float:
+    """`host_receive_terms` at one device's charge `compute` and the all-to-alls' total `total`; -inf where they do
+    not apply."""
+    terms = host_receive_terms(bm)
+    if terms is None:
+        return -math.inf
+    start, per_compute, per_total = terms
+    return start + per_compute * compute + per_total * total

@@ -18,7 +18,7 @@ from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
 from solvers.milp import MilpStatus, SparseModel, solve_milp, solve_model_lp_ipm
-from solvers.bound.table_cuts import receive_cut_lines, receive_cut_terms, row_block_cut_lines, row_block_cut_values, table_cut_lines, widest_part_compute
+from solvers.bound.table_cuts import receive_cut_lines, row_block_cut_lines, row_block_cut_values, table_cut_lines, widest_part_compute
 
 
 def devices_interchangeable(instance: Instance) -> bool:
@@ -228,7 +228,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     hier = _hierarchical_lp(m, ctx, tw, runs=rows == "within_hosts")
     m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
           + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
-    receive = receive_cut_terms(ctx) if receive_rows else None
+    receive = ctx.receive if receive_rows else None
     if receive is not None:
         # the start-ups every device pays at every plan of the class: its all-to-alls' and the hierarchical collectives'
         known = start_up * ({"whole": 1, "column_wise": 1, "mixed": 2}.get(plans, 0) + (rows == "over_devices"))
@@ -254,6 +254,14 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
 RECEIVE_ROWS_FROM = 1.0
 
 
+def receive_row_tables(ctx: AnalyticRelaxation) -> list[int]:
+    """The tables that get receive rows (`RECEIVE_ROWS_FROM`); none where the receive floor does not apply."""
+    if ctx.receive is None:
+        return []
+    whole = np.array([float(widest_part_compute(ctx, ti, 1)[0]) for ti in range(len(ctx.terms.dims))])
+    return np.flatnonzero(whole >= RECEIVE_ROWS_FROM * whole.sum() / ctx.bm.num_devices).tolist()
+
+
 def _receive_rows(m: SparseModel, ctx: AnalyticRelaxation, z: int, receive: tuple[float, float, float], x: dict[int, int], g: dict[int, int],
                   tw: dict[int, int], bl: dict[int, int], leave: dict[int, list[tuple[int, float]]], others, table_wise: bool,
                   known: float, hier_runs: bool) -> None:
@@ -277,9 +285,7 @@ def _receive_rows(m: SparseModel, ctx: AnalyticRelaxation, z: int, receive: tupl
     hier_start = 2.0 * ct.hier_start_ms if hier_runs else 0.0
     const = max(known, start) + hier_start  # (x- and row-wise ways: their own all-to-all runs)
     total = float(t.dims.sum())
-    tables = sorted(set(x) | set(g) | set(tw))
-    mean_compute = sum(float(widest_part_compute(ctx, ti, 1)[0]) for ti in range(len(t.dims))) / n_dev
-    heavy = [ti for ti in tables if float(widest_part_compute(ctx, ti, 1)[0]) >= RECEIVE_ROWS_FROM * mean_compute]
+    heavy = [ti for ti in receive_row_tables(ctx) if ti in x or ti in g or ti in tw]
     if not heavy:
         return
     tv = m.var(0.0, total)
@@ -421,7 +427,7 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
     mode = {name: dict(table_wise=table_wise, plans=plans) for name, table_wise, plans in COLUMN_CLASSES}
     # refined lowest first, first without the receive rows (fast), then with them while time is left (each pass
     # only raises a class: every row of the first is in the second)
-    for receive_rows in (False, True):
+    for receive_rows in (False, True) if receive_row_tables(ctx) else (False,):
         done: set[str] = set()
         while len(splits) > 1:
             lowest = min(solved, key=solved.__getitem__)

@@ -14,7 +14,7 @@ import numpy as np
 from costmodels.analytic import BWD_LAUNCHES, MS
 from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.bound.context import AnalyticRelaxation, _device_bound
-from solvers.bound.inequalities import _cross, comm_floor, hits_upper_bound, host_receive_floor
+from solvers.bound.inequalities import _cross, comm_floor, hits_upper_bound
 
 # edges of each receive row's hull kept (`lower_hull_lines`): the class LPs' time grows with them (production-xl)
 RECEIVE_LINES = 12
@@ -42,15 +42,21 @@ def widest_part_compute(ctx: AnalyticRelaxation, table: int, max_devices: int) -
 def table_cut_values(ctx: AnalyticRelaxation, table: int, max_devices: int) -> np.ndarray:
     """Psi_t(k), k = 1..max_devices: a lower bound of the plan cost when table t lies on k devices: the widest part's
     device pays `widest_part_compute` and an all-to-all >= `comm_floor(W_k)`; with its host mates' sends, the plan
-    cost is also >= `host_receive_floor` of that compute and the least width the all-to-alls carry."""
+    cost is also >= the receive floor (`ctx.receive`: `host_receive_terms`) of that compute and the least width the all-to-alls
+    carry."""
     units = int(ctx.terms.dims[table]) // DIM_ALIGNMENT
     top = max(1, min(max_devices, units))
     key = (int(table), top)
     if key not in ctx.cut_values:
         total = ctx.alltoall_total_floor(table)
         compute = widest_part_compute(ctx, table, max_devices)
-        ctx.cut_values[key] = np.array([max(c + comm_floor(ctx.bm, DIM_ALIGNMENT * math.ceil(units / k), total),
-                                            host_receive_floor(ctx.bm, c, total)) for k, c in enumerate(compute.tolist(), start=1)])
+        widths = DIM_ALIGNMENT * np.ceil(units / np.arange(1, top + 1)).astype(np.int64)
+        floors = {int(w): comm_floor(ctx.bm, float(w), total) for w in np.unique(widths)}  # (few distinct widths)
+        values = compute + np.array([floors[int(w)] for w in widths])
+        if ctx.receive is not None:
+            start, per_compute, per_total = ctx.receive
+            values = np.maximum(values, start + per_compute * compute + per_total * total)
+        ctx.cut_values[key] = values
     return ctx.cut_values[key]
 
 
@@ -82,20 +88,10 @@ def table_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> li
 
 def receive_cut_lines(ctx: AnalyticRelaxation, table: int, max_devices: int) -> list[tuple[float, float]]:
     """Lines c >= alpha + beta k of the lower convex hull of the points (k, `widest_part_compute`): with
-    `receive_cut_terms`, rows z >= start + B (alpha + beta k_t) + C T of a relaxation whose all-to-all total T is a
+    `host_receive_terms`, rows z >= S + B (alpha + beta k_t) + C T of a relaxation whose all-to-all total T is a
     variable (the width of the tables not replicated nor split within a host), where the constant least total of
     `table_cut_values` counts every table that may leave it as gone."""
     return lower_hull_lines(widest_part_compute(ctx, table, max_devices), RECEIVE_LINES)
-
-
-def receive_cut_terms(ctx: AnalyticRelaxation) -> tuple[float, float, float] | None:
-    """(start, B, C) of `host_receive_floor` = start + B c + C total, or None where it does not apply."""
-    lo = host_receive_floor(ctx.bm, 0.0, 0.0)
-    if not math.isfinite(lo):
-        return None
-    b = host_receive_floor(ctx.bm, 1.0, 0.0) - lo
-    c = host_receive_floor(ctx.bm, 0.0, 1.0) - lo
-    return lo, b, c
 
 
 def row_block_cut_values(ctx: AnalyticRelaxation, table: int, max_blocks: int) -> np.ndarray:
@@ -104,21 +100,24 @@ def row_block_cut_values(ctx: AnalyticRelaxation, table: int, max_blocks: int) -
     per block + rho x per share, exact at occupancy 1, which only lowers them), the forward less the L2 hits its
     sectors can give (`hits_upper_bound` of rho x the full-width sector bytes, as the relaxation's cache rows take a
     block) and at least the kernels' floor."""
-    t, rows = ctx.terms, ctx.rows
-    launch = ctx.bm.profile.launch_overhead_s * MS
-    out = []
-    for k in range(2, max(2, max_blocks) + 1):
-        rho = 1.0 / k
-        hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, {int(table): rho * float(rows.sb[table])})) if t.kappa_ms > 0 else 0.0
-        fwd = rows.fwd_block_ms[table] + rho * rows.fwd_rho_ms[table] - t.kappa_ms * hits
-        bwd = rows.bwd_block_ms[table] + rho * rows.bwd_rho_ms[table]
-        out.append((1 + BWD_LAUNCHES) * launch + max(t.min_kernel_ms, fwd) + max(t.min_kernel_ms, bwd))
-    return np.array(out)
+    key = (int(table), max(2, max_blocks))
+    if key not in ctx.block_compute:  # (computed once: every class LP's receive rows use them)
+        t, rows = ctx.terms, ctx.rows
+        launch = ctx.bm.profile.launch_overhead_s * MS
+        out = []
+        for k in range(2, key[1] + 1):
+            rho = 1.0 / k
+            hits = max(0.0, hits_upper_bound(t, ctx.lams, ctx.slopes, {int(table): rho * float(rows.sb[table])})) if t.kappa_ms > 0 else 0.0
+            fwd = rows.fwd_block_ms[table] + rho * rows.fwd_rho_ms[table] - t.kappa_ms * hits
+            bwd = rows.bwd_block_ms[table] + rho * rows.bwd_rho_ms[table]
+            out.append((1 + BWD_LAUNCHES) * launch + max(t.min_kernel_ms, fwd) + max(t.min_kernel_ms, bwd))
+        ctx.block_compute[key] = np.array(out)
+    return ctx.block_compute[key]
 
 
 def row_block_cut_lines(ctx: AnalyticRelaxation, table: int, max_blocks: int) -> list[tuple[float, float]]:
     """Lines c >= alpha + beta k of the lower convex hull of (k, `row_block_cut_values`), k = 2..max_blocks (a split
-    by rows has two blocks or more). Rows with `receive_cut_terms`, like `receive_cut_lines`."""
+    by rows has two blocks or more). Rows with `host_receive_terms`, like `receive_cut_lines`."""
     return [(a - b, b) for a, b in lower_hull_lines(row_block_cut_values(ctx, table, max_blocks), RECEIVE_LINES)]  # (from i = k - 1 to k)
 
 
@@ -139,6 +138,6 @@ def lower_hull_lines(vals: np.ndarray, most: int | None = None) -> list[tuple[fl
         beta = (v1 - v0) / (k1 - k0)
         lines.append((v0 - beta * k0, beta))
     if most is not None and len(lines) > most:
-        keep = sorted(set(np.unique(np.round(np.geomspace(1, len(lines), most)).astype(int) - 1).tolist()))
+        keep = np.unique(np.round(np.geomspace(1, len(lines), most)).astype(int) - 1)
         lines = [lines[i] for i in keep]
     return lines
