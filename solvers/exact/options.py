@@ -11,7 +11,15 @@ DEFAULT_TIME_LIMIT = 60.0
 DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
-DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its polish within this share of the limit
+DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its grid and polish within this share of the limit
+# ... and the one-collective grid plan (every table cut), within this share. Its polish stops where no move helps, which
+# it reaches within the pre-split share below a few thousand pieces; on production-xl (3,424 tables on 512 devices,
+# ~7,000 pieces) it was still descending, and that time gave more than the linear models' neighbourhoods: cpsat 60 s
+# 10.868 ms at 0.15, 10.791 at 0.5 (production-0000 / -0001 the same at both; simulated, docs/benchmarks.md)
+DEFAULT_ONE_COLLECTIVE_SHARE = 0.45
+# the warm starts stop where less than this share of the limit is left, for the search (each start's share is of the
+# whole limit: together they may ask for more than it)
+WARM_START_RESERVE = 0.25
 # with splits and the analytic model: the plan of shardopt bound's relaxation (HiGHS) is a warm start, found within
 # this share of the limit, on models of at most RELAXATION_MAX_PAIRS (table, device) pairs (solvers.bound)
 DEFAULT_RELAXATION_SHARE = 0.3
@@ -40,7 +48,7 @@ class ExactOptions:
     split_apart: bool = option(True, "pieces of one table on different devices")
     neuroshard_share: float = option(0.0, "share of the limit for NeuroShard's plan as a warm start", **_SHARE)
     presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's polish", **_SHARE)
-    one_collective_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the one-collective warm start's polish "
+    one_collective_share: float = option(DEFAULT_ONE_COLLECTIVE_SHARE, "share of the limit for the one-collective warm start's polish "
                                          "(the pre-split state with every other table halved too)", **_SHARE)
     join_collectives: bool = option(True, "cut the plan's whole tables in place (two column shards on their device: one "
                                           "all-to-all) where that is cheaper")

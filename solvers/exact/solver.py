@@ -53,7 +53,7 @@ from solvers.placement.rules import kept_out_of_hbm, must_split, whole_only
 from solvers.options import OptionError
 from solvers.progress import report
 from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
-from solvers.exact.options import ExactNeuralOptions, ExactOptions
+from solvers.exact.options import WARM_START_RESERVE, ExactNeuralOptions, ExactOptions
 from solvers.exact.state import _Loop, _Run
 from solvers.exact.starts import relaxation_start
 from solvers.placement.collectives import join_one_collective
@@ -160,29 +160,36 @@ class ExactSolver(Solver):
         (`solvers.neuroshard.pieces.presplit_plan`, its polish within `presplit_share` of the budget), the one-collective
         grid plan (the same with every other table halved: one all-to-all, within `one_collective_share`), the plan of the
         analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
-        NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model."""
+        NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model. No start runs
+        into the last `WARM_START_RESERVE` of the limit (the heuristics, the fallback, get 0.05 s there)."""
         from solvers.neuroshard.pieces import presplit_plan
         from solvers.neuroshard.search import NeuroShardSolver
 
         model = _Bound(bm, label)
         out = []
+        clock = Stopwatch()
+        until = (1.0 - WARM_START_RESERVE) * budget  # (each share is of the whole limit; the search keeps the rest)
+
+        def limit(share: float) -> float:
+            return min(share * budget, until - clock.elapsed)
+
         starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
         if self.max_split > 1 and self.options.neuroshard_share > 0:
             starts.append((NeuroShardSolver(), self.options.neuroshard_share))
         for name, share in (("presplit", self.options.presplit_share), ("one_collective", self.options.one_collective_share)):
-            if self.max_split > 1 and share > 0:
-                got = presplit_plan(instance, bm, self.max_split, time_limit=share * budget, one_collective=name == "one_collective")
+            if self.max_split > 1 and share > 0 and limit(share) > 0:
+                got = presplit_plan(instance, bm, self.max_split, time_limit=limit(share), one_collective=name == "one_collective")
                 out.append({"solver": name, "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
                             **({"shards": got[0]} if got else {})})
-        for solver, share in starts:
+        for solver, share in starts:  # (whole-table plans, in milliseconds on most models: the fallback, always asked)
             name = solver.name
-            r = solver.solve(instance, model, seed=seed, time_limit=max(0.05, share * budget))
+            r = solver.solve(instance, model, seed=seed, time_limit=max(0.05, limit(share)))
             if r.plan is None:
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
             out.append({"solver": name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
         if self.max_split > 1 and self.options.relaxation_share > 0 and cost_model is not None:  # (last: ties keep the others first)
-            got = relaxation_start(instance, cost_model, bm, self.options.relaxation_share * budget)
+            got = relaxation_start(instance, cost_model, bm, limit(self.options.relaxation_share))
             if got is not None:
                 out.append(got)
         return out
@@ -680,10 +687,14 @@ class ExactSolver(Solver):
         lin: Linearization | None = None
         rank = np.zeros(items.num_items, dtype=np.int64)
         searched: np.ndarray | None = None
+        last_lin_s = 0.0  # (a linearisation of 3,424 tables on 512 devices takes 6 s: none is begun that cannot end)
         while search.left() > 0.5:
             t0 = time.perf_counter()
             if lin is None or not np.array_equal(lin.point, best):
+                if lin is not None and search.left() < last_lin_s + 0.5:
+                    break
                 lin, _, cut = self._linearisation(run, best)
+                last_lin_s = time.perf_counter() - t0
             lin_s = time.perf_counter() - t0
             if self.options.search_share > 0 and (searched is None or not np.array_equal(searched, best)):
                 # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again

@@ -181,15 +181,18 @@ def _seeded_search(
     return _Search(best, best_state, beam), greedy_cost, presplit_cost
 
 
-def _one_collective_lane(pm: PieceModel, cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Piece], np.ndarray, float] | None:
+def _one_collective_lane(pm: PieceModel, cfg: NeuroShardConfig, search_budget: Budget, share: float) -> tuple[list[Piece], np.ndarray, float] | None:
     """`one_collective`: the one-collective state (`one_collective_pieces`: every table cut, the column-wise all-to-all
-    alone) placed by the comm-aware grid (else the plain one) and polished within `budget`; (pieces, devices, cost), or
-    None when no lane packs it. A lane of its own, compared with the beam search's plan at the end: in the beam it
-    crowded out the mixed states it does not beat (small.json: 0.927 against 0.917 ms), and its comm-aware grid plan
-    is better than the beam's children of it (production: 10.43 against 10.59 ms, simulated)."""
+    alone) placed by the comm-aware grid (else the plain one) within the search's budget, and polished within `share`
+    of what is then left of it; (pieces, devices, cost), or None when no lane packs it. A lane of its own, compared with
+    the beam search's plan at the end: in the beam it crowded out the mixed states it does not beat (small.json: 0.927
+    against 0.917 ms), and its comm-aware grid plan is better than the beam's children of it (production: 10.43 against
+    10.59 ms, simulated). Why the grid is not held to the share: on production-xl (3,424 tables on 512 devices) it takes
+    8 s, more than the share left after the first grid (13 s), and without the lane the search's plan was 12.7 ms
+    where the lane's is 10.8 (simulated)."""
     pieces = one_collective_pieces(pm, uneven=cfg.uneven_halves)
     for comm_aware in (True, False):
-        got = grid_greedy(pm, [pieces], cfg, comm_aware=comm_aware, budget=budget)
+        got = grid_greedy(pm, [pieces], cfg, comm_aware=comm_aware, budget=search_budget)
         if got is None:
             return None
         if got[0].device_of is not None:
@@ -197,6 +200,7 @@ def _one_collective_lane(pm: PieceModel, cfg: NeuroShardConfig, budget: Budget) 
     else:
         return None
     device_of = got[0].device_of
+    budget = search_budget.share(share)
     if cfg.polish and not budget.spent():
         device_of, _ = polish(pm, pieces, device_of, cfg, budget)
     states, widths, _, _ = pm.info(pieces)
@@ -595,7 +599,7 @@ class NeuroShardSolver(Solver):
             return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
                         f"into the solve, its deadline {budget.deadline:g} s)", clock)
         search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
-        one = (_one_collective_lane(pm, cfg, search_budget.share(ONE_COLLECTIVE_SHARE))
+        one = (_one_collective_lane(pm, cfg, search_budget, ONE_COLLECTIVE_SHARE)
                if cfg.one_collective and layout is None and not search_budget.spent() else None)
         if one is not None:
             report(best_cost=one[2])
