@@ -241,3 +241,20 @@ def test_incremental_comm_equals_full_recomputation(devices, per_host):
     assert fast.shape == (len(cands), devices)
     assert np.allclose(fast, slow, rtol=1e-12, atol=1e-12)
     assert np.allclose(bm.comm_totals(dims), bm.comm_costs(dims).sum(axis=-1))
+
+
+@pytest.mark.parametrize("devices,per_host", [(8, 2), (12, 4), (9, 3)])
+def test_comm_reads_each_device_hosts_width(devices, per_host):
+    """The all-to-all's per-device time from the width on its host (own included) and the total, as the docstring of
+    `comm_costs` defines it, here spelled out pairwise (hosts of `per_host` devices)."""
+    ts = [table(f"t{i}", dim=4 * (i + 1)) for i in range(devices + 2)]
+    bm = AnalyticCostModel().bind(instance(ts, devices=devices, per_host=per_host, hw="h100"))
+    rng = np.random.default_rng(devices)
+    dims = rng.integers(0, 400, size=(3, devices)).astype(float)
+    host = np.arange(devices) // per_host
+    same = (host[:, None] == host[None, :]).astype(float)
+    local_peers, remote_peers = same.sum(axis=0) - 1, devices - same.sum(axis=0)
+    my_host, total = dims @ same, dims.sum(axis=-1, keepdims=True)
+    local = np.maximum(dims * local_peers, my_host - dims) * bm._local_scale
+    remote = np.maximum(dims * remote_peers, total - my_host) * bm._remote_scale
+    assert np.allclose(bm.comm_time(dims), np.maximum(local, remote) + bm._latency_ms, rtol=1e-12, atol=1e-15)

@@ -218,9 +218,12 @@ def test_default_budget_grows_with_the_instance_beyond_production() -> None:
     assert default_budget(xl) == pytest.approx(3424 * 512 / 30_000)
 
 
-def test_the_polish_leaves_a_plateau_of_twin_devices() -> None:
+@pytest.mark.parametrize("plateau_first", [False, True], ids=["lower-first", "plateau-first"])
+def test_the_polish_leaves_a_plateau_of_twin_devices(plateau_first: bool, monkeypatch) -> None:
     """The halves of the same three tables on devices 0 and 1 tie them at the plan cost: no single move lowers it, but
-    moving a piece off each in turn does, and the polish takes those moves (a lower cost or fewer devices at it)."""
+    moving a piece off each in turn does, and the polish takes those moves (a lower cost or fewer devices at it) -
+    looking for a lower cost first, or (as on large models, `PLATEAU_FIRST_CELLS`) taking the first step of either kind."""
+    import solvers.neuroshard.pieces as pieces_module
     from shardopt.core.ir import AccessProfile, Instance, Table, Topology, Workload
     from solvers.base import Budget, Stopwatch
     from solvers.neuroshard.grid import PieceModel
@@ -236,6 +239,8 @@ def test_the_polish_leaves_a_plateau_of_twin_devices() -> None:
     before, totals = pm.plan_cost(states, widths, device_of, pm.rows(pieces))
     assert np.isclose(totals[0], totals[1]) and totals[0] == before
     cfg = NeuroShardConfig()
+    if plateau_first:
+        monkeypatch.setattr(pieces_module, "PLATEAU_FIRST_CELLS", 0)
     after_of, moves = polish(pm, pieces, device_of, cfg, Budget.of(Stopwatch(), None))
     after, _ = pm.plan_cost(states, widths, after_of, pm.rows(pieces))
     assert moves >= 2 and after < 0.9 * before

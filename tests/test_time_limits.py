@@ -71,3 +71,16 @@ def test_a_budget_hands_on_shares_of_what_is_left() -> None:
     assert Budget.of(clock, 3.0).spent() and Budget.of(clock, 3.0).left() == 0.0
     free = Budget.of(clock, None)
     assert free.left() is None and not free.spent() and free.share(0.1) is free and budget.unlimited().deadline is None
+
+
+def test_the_exact_solvers_warm_starts_leave_the_search_its_time(production) -> None:
+    """Each warm start's share is of the whole limit, so together they may ask for more than it: cpsat with the pre-split
+    and one-collective starts at 0.9 each still returns within the limit (no start runs into its last quarter)."""
+    solver = get_solver("cpsat", presplit_share=0.9, one_collective_share=0.9)
+    cm = get_cost_model("analytic")
+    solver.solve(load_instance(ROOT / "instances" / "examples" / "small.json"), cm, time_limit=0.5, seed=0)
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = solver.solve(production, cm, time_limit=LIMIT, seed=0)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert min(wall, cpu) <= 1.1 * LIMIT + 1.0, f"took {wall:.2f} s ({cpu:.2f} s of CPU) with a {LIMIT:g} s limit"
+    assert r.plan is not None and check_plan(production, r.plan).ok
