@@ -321,7 +321,8 @@ def options_with_rows(inst: Instance, t: int) -> list[list[Shard]]:
 
 @pytest.mark.parametrize("inst", [make_instance(3, 2, seed=61, mem_factor=1.2, batch_size=4096),
                                   pytest.param(make_instance(3, 4, seed=62, mem_factor=1.5, per_host=2, batch_size=16384), marks=pytest.mark.slow),
-                                  with_levels(make_instance(3, 4, seed=63, mem_factor=1.5, per_host=1, batch_size=65536), DOMAINS_4),
+                                  pytest.param(with_levels(make_instance(3, 4, seed=63, mem_factor=1.5, per_host=1, batch_size=65536), DOMAINS_4),
+                                               marks=pytest.mark.slow),
                                   pytest.param(with_levels(make_instance(3, 4, seed=64, mem_factor=1.5, per_host=2, batch_size=16384), ONE_DOMAIN_4),
                                                marks=pytest.mark.slow)],
                          ids=["3x2", "3x4-two-hosts", "3x4-nvlink-domains", "3x4-one-domain"])

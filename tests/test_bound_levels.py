@@ -98,7 +98,8 @@ def test_pooled_pieces_are_never_above_the_level_model() -> None:
     assert exact >= 30 and tight == exact  # (the device that holds everything waits for its sends, priced exactly)
 
 
-@pytest.mark.parametrize("levels,per_host", [(THREE, 2), (PAIR, 4)], ids=["three-levels", "level-inside-a-host"])
+@pytest.mark.parametrize("levels,per_host", [pytest.param(THREE, 2, marks=pytest.mark.slow), (PAIR, 4)],
+                         ids=["three-levels", "level-inside-a-host"])
 def test_bound_below_the_enumerated_optimum_on_pooled_levels(levels: list[dict], per_host: int) -> None:
     """3 tables on 8 devices: whole on any device, column halves and row halves on 6 of the 28 pairs of devices
     (drawn per table: within a host, a domain and across), a replica, and a whole group's split (the hierarchical

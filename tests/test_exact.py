@@ -216,8 +216,8 @@ def test_finds_the_enumerated_optimum(name: str, additive) -> None:
     assert all("full_cost" in it or not it.get("improved") for it in info["iterations"])
 
 
-@pytest.mark.parametrize("name", EXACT)
-@pytest.mark.parametrize("max_split", [1, 4])
+@pytest.mark.parametrize("name,max_split", [(name, 1) for name in EXACT] + [("cpsat", 4)]
+                         + [pytest.param(name, 4, marks=pytest.mark.slow) for name in ("milp", "milp_highs")])
 def test_never_worse_than_any_heuristic(name: str, max_split: int) -> None:
     """With cache competition and kernel floors the first-order model is rougher (no optimality claim); the loop
     still keeps the best plan by the full model, so it never loses to the heuristics it starts from. Table-wise,
