@@ -21,8 +21,9 @@ docs/benchmarks.md:
   re-runs the 4 cheapest states the search scored (docs/benchmarks.md, "Fast by default");
 - `seed_with_greedy`: the cost-model greedy's table-wise plan is scored beside the no-split grid plan, so the
   search starts from the better of the two (and never ends worse than the greedy solver).
-- `one_collective`: in HBM searches, beside the beam search (within 20 % of its budget), the pre-split state with every other table halved too
-  (`one_collective_pieces`) placed by the comm-aware grid and polished, the cheaper plan kept: its plans run the
+- `one_collective`: in HBM searches, beside the beam search, the pre-split state with every other table halved too
+  (`one_collective_pieces`) placed by the comm-aware grid and polished (within 20 % of the search's budget then
+  left), the cheaper plan kept: its plans run the
   column-wise all-to-all alone, where a mix of whole tables and pieces runs two collectives, each of which must
   balance on its own (docs/neuroshard.md).
 - `join_collectives`: the searched plan's whole tables cut in place into two column shards on their devices where that
