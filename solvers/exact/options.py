@@ -47,8 +47,8 @@ class ExactOptions:
     split_tables: int = option(DEFAULT_SPLIT_TABLES, "tables offered column pieces (the highest compute first)", low=0)
     split_apart: bool = option(True, "pieces of one table on different devices")
     neuroshard_share: float = option(0.0, "share of the limit for NeuroShard's plan as a warm start", **_SHARE)
-    presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's polish", **_SHARE)
-    one_collective_share: float = option(DEFAULT_ONE_COLLECTIVE_SHARE, "share of the limit for the one-collective warm start's polish "
+    presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's grid and polish", **_SHARE)
+    one_collective_share: float = option(DEFAULT_ONE_COLLECTIVE_SHARE, "share of the limit for the one-collective warm start's grid and polish "
                                          "(the pre-split state with every other table halved too)", **_SHARE)
     join_collectives: bool = option(True, "cut the plan's whole tables in place (two column shards on their device: one "
                                           "all-to-all) where that is cheaper")

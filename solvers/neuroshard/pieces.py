@@ -117,6 +117,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         device_of[p], device_of[q] = d, hot
         return True
 
+    tied_passes = (True,) if len(pieces) * n_dev > PLATEAU_FIRST_CELLS else (False, True)
     moves = 0
     improved = True
     while improved and not budget.spent():
@@ -126,8 +127,7 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         # a lower plan cost first, over every piece on the bottleneck; only where none gives one, the same cost with
         # fewer devices at it (a plateau move, `_better_rows`): where the polish was not stuck it ends where it did.
         # Where costing a piece's swaps is large, the first step of either kind (`PLATEAU_FIRST_CELLS`)
-        passes = (False,) if ties == 1 else (True,) if len(pieces) * n_dev > PLATEAU_FIRST_CELLS else (False, True)
-        for plateau in passes:
+        for plateau in (False,) if ties == 1 else tied_passes:
             for p in np.flatnonzero(device_of == hot):
                 siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
                 improved = move(p, hot, siblings, plateau) or swap(p, hot, siblings, hot_owners, plateau)

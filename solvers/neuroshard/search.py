@@ -86,7 +86,7 @@ REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the r
 # budget is left: the tiered layouts' search and placement polish need it (on production, with 7 % left, they overran
 # the 10 s budget by 7 s)
 TIGHT_TIERED_SHARE = 0.25
-ONE_COLLECTIVE_SHARE = 0.2  # of the search's budget, what the one-collective lane may take (its grid and polish)
+ONE_COLLECTIVE_SHARE = 0.2  # of the search's budget left after its grid, what the one-collective lane's polish may take
 
 
 class _StateScorer:
