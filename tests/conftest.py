@@ -291,10 +291,12 @@ def launch_ranks(argv: list[str], tmp: Path, world: int, per_host: int, timeout:
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
 
 
-def _enumerate_split(instance: Instance, cost_model: Any = None, apart: bool = True) -> tuple[np.ndarray, np.ndarray, list, Any]:
+def _enumerate_split(instance: Instance, cost_model: Any = None, apart: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, Any]:
     """Every plan where each table is whole on one device or cut into two equal column halves on two distinct devices
-    (on any two when not `apart`), judged: (cost [n] (inf where memory does not hold), choices [n, T], each table's
-    options [(item, devices)], the items)."""
+    (on any two when not `apart`), judged twice: with its whole tables table-wise, and with all of them marked
+    column_wise (one collective; marking some only is never cheaper than both under the analytic judge: one
+    all-to-all of summed widths is at most the sum of two). (cost [n], marked cost [n] (inf where memory does not
+    hold), choices [n, T], each table's options [(item, devices)], the items)."""
     import itertools
 
     from costmodels.analytic import AnalyticCostModel
@@ -324,24 +326,35 @@ def _enumerate_split(instance: Instance, cost_model: Any = None, apart: bool = T
                 states[on, d] += items.states[i]
                 dims[on, 0 if items.parts[i] == 1 else 1, d] += items.width[i]
                 use[on, d] += items.size[i]
-    cost = (bm.compute_costs(states).sum(axis=-1) + bm.dist_comm_totals(dims)).max(axis=1)
-    cost[(use > caps).any(axis=1)] = np.inf
-    return cost, every, options, items
+    compute = bm.compute_costs(states).sum(axis=-1)
+    cost = (compute + bm.dist_comm_totals(dims)).max(axis=1)
+    # the same plans with every whole table marked column_wise (Shard.column_wise): one all-to-all of all widths
+    one = np.zeros_like(dims)
+    one[:, 1] = dims.sum(axis=1)
+    marked = (compute + bm.dist_comm_totals(one)).max(axis=1)
+    over = (use > caps).any(axis=1)
+    cost[over] = np.inf
+    marked[over] = np.inf
+    return cost, marked, every, options, items
 
 
-def brute_force_split(instance: Instance, cost_model: Any = None, apart: bool = True) -> tuple[float, list]:
+def brute_force_split(instance: Instance, cost_model: Any = None, apart: bool = True, marked: bool = True) -> tuple[float, list]:
     """The best plan cost over every plan where each table is whole on one device or cut into two equal column
     halves on two distinct devices (on any two when not `apart`) -- what the exact solvers offer with
-    max_split=2 -- memory respected."""
-    cost, every, options, _ = _enumerate_split(instance, cost_model, apart)
+    max_split=2 -- memory respected; whole tables table-wise or all marked column_wise, whichever is cheaper (only
+    table-wise when not `marked`)."""
+    cost, with_marks, every, options, _ = _enumerate_split(instance, cost_model, apart)
+    if marked:
+        cost = np.minimum(cost, with_marks)
     j = int(np.argmin(cost))
     return float(cost[j]), [options[t][every[j, t]] for t in range(len(options))]
 
 
 def brute_force_by_class(instance: Instance, cost_model: Any = None) -> dict[str, float]:
     """The best plan of `brute_force_split` (halves on any two devices, the same one included) in each class of the
-    bound's plan classes: whole tables only ("table_wise"), every table cut ("column_wise"), both ("mixed")."""
-    cost, every, options, items = _enumerate_split(instance, cost_model, apart=False)
+    bound's plan classes by the collectives they run: whole tables only, table-wise ("table_wise"), every table
+    column-wise (cut, or whole and marked so: "column_wise"), both ("mixed")."""
+    cost, marked, every, options, items = _enumerate_split(instance, cost_model, apart=False)
     cut = np.zeros(every.shape, dtype=bool)
     for t, opts in enumerate(options):
         parts = np.array([items.parts[i] for i, _ in opts])
@@ -350,4 +363,5 @@ def brute_force_by_class(instance: Instance, cost_model: Any = None) -> dict[str
     out = {}
     for name, keep in (("table_wise", n_cut == 0), ("column_wise", n_cut == len(options)), ("mixed", (n_cut > 0) & (n_cut < len(options)))):
         out[name] = float(cost[keep].min()) if keep.any() else float("inf")
+    out["column_wise"] = min(out["column_wise"], float(marked.min()))  # (every whole table marked: all column-wise)
     return out

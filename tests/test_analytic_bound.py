@@ -520,15 +520,16 @@ def test_the_bound_counts_placement_constraints_against_enumeration(seed: int) -
 @pytest.mark.parametrize("seed,n_tables,n_devices,per_host", [(0, 4, 2, None), (1, 5, 3, None), (2, 4, 3, None), (3, 5, 4, 2), (4, 4, 4, 2)])
 def test_per_type_bound_is_below_the_enumerated_optimum(seed: int, n_tables: int, n_devices: int, per_host: int | None) -> None:
     """Every plan of whole tables and column halves on any two devices (the same one included: a column-wise table on
-    one device, in the column-wise all-to-all) enumerated under the judge (one all-to-all per sharding type): the
-    bound, which prices each type's collective, is never above the best, and never below the one-all-to-all bound."""
+    one device, in the column-wise all-to-all), its whole tables table-wise or marked column_wise, enumerated under
+    the judge (one all-to-all per sharding type): the bound, which prices each type's collective, is never above the
+    best, and never below the one-all-to-all bound."""
     inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.6, per_host=per_host, batch_size=65536)
     best, _ = brute_force_split(inst, CM, apart=False)
     bound = analytic_lower_bound(inst, CM, time_limit=20)
     one = analytic_lower_bound(inst, CM, time_limit=20, per_type=False)
     assert bound.status == "optimal" and one.status == "optimal"
     assert bound.value_ms <= best * (1 + 1e-7)
-    assert bound.value_ms >= one.value_ms * (1 - 1e-6)
+    assert bound.value_ms >= one.value_ms * (1 - 1e-4)  # (both within HiGHS's relative gap 1e-4 of their optima)
 
 
 @pytest.mark.slow  # (make test-all; 13 s; the per-type rows below the optimum: test_per_type_bound_is_below_the_enumerated_optimum)

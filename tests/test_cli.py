@@ -279,7 +279,7 @@ def test_solve_evaluate_inspect_round_trip(tmp_path: Path) -> None:
     assert "judged by analytic (v100 profile), simulated" in result.stdout and result.stderr == ""
 
     result = run("inspect", out)
-    assert result.exit_code == 0 and "shards per device" in result.stdout and "table-wise" in result.stdout
+    assert result.exit_code == 0 and "shards per device" in result.stdout and "column-wise (one whole shard)" in result.stdout
     result = run("inspect", out, "--instance", SMALL)
     assert result.exit_code == 0 and "memory used / capacity" in result.stdout and "imbalance" in result.stdout
     result = run("inspect", SMALL)

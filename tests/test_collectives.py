@@ -1,4 +1,4 @@
-"""Whole tables cut in place into the column-wise collective (solvers.placement.collectives)."""
+"""Whole tables marked column-wise where they lie, joining the column-wise collective (solvers.placement.collectives)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from conftest import make_instance
 from costmodels.analytic import AnalyticCostModel
 from costmodels.hierarchical import output_dist_widths
 from shardopt.core.ir import Shard, instance_from_dict
+from shardopt.core.memory import device_memory_use
 from shardopt.core.plan_check import check_plan
-from solvers.placement.collectives import cut_in_place, join_one_collective
+from solvers.placement.collectives import join_one_collective, mark_column_wise
 
 CM = AnalyticCostModel()
 
@@ -20,34 +21,33 @@ def _mixed_plan(inst):  # noqa: ANN001, ANN202
     return shards + [Shard(table=t.name, device=k % inst.topology.num_devices) for k, t in enumerate(inst.tables[1:])]
 
 
-def test_cut_in_place_makes_one_collective_of_equal_halves_that_fit() -> None:
+def test_marking_makes_one_collective_without_moving_a_byte() -> None:
     inst = make_instance(8, 3, seed=2, mem_factor=2.0, batch_size=65536)
     plan = _mixed_plan(inst)
-    cut, n = cut_in_place(inst, plan)
-    assert check_plan(inst, cut).ok and n == sum(1 for t in inst.tables[1:] if t.dim % 8 == 0)
-    assert output_dist_widths(inst, cut)[1] == ["column_wise"]
-    for t in inst.tables[1:]:
-        mine = [s for s in cut if s.table == t.name]
-        assert len({s.device for s in mine}) == 1 and {s.width(t) for s in mine} == {t.dim // 2} and len(mine) == 2
+    marked, n = mark_column_wise(inst, plan)
+    assert check_plan(inst, marked).ok and n == len(inst.tables) - 1
+    assert output_dist_widths(inst, plan)[1] == ["table_wise", "column_wise"]
+    assert output_dist_widths(inst, marked)[1] == ["column_wise"]
+    assert (device_memory_use(inst, marked) == device_memory_use(inst, plan)).all()
+    assert [(s.table, s.device, s.col_range(inst.tables[0])) for s in marked] == [(s.table, s.device, s.col_range(inst.tables[0])) for s in plan]
+    bm = CM.bind(inst)
+    a, b = bm.plan_costs(plan), bm.plan_costs(marked)
+    assert (a.columns[:, :2] == b.columns[:, :2]).all()  # the same lookups: compute unchanged, only the all-to-alls merge
+    assert b.max_cost < a.max_cost
 
 
-def test_cut_in_place_keeps_tables_the_constraints_or_the_memory_keep_whole() -> None:
+def test_marking_keeps_tables_their_constraint_keeps_table_wise() -> None:
     inst = make_instance(8, 3, seed=2, mem_factor=2.0, batch_size=65536)
     doc = inst.model_dump(mode="json")
     doc["constraints"] = {"tables": [{"table": "t1", "sharding_types": ["table_wise"]}]}
-    cut, _ = cut_in_place(instance_from_dict(doc), _mixed_plan(inst))
-    assert sum(1 for s in cut if s.table == "t1") == 1
-    from shardopt.core.memory import device_memory_use
-
-    plan = _mixed_plan(inst)  # (rowwise_adagrad: a second shard holds a second row of optimizer state per row)
-    use = device_memory_use(inst, plan)
-    doc = inst.model_dump(mode="json")
-    doc["topology"]["memory_bytes"] = int(use.max())  # no room for a second shard on the fullest device
-    full = instance_from_dict(doc)
-    cut, n = cut_in_place(full, plan)
-    fullest = int(use.argmax())
-    assert check_plan(full, cut).ok and n > 0
-    assert all(s.cols is None for s in cut if s.device == fullest and s.table != inst.tables[0].name)
+    marked, n = mark_column_wise(instance_from_dict(doc), _mixed_plan(inst))
+    assert [s.column_wise for s in marked if s.table == "t1"] == [False] and n == len(inst.tables) - 2
+    # a replica or a row split is never marked
+    plan = [Shard(table="t1", device=d, replicated=True) for d in range(3)]
+    plan += [Shard(table="t2", device=0, rows=10), Shard(table="t2", device=1, row_offset=10)]
+    plan += [Shard(table=t.name, device=0) for t in inst.tables if t.name not in ("t1", "t2")]
+    marked, n = mark_column_wise(inst, plan)
+    assert n == len(inst.tables) - 2 and not any(s.column_wise for s in marked if s.table in ("t1", "t2"))
 
 
 def test_join_keeps_the_cheaper_plan() -> None:
@@ -58,3 +58,7 @@ def test_join_keeps_the_cheaper_plan() -> None:
     before = bm.plan_costs(plan).max_cost
     assert cost == bm.plan_costs(got).max_cost <= before
     assert (n > 0) == (cost < before)
+    # a plan of whole tables only runs one collective already: marking them gains nothing, the plan is kept
+    whole = [Shard(table=t.name, device=k % 3) for k, t in enumerate(inst.tables)]
+    got, n, cost = join_one_collective(inst, bm, whole)
+    assert n == 0 and got == whole

@@ -191,9 +191,11 @@ def test_one_collective_pieces_cut_every_table_that_may_be_cut() -> None:
 
 
 def test_the_one_collective_seed_finds_what_mixed_plans_miss() -> None:
-    """On many devices with few tables each, a plan of column pieces only (one all-to-all) beats every mixed plan the
-    search reaches from whole tables (two collectives, each to balance on its own): the seed's plan wins, runs one
-    collective, and the search without the seed ends dearer (simulated; run to convergence, not to a deadline)."""
+    """On many devices with few tables each, a plan of column pieces only (one all-to-all) beats the plans the search
+    reaches from whole tables: the seed's plan wins, runs one collective, and the search without the seed ends dearer
+    (simulated; run to convergence, not to a deadline). Since whole tables may join the column-wise collective
+    (marked column_wise) the search without the seed runs one collective too, and the seed's finer pieces gain less
+    (4.434 against 4.546 ms; without marks 4.434 against 4.841)."""
     from costmodels.hierarchical import output_dist_widths
 
     inst = many_devices_instance()
@@ -202,7 +204,7 @@ def test_the_one_collective_seed_finds_what_mixed_plans_miss() -> None:
     off = NeuroShardSolver(one_collective=False, data_parallel=False).solve(inst, cm, time_limit=120)
     assert check_plan(inst, on.plan).ok and on.info["one_collective_cost"] is not None
     assert off.info["one_collective_cost"] is None
-    assert on.predicted_cost < 0.97 * off.predicted_cost
+    assert on.predicted_cost < 0.99 * off.predicted_cost
     _, kinds = output_dist_widths(inst, list(on.plan.shards))
     assert kinds == ["column_wise"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import spec_instance
 from costmodels.registry import get_cost_model
@@ -107,7 +108,7 @@ def test_layout_of_a_plan_rebuilds_it() -> None:
     cm = get_cost_model("analytic")
     r = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
     layout = layout_of(inst, r.plan.shards)
-    pm = PieceModel(inst, cm.bind(inst), layout)
+    pm = PieceModel(inst, cm.bind(inst), layout, whole_column_wise=True)  # (as the search's, join_collectives)
     index = inst.table_index()
     packed = set(int(i) for i in layout.packed)
     mine = [s for s in r.plan.shards if index[s.table] in packed]
@@ -142,7 +143,7 @@ def test_the_replica_sweep_finds_what_single_replicas_cannot() -> None:
     assert check_plan(inst, out).ok
     replicated = {s.table for s in out if s.replicated}
     assert len(replicated) >= 2 and info["cost_after"] < 0.8 * before
-    assert info["cost_after"] == bm.plan_costs(out).max_cost
+    assert info["cost_after"] == pytest.approx(bm.plan_costs(out).max_cost, rel=1e-12)  # (the same sums in another order)
 
 
 def hot_narrow_instance(devices_per_host: int = 4):
@@ -248,7 +249,7 @@ def test_a_row_split_table_moves_onto_an_under_occupied_host() -> None:
     assert check_plan(inst, out).ok
     assert {s.table for s in out if s.device < 4} - {"t0"}  # some other table's rows now on host 0
     assert info["cost_after"] < 0.85 * costs.max_cost
-    assert info["cost_after"] == bm.plan_costs(out).max_cost
+    assert info["cost_after"] == pytest.approx(bm.plan_costs(out).max_cost, rel=1e-12)  # (the same sums in another order)
 
 
 def test_a_hot_table_split_over_every_device_moves_to_one_hosts_host_memory() -> None:

@@ -292,6 +292,32 @@ def test_export_matches_torchrecs_own_constructors_and_validation() -> None:
             spec.build_metadata(torch.Size([t.rows, t.dim]), TensorProperties())
 
 
+@needs_torchrec
+def test_a_whole_table_marked_column_wise_exports_as_torchrecs_one_rank_column_wise() -> None:
+    """`Shard.column_wise`: the ParameterSharding TorchRec's own `column_wise(ranks=[r])` builds (one shard of the whole
+    width), and back to the same marked shard; unmarked, the same table is table_wise."""
+    import torch
+    from torchrec import EmbeddingBagCollection
+    from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
+
+    inst = _instance()
+    shards = [Shard(table="t0", device=2, column_wise=True), Shard(table="t1", device=1, col_offset=0, cols=32),
+              Shard(table="t1", device=3, col_offset=32, cols=32)] + [Shard(table=f"t{i}", device=i - 2) for i in (2, 3, 4)]
+    plan = Plan(shards=shards)
+    assert check_plan(inst, plan).ok
+    sp = tio.to_torchrec_plan(inst, plan)
+    ebc = EmbeddingBagCollection(tables=tio.embedding_bag_configs(inst), device=torch.device("meta"))
+    tio.apply_optimizer(inst, ebc)
+    ref = construct_module_sharding_plan(ebc, {"t0": column_wise(ranks=[2]), "t1": column_wise(ranks=[1, 3]), "t2": table_wise(rank=0),
+                                               "t3": table_wise(rank=1), "t4": table_wise(rank=2)}, local_size=2, world_size=4, device_type="cuda")
+    for name, expected in ref.items():
+        assert sp.plan[""][name] == expected, name
+    assert [s.shard_sizes for s in sp.plan[""]["t0"].sharding_spec.shards] == [[1000, 64]]
+    assert tio.from_torchrec_plan(inst, sp) == plan.shards
+    doc = json.loads(json.dumps(tio.plan_to_json(sp, instance=inst)))
+    assert tio.from_torchrec_plan(inst, tio.load_torchrec_plan(doc)) == plan.shards
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,7 +1,8 @@
 """TorchRec's DistributedModelParallel runs our exported plans (issue 17, item 4): 4 gloo CPU processes, 2 hosts x 2.
 
 The test builds one instance (2 hosts x 2 devices) and plans that between them hold every placement kind the export
-maps: table-wise, uneven column-wise (also out of column order, with two equal slices on one rank), row-wise over all
+maps: table-wise, uneven column-wise (also out of column order, with two equal slices on one rank), column-wise with
+one rank (a whole shard marked column_wise), row-wise over all
 ranks (with an empty block), table-row-wise on each host, data-parallel, and grid (column blocks split by rows within a host). It writes
 each plan with `shardopt export --format torchrec --compute-device cpu` and launches four processes the way torchrun
 would (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE = 2 devices per host, GROUP_RANK, MASTER_ADDR / MASTER_PORT on a
@@ -45,6 +46,7 @@ def instance_doc() -> dict[str, Any]:
         ("trw", 21, 12),  # table-row-wise on host 1: 11, 10
         ("dp", 16, 4),  # data-parallel
         ("grid", 26, 16),  # columns [0, 8) rows split on host 0, [8, 16) on host 1
+        ("cw1", 24, 12),  # column-wise with one rank: one whole shard in the column-wise output dist
     ]
     return {
         "tables": [{"name": n, "rows": r, "dim": d, "pooling_factor": 2.0, "access": {"zipf": 1.0}} for n, r, d in tables],
@@ -66,6 +68,7 @@ def plan_docs() -> dict[str, dict[str, Any]]:
     a += rows("rw", 37, [0, 1, 2, 3]) + rows("rw3", 3, [0, 1, 2, 3]) + rows("trw", 21, [2, 3])
     a += [{"table": "dp", "device": d, "replicated": True} for d in range(WORLD)]
     a += [{**s, "col_offset": 0, "cols": 8} for s in rows("grid", 26, [0, 1])] + [{**s, "col_offset": 8, "cols": 8} for s in rows("grid", 26, [2, 3])]
+    a += [{"table": "cw1", "device": 1, "column_wise": True}]
     uvm = {"kernel": "fused_uvm"}
     b = [{"table": "rw", "device": 1, **uvm}, {"table": "rw3", "device": 1}]
     # uneven column slices out of column order, two (of one width: TorchRec needs that, the export checks it) on one rank
@@ -73,6 +76,7 @@ def plan_docs() -> dict[str, dict[str, Any]]:
     b += [{**s, "kernel": "fused_uvm_caching", "cache_load_factor": 0.5} for s in rows("tw", 40, [0, 1, 2, 3])]
     b += [{**s, "kernel": "fused_uvm_caching", "cache_load_factor": 0.25} for s in rows("trw", 21, [0, 1])] + rows("grid", 26, [2, 3])
     b += [{"table": "dp", "device": d, "replicated": True} for d in range(WORLD)]
+    b += [{"table": "cw1", "device": 2}]
     return {"every_kind": {"shards": a}, "moved": {"shards": b}}
 
 
@@ -194,8 +198,8 @@ def test_distributed_model_parallel_on_4_gloo_processes_matches_the_unsharded_co
     inst_path = tmp_path / "instance.json"
     inst_path.write_text(json.dumps(inst.model_dump(mode="json")))
     expected_types = {
-        "every_kind": {"tw": "table_wise", "cw": "column_wise", "rw": "row_wise", "rw3": "row_wise", "trw": "table_row_wise", "dp": "data_parallel", "grid": "grid_shard"},
-        "moved": {"tw": "row_wise", "cw": "column_wise", "rw": "table_wise", "rw3": "table_wise", "trw": "table_row_wise", "dp": "data_parallel", "grid": "table_row_wise"},
+        "every_kind": {"tw": "table_wise", "cw": "column_wise", "rw": "row_wise", "rw3": "row_wise", "trw": "table_row_wise", "dp": "data_parallel", "grid": "grid_shard", "cw1": "column_wise"},
+        "moved": {"tw": "row_wise", "cw": "column_wise", "rw": "table_wise", "rw3": "table_wise", "trw": "table_row_wise", "dp": "data_parallel", "grid": "table_row_wise", "cw1": "table_wise"},
     }
     expected_kernels = {"every_kind": {}, "moved": {"rw": ["fused_uvm", None], "tw": ["fused_uvm_caching", 0.5], "trw": ["fused_uvm_caching", 0.25]}}
     for label, doc in plan_docs().items():

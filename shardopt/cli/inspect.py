@@ -240,7 +240,7 @@ def _placement_kinds(plan: Plan) -> dict[str, int]:
         if any(s.replicated for s in shards):
             kinds["replicated"] += 1
         elif len(shards) == 1:
-            kinds["table-wise"] += 1
+            kinds["column-wise (one whole shard)" if shards[0].column_wise else "table-wise"] += 1
         elif all(s.row_offset == 0 and s.rows is None for s in shards):
             kinds["column-wise"] += 1
         elif all(s.col_offset == 0 and s.cols is None for s in shards):

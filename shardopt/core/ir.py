@@ -541,7 +541,9 @@ class Instance(IRModel):
 class Shard(IRModel):
     """One slice of a table on one device.
 
-    Table-wise: one shard with the defaults (whole table). Column-wise: several shards with column ranges.
+    Table-wise: one shard with the defaults (whole table). Column-wise: several shards with column ranges, or one
+    whole shard marked `column_wise` (TorchRec's column_wise with one rank: the table's lookups are a whole table's,
+    and its pooled output joins the column-wise all-to-all rather than running the table-wise one beside it).
     Row-wise: row ranges. Data-parallel: a whole-table shard on every device, each marked `replicated`.
     `cols` / `rows` absent mean "to the end of the table". `kernel` says where the shard's weights live (HBM by
     default; host memory behind an HBM cache of `cache_load_factor` x its rows; host memory alone).
@@ -554,6 +556,7 @@ class Shard(IRModel):
     row_offset: int = Field(default=0, ge=0, le=MAX_ROWS)
     rows: int | None = Field(default=None, ge=1, le=MAX_ROWS)
     replicated: bool = False
+    column_wise: bool = Field(default=False, description="a table's one whole shard in the column-wise output dist (TorchRec column_wise, one rank)")
     kernel: Kernel = Kernel.fused
     cache_load_factor: float | None = Field(default=None, gt=0, le=1, description="fused_uvm_caching: HBM cache rows / shard rows")
     _numbers = field_validator("device", "col_offset", "cols", "row_offset", "rows", "cache_load_factor", mode="before")(_a_number)
@@ -564,21 +567,27 @@ class Shard(IRModel):
             raise ValueError("cache_load_factor: required with kernel 'fused_uvm_caching' (a share of the shard's rows in (0, 1])")
         if self.kernel is not Kernel.fused_uvm_caching and self.cache_load_factor is not None:
             raise ValueError(f"cache_load_factor: {self.cache_load_factor} is only meaningful with kernel 'fused_uvm_caching', not {self.kernel.value!r}")
+        if self.replicated and self.column_wise:
+            raise ValueError("column_wise: a data-parallel replica joins no column-wise all-to-all (replicated and column_wise both true)")
         if self.replicated and self.kernel is not Kernel.fused:
             raise ValueError(f"kernel: {self.kernel.value!r}: a data-parallel replica lives in HBM (kernel 'fused')")
         return self
 
     @model_serializer(mode="wrap")
     def _drop_default_kernel(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """An HBM shard is written as before kernels existed, so table-wise plans stay one short line per table."""
+        """An HBM shard is written as before kernels existed, so table-wise plans stay one short line per table; so is
+        a shard that is not marked column_wise."""
         out = handler(self)
         if out.get("kernel") in (Kernel.fused, Kernel.fused.value):
             out.pop("kernel")
+        if out.get("column_wise") is False:
+            out.pop("column_wise")
         return out
 
     @property
     def label(self) -> str:
-        """The shard in words, as tables and explanations print it: 't3', 't3[c0:32]', 't3[r0:1000]', 't3(rep)'."""
+        """The shard in words, as tables and explanations print it: 't3', 't3[c0:32]', 't3[r0:1000]', 't3(rep)',
+        't3(cw)' (a whole shard in the column-wise all-to-all)."""
         label = self.table
         if self.col_offset or self.cols is not None:
             label += f"[c{self.col_offset}:{self.col_offset + self.cols if self.cols is not None else 'end'}]"
@@ -586,6 +595,8 @@ class Shard(IRModel):
             label += f"[r{self.row_offset}:{self.row_offset + self.rows if self.rows is not None else 'end'}]"
         if self.replicated:
             label += "(rep)"
+        if self.column_wise:
+            label += "(cw)"
         return label
 
     def cache_rows(self, table: Table) -> int:

@@ -20,7 +20,7 @@ from shardopt.core.sharding_types import sharding_type
 
 @dataclass(frozen=True)
 class PlanViolation:
-    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | memory | host_memory
+    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | column_wise | memory | host_memory
     message: str
     table: str | None = None
     device: int | None = None
@@ -146,6 +146,11 @@ def _check_coverage(instance: Instance, t: Table, shards: list[Shard]) -> list[P
 
     out = []
     rects = [(s.row_range(t), s.col_range(t), s.device) for s in shards]
+    marked = [s for s in shards if s.column_wise]
+    if marked and any(r != (0, t.rows) for r, _, _ in rects):
+        out.append(PlanViolation(
+            "column_wise", f"table {name!r}: its shard on device {marked[0].device} is marked column_wise, but the table is split by rows "
+            "(a column-wise table's shards hold every row)", name, marked[0].device))
     for a in range(len(rects)):
         (ra0, ra1), (ca0, ca1), da = rects[a]
         for b in range(a + 1, len(rects)):

@@ -23,14 +23,15 @@ GRID_SHARD = "grid_shard"
 
 def sharding_type(topology: Topology, table: Table, shards: Sequence[Shard]) -> str:
     """TorchRec's sharding type for one table's shards: a replica makes the table data_parallel; one whole shard is
-    table_wise; slices of every row are column_wise; slices of every column are table_row_wise when on one host of
+    table_wise, or column_wise where it says so (`Shard.column_wise`: TorchRec's column_wise with one rank, whose
+    output joins the column-wise all-to-all); slices of every row are column_wise; slices of every column are table_row_wise when on one host of
     several, else row_wise; anything else (row x column blocks) is grid_shard. Whether the layout is one TorchRec can
     run is the export's question (shardopt.data.torchrec_io.export_problems), not this one."""
     if any(s.replicated for s in shards):
         return DATA_PARALLEL
     spans = [(s.row_range(table), s.col_range(table)) for s in shards]
     if len(shards) == 1 and spans[0] == ((0, table.rows), (0, table.dim)):
-        return TABLE_WISE
+        return COLUMN_WISE if shards[0].column_wise else TABLE_WISE
     if all(r == (0, table.rows) for r, _ in spans):
         return COLUMN_WISE
     if all(c == (0, table.dim) for _, c in spans):

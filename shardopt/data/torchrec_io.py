@@ -135,6 +135,7 @@ def normalize_shard(table: Table, shard: Shard) -> Shard:
         row_offset=r0,
         rows=None if full_rows else r1 - r0,
         replicated=shard.replicated,
+        column_wise=shard.column_wise,
         kernel=shard.kernel,
         cache_load_factor=shard.cache_load_factor,
     )
@@ -502,13 +503,17 @@ def _shards_from_rows(instance: Instance, rows: dict[str, _Row], default_lf: flo
             continue
         if not entries:
             raise ValueError(f"table {t.name!r}: {kind} sharding without a sharding spec")
+        mine: list[Shard] = []
         for (r0, c0), (h, w), rank in entries:
             if h == 0 or w == 0:
                 continue  # TorchRec's empty row blocks: nothing to hold
             if not 0 <= rank < n_dev:
                 raise ValueError(f"table {t.name!r}: a shard on rank {rank}, but the instance has devices 0..{n_dev - 1}")
             shard = Shard(table=t.name, device=int(rank), col_offset=int(c0), cols=int(w), row_offset=int(r0), rows=int(h), **fields)
-            out.append(normalize_shard(t, shard))
+            mine.append(normalize_shard(t, shard))
+        if kind == COLUMN_WISE and len(mine) == 1 and mine[0].cols is None and mine[0].rows is None:
+            mine[0] = mine[0].model_copy(update={"column_wise": True})  # (one rank: its output joins the column-wise all-to-all)
+        out.extend(mine)
     return out
 
 

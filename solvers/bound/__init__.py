@@ -3,8 +3,8 @@
 The exact solvers' bound (solvers/exact/) is a bound of a model linearised around one plan: a plan better than it
 under the real analytic model can exist. This package bounds the analytic model itself: `analytic_lower_bound`
 returns a number B such that every plan of the instance made of table-wise and column-wise shards (any column split
-into shards whose widths are multiples of DIM_ALIGNMENT, several shards of one table on one device included; not
-row-wise or data-parallel shards) has an analytic max-device cost >= B.
+into shards whose widths are multiples of DIM_ALIGNMENT, several shards of one table on one device, or one whole
+shard marked column_wise, included; not row-wise or data-parallel shards) has an analytic max-device cost >= B.
 
 How: a mixed-integer *relaxation* of the placement problem in which every cost term is replaced by a proven
 under-estimate (every inequality and its proof: docs/analytic-bound.md), solved by HiGHS (scipy.optimize.milp). The

@@ -68,7 +68,7 @@ def covers_text(ctx: AnalyticRelaxation, table_wise: bool) -> str:
     kinds = ["table-wise", "column-wise"] + (["row-wise"] if rows else []) + (["data-parallel"] if reps else [])
     missing = ([] if rows else ["row-wise"]) + ([] if reps else ["data-parallel"])
     return (f"every plan of {', '.join(kinds[:-1])} and {kinds[-1]} shards {where} (column splits into shards whose widths are "
-            f"multiples of {DIM_ALIGNMENT}, several shards of one table on one device included"
+            f"multiples of {DIM_ALIGNMENT}, several shards of one table on one device, or one whole shard marked column_wise, included"
             + (f"; row splits over any devices or within one {_group_word(ctx)}" if rows else "")
             + ("; a replica of every table that may be replicated" if reps else "")
             + "), under the analytic cost model" + _envelope_words(ctx) + "; not row x column blocks (grid)"

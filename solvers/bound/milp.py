@@ -21,8 +21,6 @@ m_d (fwd + bwd all-to-all, ms); and z. Minimise z subject to::
     m_d = m_TW_d + m_CW_d, each >= every linear piece of its own all-to-all (a max of linear pieces: exact)
         in that sharding type's widths: w_t binary (t column-wise), nc = n where w = 1 else 0, the type's total
         sum_t dim_t w_t, its start-up times present_g >= [some table joins it]; k_t <= 1 + (K - 1) w_t
-    q[t, d] >= x[t, d] + w_t - k_t                              a column-wise table on one device: a second shard
-        there, charged its per-shard constants and optimizer bytes
     z >= 4 launch y_d + f_d + b_d + m_d
     k_t = sum_d x[t, d],  z >= alpha + beta k_t                 t's widest part: Psi_t(k), its lower convex hull
     u_d >= u_d' for consecutive interchangeable devices         symmetry (same host, same capacity, same pins)
@@ -132,7 +130,6 @@ class _Vars:
     w: dict[int, int] | None = None
     nc: dict[tuple[int, int], int] | None = None
     present: dict[str, int] | None = None
-    q: dict[tuple[int, int], int] | None = None  # a column-wise table's shards on d beyond the first (`_add_second_shard_rows`)
     r: dict[int, int] = field(default_factory=dict)  # r[t] binary: t replicated on every device (replicable tables only)
     hu: dict[tuple[int, int], int] = field(default_factory=dict)  # hu[t, d] in [0, n]: units of t on d in host memory
     some_a2a: int | None = None  # one-all-to-all rows: 1 when some table is not replicated (an all-to-all runs)
@@ -157,10 +154,6 @@ class _Vars:
         """The variables that say table t has no table- or column-wise shard (replicated, or split by rows): at most
         one of them is 1, and then every column of t is placed that way."""
         return self.others.get(t, [])
-    # per device, terms the forward / backward / memory rows add (the second shards' charges)
-    fwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
-    bwd_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
-    mem_extra: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
 
 
 def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry: bool = True, per_type: bool = True) -> tuple[SparseModel, _Layout]:
@@ -376,7 +369,6 @@ def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
         mem += [(r, rep.mem[ti] / caps[d]) for ti, r in v.r.items()]
         blocks = v.blocks_on.get(d, [])
         mem += [(v.rho[p], rows.mem_rho[p[0]] / caps[d]) for p in blocks] + [(v.hr[p], -rows.mem_col_rho[p[0]] / caps[d]) for p in blocks if p in v.hr]
-        mem += v.mem_extra[d]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
         in_host = [(v.hu[p], t.mem_col[p[0]] * DIM_ALIGNMENT / hosts[d]) for p in ps if p in v.hu]
         in_host += [(v.hr[p], rows.mem_col_rho[p[0]] / hosts[d]) for p in blocks if p in v.hr]
@@ -388,8 +380,8 @@ def _add_device_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
                 coefs += [(s[p], -t.kappa_ms * ctx.slopes[p[0], k]) for p in ps]
                 coefs += [(v.rho[p], -t.kappa_ms * ctx.slopes[p[0], k] * rows.sb[p[0]]) for p in blocks]
                 m.row(coefs, -math.inf, 0.0)
-        fwd = [(f[d], 1.0), (h[d], 1.0)] + v.fwd_extra[d] + [(r, -rep.fwd_ms[ti]) for ti, r in v.r.items()]
-        bwd = [(b[d], 1.0)] + v.bwd_extra[d] + [(r, -rep.bwd_ms[ti]) for ti, r in v.r.items()]
+        fwd = [(f[d], 1.0), (h[d], 1.0)] + [(r, -rep.fwd_ms[ti]) for ti, r in v.r.items()]
+        bwd = [(b[d], 1.0)] + [(r, -rep.bwd_ms[ti]) for ti, r in v.r.items()]
         for p in blocks:
             fwd += [(v.xr[p], -rows.fwd_block_ms[p[0]]), (v.rho[p], -rows.fwd_rho_ms[p[0]])]
             bwd += [(v.xr[p], -rows.bwd_block_ms[p[0]]), (v.rho[p], -rows.bwd_rho_ms[p[0]])]
@@ -475,56 +467,32 @@ def _column_wise_allowed(instance: Instance) -> tuple[set[int], set[int]]:
 
 def _add_type_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     """Which collective each table joins (TorchRec's output dists, as the judge prices them): w[t] binary, 1 = t is
-    column-wise (two shards or more), 0 = table-wise (one whole shard: k_t = 1, `_add_table_cut_rows`); nc[t, d] =
-    n[t, d] where w = 1, else 0 (nc <= n, nc <= nmax w, nc >= n - nmax (1 - w): exact at binary w); a collective runs
-    where some table joins it (present[TW] >= 1 - w[t], present[CW] >= w[t]; its start-up is paid only then)."""
-    t = ctx.terms
+    column-wise (any number of column shards: one whole shard may be column-wise, `Shard.column_wise`), 0 =
+    table-wise (one whole shard: k_t = 1, `_add_table_cut_rows`); nc[t, d] = n[t, d] where w = 1, else 0 (nc <= n,
+    nc <= nmax w, nc >= n - nmax (1 - w): exact at binary w); a collective runs where some table joins it
+    (present[TW] >= 1 - w[t], present[CW] >= w[t]; its start-up is paid only then)."""
     whole, cut = _column_wise_allowed(ctx.bm.instance)
     v.w, v.nc = {}, {}
     for ti, ps in enumerate(v.by_table):
-        units = int(t.dims[ti]) // DIM_ALIGNMENT
-        if units < 2 or ti in whole:
-            lo = hi = 0.0  # (narrower than two 4-column shards, or kept whole: table-wise)
+        if ti in whole:
+            lo = hi = 0.0  # (kept table-wise by its constraint)
         else:
             lo, hi = (1.0, 1.0) if ti in cut and ti not in v.r else (0.0, 1.0)
         other = v.elsewhere(ti)
         v.w[ti] = m.var(0.0 if other else lo, hi, True)
-        if other:  # replicated or split by rows: in neither collective; one kept cut is column-wise or one of those
-            m.row([(v.w[ti], 1.0)] + [(e, 1.0) for e in other], 1.0 if ti in cut and (lo > 0 or units >= 2) else -math.inf, 1.0)
+        if other:  # replicated or split by rows: in neither collective; one kept off table_wise is column-wise or one of those
+            m.row([(v.w[ti], 1.0)] + [(e, 1.0) for e in other], 1.0 if ti in cut else -math.inf, 1.0)
         for p in ps:
             v.nc[p] = m.var(0, v.nmax[p])
             m.row({v.nc[p]: 1.0, v.n[p]: -1.0}, -math.inf, 0.0)
             m.row({v.nc[p]: 1.0, v.w[ti]: -float(v.nmax[p])}, -math.inf, 0.0)
             m.row({v.nc[p]: 1.0, v.n[p]: -1.0, v.w[ti]: -float(v.nmax[p])}, -float(v.nmax[p]), math.inf)
-    _add_second_shard_rows(m, ctx, v)
     v.present = {TABLE_WISE: m.var(0, 1), COLUMN_WISE: m.var(0, 1), ROW_WISE: m.var(0, 1)}
     for ti in range(len(v.by_table)):
         m.row([(v.present[TABLE_WISE], 1.0), (v.w[ti], 1.0)] + [(e, 1.0) for e in v.elsewhere(ti)], 1.0, math.inf)
         m.row({v.present[COLUMN_WISE]: 1.0, v.w[ti]: -1.0}, 0.0, math.inf)
     for g in v.g.values():
         m.row({v.present[ROW_WISE]: 1.0, g: -1.0}, 0.0, math.inf)
-
-
-def _add_second_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
-    """A column-wise table on one device holds two shards or more there: q[t, d] >= x[t, d] + w[t] - k_t (k_t the
-    devices holding t), charged as shards are: the per-shard forward and backward constants, and the per-shard
-    optimizer bytes in memory. Without it the relaxation would put every whole table in the column-wise collective
-    for free (one all-to-all), where a plan pays a second shard's work for it."""
-    t = ctx.terms
-    caps = ctx.bm.instance.topology.capacities()
-    assert v.w is not None
-    v.q = {}
-    for ti, ps in enumerate(v.by_table):
-        if int(t.dims[ti]) // DIM_ALIGNMENT < 2:
-            continue
-        k_row = [(v.x[p], -1.0) for p in ps]  # k_t = sum_d x[t, d]
-        for p in ps:
-            q = v.q[p] = m.var(0, 1)
-            m.row(dict([(q, 1.0), (v.x[p], -1.0), (v.w[ti], -1.0)] + [(x, -c) for x, c in k_row if x != v.x[p]]), -1.0, math.inf)
-            v.fwd_extra[p[1]].append((q, -t.fwd_fixed_ms[ti]))
-            v.bwd_extra[p[1]].append((q, -t.bwd_fixed_ms[ti]))
-            if t.mem_fixed[ti]:
-                v.mem_extra[p[1]].append((q, t.mem_fixed[ti] / caps[p[1]]))
 
 
 def _add_per_type_comm_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:

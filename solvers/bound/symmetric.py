@@ -69,8 +69,8 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     the fraction its tables' variables take). `plans`, the table- and column-wise collectives: "any" every covered
     plan (one all-to-all of the summed widths); "whole" (table-wise mode) plans that cut no table and run the
     table-wise collective; "mixed" plans that run both (every comm piece one more start-up); "column_wise" plans whose
-    every table is cut (two shards or more: `q_t` the shards beyond the ones `x` counts, `D (x_t + q_t) >= 2`, each
-    charged the per-shard constants and optimizer bytes) and that run the column-wise collective;
+    every table is column-wise (cut, or one whole shard marked so: `Shard.column_wise`) and that run the column-wise
+    collective alone;
     "rows_and_replicas" plans that run neither (every table replicated or split by rows). `rows`, the collectives of
     row splits: "any"; "none" plans without row splits; "over_devices" plans with a table split by rows over devices
     (the row-wise collective runs: its start-up paid whole, and some g_t = 1); "within_hosts" plans whose row splits
@@ -163,13 +163,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         if ti in hu:
             m.row({hu[ti]: 1.0, n[ti]: -1.0}, 0.0 if must_host[ti] else -math.inf, 0.0)
     cap = inst.topology.capacities()[0]
-    extra: dict[int, int] = {}  # q_t: "column_wise", the shards of t beyond one per device holding it
-    if plans == "column_wise":
-        for ti in fits:  # (every table not replicated or split by rows is cut: D (x + q) >= 2 (1 - r - g - H tw))
-            extra[ti] = m.var(0, math.inf)
-            m.row([(x[ti], float(n_dev)), (extra[ti], float(n_dev))] + [(e, 2.0 * w) for e, w in others(ti)], 2.0, math.inf)
     mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in pairs] + [(x[ti], t.mem_fixed[ti] / cap) for ti in pairs]
-    mem += [(q, t.mem_fixed[ti] / cap) for ti, q in extra.items()]
     mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti, u in hu.items()] + [(q, rep.mem[ti] / cap) for ti, q in r.items()]
     mem += [e for ti in split for e in rho_of(ti, row_terms.mem_rho[ti] / cap)] + [(q, -row_terms.mem_col_rho[ti] / cap) for ti, q in hr.items()]
     m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
@@ -187,9 +181,6 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     for ti in pairs:
         fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
         bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
-    for ti, q in extra.items():
-        fwd.append((q, -t.fwd_fixed_ms[ti]))
-        bwd.append((q, -t.bwd_fixed_ms[ti]))
     for ti, q in r.items():
         fwd.append((q, -rep.fwd_ms[ti]))
         bwd.append((q, -rep.bwd_ms[ti]))
@@ -396,25 +387,24 @@ def classes_lp_bound(ctx: AnalyticRelaxation, time_limit: float = 10.0) -> PlanC
     """A bound of every covered plan as the least of the symmetric LP bounds of classes that together hold them all.
 
     Column classes, by the table- and column-wise collectives a plan runs: whole tables only ("table_wise"), both
-    ("mixed": two start-ups), every table cut ("column_wise": each table's second shard paid), neither
+    ("mixed": two start-ups), every table column-wise ("column_wise": one start-up), neither
     ("rows_and_replicas"). Each is first bounded over any row splits; then, lowest first, a class is refined into its
     row classes (`row_classes`: no row split, one over devices, within hosts only - each collective that runs pays its
     start-up whole) and takes the least of them, until the lowest class is a refined one: refining the others could
     only raise them. Then the same again with the table cuts' receive rows (`_receive_rows`), while time is left: they
     slow the LPs (production-xl does not finish them in 60 s), so a class keeps its first refinement until they are
     solved. Every class's LP keeps the rows of the one-all-to-all LP, so no class is below it. A class no plan
-    belongs to (a table narrower than 8 columns: no plan cuts every table; a table neither replicable nor splittable
-    by rows: every plan runs a table- or column-wise collective) is +inf: it only needs to bound its own plans."""
+    belongs to (a table neither replicable nor splittable by rows: every plan runs a table- or column-wise
+    collective) is +inf: it only needs to bound its own plans."""
     start = time.perf_counter()
 
     def left() -> float:
         return time_limit - (time.perf_counter() - start)
 
-    narrow = any(int(d) // DIM_ALIGNMENT < 2 for d in ctx.terms.dims)
     movable = bool(np.all(ctx.replicable | ctx.row_split | ctx.host_row_split))
     values: dict[str, float | None] = {}
     for name, table_wise, plans in COLUMN_CLASSES:
-        if (name == "column_wise" and narrow) or (name == "rows_and_replicas" and not movable):
+        if name == "rows_and_replicas" and not movable:
             values[name] = math.inf
             continue
         # (the whole-tables class: the plans that cut no table and hold a whole one, their replicas and row splits included)

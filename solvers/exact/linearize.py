@@ -364,8 +364,9 @@ def linearize(bm: BoundCostModel, point: np.ndarray, comm: str = "planes", items
     a, c0, compute = linearize_compute(bm, it, counts)
     host = np.arange(D) // bm.comm_group_size
     H = int(host.max()) + 1
-    # the collectives the items run: whole tables table-wise, pieces column-wise (one all-to-all each, as the judge)
-    kind_all = np.where(it.is_whole, 0, 1)
+    # the collectives the items run: whole tables table-wise, pieces (and whole tables marked so) column-wise (one
+    # all-to-all each, as the judge)
+    kind_all = np.where(it.is_table_wise, 0, 1)
     present = sorted(set(kind_all.tolist()))
     dists = tuple(ITEM_DISTS[k] for k in present)
     kind = np.searchsorted(np.array(present), kind_all)

@@ -50,8 +50,8 @@ class ExactOptions:
     presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's grid and polish", **_SHARE)
     one_collective_share: float = option(DEFAULT_ONE_COLLECTIVE_SHARE, "share of the limit for the one-collective warm start's grid and polish "
                                          "(the pre-split state with every other table halved too)", **_SHARE)
-    join_collectives: bool = option(True, "cut the plan's whole tables in place (two column shards on their device: one "
-                                          "all-to-all) where that is cheaper")
+    join_collectives: bool = option(True, "whole tables may join the column-wise all-to-all (marked column_wise: TorchRec's "
+                                          "column_wise with one rank): the items price them so, and the plan's are marked where cheaper")
     relaxation_share: float = option(DEFAULT_RELAXATION_SHARE, "share of the limit for the bound relaxation's warm start", **_SHARE)
     neighbourhood: int = option(DEFAULT_NEIGHBOURHOOD, "devices re-solved at a time on large models (0: solve whole)", low=0)
     search_share: float = option(DEFAULT_SEARCH_SHARE, "share of the time left for a local search of each new plan (0: none)", **_SHARE)

@@ -49,7 +49,7 @@ from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolve
 from solvers.exact.linear_search import linear_local_search
 from solvers.exact.linearize import Linearization, linearize
 from solvers.placement.polish import polish_placements
-from solvers.placement.rules import kept_out_of_hbm, must_split, whole_only
+from solvers.placement.rules import column_wise_allowed, kept_out_of_hbm, must_split, whole_only
 from solvers.options import OptionError
 from solvers.progress import report
 from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
@@ -178,7 +178,8 @@ class ExactSolver(Solver):
             starts.append((NeuroShardSolver(), self.options.neuroshard_share))
         for name, share in (("presplit", self.options.presplit_share), ("one_collective", self.options.one_collective_share)):
             if self.max_split > 1 and share > 0 and limit(share) > 0:
-                got = presplit_plan(instance, bm, self.max_split, time_limit=limit(share), one_collective=name == "one_collective")
+                got = presplit_plan(instance, bm, self.max_split, time_limit=limit(share), one_collective=name == "one_collective",
+                                    whole_column_wise=self.options.join_collectives)
                 out.append({"solver": name, "status": "feasible" if got else "no_solution", "cost": got[1] if got else None,
                             **({"shards": got[0]} if got else {})})
         for solver, share in starts:  # (whole-table plans, in milliseconds on most models: the fallback, always asked)
@@ -288,7 +289,7 @@ class ExactSolver(Solver):
         items = dataclasses.replace(self.items(split.sub, sub_bm, split.movable), base_states=split.base_states,
                                     base_widths=split.base_widths, base_extra=split.base_extra, base_dists=split.base_dists)
         best = items.counts_from_shards(split.sub, split.movable, D)
-        if best is None:  # pieces the items cannot express (a table cut on its own device: NeuroShard's join_collectives)
+        if best is None:  # pieces the items cannot express (a table cut on its own device, uneven pieces)
             info["tiered"]["note"] = "the start's pieces are beyond the items (a table cut on one device): the start is the plan"
             return finish(self, instance, cost_model, start_shards, clock, seed=seed, status=SolveStatus.feasible, info=info, bound=bm,
                           extra_params={"placements": "tiered: the start plan (its pieces beyond the items offered)"
@@ -580,9 +581,9 @@ class ExactSolver(Solver):
                 info["per_type_polish"] = {"moves": moved, "cost_before": st.best_cost, "cost_after": after}
                 status = SolveStatus.feasible if status is SolveStatus.optimal else status
         if run.tiered is None and self.options.join_collectives and not run.time.spent():
-            shards, cut, after = join_one_collective(instance, run.bm, shards)
-            if cut:  # (the linear model has no items for a table cut on one device: a plan beyond its optimum)
-                info["cut_in_place"] = {"tables": cut, "cost_after": after}
+            shards, marked, after = join_one_collective(instance, run.bm, shards)
+            if marked:  # (whole tables the items left table-wise, marked column_wise: a plan beyond the linear model's optimum)
+                info["marked_column_wise"] = {"tables": marked, "cost_after": after}
                 status = SolveStatus.feasible if status is SolveStatus.optimal else status
         if run.tiered is not None:
             if status is SolveStatus.optimal:  # (optimal for the HBM tables only: the fixed shards were never optimised)
@@ -758,7 +759,9 @@ class ExactSolver(Solver):
             if w != instance.tables[t].dim:
                 deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)  # (the dyadic pieces down to it too)
                 widths.setdefault(t, set()).add(w)
-        return build_items(instance, bm, split, self.max_split, self.options.split_apart, deeper, widths)
+        # (join_collectives: a whole table may join the column-wise all-to-all, marked column_wise, where others are cut)
+        joins = column_wise_allowed(instance) if self.options.join_collectives and self.max_split > 1 else None
+        return build_items(instance, bm, split, self.max_split, self.options.split_apart, deeper, widths, joins)
 
     def _placements(self) -> str:
         kinds = "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"

@@ -22,9 +22,9 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
     (benchmarks/bench_relaxation_start.py, docs/benchmarks.md).
 
     The relaxation that prices one all-to-all of the summed widths (`per_type=False`): HiGHS finds its plans sooner
-    than the per-type one's (huge-test-s1-0000: none within 2.4 s). Its whole tables are not cut in place here (the
-    items cannot express a table cut on one device, so such a start would not be searched from); the solver's last
-    step does that where it pays (solvers.placement.collectives).
+    than the per-type one's (huge-test-s1-0000: none within 2.4 s). Its whole tables are not marked column_wise here;
+    the items price them in the column-wise collective where the plan cuts some table (`Items.whole_column_wise`),
+    and the solver's last step marks them where it pays (solvers.placement.collectives).
 
     Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
     neither the dyadic items nor NeuroShard's halvings reach (where NeuroShard's pieces do not pack and it splits

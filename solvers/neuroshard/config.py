@@ -28,8 +28,8 @@ class NeuroShardConfig:
     seed_with_presplit: bool = option(True, "the pre-split state (tables heavier than a device's share halved) joins the first beam")
     one_collective: bool = option(True, "beside the beam search, the one-collective state (the pre-split state with every other "
                                         "table halved too: the column-wise all-to-all alone) placed and polished; the cheaper plan kept")
-    join_collectives: bool = option(True, "cut the plan's whole tables in place (two column shards on their device: one all-to-all) "
-                                          "where that is cheaper")
+    join_collectives: bool = option(True, "whole tables may join the column-wise all-to-all (marked column_wise: TorchRec's "
+                                          "column_wise with one rank): the search prices them so, and the plan's are marked where cheaper")
     default_time_limit: float | None = option(None, "the budget when no --time-limit is given (null: 2-60 s by instance size)",
                                               low=0.0, low_open=True)
     refine_extra: int = option(4, "more of the cheapest scored states the comm-aware refinement re-runs", low=0)

@@ -18,7 +18,7 @@ from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.base import Budget
 from solvers.neuroshard.config import NeuroShardConfig
 from solvers.placement.completion import completion_mask
-from solvers.placement.rules import PlacementRules
+from solvers.placement.rules import PlacementRules, column_wise_allowed
 from solvers.placement.tiering import TieredLayout
 
 
@@ -47,9 +47,12 @@ class PieceModel:
     every device's background: their state, pooled width and bytes are on the devices before any piece is placed.
     The search then chooses devices and column splits within the layout's tiers."""
 
-    def __init__(self, instance: Instance, bm: BoundCostModel, layout: TieredLayout | None = None):
+    def __init__(self, instance: Instance, bm: BoundCostModel, layout: TieredLayout | None = None, whole_column_wise: bool = False):
         self.instance, self.bm, self.layout = instance, bm, layout
         self.rules = PlacementRules(instance)  # (the placement constraints: pins, co-location, separation, splits)
+        # whole tables that join the column-wise all-to-all (marked column_wise where a plan cuts some table): every
+        # table its constraints let be column-wise, with `whole_column_wise`; else none
+        self.joins_cw = column_wise_allowed(instance) if whole_column_wise else np.zeros(len(instance.tables), dtype=bool)
         self._cache: dict[Piece, tuple[np.ndarray, int, float, int]] = {}
         D = instance.topology.num_devices
         self.base_states = np.zeros((D, bm.state_size))
@@ -71,14 +74,14 @@ class PieceModel:
             return list(range(len(self.instance.tables)))
         return [int(i) for i in self.layout.packed]
 
-    def shard(self, piece: Piece, device: int) -> Shard:
-        """The shard of `piece` on `device`, in its table's tier."""
+    def shard(self, piece: Piece, device: int, column_wise: bool = False) -> Shard:
+        """The shard of `piece` on `device`, in its table's tier (`column_wise`: a whole table's shard marked so)."""
         t, off, cols = piece
         table = self.instance.tables[t]
         tier = self.layout.tiers[t] if self.layout is not None else None
         kw: dict[str, Any] = {} if tier is None or tier.kernel is Kernel.fused else {"kernel": tier.kernel, "cache_load_factor": tier.cache_load_factor}
         if off == 0 and cols == table.dim:
-            return Shard(table=table.name, device=int(device), **kw)
+            return Shard(table=table.name, device=int(device), column_wise=column_wise, **kw)
         return Shard(table=table.name, device=int(device), col_offset=off, cols=cols, **kw)
 
     def info(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -128,18 +131,24 @@ class PieceModel:
 
     def rows(self, pieces: Sequence[Piece]) -> np.ndarray:
         """Each piece's output dist (its row of `base_dists`: costmodels.hierarchical.output_dist_rows): a whole
-        table is table-wise, a slice column-wise. TorchRec runs one all-to-all per sharding type, so the search keeps
-        the widths of each apart: balanced in sum is not balanced per collective."""
+        table is table-wise unless it joins the column-wise collective (`joins_cw`), a slice column-wise. TorchRec
+        runs one all-to-all per sharding type, so the search keeps the widths of each apart: balanced in sum is not
+        balanced per collective. (A plan of whole tables only runs one collective whichever it is: the same cost.)"""
         dims = self.bm.table_dims
-        return np.array([DIST_ROW[TABLE_WISE] if p[2] == dims[p[0]] else DIST_ROW[COLUMN_WISE] for p in pieces], dtype=np.int64)
+        tw, cw = DIST_ROW[TABLE_WISE], DIST_ROW[COLUMN_WISE]
+        return np.array([tw if p[2] == dims[p[0]] and not self.joins_cw[p[0]] else cw for p in pieces], dtype=np.int64)
 
     def all_pieces(self) -> tuple[Piece, ...]:
         """The unsplit state: every table the search places, whole."""
         return tuple(sorted((i, 0, self.instance.tables[i].dim) for i in self.tables))
 
     def to_shards(self, pieces: list[Piece], device_of: np.ndarray) -> list[Shard]:
-        """The plan: each piece on its device in its tier, and the layout's fixed row-wise shards."""
-        shards = [self.shard(p, int(d)) for p, d in zip(pieces, device_of)]
+        """The plan: each piece on its device in its tier, and the layout's fixed row-wise shards. Where some table is
+        cut, the whole tables that join the column-wise collective (`joins_cw`) are marked column_wise, as `rows`
+        priced them; a plan of whole tables only stays table-wise (one collective either way)."""
+        dims = self.bm.table_dims
+        cut = any(p[2] != dims[p[0]] for p in pieces)
+        shards = [self.shard(p, int(d), cut and bool(self.joins_cw[p[0]])) for p, d in zip(pieces, device_of)]
         return shards + (list(self.layout.fixed) if self.layout is not None else [])
 
 

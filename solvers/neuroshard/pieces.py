@@ -226,7 +226,7 @@ def split(piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
 
 def presplit_plan(
     instance: Instance, bm: BoundCostModel, max_pieces: int = 8, cfg: NeuroShardConfig | None = None, time_limit: float | None = None,
-    layout: TieredLayout | None = None, uneven: bool = True, one_collective: bool = False,
+    layout: TieredLayout | None = None, uneven: bool = True, one_collective: bool = False, whole_column_wise: bool = False,
 ) -> tuple[list[Shard], float] | None:
     """One NeuroShard state chosen up front instead of searched: every table whose compute alone exceeds the mean
     device compute, or whose bytes exceed half the largest device, is halved until its pieces do not (at most
@@ -239,11 +239,12 @@ def presplit_plan(
     the slowest device holding one such table; this start takes seconds and gives the exact solvers (which
     polish, not restructure, a plan) a split layout to work from. `time_limit` bounds the grid and the polish: on
     production-xl (3,424 tables on 512 devices) the pre-split grid took 16 s of the exact solver's 60, for a 14.8 ms
-    start where the one-collective one gave 10.97 (simulated)."""
+    start where the one-collective one gave 10.97 (simulated). `whole_column_wise`: whole tables may join the
+    column-wise all-to-all (PieceModel)."""
     cfg = cfg or NeuroShardConfig()
     clock = Stopwatch()
     budget = Budget.of(clock, time_limit)
-    pm = PieceModel(instance, bm, layout)
+    pm = PieceModel(instance, bm, layout, whole_column_wise)
     pieces = (one_collective_pieces if one_collective else presplit_pieces)(pm, max_pieces, uneven)
     results = grid_greedy(pm, [pieces], cfg, comm_aware=True, budget=budget)
     if not budget.spent() and (not results or results[0].device_of is None):

@@ -26,8 +26,9 @@ docs/benchmarks.md:
   left), the cheaper plan kept: its plans run the
   column-wise all-to-all alone, where a mix of whole tables and pieces runs two collectives, each of which must
   balance on its own (docs/neuroshard.md).
-- `join_collectives`: the searched plan's whole tables cut in place into two column shards on their devices where that
-  is cheaper (solvers.placement.collectives: one all-to-all instead of two).
+- `join_collectives`: whole tables may join the column-wise all-to-all (`Shard.column_wise`: TorchRec's column_wise
+  with one rank): the search prices them there (`PieceModel.rows`), and the plan's whole tables are marked where
+  that is cheaper (solvers.placement.collectives: one all-to-all instead of two).
 - `seed_with_presplit`: the pre-split state (`presplit_pieces`: tables heavier than a device's fair share, or bigger
   than half a device, halved up front) joins the first beam, so the search does not spend one step per halving to
   reach them (docs/neuroshard.md).
@@ -584,7 +585,7 @@ class NeuroShardSolver(Solver):
         if not cfg.anytime:  # (the published search has no budget)
             budget = budget.unlimited()
         bm = cost_model.bind(instance)
-        pm = PieceModel(instance, bm, layout)
+        pm = PieceModel(instance, bm, layout, whole_column_wise=cfg.join_collectives)
         if not pm.tables:  # the layout splits every table by rows: no piece to search, only the tiers to polish
             assert layout is not None
             return self._polished_plan(instance, cost_model, bm, list(layout.fixed), cfg, budget, seed, 0,
@@ -646,7 +647,7 @@ class NeuroShardSolver(Solver):
             "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
             "polish_moves": moves,
             "comm_refined": search.comm_refined,
-            "cut_in_place": joined,
+            "marked_column_wise": joined,
         }
         extra: dict[str, Any] = {}
         if placed is not None:
@@ -724,7 +725,7 @@ def _polish_placements(instance: Instance, bm: BoundCostModel, shards: list[Shar
 def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Shard], int]:
     """The device polish (moves and swaps of the packed tables' pieces) around the plan's row-split and replicated
     tables, which stay where they are. Returns the plan and the number of moves."""
-    pm = PieceModel(instance, bm, layout_of(instance, shards))
+    pm = PieceModel(instance, bm, layout_of(instance, shards), whole_column_wise=cfg.join_collectives)
     packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
     index = instance.table_index()
     mine = [s for s in shards if index[s.table] in packed]

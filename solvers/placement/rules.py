@@ -42,6 +42,20 @@ def whole_only(instance: Instance) -> set[int]:
     return out | {index[tc.table] for tc in c.tables if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types}
 
 
+def column_wise_allowed(instance: Instance) -> np.ndarray:
+    """[T] whether each table may be column-wise (its constraint's sharding types, if any, include column_wise): then
+    its whole shard may be marked so (`Shard.column_wise`) and join the column-wise all-to-all."""
+    out = np.ones(len(instance.tables), dtype=bool)
+    c = instance.constraints
+    if c is None:
+        return out
+    index = instance.table_index()
+    for tc in c.tables:
+        if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types:
+            out[index[tc.table]] = False
+    return out
+
+
 def must_split(instance: Instance) -> set[int]:
     """Tables that may not be placed whole (their sharding types leave out table_wise): column pieces only."""
     c = instance.constraints

@@ -46,6 +46,9 @@ class Items:
     base_widths: np.ndarray | None = None
     base_extra: np.ndarray | None = None
     base_dists: np.ndarray | None = None  # [G, D] base_widths by output dist (None: base_widths, if any, table-wise)
+    # [T] tables whose whole item joins the column-wise all-to-all (a whole shard marked column_wise, where the plan
+    # cuts some table: one collective instead of two); None: every whole item is table-wise
+    whole_column_wise: np.ndarray | None = None
 
     @property
     def num_items(self) -> int:
@@ -69,6 +72,13 @@ class Items:
     def is_whole(self) -> np.ndarray:
         """[I] whether the item is its whole table (table-wise) rather than a column piece."""
         return self.width == self.table_dim
+
+    @property
+    def is_table_wise(self) -> np.ndarray:
+        """[I] whether the item joins the table-wise all-to-all: a whole table not in `whole_column_wise`."""
+        if self.whole_column_wise is None:
+            return self.is_whole
+        return self.is_whole & ~self.whole_column_wise[self.table]
 
     @property
     def share(self) -> np.ndarray:
@@ -120,14 +130,14 @@ class Items:
 
     def device_dists(self, counts: np.ndarray) -> np.ndarray:
         """[G, D] pooled width of each device by output dist (costmodels.hierarchical.output_dist_rows), the base
-        included: whole tables are table-wise, pieces column-wise. TorchRec runs one all-to-all per sharding type, so
-        the full model's judge (solvers.exact.formulation.plan_cost) costs each apart; the linear model sees their sum
-        (`device_widths`)."""
+        included: whole tables are table-wise (`is_table_wise`), pieces and the `whole_column_wise` tables
+        column-wise. TorchRec runs one all-to-all per sharding type, so the full model's judge
+        (solvers.exact.formulation.plan_cost) costs each apart; the linear model sees their sum (`device_widths`)."""
         counts = counts.T.astype(np.float64)
         out = np.zeros((len(OUTPUT_DIST_ORDER), counts.shape[0]))
-        whole = self.is_whole
-        out[DIST_ROW[TABLE_WISE]] = counts[:, whole] @ self.width[whole]
-        out[DIST_ROW[COLUMN_WISE]] = counts[:, ~whole] @ self.width[~whole]
+        tw = self.is_table_wise
+        out[DIST_ROW[TABLE_WISE]] = counts[:, tw] @ self.width[tw]
+        out[DIST_ROW[COLUMN_WISE]] = counts[:, ~tw] @ self.width[~tw]
         if self.base_dists is not None:
             out += self.base_dists
         elif self.base_widths is not None:
@@ -144,13 +154,17 @@ class Items:
 
     def shards(self, counts: np.ndarray, instance: Instance) -> list[Shard]:
         """The plan's shards: pieces as column ranges, widest first (items are stored widest first; a dyadic
-        piece's offset is then a multiple of its width), in device order within a size."""
+        piece's offset is then a multiple of its width), in device order within a size; the whole tables of
+        `whole_column_wise` marked column_wise where the plan cuts some table (a plan of whole tables only runs one
+        collective either way, so it stays table-wise)."""
         out: list[Shard] = []
+        cut = bool(counts[~self.is_whole].any())
         for t in range(self.num_tables):
             tab = instance.tables[t]
             its = range(int(self.first[t]), int(self.first[t + 1]))
             if counts[its[0]].sum() == 1:  # the whole table (then no piece: the pieces cover the table)
-                out.append(Shard(table=tab.name, device=int(np.flatnonzero(counts[its[0]])[0])))
+                mark = cut and self.whole_column_wise is not None and bool(self.whole_column_wise[t])
+                out.append(Shard(table=tab.name, device=int(np.flatnonzero(counts[its[0]])[0]), column_wise=mark))
                 continue
             offset = 0
             for i in its:  # widest first: items are stored by width descending
@@ -201,11 +215,12 @@ def split_candidates(bm: BoundCostModel, max_split: int, limit: int) -> np.ndarr
 
 def build_items(
     instance: Instance, bm: BoundCostModel, split: np.ndarray | None = None, max_split: int = 1, apart: bool = True,
-    deeper: dict[int, int] | None = None, widths: dict[int, set[int]] | None = None,
+    deeper: dict[int, int] | None = None, widths: dict[int, set[int]] | None = None, whole_column_wise: np.ndarray | None = None,
 ) -> Items:
     """Items of every table: the whole table, and for the tables in `split` its pieces dim/2, dim/4, ... down to
     dim/max_split (or dim/deeper[t] for a table a given plan cuts finer), and any width in `widths[t]` (the pieces a
-    given plan cuts table t into, dyadic or not), at most one piece of a table per device when `apart`."""
+    given plan cuts table t into, dyadic or not), at most one piece of a table per device when `apart`;
+    `whole_column_wise` [T]: the tables whose whole item joins the column-wise all-to-all (`Items.whole_column_wise`)."""
     T = len(instance.tables)
     chosen = set(int(t) for t in (split if split is not None else []))
     deeper = deeper or {}
@@ -229,7 +244,8 @@ def build_items(
     else:
         n = len(table_a)
         states = bm.shard_states(table_a, width_a.astype(np.float64), np.ones(n), np.ones(n))
-    return Items(table_a, np.array(parts, dtype=np.int64), width_a, size, states, np.array(first, dtype=np.int64), bool(apart))
+    return Items(table_a, np.array(parts, dtype=np.int64), width_a, size, states, np.array(first, dtype=np.int64), bool(apart),
+                 whole_column_wise=whole_column_wise)
 
 
 __all__ = ["Items", "build_items", "split_candidates", "split_counts"]
