@@ -564,7 +564,7 @@ def test_relaxation_at_a_column_wise_table_on_one_device() -> None:
 
 @pytest.mark.parametrize("seed,n_tables,n_devices,per_host", [(0, 4, 2, None), (1, 5, 3, None), (3, 5, 4, 2), (6, 4, 4, 1)])
 def test_plan_class_bounds_are_below_each_class_optimum(seed: int, n_tables: int, n_devices: int, per_host: int | None) -> None:
-    """The symmetric LP of each plan class (whole tables only, every table cut, both collectives) is below the best
+    """The symmetric LP of each plan class (table-wise only, column-wise only, both collectives) is below the best
     enumerated plan of that class (halves on any two devices, the same one included), never below the
     one-all-to-all LP; their least is the bound `classes_lp_bound` gives."""
     from solvers.bound.symmetric import classes_lp_bound
@@ -617,6 +617,6 @@ def test_the_plan_classes_line_names_each_class_and_its_row_classes() -> None:
 
     line = _plan_classes_line({"table_wise": 9.9269, "mixed": 9.9284, "column_wise": math.inf, "rows_and_replicas": None},
                               {"table_wise": {"none": 12.6124, "over_devices": 9.9269}})
-    assert line.startswith("by plan class (ms): whole tables only 9.9269 (no row split 12.6124, a row split over devices 9.9269)")
-    assert "whole and cut tables 9.9284" in line and "every table cut no such plan" in line
+    assert line.startswith("by plan class (ms): table-wise tables only 9.9269 (no row split 12.6124, a row split over devices 9.9269)")
+    assert "table- and column-wise tables 9.9284" in line and "column-wise tables only no such plan" in line
     assert "replicas and row splits only not solved in time" in line

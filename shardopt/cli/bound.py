@@ -178,7 +178,7 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
     return lines
 
 
-_CLASS_WORDS = {"table_wise": "whole tables only", "mixed": "whole and cut tables", "column_wise": "every table cut",
+_CLASS_WORDS = {"table_wise": "table-wise tables only", "mixed": "table- and column-wise tables", "column_wise": "column-wise tables only",
                 "rows_and_replicas": "replicas and row splits only"}
 _ROW_WORDS = {"none": "no row split", "over_devices": "a row split over devices", "within_hosts": "row splits within hosts"}
 

@@ -276,7 +276,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             if found.by_rows:
                 info["plan_classes_by_rows"] = found.by_rows
             if found.value is not None and found.value > sym:
-                value, how = found.value, ("the least over plan classes (by the collectives they run: whole tables only, every table cut, "
+                value, how = found.value, ("the least over plan classes (by the collectives they run: table-wise only, column-wise only, "
                                            "both, neither; with or without row splits)")
         return AnalyticBound(
             value_ms=value, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,

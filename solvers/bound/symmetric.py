@@ -332,10 +332,10 @@ def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]
     return hier
 
 
-# the classes whose LP HiGHS's interior point solves faster than its simplex (same optimum): the cut-tables class's,
-# whose second-shard variables the simplex is slow on (production-xl 26 s against 8 s; production 1.4 against 0.9;
-# every other class as fast or faster by the simplex, measured 2026-11-29)
-INTERIOR_POINT_CLASSES = ("column_wise",)
+# the classes whose LP HiGHS's interior point solves faster than its simplex (same optimum; benchmarks/
+# bench_class_lp_methods.py): none since the column-wise class lost its second-shard variables (its LP over any row
+# splits: production-xl 6.2 s by the simplex against 11.1, production-0001 0.65 against 1.53; measured 2026-11-29)
+INTERIOR_POINT_CLASSES: tuple[str, ...] = ()
 
 
 def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any",
