@@ -11,12 +11,13 @@ DEFAULT_TIME_LIMIT = 60.0
 DEFAULT_MAX_SPLIT = 8  # column pieces offered: halves, quarters, eighths
 DEFAULT_SPLIT_TABLES = 16  # ... for the tables with the highest compute alone (split_items.split_candidates)
 DEFAULT_NEIGHBOURHOOD = 16  # models over LARGE_MODEL pairs: re-solve 8 slowest + 8 light devices at a time (_neighbourhoods)
-DEFAULT_PRESPLIT_SHARE = 0.15  # with splits: the pre-split grid plan is a warm start, its grid and polish within this share of the limit
-# ... and the one-collective grid plan (every table cut), within this share. Its polish stops where no move helps, which
-# it reaches within the pre-split share below a few thousand pieces; on production-xl (3,424 tables on 512 devices,
-# ~7,000 pieces) it was still descending, and that time gave more than the linear models' neighbourhoods: cpsat 60 s
-# 10.868 ms at 0.15, 10.791 at 0.5 (production-0000 / -0001 the same at both; simulated, docs/benchmarks.md)
-DEFAULT_ONE_COLLECTIVE_SHARE = 0.45
+DEFAULT_PRESPLIT_SHARE = 0.45  # with splits: the pre-split grid plan is a warm start, its grid and polish within this share of the limit
+# ... and the one-collective grid plan (every table cut), within this share. Whole tables join the column-wise
+# collective in the pre-split plan too (Shard.column_wise), so it runs one collective without cutting every table, and
+# on large models it needs the time: production-xl (3,424 tables on 512 devices) cpsat 60 s 10.802 ms with shares
+# 0.15 / 0.45 (the pre-split grid cut by its 9 s), 10.660 with 0.45 / 0.15; production-0000 10.126 -> 10.119,
+# -0001 9.7495 both (simulated, docs/benchmarks.md, twenty-seventh session)
+DEFAULT_ONE_COLLECTIVE_SHARE = 0.15
 # the warm starts stop where less than this share of the limit is left, for the search (each start's share is of the
 # whole limit: together they may ask for more than it)
 WARM_START_RESERVE = 0.25
