@@ -115,10 +115,16 @@ def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> Non
     assert ok.exit_code == 0, ok.stderr
     where = {s["table"]: s["device"] for s in json.loads(ok.stdout)["plan"]["shards"]}
     assert where["t0"] == 1 and where["t1"] != where["t2"]
-    # whole tables cannot meet a table that must be column-wise: the heuristics say so (exit 3, not proven infeasible)
+    # a table that must be column-wise: the heuristics place it whole, marked column_wise (TorchRec's column_wise with
+    # one rank); one that may only be row-wise they cannot meet, and say so (exit 3, not proven infeasible)
     save(instance_from_dict(_doc({"tables": [{"table": "t0", "sharding_types": ["column_wise"]}]})), path)
+    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json"])
+    assert r.exit_code == 0, r.stderr
+    t0 = [s for s in json.loads(r.stdout)["plan"]["shards"] if s["table"] == "t0"]
+    assert len(t0) == 1 and t0[0].get("column_wise") is True
+    save(instance_from_dict(_doc({"tables": [{"table": "t0", "sharding_types": ["row_wise"]}]})), path)
     r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy"])
-    assert r.exit_code == 3 and "may not be table_wise" in r.stderr
+    assert r.exit_code == 3 and "may be neither table_wise nor column_wise" in r.stderr
 
 
 def _random_constraints(seed: int, cuts: bool = True) -> tuple[Instance, dict]:
@@ -142,7 +148,7 @@ def test_searches_honour_random_constraints(solver: str, seed: int) -> None:
     """The exact solvers' model carries the constraints (pins and types in its allowed pairs, co-location and
     separation as rows), NeuroShard's grid, splits and polish keep to them (solvers.placement.rules): each plan
     checked here shard by shard, apart from the checker - including a table that may only be column-wise, which the
-    whole-table heuristics must refuse."""
+    whole-table heuristics place whole and marked column_wise."""
     from costmodels.registry import get_cost_model
     from solvers.catalog import get_solver
 
@@ -167,8 +173,9 @@ def test_searches_honour_random_constraints(solver: str, seed: int) -> None:
     if uncovered_reason(r.plan.shards) is None:  # (the certified bound counts the constraints and stays below the plan)
         bound = analytic_lower_bound(inst, get_cost_model("analytic"), time_limit=3)
         assert bound.info.get("constraints") == "counted" and bound.value_ms <= r.predicted_cost * (1 + 1e-7)
-    refused = get_solver("greedy").solve(inst, get_cost_model("analytic"), seed=seed)
-    assert refused.plan is None and "may not be table_wise" in refused.reason
+    whole = get_solver("greedy").solve(inst, get_cost_model("analytic"), seed=seed)
+    assert whole.plan is not None and check_plan(inst, whole.plan).ok
+    assert [s.column_wise for s in whole.plan.shards if s.table == want["column_wise"]] == [True]
 
 
 def test_a_constraint_set_without_a_plan_exits_3_naming_the_constraints(tmp_path: Path) -> None:
@@ -211,7 +218,7 @@ def test_a_constraint_set_without_a_plan_exits_3_naming_the_constraints(tmp_path
 @pytest.mark.parametrize("solver", ["dreamshard", "autoshard"])
 def test_rl_policies_place_within_pins_and_groups(solver: str) -> None:
     """The RL policies' lanes mask the devices the constraints leave each table (whole tables): checked here on the
-    plan's devices, over three seeds; a table that may only be column-wise is refused by name."""
+    plan's devices, over three seeds; a table that may only be column-wise is placed whole, marked column_wise."""
     from costmodels.registry import get_cost_model
     from solvers.catalog import get_solver
 
@@ -223,9 +230,10 @@ def test_rl_policies_place_within_pins_and_groups(solver: str) -> None:
         assert all(where[n] in d for n, d in want["pins"].items())
         assert where[want["colocate"][0]] == where[want["colocate"][1]]
         assert len({where[n] for n in want["separate"]}) == 3
-    cut, _ = _random_constraints(0)
+    cut, want = _random_constraints(0)
     r = get_solver(solver).solve(cut, get_cost_model("analytic"), seed=0)
-    assert r.plan is None and "may only be column_wise" in r.reason
+    assert r.plan is not None and check_plan(cut, r.plan).ok, r.reason
+    assert [s.column_wise for s in r.plan.shards if s.table == want["column_wise"]] == [True]
 
 
 def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constraints() -> None:
@@ -299,3 +307,25 @@ def test_a_tiered_plans_fixed_shards_become_pins_of_the_tables_grouped_with_them
     assert got.of("t3").devices == [0, 1, 3] and got.of("t4").devices == [0, 1, 3]
     assert got.colocate == [["t1", "t2"]] and got.separate == [["t3", "t4"]]
     assert sub_constraints(inst, {"t0", "t1", "t2", "t3", "t4"}, [Shard(table="t5", device=3, kernel="fused_uvm")]) is False
+
+
+@pytest.mark.parametrize("solver", ["greedy", "size", "dreamshard", "autoshard"])
+def test_whole_table_solvers_meet_a_column_wise_only_table_with_one_marked_shard(solver: str) -> None:
+    """A table that may only be column-wise, co-located with another: the whole-table solvers place it whole, its shard
+    marked column_wise (TorchRec's column_wise with one rank), beside its partner; the plan meets the constraints,
+    and its other whole tables join the column-wise collective where that is cheaper (here: all of them)."""
+    from costmodels.registry import get_cost_model
+    from costmodels.hierarchical import output_dist_widths
+    from solvers.catalog import get_solver
+
+    base = make_instance(8, 4, seed=1, mem_factor=3.0)
+    doc = base.model_dump(mode="json")
+    doc["constraints"] = {"tables": [{"table": "t2", "sharding_types": ["column_wise"]}], "colocate": [["t2", "t3"]]}
+    inst = instance_from_dict(doc)
+    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+    assert r.plan is not None, r.reason
+    assert check_plan(inst, r.plan).ok
+    by = {s.table: s for s in r.plan.shards}
+    assert len(r.plan.shards) == len(inst.tables) and by["t2"].column_wise and by["t2"].device == by["t3"].device
+    assert r.info["column_wise_only"] == ["t2"]
+    assert output_dist_widths(inst, r.plan.shards)[1] == ["column_wise"]

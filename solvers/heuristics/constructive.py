@@ -48,8 +48,9 @@ from costmodels.hierarchical import DIST_ROW
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
-from shardopt.core.sharding_types import TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from solvers.base import Budget, FallbackUse, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.completion import completion_mask
 from solvers.options import option
 from solvers.placement.rules import PlacementRules
@@ -224,7 +225,7 @@ class Packer:
     def __init__(self, instance: Instance, layout: TieredLayout | None = None):
         self.instance = instance
         self.layout = layout
-        self.rules = PlacementRules(instance)
+        self.rules = PlacementRules(instance, whole_tables=True)
         topo = instance.topology
         self.caps = np.array(topo.capacities(), dtype=np.int64)
         self.host_caps = np.array(topo.host_capacities(), dtype=np.int64)
@@ -550,7 +551,9 @@ class HeuristicSolver(Solver):
             info.update(failed_table=instance.tables[f.table].name, failed_table_bytes=f.table_bytes, largest_free=f.largest_free, timed_out=packed.timed_out)
             return fail(self, SolveStatus.no_solution, self._no_room_reason(instance, packed, layout, time_limit), clock, info)
 
-        shards = packer.shards(device_of)
+        shards, marked = mark_column_wise_only(instance, packer.shards(device_of), lambda: bound if bound is not None else cost_model.bind(instance))
+        if marked:
+            info["column_wise_only"] = marked
         over = time_limit is not None and clock.elapsed > time_limit
         info["time_limit_exceeded"] = bool(over)
         extra: dict[str, Any] = {"fallback_used": used if used != "primary" else None}
@@ -635,15 +638,17 @@ def _ranked(best: TieredChoice | None, packed_layouts: list[dict[str, Any]]) -> 
 
 
 def _constraint_conflict(instance: Instance) -> str | None:
-    """Why the heuristics' plans cannot meet the instance's constraints (None: they can try): a table that may not be
-    table_wise - they pack whole tables (the tiered layouts honour kernels, cache load factors and which tables may
-    be split by rows: solvers.placement.rules.TierRules)."""
+    """Why the heuristics' plans cannot meet the instance's constraints (None: they can try): a table that may be
+    neither table_wise nor column_wise - they pack whole tables, table-wise or marked column-wise (one shard:
+    solvers.placement.collectives.mark_column_wise_only); the tiered layouts honour kernels, cache load factors and
+    which tables may be split by rows (solvers.placement.rules.TierRules)."""
     c = instance.constraints
     if c is None:
         return None
     for tc in c.tables:
-        if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types:
-            return f"table {tc.table!r} may not be table_wise (constraint: {', '.join(tc.sharding_types)}), and the heuristics place whole tables"
+        if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types and COLUMN_WISE not in tc.sharding_types:
+            return (f"table {tc.table!r} may be neither table_wise nor column_wise (constraint: {', '.join(tc.sharding_types)}), "
+                    "and the heuristics place whole tables")
     return None
 
 

@@ -14,9 +14,12 @@ DistributedModelParallel).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from costmodels.base import BoundCostModel
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
+from shardopt.core.sharding_types import TABLE_WISE
 from solvers.placement.rules import column_wise_allowed
 
 
@@ -51,3 +54,27 @@ def join_one_collective(instance: Instance, bm: BoundCostModel, shards: list[Sha
     if after < before * (1 - 1e-12) and not constraint_violations(instance, joined):
         return joined, marked, after
     return shards, 0, before
+
+
+def column_wise_only(instance: Instance) -> set[str]:
+    """The tables whose constraint leaves out table_wise but allows column_wise: a solver that places whole tables
+    meets it with the table's one shard marked column-wise (TorchRec's column_wise with one rank)."""
+    c = instance.constraints
+    if c is None:
+        return set()
+    allowed = column_wise_allowed(instance)
+    index = instance.table_index()
+    return {tc.table for tc in c.tables if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types and allowed[index[tc.table]]}
+
+
+def mark_column_wise_only(instance: Instance, shards: list[Shard], judge: Callable[[], BoundCostModel]) -> tuple[list[Shard], list[str]]:
+    """A whole-table plan that meets its column_wise-only constraints: those tables' whole shards marked column-wise
+    (`column_wise_only`); the other whole tables then join that collective too where the judge (asked only then) says
+    it is cheaper (`join_one_collective`: one all-to-all, not two). (plan, the tables marked for their constraint)."""
+    must = column_wise_only(instance)
+    if not must:
+        return shards, []
+    out = [s.model_copy(update={"column_wise": True}) if s.table in must and s.cols is None and s.rows is None and not s.replicated else s
+           for s in shards]
+    out, _, _ = join_one_collective(instance, judge(), out)
+    return out, sorted(must)

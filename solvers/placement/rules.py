@@ -80,11 +80,13 @@ def min_widths(instance: Instance) -> np.ndarray:
     return out
 
 
-def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, Table], bool], tiers: bool = False) -> str | None:
+def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, Table], bool], tiers: bool = False,
+                       marks: bool = False) -> str | None:
     """Why whole tables and column pieces in HBM (the placements of `who`) cannot meet the constraints, or None (they
     can try: whether a plan exists is the search's to find). `can_split(t, table)`: whether `who` can cut table t
     into two or more pieces at all. `tiers`: `who` also lays out memory tiers (TierRules), so a table kept out of HBM
-    is no conflict."""
+    is no conflict. `marks`: `who` meets a column_wise-only table with its whole shard marked column-wise
+    (solvers.placement.collectives.mark_column_wise_only), so such a table is no conflict either."""
     c = instance.constraints
     if c is None:
         return None
@@ -99,6 +101,8 @@ def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, T
             continue
         if COLUMN_WISE not in types:
             return f"table {tc.table!r} may be only {', '.join(types)}, and {who} place whole tables and column pieces (table_wise, column_wise)"
+        if marks:
+            continue
         if t in grouped:
             return f"table {tc.table!r} may only be column_wise, and {who} place the tables of co-locate / separate groups whole"
         if not can_split(t, instance.tables[t]):
@@ -109,9 +113,11 @@ def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, T
 class PlacementRules:
     """The constraints for a search that places pieces one at a time or moves them: per table its devices (`pins`,
     [T, D]), the tables it must share no device with (`apart`: a must-split table is apart from itself: its pieces
-    on different devices) and the ones it goes with (`together`), whether it may be cut and how narrow."""
+    on different devices) and the ones it goes with (`together`), whether it may be cut and how narrow.
+    `whole_tables`: the rules of a search that places whole tables only, which meets a must-split (column_wise-only)
+    table with one shard marked column-wise: such a table is not apart from itself."""
 
-    def __init__(self, instance: Instance):
+    def __init__(self, instance: Instance, whole_tables: bool = False):
         T, D = len(instance.tables), instance.topology.num_devices
         c = instance.constraints
         self.active = bool(instance.constraint_kinds())
@@ -133,7 +139,7 @@ class PlacementRules:
                 ids = {index[name] for name in group}
                 for i in ids:
                     out[i] |= ids - {i}
-        for t in self.split_only:
+        for t in () if whole_tables else self.split_only:
             self.apart[t].add(t)
         for t in range(T):  # a co-located group shares its devices: every member's pins and separations bind them all
             for j in self.together[t]:

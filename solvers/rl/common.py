@@ -41,6 +41,7 @@ from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Budget, PolicyUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.placement.completion import completion_mask
+from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.options import existing_file, option
 
@@ -87,7 +88,7 @@ class Context:
             [self.single / self.scale, self.sizes / mean_cap, self.widths / max(self.widths.mean(), 1.0), np.log1p(pooling) / 5.0], axis=1
         )
         self.total_width = float(self.widths.sum())
-        rules = PlacementRules(instance)
+        rules = PlacementRules(instance, whole_tables=True)
         self.rules = rules if rules.active else None  # (whole tables: pins and groups narrow each lane's devices)
 
     def order(self, kind: str) -> np.ndarray:
@@ -500,7 +501,7 @@ class PolicySolver(Solver):
         policy_card = self.use_policy_of(cost_model)
         policy = self.policy  # loaded (and cached) before the clock starts: loading is not solving
         clock = Stopwatch()
-        conflict = placement_conflict(instance, self.name, lambda t, table: False)  # (whole tables only)
+        conflict = placement_conflict(instance, self.name, lambda t, table: False, marks=True)  # (whole tables only)
         if conflict is not None:
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         reason = infeasibility_reason(instance)
@@ -541,6 +542,9 @@ class PolicySolver(Solver):
             return fail(self, SolveStatus.no_solution, why, clock, info)
         device_of = best[1]
         shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
+        shards, marked = mark_column_wise_only(instance, shards, lambda: bm)  # (a column_wise-only table: whole, marked)
+        if marked:
+            info["column_wise_only"] = marked
         over = budget.spent()
         info["fallback_used"] = tried[-1] != "primary"
         return finish(
