@@ -62,3 +62,30 @@ def test_join_keeps_the_cheaper_plan() -> None:
     whole = [Shard(table=t.name, device=k % 3) for k, t in enumerate(inst.tables)]
     got, n, cost = join_one_collective(inst, bm, whole)
     assert n == 0 and got == whole
+
+
+def test_items_mark_whole_tables_where_the_base_runs_the_column_wise_collective() -> None:
+    """Items.shards marks a `whole_column_wise` table where its plan cuts a table or where the base (a tiered layout's
+    fixed shards) has column-wise widths; with neither the plan stays table-wise."""
+    import dataclasses
+
+    import numpy as np
+
+    from costmodels.hierarchical import DIST_ROW
+    from shardopt.core.sharding_types import COLUMN_WISE
+    from solvers.placement.split_items import build_items
+
+    inst = make_instance(4, 2, seed=1, mem_factor=4.0)
+    bm = CM.bind(inst)
+    items = build_items(inst, bm, np.arange(4), 2, whole_column_wise=np.ones(4, dtype=bool))
+    counts = items.counts_from_device_of(np.array([0, 1, 0, 1]), 2)
+    assert not any(s.column_wise for s in items.shards(counts, inst))
+    base = np.zeros((5, 2))
+    base[DIST_ROW[COLUMN_WISE], 0] = 8.0
+    with_base = dataclasses.replace(items, base_dists=base)
+    assert all(s.column_wise for s in with_base.shards(counts, inst))
+    cut = counts.copy()
+    cut[items.first[0]] = 0
+    cut[items.first[0] + 1] = [1, 1]  # (table 0 in two halves)
+    marked = items.shards(cut, inst)
+    assert [s.column_wise for s in marked if s.cols is None] == [True, True, True]

@@ -143,11 +143,12 @@ class PieceModel:
         return tuple(sorted((i, 0, self.instance.tables[i].dim) for i in self.tables))
 
     def to_shards(self, pieces: list[Piece], device_of: np.ndarray) -> list[Shard]:
-        """The plan: each piece on its device in its tier, and the layout's fixed row-wise shards. Where some table is
-        cut, the whole tables that join the column-wise collective (`joins_cw`) are marked column_wise, as `rows`
-        priced them; a plan of whole tables only stays table-wise (one collective either way)."""
+        """The plan: each piece on its device in its tier, and the layout's fixed row-wise shards. Where the
+        column-wise collective runs anyway (some table is cut, or the fixed shards have column-wise widths), the whole
+        tables that join it (`joins_cw`) are marked column_wise, as `rows` priced them; else they stay table-wise (one
+        collective either way, or the fixed shards' table-wise one)."""
         dims = self.bm.table_dims
-        cut = any(p[2] != dims[p[0]] for p in pieces)
+        cut = any(p[2] != dims[p[0]] for p in pieces) or bool(self.base_dists[DIST_ROW[COLUMN_WISE]].any())
         shards = [self.shard(p, int(d), cut and bool(self.joins_cw[p[0]])) for p, d in zip(pieces, device_of)]
         return shards + (list(self.layout.fixed) if self.layout is not None else [])
 

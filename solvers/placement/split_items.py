@@ -155,10 +155,11 @@ class Items:
     def shards(self, counts: np.ndarray, instance: Instance) -> list[Shard]:
         """The plan's shards: pieces as column ranges, widest first (items are stored widest first; a dyadic
         piece's offset is then a multiple of its width), in device order within a size; the whole tables of
-        `whole_column_wise` marked column_wise where the plan cuts some table (a plan of whole tables only runs one
-        collective either way, so it stays table-wise)."""
+        `whole_column_wise` marked column_wise where the column-wise collective runs anyway (the plan cuts some table,
+        or the base has column-wise widths: a tiered layout's fixed shards); else they stay table-wise (one collective
+        either way, or the base's table-wise one)."""
         out: list[Shard] = []
-        cut = bool(counts[~self.is_whole].any())
+        cut = bool(counts[~self.is_whole].any()) or (self.base_dists is not None and bool(self.base_dists[DIST_ROW[COLUMN_WISE]].any()))
         for t in range(self.num_tables):
             tab = instance.tables[t]
             its = range(int(self.first[t]), int(self.first[t + 1]))
