@@ -1,5 +1,6 @@
 """The certified bound's plan-class LPs (solvers/bound/symmetric.py) solved by HiGHS's simplex (`solve_milp`) and by
-its interior point (`solve_model_lp_ipm`): time and optimum of each, to choose `INTERIOR_POINT_CLASSES`. Simulated
+its interior point (`solve_model_lp_ipm`): time and optimum of each, to choose the method `symmetric_lp_bound` uses
+(the simplex for every class since 2026-11-29). Simulated
 (analytic model); run on an otherwise idle machine, one instance at a time.
 
     .venv/bin/python benchmarks/bench_class_lp_methods.py instances/suites/production-xl/production-xl-all-s0-0000.json

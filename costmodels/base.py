@@ -370,8 +370,7 @@ class BoundCostModel(ABC):
     def plan_costs(self, plan: Plan | list[Shard]) -> DeviceCosts:
         shards = plan.shards if isinstance(plan, Plan) else plan
         fast = all(
-            not s.replicated and not s.column_wise and s.kernel is Kernel.fused and s.col_offset == 0 and s.cols is None and s.row_offset == 0
-            and s.rows is None for s in shards
+            s.is_whole and not s.replicated and not s.column_wise and s.kernel is Kernel.fused for s in shards
         )
         if not fast:
             states, dims, extra, hier = self.shard_sums(shards)

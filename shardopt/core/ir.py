@@ -599,6 +599,11 @@ class Shard(IRModel):
             label += "(cw)"
         return label
 
+    @property
+    def is_whole(self) -> bool:
+        """Every row and column of its table: no offsets, and counts to the end (a replica too)."""
+        return not (self.col_offset or self.row_offset) and self.cols is None and self.rows is None
+
     def cache_rows(self, table: Table) -> int:
         """Rows of this shard held in its HBM cache: all for fused, none for fused_uvm."""
         if self.kernel is Kernel.fused:

@@ -511,7 +511,7 @@ def _shards_from_rows(instance: Instance, rows: dict[str, _Row], default_lf: flo
                 raise ValueError(f"table {t.name!r}: a shard on rank {rank}, but the instance has devices 0..{n_dev - 1}")
             shard = Shard(table=t.name, device=int(rank), col_offset=int(c0), cols=int(w), row_offset=int(r0), rows=int(h), **fields)
             mine.append(normalize_shard(t, shard))
-        if kind == COLUMN_WISE and len(mine) == 1 and mine[0].cols is None and mine[0].rows is None:
+        if kind == COLUMN_WISE and len(mine) == 1 and mine[0].is_whole:
             mine[0] = mine[0].model_copy(update={"column_wise": True})  # (one rank: its output joins the column-wise all-to-all)
         out.extend(mine)
     return out

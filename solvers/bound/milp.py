@@ -40,7 +40,7 @@ import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_WISE
-from solvers.placement.rules import PlacementRules
+from solvers.placement.rules import PlacementRules, column_wise_allowed, must_split
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
@@ -447,31 +447,15 @@ def _device_total_row(ctx: AnalyticRelaxation, v: _Vars, d: int) -> dict[int, fl
     return row
 
 
-def _column_wise_allowed(instance: Instance) -> tuple[set[int], set[int]]:
-    """(tables the placement constraints keep whole: no column_wise, tables they keep cut: no table_wise)."""
-    whole: set[int] = set()
-    cut: set[int] = set()
-    c = instance.constraints
-    if c is None:
-        return whole, cut
-    index = instance.table_index()
-    for tc in c.tables:
-        if tc.sharding_types is None:
-            continue
-        if COLUMN_WISE not in tc.sharding_types:
-            whole.add(index[tc.table])
-        elif TABLE_WISE not in tc.sharding_types:
-            cut.add(index[tc.table])
-    return whole, cut
-
-
 def _add_type_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars) -> None:
     """Which collective each table joins (TorchRec's output dists, as the judge prices them): w[t] binary, 1 = t is
     column-wise (any number of column shards: one whole shard may be column-wise, `Shard.column_wise`), 0 =
     table-wise (one whole shard: k_t = 1, `_add_table_cut_rows`); nc[t, d] = n[t, d] where w = 1, else 0 (nc <= n,
     nc <= nmax w, nc >= n - nmax (1 - w): exact at binary w); a collective runs where some table joins it
     (present[TW] >= 1 - w[t], present[CW] >= w[t]; its start-up is paid only then)."""
-    whole, cut = _column_wise_allowed(ctx.bm.instance)
+    inst = ctx.bm.instance
+    whole = set(np.flatnonzero(~column_wise_allowed(inst)).tolist())  # (kept table-wise: no column_wise)
+    cut = must_split(inst) - whole  # (kept off table_wise: column-wise, or replicated / split by rows)
     v.w, v.nc = {}, {}
     for ti, ps in enumerate(v.by_table):
         if ti in whole:

@@ -17,7 +17,7 @@ from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
-from solvers.milp import MilpStatus, SparseModel, solve_milp, solve_model_lp_ipm
+from solvers.milp import MilpStatus, SparseModel, solve_milp
 from solvers.bound.table_cuts import receive_cut_lines, row_block_cut_lines, row_block_cut_values, table_cut_lines, widest_part_compute
 
 
@@ -332,12 +332,6 @@ def _hierarchical_lp(m: SparseModel, ctx: AnalyticRelaxation, tw: dict[int, int]
     return hier
 
 
-# the classes whose LP HiGHS's interior point solves faster than its simplex (same optimum; benchmarks/
-# bench_class_lp_methods.py): none since the column-wise class lost its second-shard variables (its LP over any row
-# splits: production-xl 6.2 s by the simplex against 11.1, production-0001 0.65 against 1.53; measured 2026-11-29)
-INTERIOR_POINT_CLASSES: tuple[str, ...] = ()
-
-
 def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_limit: float = 10.0, plans: str = "any",
                        replicas: bool | None = None, rows: str = "any", receive_rows: bool = False) -> float | None:
     """The relaxation's LP bound via `build_symmetric_lp` (HiGHS) over the plans of class (`plans`, `rows`); +inf when
@@ -345,10 +339,7 @@ def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_l
     m, z = build_symmetric_lp(ctx, table_wise, plans, replicas, rows, receive_rows)
     c = np.zeros(m.n_vars)
     c[z] = 1.0
-    if plans in INTERIOR_POINT_CLASSES:
-        res = solve_model_lp_ipm(m, c, time_limit=max(time_limit, 0.05))
-    else:
-        res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
+    res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)  # (the simplex: benchmarks/bench_class_lp_methods.py)
     if res.status is MilpStatus.infeasible:
         return math.inf
     if res.status is not MilpStatus.optimal or res.objective is None:

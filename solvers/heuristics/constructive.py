@@ -48,12 +48,12 @@ from costmodels.hierarchical import DIST_ROW
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
-from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
+from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import Budget, FallbackUse, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.completion import completion_mask
 from solvers.options import option
-from solvers.placement.rules import PlacementRules
+from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
@@ -510,7 +510,9 @@ class HeuristicSolver(Solver):
         clock = Stopwatch()
         budget = Budget.of(clock, time_limit)
         tiered: TieredChoice | None = None
-        conflict = _constraint_conflict(instance)
+        # (whole tables, a column_wise-only one marked so; the tiered layouts honour kernels, cache load factors and which
+        # tables may be split by rows: solvers.placement.rules.TierRules)
+        conflict = placement_conflict(instance, "the heuristics", lambda t, table: False, tiers=True, marks=True)
         if conflict is not None:
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         if needs_tiers(instance):
@@ -635,21 +637,6 @@ def _ranked(best: TieredChoice | None, packed_layouts: list[dict[str, Any]]) -> 
         return "no tiered layout packed"
     best.ranked = sorted(packed_layouts, key=lambda d: d["cost"])
     return best
-
-
-def _constraint_conflict(instance: Instance) -> str | None:
-    """Why the heuristics' plans cannot meet the instance's constraints (None: they can try): a table that may be
-    neither table_wise nor column_wise - they pack whole tables, table-wise or marked column-wise (one shard:
-    solvers.placement.collectives.mark_column_wise_only); the tiered layouts honour kernels, cache load factors and
-    which tables may be split by rows (solvers.placement.rules.TierRules)."""
-    c = instance.constraints
-    if c is None:
-        return None
-    for tc in c.tables:
-        if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types and COLUMN_WISE not in tc.sharding_types:
-            return (f"table {tc.table!r} may be neither table_wise nor column_wise (constraint: {', '.join(tc.sharding_types)}), "
-                    "and the heuristics place whole tables")
-    return None
 
 
 def _to_host_names(instance: Instance, to_host: bool | frozenset[int]) -> bool | list[str]:

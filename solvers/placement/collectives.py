@@ -19,8 +19,7 @@ from collections.abc import Callable
 from costmodels.base import BoundCostModel
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
-from shardopt.core.sharding_types import TABLE_WISE
-from solvers.placement.rules import column_wise_allowed
+from solvers.placement.rules import column_wise_allowed, must_split
 
 
 def mark_column_wise(instance: Instance, shards: list[Shard]) -> tuple[list[Shard], int]:
@@ -34,8 +33,7 @@ def mark_column_wise(instance: Instance, shards: list[Shard]) -> tuple[list[Shar
     out: list[Shard] = []
     marked = 0
     for s in shards:
-        whole = count[s.table] == 1 and s.cols is None and s.rows is None and not s.col_offset and not s.row_offset
-        if not whole or s.replicated or s.column_wise or not allowed[index[s.table]]:
+        if count[s.table] > 1 or not s.is_whole or s.replicated or s.column_wise or not allowed[index[s.table]]:
             out.append(s)
             continue
         out.append(s.model_copy(update={"column_wise": True}))
@@ -59,12 +57,8 @@ def join_one_collective(instance: Instance, bm: BoundCostModel, shards: list[Sha
 def column_wise_only(instance: Instance) -> set[str]:
     """The tables whose constraint leaves out table_wise but allows column_wise: a solver that places whole tables
     meets it with the table's one shard marked column-wise (TorchRec's column_wise with one rank)."""
-    c = instance.constraints
-    if c is None:
-        return set()
     allowed = column_wise_allowed(instance)
-    index = instance.table_index()
-    return {tc.table for tc in c.tables if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types and allowed[index[tc.table]]}
+    return {instance.tables[t].name for t in must_split(instance) if allowed[t]}
 
 
 def mark_column_wise_only(instance: Instance, shards: list[Shard], judge: Callable[[], BoundCostModel]) -> tuple[list[Shard], list[str]]:
@@ -74,7 +68,6 @@ def mark_column_wise_only(instance: Instance, shards: list[Shard], judge: Callab
     must = column_wise_only(instance)
     if not must:
         return shards, []
-    out = [s.model_copy(update={"column_wise": True}) if s.table in must and s.cols is None and s.rows is None and not s.replicated else s
-           for s in shards]
+    out = [s.model_copy(update={"column_wise": True}) if s.table in must and s.is_whole and not s.replicated else s for s in shards]
     out, _, _ = join_one_collective(instance, judge(), out)
     return out, sorted(must)

@@ -37,9 +37,7 @@ def whole_only(instance: Instance) -> set[int]:
     c = instance.constraints
     if c is None:
         return set()
-    index = instance.table_index()
-    out = grouped_tables(instance)
-    return out | {index[tc.table] for tc in c.tables if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types}
+    return grouped_tables(instance) | {int(t) for t in np.flatnonzero(~column_wise_allowed(instance))}
 
 
 def column_wise_allowed(instance: Instance) -> np.ndarray:
@@ -100,7 +98,8 @@ def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, T
         if types is None or TABLE_WISE in types:
             continue
         if COLUMN_WISE not in types:
-            return f"table {tc.table!r} may be only {', '.join(types)}, and {who} place whole tables and column pieces (table_wise, column_wise)"
+            placed = "whole tables, table-wise or column-wise with one shard" if marks else "whole tables and column pieces (table_wise, column_wise)"
+            return f"table {tc.table!r} may be only {', '.join(types)}: neither table_wise nor column_wise, and {who} place {placed}"
         if marks:
             continue
         if t in grouped:
