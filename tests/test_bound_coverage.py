@@ -533,3 +533,29 @@ def test_row_block_cut_values_are_below_the_blocks_device(seed: int) -> None:
             others = [u for u in range(len(inst.tables)) if u != t and rng.random() < 0.5]
             company = block + bm.table_states[others].sum(axis=0) if others else block
             assert values[k - 2] <= float(bm.compute_costs(company).sum()) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("inst", [make_instance(3, 2, seed=61, mem_factor=1.2, batch_size=4096),
+                                  make_instance(5, 4, seed=51, mem_factor=1.5, batch_size=16384)], ids=["3x2", "5x4"])
+def test_the_row_split_classes_keep_the_relaxations_optimum(inst: Instance) -> None:
+    """The MILP solved per row-split class (`_solve_row_classes`: without a row split, with one) has the whole MILP's
+    optimum, the lesser of the two (every plan's point is in one class), and no class is below the whole LP."""
+    from solvers.bound.milp import build_relaxation
+    from solvers.bound.solve import _solve_highs
+    from solvers.milp import MilpStatus, solve_milp
+
+    ctx = AnalyticRelaxation(inst, CM)
+    model, layout = build_relaxation(ctx)
+    assert layout.split_by_rows is not None  # (row splits are covered here)
+    classed = _solve_highs(model, layout, 60.0)
+    c = np.zeros(model.n_vars)
+    c[layout.z] = 1.0
+    whole = solve_milp(model, c, time_limit=60.0, mip_rel_gap=1e-6)
+    assert classed["status"] == "optimal" and whole.status is MilpStatus.optimal
+    assert classed["bound"] == pytest.approx(whole.objective, rel=2e-4)
+    assert classed["bound"] >= classed["lp_bound"] * (1 - 1e-9)
+    for value in (0.0, 1.0):  # each class alone: at or above the whole optimum
+        lb, ub = np.array(model.lb, dtype=float), np.array(model.ub, dtype=float)
+        lb[layout.split_by_rows] = ub[layout.split_by_rows] = value
+        one = solve_milp(model, c, time_limit=60.0, lb=lb, ub=ub, mip_rel_gap=1e-6)
+        assert one.status is MilpStatus.infeasible or one.objective >= whole.objective * (1 - 2e-4)

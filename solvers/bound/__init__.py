@@ -7,7 +7,7 @@ into shards whose widths are multiples of DIM_ALIGNMENT, several shards of one t
 shard marked column_wise, included; not row-wise or data-parallel shards) has an analytic max-device cost >= B.
 
 How: a mixed-integer *relaxation* of the placement problem in which every cost term is replaced by a proven
-under-estimate (every inequality and its proof: docs/analytic-bound.md), solved by HiGHS (scipy.optimize.milp). The
+under-estimate (every inequality and its proof: docs/analytic-bound.md), solved by HiGHS (highspy, scipy.optimize.milp). The
 relaxation's optimum is <= the cost of every such plan, and any *dual* bound a branch-and-bound solver proves for
 it is <= that optimum; so whatever HiGHS proves by the time limit is a bound, not only a proven optimum.
 

@@ -232,7 +232,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             out.info.update(_constraints_info(instance, counted=False))
             out.time_s = time.perf_counter() - start
             return out
-    solver = "HiGHS (scipy.optimize.milp)"
+    solver = "HiGHS (highspy; LPs by scipy.optimize.milp)"
     symmetric = devices_interchangeable(instance)
     sym: float | None = None  # the relaxation's LP bound the cheap way (build_symmetric_lp), solved only when needed
     n_pairs = int(np.count_nonzero(pair_fits(instance, ctx.terms, table_wise, ctx.host_memory)))

@@ -66,6 +66,7 @@ class _Layout:
     hr: dict[tuple[int, int], int] = field(default_factory=dict)
     g: dict[int, int] = field(default_factory=dict)
     tw: dict[tuple[int, int], int] = field(default_factory=dict)
+    split_by_rows: int | None = None  # binary: some table is split by rows (g or tw); `_add_row_class_rows`
 
 
 def pair_fits(instance: Instance, terms: ShardTerms, table_wise: bool, host_memory: bool = False) -> np.ndarray:
@@ -179,7 +180,27 @@ def build_relaxation(ctx: AnalyticRelaxation, table_wise: bool = False, symmetry
     _add_constraint_rows(m, ctx.bm.instance, v)
     if symmetry:  # within a class, order devices by pooled width (any plan can be permuted so)
         _add_symmetry_rows(m, ctx.bm.instance, v)
-    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z, r=v.r, hu=v.hu, rho=v.rho, xr=v.xr, qr=v.qr, hr=v.hr, g=v.g, tw=v.tw)
+    split_by_rows = _add_row_class_rows(m, v) if not table_wise else None
+    return m, _Layout(pairs=v.pairs, x=v.x, n=v.n, s=v.s, z=v.z, r=v.r, hu=v.hu, rho=v.rho, xr=v.xr, qr=v.qr, hr=v.hr, g=v.g, tw=v.tw,
+                      split_by_rows=split_by_rows)
+
+
+def _add_row_class_rows(m: SparseModel, v: _Vars) -> int | None:
+    """The indicator of the class of plans that split some table by rows: e binary, e >= every split variable (g[t],
+    tw[t, h]), e <= their sum; with the per-type collectives also present[ROW_WISE] >= e - sum tw (a split over
+    devices runs the row-wise collective). Exact at every plan; it lets the solve bound the two classes apart
+    (solvers.bound.solve), where the LP's point mixes a fraction of a row split with column shards of the same table
+    (docs/analytic-bound.md, "The row-split class"). None where no table may be split by rows."""
+    splits = list(v.g.values()) + list(v.tw.values())
+    if not splits:
+        return None
+    e = m.var(0, 1, True)
+    for k in splits:
+        m.row({e: 1.0, k: -1.0}, 0.0, math.inf)
+    m.row([(e, 1.0)] + [(k, -1.0) for k in splits], -math.inf, 0.0)
+    if v.present is not None and v.g:
+        m.row([(v.present[ROW_WISE], 1.0), (e, -1.0)] + [(k, 1.0) for k in v.tw.values()], 0.0, math.inf)
+    return e
 
 
 def _add_variables(m: SparseModel, ctx: AnalyticRelaxation, table_wise: bool) -> _Vars:

@@ -100,3 +100,48 @@ def solve_model_lp_ipm(model: SparseModel, c: np.ndarray, *, time_limit: float) 
                   A_eq=a[eq] if eq.any() else None, b_eq=lo[eq] if eq.any() else None,
                   bounds=bounds, method="highs-ipm", options={"time_limit": float(time_limit), "disp": False})
     return _result(res)
+
+
+def solve_milp_with_dual(model: SparseModel, c: np.ndarray, *, time_limit: float, lb: np.ndarray | None = None,
+                         ub: np.ndarray | None = None, mip_rel_gap: float | None = None) -> MilpResult:
+    """`solve_milp` through highspy, HiGHS's own Python interface: the same solver, and its dual bound also where it
+    found no integer point in time, which scipy's `milp` leaves out (the certified bound's per-class MILPs often
+    end so: without it a class falls back to its LP bound; docs/analytic-bound.md). Without highspy installed, scipy's."""
+    try:
+        import highspy
+    except ImportError:  # (a dependency of the package; a bare environment still gets an answer)
+        return solve_milp(model, c, time_limit=time_limit, lb=lb, ub=ub, mip_rel_gap=mip_rel_gap)
+    a = model.matrix().tocsc()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = model.n_vars, model.n_rows
+    lp.col_cost_ = np.asarray(c, dtype=float)
+    lp.col_lower_ = np.array(model.lb if lb is None else lb, dtype=float)
+    lp.col_upper_ = np.array(model.ub if ub is None else ub, dtype=float)
+    lp.row_lower_, lp.row_upper_ = np.array(model.row_lo, dtype=float), np.array(model.row_hi, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = model.n_vars, model.n_rows
+    lp.integrality_ = [highspy.HighsVarType.kInteger if k else highspy.HighsVarType.kContinuous for k in model.integer]
+    # (the core class: highspy's Python wrapper prints HiGHS's banner on stdout, into a --json document)
+    h = getattr(getattr(highspy, "_core", None), "_Highs", highspy.Highs)()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(time_limit, 0.05)))
+    if mip_rel_gap is not None:
+        h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    h.passModel(lp)
+    h.run()
+    status, info = h.getModelStatus(), h.getInfo()
+    text = f"{h.modelStatusToString(status)} (highspy {h.version()})"
+    dual = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else None
+    x = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None  # 2: a feasible point
+    objective = float(info.objective_function_value) if x is not None else None
+    S = highspy.HighsModelStatus
+    if status == S.kOptimal:
+        return MilpResult(MilpStatus.optimal, x, objective, dual, text, 0)
+    if status == S.kInfeasible:
+        return MilpResult(MilpStatus.infeasible, None, None, None, text, 2)
+    if status in (S.kUnbounded, S.kUnboundedOrInfeasible):
+        return MilpResult(MilpStatus.unbounded, None, None, None, text, 3)
+    if status in (S.kTimeLimit, S.kIterationLimit, S.kSolutionLimit, S.kInterrupt, S.kObjectiveBound, S.kObjectiveTarget):
+        return MilpResult(MilpStatus.limit, x, objective, dual, text, 1)
+    return MilpResult(MilpStatus.error, x, objective, dual, text, 4)
