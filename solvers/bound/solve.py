@@ -48,75 +48,69 @@ def _solve_highs(model: SparseModel, layout: _Layout, time_limit: float) -> dict
     return out
 
 
-def _solve_class(model: SparseModel, c: np.ndarray, lb: np.ndarray | None, ub: np.ndarray | None, time_limit: float) -> dict[str, Any]:
+def _solve_class(model: SparseModel, c: np.ndarray, lb: np.ndarray | None, ub: np.ndarray | None, time_limit: float,
+                 stop_at: float | None = None) -> dict[str, Any]:
     """The MILP within the bounds `lb` / `ub` (one class of plans; None: all): its status ("optimal", "bound",
-    "infeasible"), bound (the larger of its LP's optimum and HiGHS's dual bound), best point and its value."""
-    start = time.perf_counter()
-    bound = -math.inf
-    if lb is not None:  # the class's own LP: a bound of the class even where the MILP finds no point in time
-        lp = solve_milp(model, c, time_limit=max(time_limit, 0.05), integrality=False, lb=lb, ub=ub)
-        if lp.status is MilpStatus.infeasible:
-            return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": lp.message}
-        if lp.status is MilpStatus.optimal and lp.objective is not None:
-            bound = lp.objective
-    left = time_limit - (time.perf_counter() - start)
-    res = solve_milp_with_dual(model, c, time_limit=max(left, 0.05), lb=lb, ub=ub, mip_rel_gap=MIP_REL_GAP)
+    "infeasible"), bound (HiGHS's dual bound; the caller takes the larger of it and the LP's), best point and its
+    value. `stop_at`: stop once the dual bound reaches it (`solve_milp_with_dual`)."""
+    res = solve_milp_with_dual(model, c, time_limit=max(time_limit, 0.05), lb=lb, ub=ub, mip_rel_gap=MIP_REL_GAP, stop_at_dual=stop_at)
     out = {"primal": res.objective, "x": res.x, "message": res.message}
     if res.status is MilpStatus.infeasible:
         return {**out, "status": "infeasible", "bound": math.inf}
-    bound = max(bound, res.dual_bound if res.dual_bound is not None else -math.inf)
+    bound = res.dual_bound if res.dual_bound is not None else -math.inf
     if res.status is MilpStatus.optimal and res.objective is not None:
         return {**out, "status": "optimal", "bound": min(bound, res.objective)}
     return {**out, "status": "bound", "bound": bound}
 
 
-ROW_CLASS_FIRST_SHARE = 0.5  # of the MILP's time, the class with the lower LP bound's (the other gets the rest)
+ROW_CLASS_ROUNDS = 4  # solves of the two classes at most (each restarts HiGHS's search)
 
 
 def _solve_row_classes(model: SparseModel, layout: _Layout, c: np.ndarray, time_limit: float) -> dict[str, Any]:
     """The relaxation's optimum is the lesser of its optima over plans without a row split and plans with one
     (`split_by_rows` fixed to 0, then 1): every plan is in one class, so the lesser of the classes' bounds is a bound.
     Apart, each class's LP no longer mixes a fraction of a row split with column shards of the same table, which
-    branch and bound on the whole MILP did not undo (100 x 8: 8.994 ms after 180 s; the classes 9.069 and 9.014 in
-    90 s each; docs/analytic-bound.md). The class with the lower LP bound is solved first, on
-    `ROW_CLASS_FIRST_SHARE` of the time; the other only where its LP bound is below the first one's bound."""
+    branch and bound on the whole MILP did not undo (100 x 8: 8.994 ms after 180 s; the classes 9.069 and 9.013 in
+    30 s each; docs/analytic-bound.md). Only the lower class's bound counts, so the class with the lower bound is
+    searched, with all the time left, until its dual bound passes the other's (then that one, the same way), at most
+    `ROW_CLASS_ROUNDS` solves; a class proven optimal or infeasible is done."""
     start = time.perf_counter()
     e = layout.split_by_rows
-    bounds = []
+    box = []
     for value in (0.0, 1.0):
         lb, ub = np.array(model.lb, dtype=float), np.array(model.ub, dtype=float)
         lb[e] = ub[e] = value
-        bounds.append((lb, ub))
-    lps = []
-    for lb, ub in bounds:
+        box.append((lb, ub))
+    bound, done, best, notes = [-math.inf, -math.inf], [False, False], [None, None], [[], []]
+    for k, (lb, ub) in enumerate(box):  # each class's LP: its bound before any branching
         lp = solve_milp(model, c, time_limit=max(time_limit - (time.perf_counter() - start), 0.05), integrality=False, lb=lb, ub=ub)
-        lps.append(math.inf if lp.status is MilpStatus.infeasible else
-                   lp.objective if lp.status is MilpStatus.optimal and lp.objective is not None else -math.inf)
-    order = sorted(range(2), key=lambda k: lps[k])
-    results: list[dict[str, Any]] = []
-    for i, k in enumerate(order):
-        if math.isinf(lps[k]) and lps[k] > 0:
-            results.append({"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": "class infeasible"})
-            continue
-        if results and lps[k] >= min(r["bound"] for r in results):  # this class cannot lower the lesser bound
-            results.append({"status": "dominated", "bound": lps[k], "primal": None, "x": None, "message": "not branched (its LP bound is higher)"})
-            continue
+        if lp.status is MilpStatus.infeasible:
+            bound[k], done[k] = math.inf, True
+            notes[k].append("infeasible (LP)")
+        elif lp.status is MilpStatus.optimal and lp.objective is not None:
+            bound[k] = lp.objective
+    for _ in range(ROW_CLASS_ROUNDS):
+        k = 0 if bound[0] <= bound[1] else 1
         left = time_limit - (time.perf_counter() - start)
-        share = ROW_CLASS_FIRST_SHARE if i == 0 and not math.isinf(lps[order[1]]) else 1.0
-        res = _solve_class(model, c, *bounds[k], share * left)
-        res["bound"] = max(res["bound"], lps[k])
-        results.append(res)
-    bound = min(r["bound"] for r in results)
-    found = [r for r in results if r["primal"] is not None]
-    best = min(found, key=lambda r: r["primal"]) if found else None
-    if all(r["status"] == "infeasible" for r in results):
-        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": results[0]["message"]}
-    proven = all(r["status"] in ("optimal", "infeasible", "dominated") for r in results)
-    status = "optimal" if proven and best is not None else "bound"
+        if done[k] or left <= 0.05:
+            break
+        other = bound[1 - k]
+        res = _solve_class(model, c, *box[k], left, stop_at=other if math.isfinite(other) else None)
+        bound[k] = max(bound[k], res["bound"])
+        done[k] = res["status"] in ("optimal", "infeasible")
+        notes[k].append(res["message"])
+        if res["primal"] is not None and (best[k] is None or res["primal"] < best[k]["primal"]):
+            best[k] = res
+    k = 0 if bound[0] <= bound[1] else 1
+    if math.isinf(bound[k]) and bound[k] > 0:
+        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": "both row-split classes infeasible"}
+    found = [r for r in best if r is not None]
+    point = min(found, key=lambda r: r["primal"]) if found else None
+    proven = done[k] and best[k] is not None
     words = ["without a row split", "with a row split"]
-    message = "; ".join(f"{words[k]}: {r['message']}" for k, r in zip(order, results))
-    return {"status": status, "bound": bound, "primal": best["primal"] if best else None, "x": best["x"] if best else None,
-            "message": message}
+    message = "; ".join(f"{words[j]}: {bound[j]:.6g} ms ({', '.join(notes[j]) or 'its LP'})" for j in range(2))
+    return {"status": "optimal" if proven else "bound", "bound": bound[k], "primal": point["primal"] if point else None,
+            "x": point["x"] if point else None, "message": message}
 
 
 def relaxation_plan(ctx: AnalyticRelaxation, layout: _Layout, solution: np.ndarray, cost_model: str = "analytic") -> Plan | None:

@@ -103,10 +103,12 @@ def solve_model_lp_ipm(model: SparseModel, c: np.ndarray, *, time_limit: float) 
 
 
 def solve_milp_with_dual(model: SparseModel, c: np.ndarray, *, time_limit: float, lb: np.ndarray | None = None,
-                         ub: np.ndarray | None = None, mip_rel_gap: float | None = None) -> MilpResult:
+                         ub: np.ndarray | None = None, mip_rel_gap: float | None = None, stop_at_dual: float | None = None) -> MilpResult:
     """`solve_milp` through highspy, HiGHS's own Python interface: the same solver, and its dual bound also where it
     found no integer point in time, which scipy's `milp` leaves out (the certified bound's per-class MILPs often
-    end so: without it a class falls back to its LP bound; docs/analytic-bound.md). Without highspy installed, scipy's."""
+    end so: without it a class falls back to its LP bound; docs/analytic-bound.md). `stop_at_dual`: HiGHS stops (status
+    `limit`) once its dual bound reaches this value, where a caller needs no more of this model. Without highspy
+    installed, scipy's (which ignores `stop_at_dual`)."""
     try:
         import highspy
     except ImportError:  # (a dependency of the package; a bare environment still gets an answer)
@@ -129,6 +131,13 @@ def solve_milp_with_dual(model: SparseModel, c: np.ndarray, *, time_limit: float
     if mip_rel_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.passModel(lp)
+    if stop_at_dual is not None:
+        def interrupt(_type: Any, _message: str, out: Any, into: Any, _data: Any) -> None:
+            if into is not None and out.mip_dual_bound >= stop_at_dual:
+                into.user_interrupt = True
+
+        h.setCallback(interrupt, None)
+        h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
     h.run()
     status, info = h.getModelStatus(), h.getInfo()
     text = f"{h.modelStatusToString(status)} (highspy {h.version()})"
