@@ -1,6 +1,6 @@
-"""Solving the relaxation with HiGHS (`_solve_highs`: the LP, then the MILP with the time left), the plan its best
-point describes (`relaxation_plan`), and its optimum at a fixed plan (`relaxation_value_at`, the validity check
-of docs/analytic-bound.md in one number).
+"""Solving the relaxation with HiGHS (`_solve_highs`: the LP, then the MILP with the time left, per row-split class
+where rows may be split), the plan its best point describes (`relaxation_plan`), and its optimum at a fixed plan
+(`relaxation_value_at`, the validity check of docs/analytic-bound.md in one number).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close
 
 def _solve_highs(model: SparseModel, layout: _Layout, time_limit: float) -> dict[str, Any]:
     """Solve the LP relaxation, then the MILP with the time left; the bound is the larger of the LP optimum and
-    the MILP's dual bound (scipy reports no dual bound when HiGHS found no integer solution in time, so the LP's is
-    the fallback; both are lower bounds of the relaxation's optimum). Where some table may be split by rows, the
-    MILP is solved per class (`_solve_row_classes`)."""
+    the MILP's dual bound (HiGHS's, through highspy also where it found no integer point in time; both are lower
+    bounds of the relaxation's optimum). Where some table may be split by rows, the MILP is solved per class
+    (`_solve_row_classes`)."""
     start = time.perf_counter()
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
