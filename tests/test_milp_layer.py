@@ -95,3 +95,13 @@ def test_the_highspy_adapter_reads_as_the_scipy_one() -> None:
         cost = rng.uniform(1, 3, size=6)
         a, b = solve_milp(m, cost, time_limit=10), solve_milp_with_dual(m, cost, time_limit=10)
         assert a.status is b.status is MilpStatus.optimal and b.objective == pytest.approx(a.objective, rel=2e-4)  # (HiGHS's gap)
+
+
+def test_without_highspy_the_scipy_adapter_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without highspy (the GPU machine has no network to install it) still gets the MILP solved, by scipy."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "highspy", None)  # (import highspy raises ImportError)
+    m, c = knapsack()
+    res = solve_milp_with_dual(m, c, time_limit=10)
+    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-9.0) and "highspy" not in res.message
