@@ -559,3 +559,19 @@ def test_the_row_split_classes_keep_the_relaxations_optimum(inst: Instance) -> N
         lb[layout.split_by_rows] = ub[layout.split_by_rows] = value
         one = solve_milp(model, c, time_limit=60.0, lb=lb, ub=ub, mip_rel_gap=1e-6)
         assert one.status is MilpStatus.infeasible or one.objective >= whole.objective * (1 - 2e-4)
+
+
+def test_a_class_search_stops_where_its_dual_bound_reaches_the_target() -> None:
+    """`stop_at_dual` (how `_solve_row_classes` leaves a class whose bound has passed the other's): HiGHS stops once
+    its dual bound reaches the value, here the LP's bound, which it holds from the root; left alone, it proves more."""
+    from solvers.bound.milp import build_relaxation
+    from solvers.milp import MilpStatus, solve_milp, solve_milp_with_dual
+
+    model, layout = build_relaxation(AnalyticRelaxation(make_instance(5, 4, seed=51, mem_factor=1.5, batch_size=16384), CM))
+    c = np.zeros(model.n_vars)
+    c[layout.z] = 1.0
+    lp = solve_milp(model, c, time_limit=30.0, integrality=False).objective
+    stopped = solve_milp_with_dual(model, c, time_limit=30.0, stop_at_dual=lp)
+    assert stopped.status is MilpStatus.limit and stopped.dual_bound >= lp * (1 - 1e-9)
+    full = solve_milp_with_dual(model, c, time_limit=30.0)
+    assert full.status is MilpStatus.optimal and full.dual_bound > stopped.dual_bound * (1 + 1e-3)

@@ -42,6 +42,7 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
         return None
     row: dict[str, Any] = {"solver": "relaxation", "status": res.status, "cost": None}
     if res.plan is not None and check_plan(instance, res.plan).ok:
-        shards = [s.model_copy(update={"column_wise": False}) if s.column_wise else s for s in res.plan.shards]  # (as above)
+        # (unmarked, as the docstring says why)
+        shards = [s.model_copy(update={"column_wise": False}) if s.column_wise else s for s in res.plan.shards]
         row.update(cost=float(bm.plan_costs(shards).max_cost), shards=shards)
     return row
