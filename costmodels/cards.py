@@ -9,7 +9,10 @@ was trained on (docs/measured.md: `neural-cpu` is 97.5 % off on the next day's C
 - the kernel backend and judge (fbgemm's TBE or the torch fallback) and library versions;
 - the training domain (ranges of batch, rows, dims, pooling factor and tables per device);
 - the date, the sample counts, device-level and plan-level held-out accuracy, and the command that made it;
-- its files (the neural weights, the refitted analytic profile) relative to the card, and which of them to use.
+- its files (the neural weights, the refitted analytic profile) relative to the card, and which of them to use;
+- the machine's speed level (`level`): the ratio of fixed held-out anchor samples timed at the end of the calibration
+  (or by `shardopt costmodel level`) to their collected timings, which the neural model's compute predictions are
+  multiplied by (shardopt.measure.machine_level).
 
 `--cost-model auto` (costmodels.auto) reads cards to choose; `shardopt costmodel list` prints them. A card that is
 missing a field or malformed is a CardError naming the file and the field: exit 2, never a silent default.
@@ -32,6 +35,7 @@ CARD_SUFFIX = ".card.json"
 DOMAIN_FIELDS = ("batch_size", "rows", "dim", "pooling_factor", "tables_per_device")
 MODEL_KINDS = ("neural", "analytic")
 POLICY_ALGOS = ("dreamshard", "autoshard")  # the RL solvers whose policies a card may carry
+LEVEL_RANGE = (0.2, 5.0)  # a level outside it is a corrupt card, not a machine
 
 
 class CardError(UserError, ValueError):
@@ -135,6 +139,13 @@ class ModelCard:
     # algorithm (dreamshard / autoshard) -> policy file, relative to the card: trained on the preferred model
     # (`calibrate --with-policies`); the RL solvers searching with this model use it
     policies: dict[str, str] = field(default_factory=dict)
+    # the machine's speed level against the samples: {"factor", "date", "anchors", "spread", "command"}; the neural
+    # model's compute predictions are multiplied by `factor` (absent: 1)
+    level: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def level_factor(self) -> float:
+        return float(self.level.get("factor", 1.0))
 
     def model_path(self, kind: str | None = None) -> Path:
         kind = kind or self.preferred
@@ -176,6 +187,7 @@ class ModelCard:
             "kernel": self.kernel, "libraries": self.libraries, "domain": self.domain.to_dict(), "models": self.models,
             "preferred": self.preferred, "date": self.date, "samples": self.samples, "accuracy": self.accuracy,
             "command": self.command, **({"policies": self.policies} if self.policies else {}),
+            **({"level": self.level} if self.level else {}),
         }
 
     def save(self, path: Path) -> None:
@@ -241,11 +253,17 @@ def card_from_dict(data: Any, path: Path | None = None, source: str = "user") ->
     policies = data.get("policies", {})
     if not isinstance(policies, dict) or any(k not in POLICY_ALGOS or not isinstance(v, str) for k, v in policies.items()):
         raise bad("policies", f"{policies!r} is not an object of {' / '.join(POLICY_ALGOS)} -> file")
+    level = data.get("level", {})
+    factor = level.get("factor") if isinstance(level, dict) else None
+    if not isinstance(level, dict) or (level and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                                  or not LEVEL_RANGE[0] <= factor <= LEVEL_RANGE[1])):
+        raise bad("level", f"{level!r} is not an object with a factor in [{LEVEL_RANGE[0]:g}, {LEVEL_RANGE[1]:g}]")
     card = ModelCard(
         id=text("id"), backend=backend, hardware=hardware, fingerprint=fp, kernel=text("kernel"), domain=Domain(**spans),
         models=dict(models), preferred=preferred, date=text("date"), samples=dict(samples), accuracy=dict(accuracy),
         command=str(data.get("command", "")), libraries={str(k): str(v) for k, v in libraries.items()},
         description=str(data.get("description", "")), source=source, path=path, policies=dict(policies),
+        level=dict(level),
     )
     if path is not None:
         for kind in card.models:

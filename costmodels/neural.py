@@ -15,6 +15,7 @@ training is in `costmodels.train` (torch). Here nothing imports torch.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +116,10 @@ class BoundNeural(BoundCostModel):
                     "no host-memory tier")
         return None
 
-    def __init__(self, instance: Instance, weights: NeuralWeights):
+    def __init__(self, instance: Instance, weights: NeuralWeights, compute_scale: float = 1.0):
         super().__init__(instance)
         self.w = weights
+        self.compute_scale = compute_scale
         self._encoding_size = weights.layers("enc")[-1][0].shape[1]
         topo = instance.topology
         if topo.lists_network:
@@ -158,7 +160,7 @@ class BoundNeural(BoundCostModel):
     def compute_costs(self, states: np.ndarray, devices: np.ndarray | int | None = None) -> np.ndarray:
         s = np.asarray(states, dtype=np.float64)
         flat = s.reshape(-1, s.shape[-1])
-        out = head_costs(self.w, flat)
+        out = head_costs(self.w, flat) * self.compute_scale
         out[flat[:, -1] < 0.5] = 0.0  # no shard, no kernel
         return out.reshape(s.shape[:-1] + (2,))
 
@@ -195,15 +197,22 @@ class BoundNeural(BoundCostModel):
 
 
 class NeuralCostModel(CostModel):
-    """`path`: a weights file from `shardopt costmodel train` (default: the shipped model)."""
+    """`path`: a weights file from `shardopt costmodel train` (default: the shipped model). `compute_scale`: the
+    machine's speed level relative to the samples the model learned (a calibrated card's `level`,
+    shardopt.measure.machine_level): every compute prediction is multiplied by it. The network learns the shape of
+    the costs; a measured machine's level moves by 5-15 % from one hour or day to the next (docs/measured.md), and a
+    level read on fixed anchor samples follows that without retraining."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, compute_scale: float = 1.0):
+        if not (math.isfinite(compute_scale) and compute_scale > 0):
+            raise ValueError(f"compute_scale: {compute_scale!r} must be a positive number")
         self.path = Path(path) if path is not None else SHIPPED
         self.weights = NeuralWeights.load(self.path)
         self.name = "neural" if path is None else f"neural:{self.path.name}"
+        self.compute_scale = float(compute_scale)
 
     def bind(self, instance: Instance) -> BoundNeural:
-        bm = BoundNeural(instance, self.weights)
+        bm = BoundNeural(instance, self.weights, self.compute_scale)
         bm.model_name = self.name
         return bm
 
@@ -211,6 +220,7 @@ class NeuralCostModel(CostModel):
         trained = self.weights.meta.get("hardware")
         backends = self.weights.meta.get("backends") or {}
         compute = ", ".join(backends.get("compute") or [])
+        level = f", at level {self.compute_scale:.3f} of its samples" if self.compute_scale != 1.0 else ""
         if compute and compute != "sim":
-            return f"{self.name} (compute learned from {compute} measurements; {trained} topology)"
+            return f"{self.name} (compute learned from {compute} measurements{level}; {trained} topology)"
         return f"{self.name} (trained on {trained} data)" if trained else self.name

@@ -62,9 +62,16 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL, models_dir: Path | str | None
 
         path = None if name == "neural" else (name if name.endswith(".npz") else str(WEIGHTS_DIR / f"{name}.npz"))
         try:
-            return NeuralCostModel(path)
+            model = NeuralCostModel(path)
         except ValueError as exc:
             raise UnknownCostModelError(name, f"cost model {name!r}: {exc}") from None
+        if path is not None:  # a calibrated model predicts at the machine level its card last read
+            from costmodels.store import card_beside
+
+            card = card_beside(Path(path)) if Path(path).is_file() else None
+            if card is not None:
+                model.compute_scale = card.level_factor
+        return model
     raise UnknownCostModelError(name)
 
 

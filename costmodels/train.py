@@ -1,7 +1,8 @@
 """Training and judging the neural cost model on collected cost data (`shardopt costmodel collect`).
 
 Training (torch, CPU is enough): the compute network (encoder, masked sum, head) on `compute` samples and the comm
-network on every device of every `comm` sample, both on squared log error (relative error, as MAPE judges it),
+network on every device of every `comm` sample, both on squared log error (relative error, as MAPE judges it; the
+compute network's on absolute log error with `loss="absolute"`: the median, which outlying slow timings do not pull),
 Adam with a cosine schedule, a seeded 10 % validation split, the best validation epoch kept. The result is saved
 as numpy arrays (costmodels.neural.NeuralWeights) so that solving never needs torch.
 
@@ -29,6 +30,9 @@ HEAD = (128, 64)
 COMM = (64, 64)
 
 
+LOSSES = ("squared", "absolute")
+
+
 class TrainError(ValueError):
     """Unusable training data or settings (a user error)."""
 
@@ -41,6 +45,8 @@ class TrainSettings:
     seed: int = 0
     validation: float = 0.1
     threads: int = 2
+    # the compute network's loss on log milliseconds: "squared" (the mean) or "absolute" (the median)
+    loss: str = "squared"
 
 
 # ---- data -----------------------------------------------------------------------------------------------------
@@ -207,6 +213,8 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
 
     if settings.epochs < 1:
         raise TrainError(f"epochs: {settings.epochs} must be >= 1")
+    if settings.loss not in LOSSES:
+        raise TrainError(f"loss: {settings.loss!r} is not one of {', '.join(LOSSES)}")
     torch.manual_seed(settings.seed)
     torch.set_num_threads(settings.threads)
     x, mask, y = compute_arrays(samples)
@@ -243,14 +251,17 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
         pooled = torch.cat([z.sum(dim=1), mt[idx].sum(dim=1, keepdim=True)], dim=1)
         return torch.log(torch.nn.functional.softplus(head(pooled)) + 1e-9)
 
+    def residual_loss(r: Any) -> Any:
+        return r.abs().mean() if settings.loss == "absolute" else (r ** 2).mean()
+
     def compute_loss(idx: np.ndarray) -> Any:
         t = torch.as_tensor(tr[idx])
-        return ((predict(t) - yt[t]) ** 2).mean()
+        return residual_loss(predict(t) - yt[t])
 
     def compute_val() -> float:
         with torch.no_grad():
             t = torch.as_tensor(val)
-            return float(((predict(t) - yt[t]) ** 2).mean())
+            return float(residual_loss(predict(t) - yt[t]))
 
     hist_c, best_c, _ = _fit(list(enc.parameters()) + list(head.parameters()), compute_loss, len(tr), compute_val, settings, progress, "compute")
 

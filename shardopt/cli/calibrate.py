@@ -181,6 +181,8 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         f"registered {card.id} in {_esc(str(card.path.parent))} ({result.seconds / 60:.1f} min): {card.preferred} model, held-out device "
         f"MAPE {acc['mape']:.1%}, Kendall tau {acc['kendall_tau']:.3f} on {acc['n']} samples",
         f"domain: {card.domain.describe()}",
+        *([f"level: this machine ran at {card.level_factor:.3f} of its samples' timings at the end (the model's compute predictions "
+           f"are multiplied by it; `shardopt costmodel level {card.id}` reads it again)"] if card.level else []),
         f"`--cost-model auto` now plans instances of hardware {card.hardware!r} inside that domain with it; name it with --cost-model {card.id}",
         *([f"policies trained on it: {', '.join(card.policies)} (`solve --solver {'|'.join(card.policies)}` with this model uses them)"]
           if card.policies else []),
@@ -216,12 +218,12 @@ def _print_rounds(rounds: list[dict[str, Any]], card: Any) -> None:
     heldout = card.accuracy.get("plan_level", {}).get("heldout_instances", [])
     table = RichTable(title=f"plan-level error: the model's predicted plan cost vs the plan measured on this machine "
                             f"({len(heldout)} held-out instances; the loop learns from the others)", title_justify="left")
-    for col in ("round", "plans", "MAPE", "mean signed error", "Kendall tau", "learning instances' plans: MAPE / signed"):
+    for col in ("round", "level", "plans", "MAPE", "mean signed error", "Kendall tau", "learning instances' plans: MAPE / signed"):
         table.add_column(col, justify="right")
     for r in rounds:
         tau = r.get("kendall_tau")
         learning = r.get("learning")
-        table.add_row("first fit" if r["round"] == 0 else str(r["round"]), str(r["n"]), f"{r['mape']:.1%}", f"{r['bias']:+.1%}",
+        table.add_row("first fit" if r["round"] == 0 else str(r["round"]), f"{r['level']:.3f}" if "level" in r else "-", str(r["n"]), f"{r['mape']:.1%}", f"{r['bias']:+.1%}",
                       "-" if tau is None or tau != tau else f"{tau:.3f}",
                       f"{learning['mape']:.1%} / {learning['bias']:+.1%} ({learning['n']})" if learning else "-")
     _console().print(table)

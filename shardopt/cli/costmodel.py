@@ -105,6 +105,7 @@ def train_cmd(
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="Adam's initial learning rate (cosine decay).")] = 2e-3,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of initialisation, validation split and batches.")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")] = 2,
+    loss: Annotated[str, typer.Option("--loss", help="The compute network's loss on log ms: squared (the mean) or absolute (the median: slow outlying timings do not pull it).")] = "squared",
     json_out: JsonOpt = False,
 ) -> None:
     """Train the neural compute and communication models on collected cost data."""
@@ -114,7 +115,7 @@ def train_cmd(
         from costmodels.train import TrainError, TrainSettings, train
 
         samples = [s for path in data for s in _read_data(path)]
-        settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, threads=threads)
+        settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, threads=threads, loss=loss)
         meta = {"data": [str(p) for p in data], "command": "shardopt " + " ".join(sys.argv[1:])}
         with _progress("training", enabled=not json_out) as tick:
             def report(name: str, epoch: int, total: int, val: float) -> None:
@@ -133,7 +134,7 @@ def train_cmd(
         else:
             _print_lines(_console(), [
                 f"wrote {_esc(str(out))}: {rec['compute_samples']} compute samples, {rec['comm_device_rows']} comm device rows",
-                f"best validation log-MSE: compute {rec['best_val_log_mse_compute']:.5f}, comm {rec['best_val_log_mse_comm']:.5f}",
+                f"best validation loss: compute {rec['best_val_log_mse_compute']:.5f} ({settings.loss} log error), comm {rec['best_val_log_mse_comm']:.5f} (squared)",
             ])
 
 
@@ -205,7 +206,7 @@ def list_cmd(
         from rich.table import Table as RichTable
 
         table = RichTable(title=f"calibrated cost models (store: {_esc(str(user_store_dir(models)))})", title_justify="left")
-        for col in ("id", "source", "hardware", "measured on", "backend / kernel", "domain", "date", "samples", "held-out MAPE / tau"):
+        for col in ("id", "source", "hardware", "measured on", "backend / kernel", "domain", "date", "samples", "held-out MAPE / tau", "level"):
             table.add_column(col, overflow="fold")
         for c in cards:
             acc = c.device_accuracy() or {}
@@ -215,7 +216,77 @@ def list_cmd(
             if isinstance(plan, dict) and "mape" in plan:
                 fig += f"; plans {plan['mape']:.1%}"
             table.add_row(_esc(c.id), c.source, c.hardware, _esc(c.fingerprint.describe() + mine), f"{c.backend}: {c.kernel_short}",
-                          _esc(c.domain.describe()), c.date, f"{c.samples.get('train', 0):,} / {c.samples.get('test', 0):,}", fig)
+                          _esc(c.domain.describe()), c.date, f"{c.samples.get('train', 0):,} / {c.samples.get('test', 0):,}", fig,
+                          f"{c.level_factor:.3f} ({c.level.get('date', '?')})" if c.level else "-")
         console = _console()
         console.print(table)
         _print_lines(console, [f"this machine: {here.describe()}", "data-sheet models (no card): analytic, analytic:PROFILE (shardopt solve --help)"])
+
+
+@costmodel_app.command("level")
+def level_cmd(
+    model_id: Annotated[str, typer.Argument(metavar="ID", help="A calibrated model of the store (shardopt costmodel list).", show_default=False)],
+    models: ModelsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Read this machine's speed level again for a calibrated model: re-time its anchor samples (about 10 s) and set the
+    factor its compute predictions are multiplied by. A machine's level moves by 5-15 % between hours or days; the
+    model's shape does not (docs/measured.md)."""
+    with _guard(json_out):
+        import datetime
+        from dataclasses import replace
+
+        from costmodels.store import find_card
+        from shardopt.cli.common import _command_line
+        from shardopt.measure.collect import read_samples
+        from shardopt.measure.machine_level import LevelError, choose_anchors, read_level
+
+        card = find_card(model_id, models)
+        if card is None:
+            raise CLIError(f"ID: no calibrated model {model_id!r} (shardopt costmodel list shows them)")
+        if card.source == "shipped" or card.path is None:
+            raise CLIError(f"ID: {model_id!r} ships with shardopt (read-only, without its samples): `shardopt calibrate --backend "
+                           f"{card.backend}` makes a model of this machine whose level this command can read")
+        here = _machine_fingerprint(card.backend)
+        same = card.fingerprint.matches(here) if card.backend == "cpu" else card.fingerprint.name == here.name
+        if not same:
+            raise CLIError(f"ID: {model_id!r} was calibrated on {card.fingerprint.describe()}, this machine is {here.describe()}: "
+                           "a level is this machine's speed against its own samples; calibrate this machine instead")
+        data = card.path.parent / "data" / "test.jsonl.gz"
+        if not data.is_file():
+            raise CLIError(f"{data}: no such file (the held-out samples the level is anchored on)")
+        try:
+            anchors = choose_anchors(list(read_samples(data, "compute")))
+        except (LevelError, ValueError, OSError) as exc:
+            raise CLIError(f"{data}: {exc}") from None
+        repeats, warmup = int(card.level.get("repeats", 5)), int(card.level.get("warmup", 2))
+        with _progress("re-timing the anchors", enabled=not json_out) as tick:
+            reading = read_level(anchors, card.backend, repeats=repeats, warmup=warmup, progress=tick)
+        before = card.level_factor if card.level else None
+        level = {**reading.to_dict(), "repeats": repeats, "warmup": warmup, "command": _command_line(),
+                 "previous": ({"factor": card.level["factor"], "date": card.level.get("date")} if card.level else None)}
+        card = replace(card, level=level)
+        card.save(card.path)
+        if json_out:
+            _emit_json({"id": card.id, "path": str(card.path), "level": level, "date": datetime.date.today().isoformat()})
+            return
+        was = f" (was {before:.3f})" if before is not None else " (the card had none: 1)"
+        _print_lines(_console(), [
+            f"{card.id}: this machine runs at {reading.factor:.3f} of its samples' timings{was}; quartiles "
+            f"{reading.spread[0]:.3f}-{reading.spread[1]:.3f} over {reading.anchors} anchors, {reading.seconds:.0f} s",
+            f"its neural model's compute predictions are multiplied by {reading.factor:.3f} from now on ({_esc(str(card.path))})",
+        ])
+
+
+def _machine_fingerprint(backend: str) -> Any:
+    from shardopt.core.fingerprint import cpu_fingerprint
+
+    if backend == "cpu":
+        return cpu_fingerprint()
+    from shardopt.measure.backends.base import BackendUnavailable
+    from shardopt.measure.backends.cuda import gpu_fingerprint
+
+    try:
+        return gpu_fingerprint()
+    except BackendUnavailable as exc:
+        raise CLIError(f"--backend cuda: {exc}") from None
