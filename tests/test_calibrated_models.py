@@ -290,6 +290,9 @@ def test_calibrate_end_to_end_makes_a_card_that_auto_then_picks(tmp_path: Path):
     assert "neural" in card.accuracy and "analytic" in card.accuracy and card.command.startswith("shardopt ")
     assert card.libraries.get("fbgemm-gpu-cpu") and "fbgemm" in card.kernel
     assert {"neural (this calibration)", "analytic refitted (this calibration)", "analytic (cpu data sheet)"} <= set(doc["heldout"])
+    # the machine's level, read on held-out anchors at the end, is on the card and scales the model auto gets
+    assert card.level["factor"] > 0 and 1 <= card.level["anchors"] <= 4 and card.level["repeats"] == 1
+    assert any(s["name"] == "level" for s in doc["stages"])
     for kind in card.models:
         assert card.model_path(kind).is_file()
     with gzip.open(card.path.parent / "data" / "train.jsonl.gz", "rt") as f:
@@ -297,6 +300,9 @@ def test_calibrate_end_to_end_makes_a_card_that_auto_then_picks(tmp_path: Path):
     # auto now plans the instance with it (the card covers it: it was calibrated for it)
     choice = choose_cost_model("auto", load_instance(CPU_INSTANCE), store)
     assert choice.card_id == card.id and choice.notice is None
+    from costmodels.registry import get_cost_model
+
+    assert get_cost_model(f"{card.id}/neural", store).compute_scale == pytest.approx(card.level["factor"])
     # and the store lists it
     listed = json.loads(run("costmodel", "list", "--models", store, "--json").stdout)["models"]
     assert any(m["id"] == card.id and m["source"] == "user" for m in listed)
@@ -353,6 +359,9 @@ def test_the_loop_adds_samples_from_proposed_plans_and_reports_the_plan_level_er
     assert [r["round"] for r in result.plan_rounds] == [0, 1]
     for r in result.plan_rounds:  # one held-out instance (every third), greedy's plan of it, predicted vs measured
         assert r["n"] == 1 and r["plans"][0]["instance"] == targets[2].name and r["mape"] >= 0
+        assert r["level"] > 0  # predicted at the machine's level read just before
+    # the registered model is the one the last round measured: at that round's level
+    assert card.level["factor"] == pytest.approx(result.plan_rounds[-1]["level"], abs=1e-4)
     # the round's model's own proposals on the two learning instances, before it trained on them; none after the last
     assert result.plan_rounds[0]["learning"]["n"] == 2 and "learning" not in result.plan_rounds[1]
     plan_level = card.accuracy["plan_level"]
@@ -363,6 +372,8 @@ def test_the_loop_adds_samples_from_proposed_plans_and_reports_the_plan_level_er
     assert card.samples["proposed"] == len(loop) == targets[0].topology.num_devices + targets[1].topology.num_devices
     assert {d["origin"]["instance"] for d in loop} == {targets[0].name, targets[1].name}
     assert all(d["origin"]["round"] == 1 and d["origin"]["solver"] == "greedy" and d["fwd_compute"] > 0 for d in loop)
+    # timed at round 0's level, kept at the samples' level (what the network learns)
+    assert all(d["level"] == pytest.approx(result.plan_rounds[0]["level"], abs=1e-4) for d in loop)
 
 
 # ---- solve --pick ---------------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ far. Learning one's own hardware was a five-command recipe; this is that recipe 
 3. refit the analytic profile's constants to the same samples (`calibrate DATA.jsonl`);
 4. judge both, the data-sheet model and every other model of this backend and hardware on the held-out samples, by
    device-cost band;
-5. register the result with its card (costmodels.cards) in the user store, where `--cost-model auto` finds it.
+5. read the machine's speed level on held-out anchor samples (shardopt.measure.machine_level; with the loop, before
+   each round's plans, the devices of which are kept at the samples' level) and register the result with its card
+   (costmodels.cards: the level on it) in the user store, where `--cost-model auto` finds it.
 
 The timing settings are the judge's own (`evaluate_plan`: repeats, warm-ups, one pinned thread on the CPU). Every
 stage writes into a work folder keyed by the settings and the machine's fingerprint, and stamps itself when done: a
