@@ -55,8 +55,11 @@ SHIPPED = {
 CALIBRATED = {
     "calibrated-h200-torch": ROOT / "benchmarks/results/gpu-h200-2026-11-26/lease4/campaign/models/campaign-h200",
     # `shardopt calibrate --backend cpu --budget-minutes 15 --for instances/suites/cpu-test --rounds 2` on the 2-core
-    # AMD EPYC family 25 model 17 VM (docs/measured.md, "On a third CPU")
-    "calibrated-cpu-epyc-f25m17": ROOT / "benchmarks/results/calibrate-cpu-2026-11-28/model",
+    # AMD EPYC family 25 model 17 VM, 2026-11-29 (docs/measured.md, "The machine's level"; it replaced the 2026-11-28
+    # calibration of "On a third CPU": 6.8 against 16.9 % held-out MAPE on the same day's samples). Its card's anchors
+    # (anchors.jsonl.gz, written after the run by machine_level.choose_anchors on its test samples: the 24 its level
+    # readings re-timed) let `shardopt costmodel level` read this machine's level onto a copy in the user's store
+    "calibrated-cpu-epyc-f25m17": ROOT / "benchmarks/results/calibrate-cpu-2026-11-29/model",
 }
 
 
@@ -76,8 +79,12 @@ def ship_calibration(name: str, folder: Path) -> ModelCard:
         else:
             dst, models[kind] = WEIGHTS / f"{name}{src.suffix}", f"{name}{src.suffix}"
         shutil.copyfile(src, dst)
+    anchors = ""
+    if card.anchors:  # the samples `shardopt costmodel level` re-times (onto a copy in the user's store)
+        anchors = f"{name}.anchors.jsonl.gz"
+        shutil.copyfile(card.anchors_path(), WEIGHTS / anchors)
     note = f" Shipped from {folder.relative_to(ROOT)} as {name}."
-    shipped = replace(card, id=name, models=models, source="shipped", path=None,
+    shipped = replace(card, id=name, models=models, source="shipped", path=None, anchors=anchors,
                       description=card.description + note)
     shipped.save(WEIGHTS / f"{name}.card.json")
     return shipped

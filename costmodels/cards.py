@@ -142,6 +142,13 @@ class ModelCard:
     # the machine's speed level against the samples: {"factor", "date", "anchors", "spread", "command"}; the neural
     # model's compute predictions are multiplied by `factor` (absent: 1)
     level: dict[str, Any] = field(default_factory=dict)
+    anchors: str = ""  # the samples a level is read on (shardopt.measure.machine_level), relative to the card; "" = none
+
+    def anchors_path(self) -> Path | None:
+        if not self.anchors:
+            return None
+        base = self.path.parent if self.path is not None else Path(".")
+        return (base / self.anchors).resolve()
 
     @property
     def level_factor(self) -> float:
@@ -188,6 +195,7 @@ class ModelCard:
             "preferred": self.preferred, "date": self.date, "samples": self.samples, "accuracy": self.accuracy,
             "command": self.command, **({"policies": self.policies} if self.policies else {}),
             **({"level": self.level} if self.level else {}),
+            **({"anchors": self.anchors} if self.anchors else {}),
         }
 
     def save(self, path: Path) -> None:
@@ -258,17 +266,22 @@ def card_from_dict(data: Any, path: Path | None = None, source: str = "user") ->
     if not isinstance(level, dict) or (level and (isinstance(factor, bool) or not isinstance(factor, (int, float))
                                                   or not LEVEL_RANGE[0] <= factor <= LEVEL_RANGE[1])):
         raise bad("level", f"{level!r} is not an object with a factor in [{LEVEL_RANGE[0]:g}, {LEVEL_RANGE[1]:g}]")
+    anchors = data.get("anchors", "")
+    if not isinstance(anchors, str):
+        raise bad("anchors", f"{anchors!r} is not a file name")
     card = ModelCard(
         id=text("id"), backend=backend, hardware=hardware, fingerprint=fp, kernel=text("kernel"), domain=Domain(**spans),
         models=dict(models), preferred=preferred, date=text("date"), samples=dict(samples), accuracy=dict(accuracy),
         command=str(data.get("command", "")), libraries={str(k): str(v) for k, v in libraries.items()},
         description=str(data.get("description", "")), source=source, path=path, policies=dict(policies),
-        level=dict(level),
+        level=dict(level), anchors=anchors,
     )
     if path is not None:
         for kind in card.models:
             if not card.model_path(kind).is_file():
                 raise bad(f"models.{kind}", f"{card.models[kind]!r}: no such file beside the card")
+        if card.anchors and not card.anchors_path().is_file():
+            raise bad("anchors", f"{card.anchors!r}: no such file beside the card")
         for algo in card.policies:
             if not card.policy_path(algo).is_file():
                 raise bad(f"policies.{algo}", f"{card.policies[algo]!r}: no such file beside the card")

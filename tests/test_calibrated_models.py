@@ -96,8 +96,8 @@ def test_the_shipped_h200_calibration_is_what_auto_plans_an_h200_instance_with()
 
 
 def test_the_shipped_cpu_calibration_plans_its_own_cpu_only(tmp_path: Path) -> None:
-    """The 2-core EPYC family 25 model 17 calibration (benchmarks/ship_model_cards.py, docs/measured.md "On a third
-    CPU") ships its neural model as what auto plans a `cpu` instance with on that CPU kind, and on no other: another
+    """The 2-core EPYC family 25 model 17 calibration (benchmarks/ship_model_cards.py, docs/measured.md "The machine's
+    level") ships its neural model as what auto plans a `cpu` instance with on that CPU kind, and on no other: another
     CPU falls back to the analytic model with the notice. The machine is passed, so the test does not depend on the
     CPU it runs on."""
     cal = next(c for c in shipped_cards() if c.id == "calibrated-cpu-epyc-f25m17")
@@ -105,6 +105,8 @@ def test_the_shipped_cpu_calibration_plans_its_own_cpu_only(tmp_path: Path) -> N
     assert (cal.fingerprint.family, cal.fingerprint.model, cal.fingerprint.cores) == ("25", "17", 2)
     assert cal.model_path().is_file() and cal.model_path("analytic").is_file()
     assert card_beside(cal.model_path()).id == "calibrated-cpu-epyc-f25m17"
+    # its level at the end of its calibration, and the anchors `costmodel level` re-times on a copy in the store
+    assert 0.5 < cal.level_factor < 2 and cal.anchors_path().is_file() and cal.anchors_path().parent == SHIPPED_DIR
     inst = load_instance(ROOT / "instances/suites/cpu-test/cpu-test-s1-0003.json")
     assert inst.topology.hardware == "cpu" and not cal.domain.outside(inst)
     empty = tmp_path / "store"  # (no user models: the shipped ones only)
@@ -293,6 +295,7 @@ def test_calibrate_end_to_end_makes_a_card_that_auto_then_picks(tmp_path: Path):
     # the machine's level, read on held-out anchors at the end, is on the card and scales the model auto gets
     assert card.level["factor"] > 0 and 1 <= card.level["anchors"] <= 4 and card.level["repeats"] == 1
     assert any(s["name"] == "level" for s in doc["stages"])
+    assert card.anchors_path().name == "anchors.jsonl.gz" and card.anchors_path().is_file()  # what `costmodel level` re-times
     for kind in card.models:
         assert card.model_path(kind).is_file()
     with gzip.open(card.path.parent / "data" / "train.jsonl.gz", "rt") as f:

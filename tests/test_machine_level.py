@@ -134,11 +134,50 @@ def test_costmodel_level_reads_and_records_this_machines_level(tmp_path: Path, c
     assert load_card(folder / "card.json").level["previous"]["factor"] == first["factor"]
 
 
+def test_a_shipped_models_level_goes_on_a_copy_in_the_store_that_auto_prefers(tmp_path: Path, cpu_samples: list[dict],
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    import costmodels.store as store_module
+    from costmodels.auto import choose_cost_model
+    from shardopt.measure.machine_level import write_anchors
+
+    shipped_dir = tmp_path / "package"  # a package whose shipped calibrated model is of this machine
+    shipped_dir.mkdir()
+    zen5 = load_card(SHIPPED_DIR / "neural-cpu-zen5.card.json", source="shipped")
+    shutil.copy2(zen5.model_path("neural"), shipped_dir / "here.npz")
+    shutil.copy2(zen5.model_path("analytic"), shipped_dir / "here.json")
+    write_anchors(cpu_samples, shipped_dir / "here.anchors.jsonl.gz")
+    replace(zen5, id="here", fingerprint=cpu_fingerprint(), models={"neural": "here.npz", "analytic": "here.json"},
+            anchors="here.anchors.jsonl.gz", path=None).save(shipped_dir / "here.card.json")
+    monkeypatch.setattr(store_module, "SHIPPED_DIR", shipped_dir)
+    store = tmp_path / "store"
+    inst = load_instance(CPU_INSTANCE)
+    assert choose_cost_model("auto", inst, store).card_id == "here"
+    r = run("costmodel", "level", "here", "--models", store, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["id"] == "here-local"
+    copy = load_card(store / "here-local" / "card.json")
+    assert copy.source == "user" and copy.level["factor"] > 0 and copy.level["anchors"] == 4 and copy.anchors_path().is_file()
+    assert not load_card(shipped_dir / "here.card.json").level  # the shipped card is untouched
+    choice = choose_cost_model("auto", inst, store)
+    assert choice.card_id == "here-local" and choice.model.compute_scale == pytest.approx(copy.level["factor"])
+    # read again: the copy is updated, not copied again
+    assert run("costmodel", "level", "here", "--models", store).exit_code == 0
+    assert load_card(store / "here-local" / "card.json").level["previous"]["factor"] == copy.level["factor"]
+
+
 def test_costmodel_level_refuses_what_it_cannot_anchor(tmp_path: Path, cpu_samples: list[dict]):
     r = run("costmodel", "level", "nothing-here", "--models", tmp_path)
     assert r.exit_code == 2 and "no calibrated model 'nothing-here'" in r.output
     r = run("costmodel", "level", "neural-cpu-zen5", "--models", tmp_path)
-    assert r.exit_code == 2 and "ships with shardopt" in r.output
+    assert r.exit_code == 2 and ("ships without anchor samples" in r.output or "this machine is" in r.output)
+    folder = _store_copy(tmp_path, "broken", test_samples=cpu_samples)
+    (folder / "anchors.jsonl.gz").write_text("not gzip")
+    doc = json.loads((folder / "card.json").read_text())
+    doc["anchors"] = "anchors.jsonl.gz"
+    (folder / "card.json").write_text(json.dumps(doc))
+    r = run("costmodel", "level", "broken", "--models", tmp_path)
+    assert r.exit_code == 2 and "anchors.jsonl.gz: not gzipped JSON lines" in r.output
+    shutil.rmtree(folder)
     other = Fingerprint(kind="cpu", name="Some CPU", vendor="GenuineIntel", family="6", model="143", cores=2)
     _store_copy(tmp_path, "theirs", fingerprint=other, test_samples=cpu_samples)
     r = run("costmodel", "level", "theirs", "--models", tmp_path)

@@ -225,57 +225,88 @@ def list_cmd(
 
 @costmodel_app.command("level")
 def level_cmd(
-    model_id: Annotated[str, typer.Argument(metavar="ID", help="A calibrated model of the store (shardopt costmodel list).", show_default=False)],
+    model_id: Annotated[str, typer.Argument(metavar="ID", help="A calibrated model, shipped or in the store (shardopt costmodel list).", show_default=False)],
     models: ModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Read this machine's speed level again for a calibrated model: re-time its anchor samples (about 10 s) and set the
+    """Read this machine's speed level for a calibrated model: re-time its anchor samples (about 10 s) and set the
     factor its compute predictions are multiplied by. A machine's level moves by 5-15 % between hours or days; the
-    model's shape does not (docs/measured.md)."""
+    model's shape does not (docs/measured.md). A shipped model is read-only: its level goes on a copy in the store,
+    ID-local, which `auto` then prefers."""
     with _guard(json_out):
-        import datetime
         from dataclasses import replace
 
         from costmodels.store import find_card
         from shardopt.cli.common import _command_line
         from shardopt.measure.collect import read_samples
-        from shardopt.measure.machine_level import LevelError, choose_anchors, read_level
+        from shardopt.measure.machine_level import LevelError, choose_anchors, read_anchors, read_level
 
         card = find_card(model_id, models)
         if card is None:
             raise CLIError(f"ID: no calibrated model {model_id!r} (shardopt costmodel list shows them)")
-        if card.source == "shipped" or card.path is None:
-            raise CLIError(f"ID: {model_id!r} ships with shardopt (read-only, without its samples): `shardopt calibrate --backend "
-                           f"{card.backend}` makes a model of this machine whose level this command can read")
         here = _machine_fingerprint(card.backend)
         same = card.fingerprint.matches(here) if card.backend == "cpu" else card.fingerprint.name == here.name
         if not same:
             raise CLIError(f"ID: {model_id!r} was calibrated on {card.fingerprint.describe()}, this machine is {here.describe()}: "
                            "a level is this machine's speed against its own samples; calibrate this machine instead")
-        data = card.path.parent / "data" / "test.jsonl.gz"
-        if not data.is_file():
-            raise CLIError(f"{data}: no such file (the held-out samples the level is anchored on)")
         try:
-            anchors = choose_anchors(list(read_samples(data, "compute")))
-        except (LevelError, ValueError, OSError) as exc:
-            raise CLIError(f"{data}: {exc}") from None
+            if card.anchors:
+                anchors = read_anchors(card.anchors_path())
+            elif card.source != "shipped" and card.path is not None:  # (a store model from before cards named anchors)
+                data = card.path.parent / "data" / "test.jsonl.gz"
+                if not data.is_file():
+                    raise LevelError(f"{data}: no such file (the held-out samples a level is read on)")
+                anchors = choose_anchors(list(read_samples(data, "compute")))
+            else:
+                raise LevelError(f"{model_id!r} ships without anchor samples: `shardopt calibrate --backend {card.backend}` makes a "
+                                 "model of this machine with them")
+        except (ValueError, OSError) as exc:
+            raise CLIError(str(exc)) from None
         repeats, warmup = int(card.level.get("repeats", 5)), int(card.level.get("warmup", 2))
         with _progress("re-timing the anchors", enabled=not json_out) as tick:
             reading = read_level(anchors, card.backend, repeats=repeats, warmup=warmup, progress=tick)
-        before = card.level_factor if card.level else None
+        target = _local_copy(card, models) if card.source == "shipped" else card
+        before = target.level_factor if target.level else None
         level = {**reading.to_dict(), "repeats": repeats, "warmup": warmup, "command": _command_line(),
-                 "previous": ({"factor": card.level["factor"], "date": card.level.get("date")} if card.level else None)}
-        card = replace(card, level=level)
-        card.save(card.path)
+                 "previous": ({"factor": target.level["factor"], "date": target.level.get("date")} if target.level else None)}
+        target = replace(target, level=level)
+        target.save(target.path)
         if json_out:
-            _emit_json({"id": card.id, "path": str(card.path), "level": level, "date": datetime.date.today().isoformat()})
+            _emit_json({"id": target.id, "of": card.id, "path": str(target.path), "level": level})
             return
         was = f" (was {before:.3f})" if before is not None else " (the card had none: 1)"
         _print_lines(_console(), [
             f"{card.id}: this machine runs at {reading.factor:.3f} of its samples' timings{was}; quartiles "
             f"{reading.spread[0]:.3f}-{reading.spread[1]:.3f} over {reading.anchors} anchors, {reading.seconds:.0f} s",
-            f"its neural model's compute predictions are multiplied by {reading.factor:.3f} from now on ({_esc(str(card.path))})",
+            (f"{target.id} (a copy in the store: {_esc(str(target.path.parent))}) predicts at it, and `auto` prefers it to the shipped {card.id}"
+             if target.id != card.id else
+             f"its neural model's compute predictions are multiplied by {reading.factor:.3f} from now on ({_esc(str(card.path))})"),
         ])
+
+
+def _local_copy(card: Any, models: Optional[Path]) -> Any:
+    """The store's copy of a shipped calibrated model (ID-local: its model files, anchors and card, source user), made
+    the first time; the card as loaded from there."""
+    import shutil
+    from dataclasses import replace
+
+    from costmodels.cards import load_card
+    from costmodels.store import CARD_FILE, user_store_dir
+
+    folder = user_store_dir(models) / f"{card.id}-local"
+    if not (folder / CARD_FILE).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {kind: f"{kind}{card.model_path(kind).suffix}" for kind in card.models}
+        for kind, name in files.items():
+            shutil.copy2(card.model_path(kind), folder / name)
+        shutil.copy2(card.anchors_path(), folder / "anchors.jsonl.gz")
+        policies = {algo: f"policies/{algo}.npz" for algo in card.policies}
+        for algo, rel in policies.items():
+            (folder / rel).parent.mkdir(exist_ok=True)
+            shutil.copy2(card.policy_path(algo), folder / rel)
+        replace(card, id=f"{card.id}-local", models=files, anchors="anchors.jsonl.gz", source="user", path=None, policies=policies,
+                description=f"{card.description} Copied from the shipped {card.id} by `shardopt costmodel level` to carry this machine's level.").save(folder / CARD_FILE)
+    return load_card(folder / CARD_FILE)
 
 
 def _machine_fingerprint(backend: str) -> Any:

@@ -44,7 +44,7 @@ from shardopt.core.errors import UserError
 from shardopt.core.fingerprint import Fingerprint
 from shardopt.core.ir import Instance
 from shardopt.measure.backends.base import kernel_label
-from shardopt.measure.machine_level import LevelReading, at_level, choose_anchors, read_level as read_machine_level
+from shardopt.measure.machine_level import ANCHORS_FILE, LevelReading, at_level, choose_anchors, read_level as read_machine_level, write_anchors
 
 # the recipes behind the shipped measured models (costmodels/weights/*.json): the domain a calibration samples
 # without --for
@@ -581,6 +581,7 @@ class _Calibration:
         shutil.copy2(self.profile_file, folder / "profile.json")
         for src in (self.train_file, self.test_file, self.comm_file):
             _gzip_copy(src, folder / "data" / f"{src.stem}.jsonl.gz")
+        write_anchors(self.anchors, folder / ANCHORS_FILE)
         (folder / "heldout.json").write_text(json.dumps({"devices": heldout, "plan_rounds": self.plan_rounds}, indent=1) + "\n")
         if (self.work / "loop.jsonl").is_file():
             _gzip_copy(self.work / "loop.jsonl", folder / "data" / "loop.jsonl.gz")
@@ -604,6 +605,7 @@ class _Calibration:
             policies={algo: f"policies/{algo}.npz" for algo in trained},
             level=({**self.level.to_dict(), "repeats": settings.repeats, "warmup": settings.warmup, "command": self.command}
                    if self.level is not None else {}),
+            anchors=ANCHORS_FILE,
         )
         return register(card, folder, models_dir)
 

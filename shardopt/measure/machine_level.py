@@ -14,17 +14,23 @@ median ratio gives the factor the neural model's compute predictions are multipl
 from __future__ import annotations
 
 import datetime
+import gzip
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from shardopt.core.errors import UserError
 
 # anchors per reading: about 10 s on the 2-core VM (5-60 ms devices, the judge's 5 repeats after 2 warm-ups)
 ANCHORS = 24
 # anchors come from the samples' middle and upper cost range: tiny devices carry launch noise of their own
 ANCHOR_QUANTILES = (0.3, 0.97)
+ANCHORS_FILE = "anchors.jsonl.gz"  # beside a calibrated model's card
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,10 @@ class LevelReading:
         return d
 
 
-class LevelError(ValueError):
-    """No anchors to read a level from."""
+class LevelError(UserError, ValueError):
+    """No anchors to read a level from (a user error: exit 2)."""
+
+    error_kind = "no_level_anchors"
 
 
 def sample_total(sample: dict[str, Any]) -> float:
@@ -104,3 +112,25 @@ def at_level(samples: Sequence[dict[str, Any]], factor: float) -> list[dict[str,
     forward and backward compute divided by it."""
     return [{**s, "fwd_compute": float(s["fwd_compute"]) / factor, "bwd_compute": float(s["bwd_compute"]) / factor,
              "level": factor} for s in samples]
+
+
+def write_anchors(anchors: Sequence[dict[str, Any]], path: Path) -> None:
+    """The anchors (with their collected timings, the reference) as gzipped JSON lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for s in anchors:
+            f.write(json.dumps(s) + "\n")
+
+
+def read_anchors(path: Path) -> list[dict[str, Any]]:
+    """A card's anchors; LevelError naming the file when it is missing, unreadable or holds none."""
+    try:
+        with gzip.open(path, "rt") as f:
+            anchors = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        raise LevelError(f"{path}: no such file (the samples a level is read on)") from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LevelError(f"{path}: not gzipped JSON lines of samples ({exc})") from None
+    if not any(isinstance(s, dict) and s.get("kind") == "compute" for s in anchors):
+        raise LevelError(f"{path}: holds no compute samples to read a level on")
+    return [s for s in anchors if isinstance(s, dict) and s.get("kind") == "compute"]
