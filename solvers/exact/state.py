@@ -36,6 +36,8 @@ class _Run:
     whole: Instance | None = None  # ... and this the whole instance the plan is for
     start_plan: dict[str, Any] | None = None  # a warm start that fits but the items cannot express: returned if nothing else is found
     groups: TableGroups = field(default_factory=TableGroups)  # the placement constraints' co-locate / separate rows
+    # the tiered path's start on the whole instance ({"solver", "cost", "shards"}): never returned dearer than it
+    tiered_start: dict[str, Any] | None = None
 
     @property
     def time(self) -> Budget:
