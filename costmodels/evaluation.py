@@ -21,10 +21,15 @@ from shardopt.core.ir import AccessProfile, Instance, Plan, Shard, Table, Topolo
 MEMORY = 1 << 50  # samples were placed under their own cap already; the model only prices them
 
 
-def sample_instance(sample: dict[str, Any]) -> tuple[Instance, Plan]:
-    """The one-device instance and plan a compute sample describes."""
+def sample_instance(sample: dict[str, Any], keep_names: bool = False) -> tuple[Instance, Plan]:
+    """The one-device instance and plan a compute sample describes. Its tables are s0, s1, ... (pricing does not
+    look at names), or with `keep_names` the names the sample records (a table's index trace is seeded by its name:
+    re-timing a sample times the workload its timing did; a name twice gets its position appended)."""
+    recorded = [str(t.get("name") or f"s{k}") for k, t in enumerate(sample["tables"])]
+    names = ([n if recorded.count(n) == 1 else f"{n}#{k}" for k, n in enumerate(recorded)] if keep_names
+             else [f"s{k}" for k in range(len(recorded))])
     tables = [
-        Table(name=f"s{k}", rows=int(t["rows"]), dim=int(t["dim"]), pooling_factor=float(t["pooling_factor"]),
+        Table(name=names[k], rows=int(t["rows"]), dim=int(t["dim"]), pooling_factor=float(t["pooling_factor"]),
               access=AccessProfile(histogram=t.get("histogram"), zipf=t.get("zipf")), dtype=t.get("dtype"))
         for k, t in enumerate(sample["tables"])
     ]

@@ -68,7 +68,7 @@ def get_cost_model(name: str = DEFAULT_COST_MODEL, models_dir: Path | str | None
         if path is not None:  # a calibrated model predicts at the machine level its card last read
             from costmodels.store import card_beside
 
-            card = card_beside(Path(path)) if Path(path).is_file() else None
+            card = card_beside(Path(path))
             if card is not None:
                 model.compute_scale = card.level_factor
         return model

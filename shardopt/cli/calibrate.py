@@ -99,8 +99,8 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
                        host_link: Optional[Path] = None, batches: Optional[str] = None, max_rows: Optional[int] = None,
                        max_tables: Optional[int] = None, with_policies: bool = False,
                        policy_episodes: int = 8000) -> None:
-    from shardopt.cli.common import _command_line, _progress_stages
-    from shardopt.core.fingerprint import cpu_fingerprint, gpu_profile_name
+    from shardopt.cli.common import _command_line, _machine_fingerprint, _progress_stages
+    from shardopt.core.fingerprint import gpu_profile_name
     from shardopt.core.hardware import PROFILES
     from shardopt.measure.calibration import CalibrationError, calibrate_machine, domain_settings
 
@@ -110,17 +110,10 @@ def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Pat
         raise CLIError(f"--budget-minutes: {budget_minutes:g} must be > 0")
     if hardware is not None and hardware not in PROFILES:
         raise CLIError(f"--hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
+    fingerprint = _machine_fingerprint(backend)
     if backend == "cpu":
-        fingerprint = cpu_fingerprint()
         hw = hardware or "cpu"
     else:
-        from shardopt.measure.backends.base import BackendUnavailable
-        from shardopt.measure.backends.cuda import gpu_fingerprint
-
-        try:
-            fingerprint = gpu_fingerprint()
-        except BackendUnavailable as exc:
-            raise CLIError(f"--backend cuda: {exc}") from None
         hw = hardware or gpu_profile_name(fingerprint.name)
         if hw is None:
             raise CLIError(f"--hardware: no hardware profile names the GPU {fingerprint.name!r}: say which one instances use for it")

@@ -304,6 +304,22 @@ def _cost_summary(costs: DeviceCosts, label: str) -> list[str]:
     ]
 
 
+def _machine_fingerprint(backend: str, asked_by: str = "--backend cuda") -> Any:
+    """This machine's fingerprint for a measured backend: its CPU, or (cuda) its GPU; CLIError, starting with
+    `asked_by` (what asked for the GPU), when no GPU answers."""
+    from shardopt.core.fingerprint import cpu_fingerprint
+
+    if backend == "cpu":
+        return cpu_fingerprint()
+    from shardopt.measure.backends.base import BackendUnavailable
+    from shardopt.measure.backends.cuda import gpu_fingerprint
+
+    try:
+        return gpu_fingerprint()
+    except BackendUnavailable as exc:
+        raise CLIError(f"{asked_by}: {exc}") from None
+
+
 def _command_line() -> str:
     """The command as typed, for records (a report's "made by", a model card's "command")."""
     import shlex

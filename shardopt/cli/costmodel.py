@@ -237,14 +237,14 @@ def level_cmd(
         from dataclasses import replace
 
         from costmodels.store import find_card
-        from shardopt.cli.common import _command_line
+        from shardopt.cli.common import _command_line, _machine_fingerprint
         from shardopt.measure.collect import read_samples
         from shardopt.measure.machine_level import LevelError, choose_anchors, read_anchors, read_level
 
         card = find_card(model_id, models)
         if card is None:
             raise CLIError(f"ID: no calibrated model {model_id!r} (shardopt costmodel list shows them)")
-        here = _machine_fingerprint(card.backend)
+        here = _machine_fingerprint(card.backend, f"ID: {model_id!r} was measured on cuda")
         same = card.fingerprint.matches(here) if card.backend == "cpu" else card.fingerprint.name == here.name
         if not same:
             raise CLIError(f"ID: {model_id!r} was calibrated on {card.fingerprint.describe()}, this machine is {here.describe()}: "
@@ -260,7 +260,7 @@ def level_cmd(
             else:
                 raise LevelError(f"{model_id!r} ships without anchor samples: `shardopt calibrate --backend {card.backend}` makes a "
                                  "model of this machine with them")
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, EOFError) as exc:
             raise CLIError(str(exc)) from None
         repeats, warmup = int(card.level.get("repeats", 5)), int(card.level.get("warmup", 2))
         with _progress("re-timing the anchors", enabled=not json_out) as tick:
@@ -307,17 +307,3 @@ def _local_copy(card: Any, models: Optional[Path]) -> Any:
         replace(card, id=f"{card.id}-local", models=files, anchors="anchors.jsonl.gz", source="user", path=None, policies=policies,
                 description=f"{card.description} Copied from the shipped {card.id} by `shardopt costmodel level` to carry this machine's level.").save(folder / CARD_FILE)
     return load_card(folder / CARD_FILE)
-
-
-def _machine_fingerprint(backend: str) -> Any:
-    from shardopt.core.fingerprint import cpu_fingerprint
-
-    if backend == "cpu":
-        return cpu_fingerprint()
-    from shardopt.measure.backends.base import BackendUnavailable
-    from shardopt.measure.backends.cuda import gpu_fingerprint
-
-    try:
-        return gpu_fingerprint()
-    except BackendUnavailable as exc:
-        raise CLIError(f"--backend cuda: {exc}") from None

@@ -73,23 +73,11 @@ def choose_anchors(samples: Sequence[dict[str, Any]], n: int = ANCHORS) -> list[
     return [compute[order[i]] for i in picks]
 
 
-def anchor_plan(sample: dict[str, Any]) -> tuple[Any, Any]:
-    """The one-device instance and plan of a sample, its tables under their own names (the trace of a table is
-    seeded by its name, so the anchor re-times the workload its reference timed)."""
-    from costmodels.evaluation import sample_instance
-    from shardopt.core.ir import Plan, Shard
-
-    inst, _ = sample_instance(sample)
-    names = [str(t.get("name") or f"s{k}") for k, t in enumerate(sample["tables"])]
-    names = [n if names.count(n) == 1 else f"{n}#{k}" for k, n in enumerate(names)]
-    inst = inst.model_copy(update={"tables": [t.model_copy(update={"name": n}) for t, n in zip(inst.tables, names)]})
-    return inst, Plan(shards=[Shard(table=n, device=0) for n in names])
-
-
 def read_level(anchors: Sequence[dict[str, Any]], backend: str, *, repeats: int = 5, warmup: int = 2,
                progress: Callable[[int, int], None] | None = None) -> LevelReading:
     """Re-time `anchors` on `backend` with the collection's settings (each with the seed it was collected with, its
     id) and return the level against their recorded timings."""
+    from costmodels.evaluation import sample_instance
     from shardopt.measure.evaluate import evaluate_plan
 
     if not anchors:
@@ -97,7 +85,7 @@ def read_level(anchors: Sequence[dict[str, Any]], backend: str, *, repeats: int 
     start = time.monotonic()
     ratios = []
     for k, s in enumerate(anchors):
-        inst, plan = anchor_plan(s)
+        inst, plan = sample_instance(s, keep_names=True)  # (the same traces as when it was collected)
         ev = evaluate_plan(inst, plan, backend, repeats=repeats, warmup=warmup, seed=int(s.get("id", k)), cache=False)
         ratios.append(float(ev.costs.fwd_compute[0] + ev.costs.bwd_compute[0]) / sample_total(s))
         if progress is not None:
