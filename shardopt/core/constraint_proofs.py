@@ -11,7 +11,10 @@ them all proves nothing.
 - two tables both co-located (through groups) and kept apart;
 - the tables pinned within a set of devices needing more bytes than those devices' HBM and host memory together
   (splitting conserves a table's bytes; replicas only add);
-- a table kept out of HBM (its kernels host-memory only) pinned to devices without host memory.
+- a table kept out of HBM (its kernels host-memory only) pinned to devices without host memory;
+- a table whose sharding types put it on every device (row_wise over all of them, data_parallel) pinned off some
+  device, or kept apart from another table (that one would have no device); one that may only be table_row_wise
+  pinned within no whole host.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from shardopt.core.ir import Instance, Kernel
 from shardopt.core.memory import table_bytes_array
+from shardopt.core.torchrec_form import rw_layout
 
 
 def constraint_infeasibility(instance: Instance) -> str | None:
@@ -51,7 +55,7 @@ def constraint_infeasibility(instance: Instance) -> str | None:
                 if a in where and where.get(b) == where[a]:
                     return (f"constraints.separate[{g}] keeps {a!r} and {b!r} apart, but constraints.colocate puts them on the same "
                             f"devices (through the group {sorted(components[where[a]])})")
-    return _pinned_memory(instance, pins) or _host_only_without_host(instance, pins)
+    return _pinned_memory(instance, pins) or _host_only_without_host(instance, pins) or _spanning(instance, pins)
 
 
 def _no_distinct_devices(group: list[str], pins: dict[str, set[int]]) -> str | None:
@@ -105,4 +109,35 @@ def _host_only_without_host(instance: Instance, pins: dict[str, set[int]]) -> st
         if tc.kernels is not None and Kernel.fused not in tc.kernels and not any(host[d] > 0 for d in pins[tc.table]):
             return (f"constraints.tables: table {tc.table!r} may only be in host memory ({', '.join(k.value for k in tc.kernels)}), "
                     f"but its devices {sorted(pins[tc.table])} have none")
+    return None
+
+
+def _spanning(instance: Instance, pins: dict[str, set[int]]) -> str | None:
+    """A table whose sharding types put shards on every device (row_wise in TorchRec's layout, with a block per
+    device; data_parallel), pinned off one or kept apart from another table; a table_row_wise-only one pinned within
+    no whole host (of several)."""
+    c = instance.constraints
+    topo = instance.topology
+    D = topo.num_devices
+    rows = {t.name: t.rows for t in instance.tables}
+    apart = {n: {m for g in c.separate if n in g for m in g} - {n} for n in pins} if c is not None else {}
+    for tc in c.tables if c is not None else []:
+        types = set(tc.sharding_types or ())
+        if not types or types & {"table_wise", "column_wise", "table_column_wise", "grid_shard"}:
+            continue
+        spans = {"data_parallel": True, "row_wise": all(n > 0 for _, n in rw_layout(rows[tc.table], D)),
+                 "table_row_wise": topo.num_intra_groups == 1 and all(n > 0 for _, n in rw_layout(rows[tc.table], D))}
+        everywhere = all(spans.get(k, False) for k in types)
+        if everywhere and len(pins[tc.table]) < D:
+            return (f"constraints.tables: table {tc.table!r} may only be {', '.join(sorted(types))}, which puts a shard on every "
+                    f"device, but it is pinned to {sorted(pins[tc.table])}")
+        if everywhere and apart[tc.table]:
+            return (f"constraints.separate: table {tc.table!r} may only be {', '.join(sorted(types))}, which puts a shard on every "
+                    f"device, so {sorted(apart[tc.table])[0]!r}, kept apart from it, has no device")
+        if types <= {"table_row_wise"} and topo.num_intra_groups > 1:
+            size = topo.intra_group_size
+            hosts = [set(range(h * size, (h + 1) * size)) for h in range(topo.num_intra_groups)]
+            if not any(h <= pins[tc.table] for h in hosts):
+                return (f"constraints.tables: table {tc.table!r} may only be table_row_wise, which puts it on every device of one "
+                        f"host, but its pins {sorted(pins[tc.table])} hold no whole host (hosts of {size} devices)")
     return None

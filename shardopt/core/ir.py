@@ -429,7 +429,7 @@ def check_unique_names(tables: list[Any]) -> None:
 # TorchRec's sharding types a constraint may name (shardopt.core.sharding_types has the same names; it imports this module)
 CONSTRAINT_SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise", "data_parallel", "grid_shard")
 # the kinds of placement constraint, as solvers declare what they honour (solvers.catalog.SolverSpec.constraints)
-CONSTRAINT_KINDS = ("sharding_types", "kernels", "devices", "min_partition", "cache_load_factor", "colocate", "separate")
+CONSTRAINT_KINDS = ("sharding_types", "kernels", "devices", "min_partition", "cache_load_factor", "colocate", "separate", "torchrec")
 
 
 class TableConstraint(IRModel):
@@ -463,18 +463,43 @@ class TableConstraint(IRModel):
         return {k for k in ("sharding_types", "kernels", "devices", "min_partition", "cache_load_factor") if getattr(self, k) is not None}
 
 
+class TorchRecForm(IRModel):
+    """The plan is for TorchRec's DistributedModelParallel, so it keeps the form TorchRec loads
+    (shardopt.core.torchrec_form): one kernel per table, TorchRec's row layouts, one shape for a table's slices on one
+    rank, and with `even_columns` one width for all of a table's column slices (TorchRec 1.8's own state_dict reload
+    needs it; torch.distributed.checkpoint does not)."""
+
+    even_columns: bool = True
+
+
 class PlacementConstraints(IRModel):
     """Where tables may go: per table (`tables`), and across tables - each group of `colocate` on the same devices,
-    no two tables of a group of `separate` on one device. TorchRec's planner can do neither of the last two."""
+    no two tables of a group of `separate` on one device. TorchRec's planner can do neither of the last two.
+    `torchrec`: the plan must be one TorchRec loads as it is (TorchRecForm)."""
 
     tables: list[TableConstraint] = Field(default_factory=list)
     colocate: list[list[str]] = Field(default_factory=list)
     separate: list[list[str]] = Field(default_factory=list)
+    torchrec: TorchRecForm | None = None
 
     def kinds(self) -> set[str]:
         """The constraint kinds used (CONSTRAINT_KINDS), for a solver to say which it does not honour."""
         out = {k for c in self.tables for k in c.kinds()}
+        out |= {"torchrec"} if self.torchrec is not None else set()
         return out | ({"colocate"} if self.colocate else set()) | ({"separate"} if self.separate else set())
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_form(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Constraints without a TorchRec form are written as before it existed (so their content hash is too)."""
+        out = handler(self)
+        if out.get("torchrec") is None:
+            out.pop("torchrec", None)
+        return out
+
+    @property
+    def even_columns(self) -> bool:
+        """Whether every table's column slices must be of one width."""
+        return self.torchrec is not None and self.torchrec.even_columns
 
     def of(self, table: str) -> TableConstraint | None:
         return next((c for c in self.tables if c.table == table), None)

@@ -2,8 +2,10 @@
 
 A plan is valid when every column of every row of every table is covered exactly once (replicas aside), every
 shard's width is a multiple of 4 (fbgemm's alignment), every shard lies inside its table and on a real device, and
-every device's memory (weights + optimizer state, see shardopt.core.memory) fits. Each violation names the table and the
-device, so a user (or a solver author) can see what went wrong without reading code.
+every device's memory (weights + optimizer state, see shardopt.core.memory) fits, and the placement constraints hold -
+among them, for a plan meant for TorchRec (`constraints.torchrec`), the form TorchRec loads (shardopt.core.torchrec_form),
+so that no solver can hand TorchRec a plan it refuses. Each violation names the table and the device, so a user (or a
+solver author) can see what went wrong without reading code.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
-from shardopt.core.sharding_types import sharding_type
+from shardopt.core.sharding_types import ROW_WISE, TABLE_ROW_WISE, sharding_type
+from shardopt.core.torchrec_form import form_problems
 
 
 @dataclass(frozen=True)
 class PlanViolation:
-    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | column_wise | memory | host_memory
+    kind: str  # unknown_table | bad_device | alignment | out_of_bounds | overlap | coverage | replication | column_wise | memory | host_memory | constraint | torchrec
     message: str
     table: str | None = None
     device: int | None = None
@@ -202,7 +205,8 @@ def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> 
             continue  # (coverage says so)
         if tc.sharding_types is not None:
             kind = sharding_type(instance.topology, t, shards)
-            if kind not in tc.sharding_types:
+            one_host = instance.topology.num_intra_groups == 1  # (then table_row_wise over the host is the row_wise layout)
+            if kind not in tc.sharding_types and not (kind == ROW_WISE and one_host and TABLE_ROW_WISE in tc.sharding_types):
                 out.append(PlanViolation("constraint", f"table {t.name!r} is placed {kind}; its constraint allows {', '.join(tc.sharding_types)}", t.name, None))
         for s in shards:
             if tc.kernels is not None and s.kernel not in tc.kernels:
@@ -229,6 +233,8 @@ def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> 
                 both = devices.get(a, set()) & devices.get(b, set())
                 if both:
                     out.append(PlanViolation("constraint", f"tables {a!r} and {b!r} must be apart but share device(s) {sorted(both)}", a, min(both)))
+    if c.torchrec is not None:
+        out.extend(PlanViolation("torchrec", why, name, None) for name, why in form_problems(instance, by_table, c.torchrec.even_columns))
     return out
 
 

@@ -57,6 +57,8 @@ from shardopt.core.sharding_types import (  # (the names live in the leaf module
     TABLE_WISE,
     sharding_type,
 )
+# the form TorchRec loads a table's shards in: rules on a plan, in the core (the plan checker enforces them)
+from shardopt.core.torchrec_form import column_widths, grid_problem, host_ranks, kernel_problem, layout_problem, row_layout, rw_layout, same_rank_problem
 # installing TorchRec and importing it (torchrec_install), and instances from its configs (torchrec_configs): their
 # own modules, their public names handed on here
 from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs, instance_from_configs, load_configs
@@ -105,17 +107,6 @@ def rank_of_placement(text: str) -> int:
     return int(head[len("rank:") :])
 
 
-def rw_layout(rows: int, num_ranks: int) -> list[tuple[int, int]]:
-    """TorchRec's row-wise layout: (row_offset, rows) of rank i's block, blocks of ceil(rows / num_ranks), the last
-    ones shorter or empty (torchrec.distributed.sharding_plan._calculate_rw_shard_sizes_and_offsets)."""
-    block = -(-rows // num_ranks)
-    out = []
-    for i in range(num_ranks):
-        start = min(i * block, rows)
-        out.append((start, min(block, rows - start)))
-    return out
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # our shards: normal form and classification
 
@@ -156,96 +147,6 @@ def normalize_shards(instance: Instance, shards: Iterable[Shard]) -> list[Shard]
     return out
 
 
-def _host_ranks(instance: Instance, host: int) -> list[int]:
-    """The ranks of a table-row-wise group: a host (an NVLink group of hosts with topology levels, as TorchRec's
-    intra_group_size with pod_size)."""
-    topo = instance.topology
-    return [d for d in range(topo.num_devices) if topo.intra_group_of(d) == host]
-
-
-def _layout_entries(rows: int, ranks: list[int]) -> list[tuple[int, int, int]]:
-    """(row_offset, rows, rank) of TorchRec's row layout over `ranks`, the non-empty blocks only."""
-    return [(off, n, r) for (off, n), r in zip(rw_layout(rows, len(ranks)), ranks) if n > 0]
-
-
-def _fmt_rows(entries: list[tuple[int, int, int]], limit: int = 6) -> str:
-    shown = ", ".join(f"[{o}, {o + n}) on {r}" for o, n, r in entries[:limit])
-    return shown + (f", ... ({len(entries)} in all)" if len(entries) > limit else "")
-
-
-def _row_kind(instance: Instance, table: Table, shards: list[Shard]) -> tuple[str | None, list[int], str]:
-    """For full-width row slices: (TorchRec sharding type, its ranks, "") when they are one of TorchRec's row layouts
-    (table_row_wise over one host's ranks of several hosts, tried first; row_wise over all ranks), else (None, [],
-    why) with the layouts that would have been accepted."""
-    topo = instance.topology
-    ours = sorted((s.row_range(table)[0], s.height(table), s.device) for s in shards)
-    tried = []
-    hosts = {topo.intra_group_of(s.device) for s in shards}
-    if len(hosts) == 1 and topo.num_intra_groups > 1:
-        host = next(iter(hosts))
-        ranks = _host_ranks(instance, host)
-        expected = _layout_entries(table.rows, ranks)
-        if ours == expected:
-            return TABLE_ROW_WISE, ranks, ""
-        tried.append(f"table_row_wise on host {host} (ranks {ranks[0]}..{ranks[-1]}): {_fmt_rows(expected)}")
-    ranks = list(range(topo.num_devices))
-    expected = _layout_entries(table.rows, ranks)
-    if ours == expected:
-        return ROW_WISE, ranks, ""
-    tried.append(f"row_wise over all {len(ranks)} ranks: {_fmt_rows(expected)}")
-    why = (
-        f"table {table.name!r}: its row shards ({_fmt_rows(ours)}) are not a TorchRec row layout: TorchRec puts blocks "
-        f"of ceil(rows / ranks) rows on the ranks of the group in rank order (and routes each id to the rank of its "
-        f"block whatever the sharding spec says), i.e. " + "; or ".join(tried) + ". Re-split the table in one of these "
-        "layouts (shardopt.data.torchrec_io.rw_layout)"
-    )
-    return None, [], why
-
-
-def _grid_problem(instance: Instance, table: Table, shards: list[Shard]) -> str:
-    """'' when row x column blocks are TorchRec's grid layout (each column block split by rows over the ranks of one
-    host in TorchRec's row layout), else why not."""
-    topo = instance.topology
-    by_cols: dict[tuple[int, int], list[Shard]] = defaultdict(list)
-    for s in shards:
-        by_cols[s.col_range(table)].append(s)
-    for (c0, c1), group in sorted(by_cols.items()):
-        ours = sorted((s.row_range(table)[0], s.height(table), s.device) for s in group)
-        hosts = sorted({topo.intra_group_of(s.device) for s in group})
-        ok = len(hosts) == 1 and ours == _layout_entries(table.rows, _host_ranks(instance, hosts[0]))
-        if not ok:
-            host = hosts[0]
-            expected = _layout_entries(table.rows, _host_ranks(instance, host))
-            return (
-                f"table {table.name!r}: columns [{c0}, {c1}) are split by rows as {_fmt_rows(ours)}, which is not TorchRec's "
-                f"grid_shard layout (each column block split over the ranks of one host in blocks of ceil(rows / devices "
-                f"per host), in rank order: on host {host} {_fmt_rows(expected)})"
-            )
-    return ""
-
-
-def _same_rank_problem(table: Table, shards: list[Shard]) -> str:
-    """'' unless one rank holds several slices of the table of different shapes, which TorchRec cannot shard: its
-    fused kernel views a table's slices on one rank as one stack of equal blocks
-    (torchrec.distributed.batched_embedding_kernel._gen_named_parameters_by_table_fused: data.view(-1, width of the
-    first)), so DistributedModelParallel fails ("shape '[-1, 16]' is invalid for input of size 600") or builds a
-    parameter of the wrong shape. TorchRec's own column-wise layouts use equal blocks, so never meet this."""
-    by_rank: dict[int, list[Shard]] = defaultdict(list)
-    for s in shards:
-        by_rank[s.device].append(s)
-    for rank, group in sorted(by_rank.items()):
-        shapes = sorted({(s.height(table), s.width(table)) for s in group})
-        if len(shapes) > 1:
-            shown = ", ".join(f"{h} x {w}" for h, w in shapes)
-            return (
-                f"table {table.name!r}: device {rank} holds {len(group)} slices of it of different shapes ({shown} rows x "
-                "columns); TorchRec's fused kernel keeps a table's slices on one rank as equal blocks and cannot shard "
-                "this (DistributedModelParallel fails): give the slices on one device the same width, or put them on "
-                "different devices"
-            )
-    return ""
-
-
 def classify_table(instance: Instance, table: Table, shards: list[Shard]) -> str:
     """TorchRec's sharding type for one table's shards (shardopt.core.sharding_types.sharding_type). Row slices that
     are no TorchRec layout classify as row_wise (table_row_wise when on one host of several); :func:`export_problems`
@@ -256,21 +157,11 @@ def classify_table(instance: Instance, table: Table, shards: list[Shard]) -> str
 def table_kernel(table: Table, shards: list[Shard]) -> tuple[Kernel, float | None]:
     """The one (kernel, cache load factor) of a table's shards; ValueError naming the table when they differ
     (TorchRec's ParameterSharding has one compute kernel and one cache_params per table)."""
-    kernels = sorted({s.kernel for s in shards}, key=lambda k: k.value)
-    if len(kernels) > 1:
-        where = "; ".join(f"{k.value} on device(s) {sorted({s.device for s in shards if s.kernel is k})}" for k in kernels)
-        raise ValueError(
-            f"table {table.name!r}: its shards use {len(kernels)} kernels ({where}), but TorchRec has one compute kernel "
-            "per table (one ParameterSharding): give all of the table's shards the same kernel"
-        )
-    factors = sorted({s.cache_load_factor for s in shards if s.cache_load_factor is not None})
-    if len(factors) > 1:
-        raise ValueError(
-            f"table {table.name!r}: its fused_uvm_caching shards use {len(factors)} cache load factors "
-            f"({', '.join(f'{f:g}' for f in factors)}), but TorchRec has one cache_params.load_factor per table: give "
-            "all of the table's shards the same cache_load_factor"
-        )
-    return kernels[0], (factors[0] if factors else None)
+    why = kernel_problem(table, shards)
+    if why:
+        raise ValueError(why)
+    factors = {s.cache_load_factor for s in shards if s.cache_load_factor is not None}
+    return shards[0].kernel, (next(iter(factors)) if factors else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -284,17 +175,17 @@ def _table_specs(instance: Instance, table: Table, shards: list[Shard]) -> tuple
     if kind == DATA_PARALLEL:
         return kind, [([0, 0], [table.rows, table.dim], s.device) for s in sorted(shards, key=lambda s: s.device)]
     if kind in (ROW_WISE, TABLE_ROW_WISE):
-        kind2, ranks, why = _row_kind(instance, table, shards)
+        kind2, ranks, why = row_layout(instance, table, shards)
         if kind2 is None:
             raise ValueError(why)
         # TorchRec's own layout: one block per rank of the group in rank order, the empty ones included
         return kind2, [([off, 0], [n, table.dim], r) for (off, n), r in zip(rw_layout(table.rows, len(ranks)), ranks)]
     if kind in (COLUMN_WISE, GRID_SHARD):
-        why = _same_rank_problem(table, shards)
+        why = same_rank_problem(table, shards)
         if why:
             raise ValueError(why)
     if kind == GRID_SHARD:
-        why = _grid_problem(instance, table, shards)
+        why = grid_problem(instance, table, shards)
         if why:
             raise ValueError(why)
         topo = instance.topology
@@ -303,7 +194,7 @@ def _table_specs(instance: Instance, table: Table, shards: list[Shard]) -> tuple
             by_cols[s.col_range(table)].append(s)
         entries = []
         for (c0, c1), group in by_cols.items():  # column blocks in the plan's order, each over its host's ranks
-            ranks = _host_ranks(instance, topo.intra_group_of(group[0].device))
+            ranks = host_ranks(instance, topo.intra_group_of(group[0].device))
             entries += [([off, c0], [n, c1 - c0], r) for (off, n), r in zip(rw_layout(table.rows, len(ranks)), ranks)]
         return kind, entries
     return kind, [([s.row_range(table)[0], s.col_range(table)[0]], [s.height(table), s.width(table)], s.device) for s in shards]
@@ -330,15 +221,7 @@ def export_problems(instance: Instance, plan: Plan | list[Shard]) -> list[str]:
     by_table: dict[str, list[Shard]] = defaultdict(list)
     for s in shards:
         by_table[s.table].append(s)
-    out: list[str] = []
-    for t in instance.tables:
-        if by_table.get(t.name):
-            try:
-                table_kernel(t, by_table[t.name])
-                _table_specs(instance, t, by_table[t.name])
-            except ValueError as exc:
-                out.append(str(exc))
-    return out
+    return [why for t in instance.tables if (why := layout_problem(instance, t, by_table.get(t.name, [])))]
 
 
 def export_warnings(instance: Instance, plan: Plan | list[Shard], compute_device: str = "cuda") -> list[str]:
@@ -366,13 +249,10 @@ def export_warnings(instance: Instance, plan: Plan | list[Shard], compute_device
 
 def uneven_column_tables(instance: Instance, shards: Iterable[Shard]) -> list[str]:
     """The tables whose column slices are not all of one width (cpsat's and neuroshard's uneven pieces)."""
-    widths: dict[str, set[int]] = defaultdict(set)
-    by_name = {t.name: t for t in instance.tables}
+    by_table: dict[str, list[Shard]] = defaultdict(list)
     for s in shards:
-        t = by_name.get(s.table)
-        if t is not None and not s.replicated and s.width(t) != t.dim:
-            widths[s.table].add(s.width(t))
-    return sorted(name for name, w in widths.items() if len(w) > 1)
+        by_table[s.table].append(s)
+    return sorted(t.name for t in instance.tables if len(column_widths(t, by_table.get(t.name, []))) > 1)
 
 
 def _to_torchrec_plan(instance: Instance, plan: Plan | list[Shard], *, module_path: str, compute_device: str) -> tuple[Any, list[str]]:

@@ -85,6 +85,7 @@ class _Model:
     p: list[Any] = field(default_factory=list)
     y: list[Any] = field(default_factory=list)
     z: Any = None
+    w: dict[int, Any] = field(default_factory=dict)  # item -> whether its pieces are the table's (Items.even)
 
 
 @dataclass
@@ -133,7 +134,8 @@ def _add_groups(cm: _Model, prob: Problem) -> None:
 
 
 def _add_cover(cm: _Model, prob: Problem) -> None:
-    """Every table on exactly one device, or covered by its pieces (and, apart, at most one piece per device)."""
+    """Every table on exactly one device, or covered by its pieces (and, apart, at most one piece per device; even,
+    pieces of one width: all `parts` pieces of one item)."""
     from ortools.sat.python import cp_model
 
     items, model, by_item = prob.items, cm.model, cm.by_item
@@ -153,6 +155,14 @@ def _add_cover(cm: _Model, prob: Problem) -> None:
             for vs in per_device.values():
                 if len(vs) > 1:
                     model.add_at_most_one(vs)
+        if items.even:  # one item per table: all of its pieces or none (with the cover, exactly one item is used)
+            used = []
+            for i in its:
+                y = model.new_bool_var(f"w{i}")
+                model.add(sum(v for _, v in by_item[i]) == int(items.parts[i]) * y)
+                used.append(y)
+                cm.w[i] = y
+            model.add_exactly_one(used)
 
 
 def _add_memory(cm: _Model, prob: Problem) -> None:
@@ -278,6 +288,8 @@ def _add_hint(cm: _Model, hint: np.ndarray, h: _Hint, cutoff: bool) -> None:
             model.add_hint(cm.p[c], bool(h.runs[c]))
     for d in range(len(cm.y)):
         model.add_hint(cm.y[d], bool(h.used[d]))
+    for i, w in cm.w.items():
+        model.add_hint(w, bool(hint[i].sum() > 0))
     model.add_hint(cm.z, h.z)
     if cutoff:
         model.add(cm.z <= h.z)  # nothing worse than the hint (in the linear model) is of any use

@@ -83,7 +83,14 @@ def _milp_rows(prob: Problem, lin: Linearization, hint_cost: float | None) -> tu
          np.full(C, total / W), np.ones(C), [np.inf if hint_cost is None else hint_cost + 1e-6]]
     )
     integer = np.concatenate([np.arange(Y, Y + D), np.arange(PP, PP + C)]).astype(np.int64)
-    return rows, {"lo": bounds_lo, "hi": bounds_hi, "U": U, "MC": MC, "M": M, "Y": Y, "T": TT, "P": PP, "Z": Z, "W": W, "stay": stay,
+    if prob.items.even:  # one item per table: w_i (binary) per item of a cut table, its pieces all or none
+        even_items, W0 = _add_even_widths(rows, prob, starts)
+        bounds_lo = np.concatenate([bounds_lo, np.zeros(len(even_items))])
+        bounds_hi = np.concatenate([bounds_hi, np.ones(len(even_items))])
+        integer = np.concatenate([integer, W0 + np.arange(len(even_items))]).astype(np.int64)
+    else:
+        even_items, W0 = np.zeros(0, dtype=np.int64), rows.n_vars
+    return rows, {"even_items": even_items, "W0": W0, "lo": bounds_lo, "hi": bounds_hi, "U": U, "MC": MC, "M": M, "Y": Y, "T": TT, "P": PP, "Z": Z, "W": W, "stay": stay,
                   "integer": integer, "cuts": cuts, "keep_pairs": keep_pairs, "K0": K0}
 
 
@@ -120,6 +127,22 @@ def _add_cover(rows: _Rows, prob: Problem, starts: np.ndarray) -> None:
                 on = idx[pairs[idx, 1] == d]
                 if len(on) > 1:
                     rows.add(on, np.ones(len(on)), -np.inf, 1.0)
+
+
+def _add_even_widths(rows: _Rows, prob: Problem, starts: np.ndarray) -> tuple[np.ndarray, int]:
+    """Items.even: for each table with pieces, a binary w_i per item and sum_d x[i, d] = parts_i w_i, sum_i w_i = 1 (a
+    table in one width). Returns the items given a w column and the first of those columns."""
+    items = prob.items
+    even = [i for t in items.split_tables() for i in range(int(items.first[t]), int(items.first[t + 1]))]
+    W0 = rows.reserve(len(even))
+    col = {i: W0 + k for k, i in enumerate(even)}
+    for t in items.split_tables():
+        its = range(int(items.first[t]), int(items.first[t + 1]))
+        for i in its:
+            idx = np.arange(starts[i], starts[i + 1])
+            rows.add(np.append(idx, col[i]), np.append(np.ones(len(idx)), -float(items.parts[i])), 0.0, 0.0)
+        rows.add(np.array([col[i] for i in its]), np.ones(len(its)), 1.0, 1.0)
+    return np.array(even, dtype=np.int64), W0
 
 
 def _add_memory_and_widths(rows: _Rows, prob: Problem, lin: Linearization, by_dev: list[np.ndarray], U: int, TT: int, PP: int) -> float:
@@ -225,6 +248,8 @@ def _hint_vector(rows: _Rows, b: dict[str, Any], lin: Linearization, hint: np.nd
     v[b["T"] : b["T"] + C] = T / b["W"]
     v[b["P"] : b["P"] + C] = runs
     v[b["Z"]] = float((lin.compute_costs(hint) + v[b["M"] : b["M"] + D]).max())
+    even = b.get("even_items", np.zeros(0, dtype=np.int64))
+    v[b.get("W0", 0) + np.arange(len(even))] = hint[even].sum(axis=1) > 0
     return v
 
 

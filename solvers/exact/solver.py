@@ -49,7 +49,7 @@ from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolve
 from solvers.exact.linear_search import linear_local_search
 from solvers.exact.linearize import Linearization, linearize
 from solvers.placement.polish import polish_placements
-from solvers.placement.rules import column_wise_allowed, kept_out_of_hbm, must_split, whole_only
+from solvers.placement.rules import column_wise_allowed, even_columns, must_split, tiers_first, whole_only
 from solvers.options import OptionError
 from solvers.progress import report
 from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
@@ -204,7 +204,7 @@ class ExactSolver(Solver):
         proof = constraint_infeasibility(instance)
         if proof is not None:  # (the cheap arguments first: no model needs to prove what they do)
             return fail(self, SolveStatus.infeasible, f"no plan can meet the placement constraints: {proof}", clock, {"proof": "constraints"})
-        reason = self._infeasibility(instance) or kept_out_of_hbm(instance)
+        reason = self._infeasibility(instance) or tiers_first(instance)
         if reason is not None:
             return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)
         bm = cost_model.bind(instance)
@@ -227,15 +227,15 @@ class ExactSolver(Solver):
             self._solve_large(run, st)
         else:
             self._relinearise(run, st)
-        if st.proven_infeasible and instance.constraint_kinds():  # (the constraint proofs, which would name them, ran first)
-            kinds = ", ".join(sorted(instance.constraint_kinds()))
+        kinds = ", ".join(sorted(instance.constraint_kinds()))
+        if st.proven_infeasible and self.options.tiered and not self.options.exact_neural:  # its own placements do not pack: try a tiered layout
+            why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
+            return self._solve_tiered(instance, cost_model, budget, seed, clock, why + (f" under the placement constraints ({kinds})" if kinds else ""))
+        if st.proven_infeasible and kinds:  # (the constraint proofs, which would name them, ran first)
             return fail(self, SolveStatus.no_solution, (
                 f"{self.name}: {BACKEND_LABEL[self.backend]} proved that no plan of whole tables and the column pieces offered fits in memory "
                 f"and meets the placement constraints ({kinds}); the instance is not proven infeasible (other placements may exist)"),
                 clock, {**info, "constraints": "not met"})
-        if st.proven_infeasible and self.options.tiered and not self.options.exact_neural:  # its own placements do not pack: try a tiered layout
-            why = _packing_reason(instance, BACKEND_LABEL[self.backend], self.max_split if len(items.split_tables()) else 1)
-            return self._solve_tiered(instance, cost_model, budget, seed, clock, why)
         return self._outcome(run, st, certified)
 
     def _solve_tiered(self, instance: Instance, cost_model: CostModel, budget: float, seed: int, clock: Stopwatch, reason: str) -> SolveResult:
@@ -771,7 +771,7 @@ class ExactSolver(Solver):
                 widths.setdefault(t, set()).add(w)
         # (join_collectives: a whole table may join the column-wise all-to-all, marked column_wise, where others are cut)
         joins = column_wise_allowed(instance) if self.options.join_collectives and self.max_split > 1 else None
-        return build_items(instance, bm, split, self.max_split, self.options.split_apart, deeper, widths, joins)
+        return build_items(instance, bm, split, self.max_split, self.options.split_apart, deeper, widths, joins, even=even_columns(instance))
 
     def _placements(self) -> str:
         kinds = "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"

@@ -113,4 +113,5 @@ def sub_constraints(instance: Instance, keep: set[str], fixed: list[Shard]) -> P
         if tc.table in keep:
             tables.append(tc.model_copy(update={"devices": sorted(pins.pop(tc.table))} if tc.table in pins else {}))
     tables += [{"table": n, "devices": sorted(p)} for n, p in pins.items()]
-    return PlacementConstraints.model_validate({"tables": [t if isinstance(t, dict) else t.model_dump() for t in tables], **groups})
+    return PlacementConstraints.model_validate({"tables": [t if isinstance(t, dict) else t.model_dump() for t in tables], **groups,
+                                                "torchrec": c.torchrec.model_dump() if c.torchrec is not None else None})

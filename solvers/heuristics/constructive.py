@@ -225,7 +225,7 @@ class Packer:
     def __init__(self, instance: Instance, layout: TieredLayout | None = None):
         self.instance = instance
         self.layout = layout
-        self.rules = PlacementRules(instance, whole_tables=True)
+        self.rules = PlacementRules(instance, whole_tables=True, fixed=layout.fixed if layout is not None else ())
         topo = instance.topology
         self.caps = np.array(topo.capacities(), dtype=np.int64)
         self.host_caps = np.array(topo.host_capacities(), dtype=np.int64)

@@ -49,7 +49,7 @@ class PieceModel:
 
     def __init__(self, instance: Instance, bm: BoundCostModel, layout: TieredLayout | None = None, whole_column_wise: bool = False):
         self.instance, self.bm, self.layout = instance, bm, layout
-        self.rules = PlacementRules(instance)  # (the placement constraints: pins, co-location, separation, splits)
+        self.rules = PlacementRules(instance, fixed=layout.fixed if layout is not None else ())  # (the placement constraints: pins, co-location, separation, splits)
         # whole tables that join the column-wise all-to-all (marked column_wise where that collective runs anyway:
         # `to_shards`): every table its constraints let be column-wise, with `whole_column_wise`; else none
         self.joins_cw = column_wise_allowed(instance) if whole_column_wise else np.zeros(len(instance.tables), dtype=bool)

@@ -193,20 +193,50 @@ def _groups_kept(rules: PlacementRules, owner: np.ndarray, device_of: np.ndarray
 
 
 def cuttable(pm: PieceModel, piece: Piece, uneven: bool = True) -> tuple[Piece, Piece] | None:
-    """`split(piece)` where the placement constraints let its table be cut into those halves (PlacementRules), else None."""
+    """`split(piece)` where the placement constraints let its table be cut into those halves (PlacementRules), else None.
+    (A plan whose tables must be cut evenly cuts whole tables again instead: `even_pieces`, `cut_state`.)"""
     halves = split(piece, uneven)
     if halves is None or not pm.rules.may_split(piece[0], (halves[0][2], halves[1][2])):
         return None
     return halves
 
 
+def even_pieces(pm: PieceModel, t: int, width: int) -> list[Piece] | None:
+    """Table t, now in pieces `width` wide (its dim when whole), cut again into the next even width its constraints
+    allow (PlacementRules.even_cut); None where there is none. Why the whole table: a plan for TorchRec's checkpoint
+    reload holds a table's column pieces in one width (shardopt.core.torchrec_form), so halving one piece of it would
+    leave the state no plan can be."""
+    dim = pm.instance.tables[t].dim
+    w = pm.rules.even_cut(t, dim, width)
+    return None if w is None else [(t, j * w, w) for j in range(dim // w)]
+
+
+def cut_state(pm: PieceModel, pieces: list[Piece], k: int, uneven: bool = True) -> list[Piece] | None:
+    """The state `pieces` with piece k cut: halved (`cuttable`), or, where tables must be cut evenly, its whole table
+    cut to the next even width (`even_pieces`); None where it cannot be."""
+    p = pieces[k]
+    if pm.rules.even:
+        again = even_pieces(pm, p[0], p[2])
+        return None if again is None else sorted([q for q in pieces if q[0] != p[0]] + again)
+    halves = cuttable(pm, p, uneven)
+    return None if halves is None else sorted(pieces[:k] + pieces[k + 1 :] + list(halves))
+
+
+def _first_cut(pm: PieceModel, p: Piece, uneven: bool) -> list[Piece] | None:
+    """A whole table's first cut: its halves, or its first even cut where tables must be cut evenly."""
+    if pm.rules.even:
+        return even_pieces(pm, p[0], p[2])
+    halves = cuttable(pm, p, uneven)
+    return None if halves is None else list(halves)
+
+
 def start_pieces(pm: PieceModel, uneven: bool = True) -> tuple[Piece, ...]:
     """The search's first state: every table whole (PieceModel.all_pieces), but a table the placement constraints do
-    not let be whole (it may only be column-wise) halved."""
+    not let be whole (it may only be column-wise) cut once."""
     out: list[Piece] = []
     for p in pm.all_pieces():
-        halves = cuttable(pm, p, uneven) if p[0] in pm.rules.split_only else None
-        out += list(halves) if halves is not None else [p]
+        cut = _first_cut(pm, p, uneven) if p[0] in pm.rules.split_only else None
+        out += cut if cut is not None else [p]
     return tuple(sorted(out))
 
 
@@ -271,8 +301,8 @@ def one_collective_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = Tr
     whole = {t for t, n in Counter(p[0] for p in pieces).items() if n == 1}
     out: list[Piece] = []
     for p in pieces:
-        halves = cuttable(pm, p, uneven) if p[0] in whole else None
-        out += list(halves) if halves is not None else [p]
+        cut = _first_cut(pm, p, uneven) if p[0] in whole else None
+        out += cut if cut is not None else [p]
     return sorted(out)
 
 
@@ -290,7 +320,13 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
     pieces: list[Piece] = []
     for p in whole:
         todo = [p]
-        while True:
+        while pm.rules.even:  # (a table cut evenly: all of its pieces at once, while one of them is too big)
+            _, _, b, c = pm.info(todo)
+            again = even_pieces(pm, todo[0][0], todo[0][2])
+            if again is None or not (b[0] > room or (len(again) <= max_pieces and c[0] > target)):
+                break
+            todo = again
+        while not pm.rules.even:
             _, _, b, c = pm.info(todo)
             more = len(todo) * 2 <= max_pieces
             halves = [cuttable(pm, q, uneven) for q in todo]

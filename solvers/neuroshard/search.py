@@ -72,11 +72,11 @@ from solvers.base import Budget, SolveResult, SolveStatus, Solver, Stopwatch, fa
 from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.grid import BATCH_STATES, GridResult, LANE_DEVICES, Piece, PieceModel, grid_greedy
-from solvers.neuroshard.pieces import cuttable, one_collective_pieces, polish, presplit_pieces, split, start_pieces
+from solvers.neuroshard.pieces import cut_state, one_collective_pieces, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
 from solvers.placement.collectives import join_one_collective
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
-from solvers.placement.rules import kept_out_of_hbm, min_widths, placement_conflict
+from solvers.placement.rules import even_columns, even_widths, min_widths, placement_conflict, tiers_first, torchrec_form
 from solvers.placement.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
 from solvers.progress import report
 
@@ -316,12 +316,15 @@ def _split_proposals(pm: PieceModel, beam: list[tuple[float, tuple[Piece, ...]]]
     for _, state in beam:
         pieces = list(state)
         _, _, sizes, single = pm.info(pieces)
-        splittable = [k for k, p in enumerate(pieces) if cuttable(pm, p, cfg.uneven_halves) is not None]
+        cuts = {k: cut_state(pm, pieces, k, cfg.uneven_halves) for k in range(len(pieces))}
+        if pm.rules.even:  # (a table is cut evenly, all its pieces at once: one candidate per table, its first piece)
+            firsts = {p[0]: k for k, p in reversed(list(enumerate(pieces)))}
+            cuts = {k: c for k, c in cuts.items() if firsts[pieces[k][0]] == k}
+        splittable = [k for k, c in cuts.items() if c is not None]
         by_size = heapq.nlargest(cfg.candidates_by_size, splittable, key=lambda k: (sizes[k], -k))
         by_cost = heapq.nlargest(cfg.candidates_by_cost, splittable, key=lambda k: (single[k], -k))
         for k in sorted(set(by_size) | set(by_cost)):
-            a, b = cuttable(pm, pieces[k], cfg.uneven_halves)  # type: ignore[misc]
-            proposals.append(tuple(sorted(pieces[:k] + pieces[k + 1 :] + [a, b])))
+            proposals.append(tuple(cuts[k]))  # type: ignore[arg-type]
     return proposals
 
 
@@ -359,11 +362,12 @@ def _to_host_of(instance: Instance, chosen: bool | list[str]) -> bool | frozense
     return bool(chosen)
 
 
-def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list[Shard]) -> list[Shard]:
+def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list[Shard], force: bool = False) -> list[Shard]:
     """`shards` with each table's column pieces on one device merged into one shard, the table's columns laid out
     again so that each device's share is one contiguous range (columns are interchangeable in the cost model), where
-    that is no dearer by the cost model. Why: the safe grid (completion-checked) can leave several slices of one table
-    on a device, each paying its own per-shard costs."""
+    that is no dearer by the cost model (`force`: whatever it costs). Why: the safe grid (completion-checked) can leave
+    several slices of one table on a device, each paying its own per-shard costs; and TorchRec loads a table's slices
+    on one device only where they share a shape (shardopt.core.torchrec_form)."""
     by_table: dict[str, list[Shard]] = {}
     for s in shards:
         by_table.setdefault(s.table, []).append(s)
@@ -389,7 +393,7 @@ def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list
         changed = True
     if not changed:
         return shards
-    return out if bm.plan_costs(out).max_cost <= bm.plan_costs(shards).max_cost else shards
+    return out if force or bm.plan_costs(out).max_cost <= bm.plan_costs(shards).max_cost else shards
 
 
 def _search_order(layouts: list[tuple[dict[str, Any], TieredLayout]]) -> list[tuple[dict[str, Any], TieredLayout]]:
@@ -467,7 +471,7 @@ class NeuroShardSolver(Solver):
 
     def _solve(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, greedy: SolveResult | None) -> SolveResult:
         clock = budget.clock
-        reason = split_infeasibility(instance) or kept_out_of_hbm(instance)
+        reason = split_infeasibility(instance) or tiers_first(instance)
         hbm: SolveResult | None = None
         if reason is None:
             result = self._search(instance, cost_model, None, budget, seed, greedy)
@@ -499,6 +503,8 @@ class NeuroShardSolver(Solver):
         uneven = self.config.uneven_halves
 
         def can_split(t: int, table: Any) -> bool:
+            if even_columns(instance):
+                return bool(even_widths(table.dim, int(narrowest[t])))
             halves = split((t, 0, table.dim), uneven)
             return halves is not None and min(h[2] for h in halves) >= narrowest[t]
 
@@ -624,8 +630,11 @@ class NeuroShardSolver(Solver):
         pieces, device_of, moves = _polish_the_better(pm, cfg, budget, (list(search.best_state), best.device_of, best.cost), one)
         timed_out = search.timed_out or (polished and budget.spent())
         shards = pm.to_shards(pieces, device_of)
-        if cfg.safe_fallback:
-            merged = merge_colocated_columns(instance, bm, shards)
+        # (for TorchRec without even widths, slices of one table on one device must share a shape: merged whatever the
+        # cost; with even widths a merge would break them, and the check below keeps the plan as it is)
+        form = torchrec_form(instance) and not even_columns(instance)
+        if cfg.safe_fallback or form:
+            merged = merge_colocated_columns(instance, bm, shards, force=form)
             shards = shards if constraint_violations(instance, merged) else merged  # (a table that may only be column-wise stays cut)
         joined = 0
         if cfg.join_collectives:

@@ -49,6 +49,9 @@ class Items:
     # [T] tables whose whole item joins the column-wise all-to-all (a whole shard marked column_wise, where the plan
     # cuts some table: one collective instead of two); None: every whole item is table-wise
     whole_column_wise: np.ndarray | None = None
+    # a table's pieces are all of one item (one width): a plan for TorchRec's checkpoint reload
+    # (shardopt.core.torchrec_form); the models then choose one item per table (`solvers.exact.cpsat`, `.milp`)
+    even: bool = False
 
     @property
     def num_items(self) -> int:
@@ -111,6 +114,8 @@ class Items:
         if (cover != dims).any():
             return False
         if self.apart and (np.add.reduceat(counts, self.first[:-1], axis=0) > 1).any():
+            return False
+        if self.even and (np.add.reduceat((counts.sum(axis=1) > 0).astype(np.int64), self.first[:-1]) > 1).any():
             return False
         return True
 
@@ -203,6 +208,12 @@ def split_counts(dim: int, max_split: int) -> list[int]:
     return out
 
 
+def even_split_counts(dim: int, max_split: int) -> list[int]:
+    """The piece counts 2, 3, ... <= max_split that cut `dim` into equal widths that stay multiples of 4: the cuts a
+    table whose pieces must share one width can take (not only the dyadic ones: 96 columns cut in 3 too)."""
+    return [k for k in range(2, max_split + 1) if dim % k == 0 and (dim // k) % DIM_ALIGNMENT == 0]
+
+
 def split_candidates(bm: BoundCostModel, max_split: int, limit: int) -> np.ndarray:
     """The `limit` tables with the highest compute alone (BoundCostModel.single_table_costs) that can be split at
     all: the ones whose weight on a device a split can spread (cheap tables balance by moving whole)."""
@@ -217,11 +228,14 @@ def split_candidates(bm: BoundCostModel, max_split: int, limit: int) -> np.ndarr
 def build_items(
     instance: Instance, bm: BoundCostModel, split: np.ndarray | None = None, max_split: int = 1, apart: bool = True,
     deeper: dict[int, int] | None = None, widths: dict[int, set[int]] | None = None, whole_column_wise: np.ndarray | None = None,
+    even: bool = False,
 ) -> Items:
     """Items of every table: the whole table, and for the tables in `split` its pieces dim/2, dim/4, ... down to
     dim/max_split (or dim/deeper[t] for a table a given plan cuts finer), and any width in `widths[t]` (the pieces a
     given plan cuts table t into, dyadic or not), at most one piece of a table per device when `apart`;
-    `whole_column_wise` [T]: the tables whose whole item joins the column-wise all-to-all (`Items.whole_column_wise`)."""
+    `whole_column_wise` [T]: the tables whose whole item joins the column-wise all-to-all (`Items.whole_column_wise`);
+    `even`: a table's pieces share one width (`Items.even`), so its items are the equal cuts dim/2, dim/3, ... and the
+    widths in `widths` that divide it."""
     T = len(instance.tables)
     chosen = set(int(t) for t in (split if split is not None else []))
     deeper = deeper or {}
@@ -230,8 +244,9 @@ def build_items(
     first = [0]
     for t, tab in enumerate(instance.tables):
         limit = max(max_split, deeper.get(t, 1))
-        ks = split_counts(tab.dim, limit) if t in chosen or t in deeper else []
-        ws = {tab.dim // k for k in ks} | {int(w) for w in widths.get(t, ()) if 0 < int(w) < tab.dim and int(w) % DIM_ALIGNMENT == 0}
+        ks = (even_split_counts if even else split_counts)(tab.dim, limit) if t in chosen or t in deeper else []
+        ws = {tab.dim // k for k in ks} | {int(w) for w in widths.get(t, ()) if 0 < int(w) < tab.dim and int(w) % DIM_ALIGNMENT == 0
+                                           and not (even and tab.dim % int(w))}
         for w in [tab.dim] + sorted(ws, reverse=True):
             table.append(t)
             parts.append(tab.dim // w)
@@ -246,7 +261,7 @@ def build_items(
         n = len(table_a)
         states = bm.shard_states(table_a, width_a.astype(np.float64), np.ones(n), np.ones(n))
     return Items(table_a, np.array(parts, dtype=np.int64), width_a, size, states, np.array(first, dtype=np.int64), bool(apart),
-                 whole_column_wise=whole_column_wise)
+                 whole_column_wise=whole_column_wise, even=bool(even))
 
 
-__all__ = ["Items", "build_items", "split_candidates", "split_counts"]
+__all__ = ["Items", "build_items", "even_split_counts", "split_candidates", "split_counts"]

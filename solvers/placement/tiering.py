@@ -47,8 +47,8 @@ from shardopt.core.ir import Instance, Kernel, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
 from shardopt.core.sharding_types import ROW_WISE, TABLE_ROW_WISE
 from shardopt.core.stats import table_histogram
-from shardopt.data.torchrec_io import rw_layout
-from solvers.placement.rules import TierRules
+from shardopt.core.torchrec_form import rw_layout
+from solvers.placement.rules import PREPLACED_REPLICA, PREPLACED_ROWS, TierRules
 
 HEADROOM = 0.9  # share of HBM the pre-placed and tiered tables plan for first (the packer needs slack); a preference: the solvers retry their layouts with all of it where none packs within it
 HIT_TARGET = 0.9  # share of a UVM table's lookups its HBM cache should serve
@@ -161,11 +161,11 @@ def row_wise_shards(table: Table, devices: list[int] | np.ndarray, kernel: Kerne
 
 def needs_tiers(instance: Instance) -> bool:
     """Whether table-wise HBM placement is impossible (a table fits on no device, or the tables exceed all HBM), or
-    the placement constraints keep a table out of HBM."""
+    the placement constraints keep a table out of HBM or allow it only row splits or replicas."""
     if infeasibility_reason(instance) is not None:
         return True
     rules = TierRules(instance)
-    return rules.active and any(rules.host_only(i) for i in range(len(instance.tables)))
+    return rules.active and (any(rules.host_only(i) for i in range(len(instance.tables))) or bool(rules.preplaced))
 
 
 def cached_lookup_share(histogram: np.ndarray, rows: int, lookups: float, cache_rows: float) -> float:
@@ -188,7 +188,7 @@ def cache_load_factor_for(instance: Instance, table: Table, rows: int | None = N
 
 
 def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hbm: np.ndarray,
-                    headroom: float = HEADROOM) -> list[int] | None:
+                    headroom: float = HEADROOM, hosts: list[int] | None = None) -> list[int] | None:
     """The devices of the host whose HBM (`headroom` of it, less what is fixed there already) holds `table` split by
     rows over them, the roomiest host first; None when no host does. Within a host the split's partial sums take a
     reduce-scatter over NVLink and 1 / (devices per host) of the network bytes of a split over all devices
@@ -199,7 +199,7 @@ def _host_with_room(instance: Instance, table: Table, caps: np.ndarray, fixed_hb
     groups = [list(range(h * per_host, (h + 1) * per_host)) for h in range(topo.num_intra_groups)]
     rooms = [headroom * caps[devs].min() - fixed_hbm[devs].max() for devs in groups]
     for h in sorted(range(len(groups)), key=lambda h: (-rooms[h], h)):
-        if block <= rooms[h]:
+        if block <= rooms[h] and (hosts is None or h in hosts):
             return groups[h]
     return None
 
@@ -249,7 +249,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     if reason is not None:
         return reason
     st = _TierState.of(instance)
-    why = _host_only_first(instance, st, lean)
+    why = _host_only_first(instance, st, lean) or _replicas_first(instance, st)
     if why is not None:
         return why
     # 1. tables no device can hold: row-wise within one host where its blocks fit there in HBM (several hosts of
@@ -258,7 +258,8 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     # (in table order, a cold huge table could take the HBM that a hot one then misses)
     tables, full = instance.tables, st.full
     named = oversized_to_host if isinstance(oversized_to_host, frozenset) else frozenset()
-    oversized = [i for i in range(len(tables)) if full[i] > st.caps.max() or i in rowwise or i in named]
+    forced = {i for i, kind in st.rules.preplaced.items() if kind == PREPLACED_ROWS}  # (its constraint: row splits only)
+    oversized = [i for i in range(len(tables)) if full[i] > st.caps.max() or i in rowwise or i in named or i in forced]
     if hot_first:
         oversized.sort(key=lambda i: (-tables[i].pooling_factor / max(int(full[i]), 1), i))
     if st.rules.active:  # (tables their constraints keep in HBM first: the others have host memory to go to)
@@ -267,7 +268,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
         if st.tiers[i].kernel is not Kernel.fused:  # (kept out of HBM by its constraint: in host memory already)
             continue
         to_host = i in oversized_to_host if isinstance(oversized_to_host, frozenset) else bool(oversized_to_host)
-        if (to_host or not st.rules.rows[i]) and i not in rowwise and _whole_to_host(instance, st, i, lean, headroom):
+        if (to_host or not st.rules.rows[i]) and i not in rowwise and i not in forced and _whole_to_host(instance, st, i, lean, headroom):
             continue
         if not st.rules.rows[i]:
             return (f"table {tables[i].name!r} ({int(full[i]):,} bytes) needs a row split or host memory, and its placement constraints "
@@ -366,10 +367,13 @@ def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, withi
     per_host = topo.intra_group_size
     rules = st.rules
     in_host_ok = TABLE_ROW_WISE in rules.rows[i] and rules.allows(i, Kernel.fused)
-    host_devices = (_host_with_room(instance, t, caps, st.fixed_hbm, headroom)
-                    if within_host and 1 < per_host < D and not blocks_to_host and in_host_ok else None)
-    if host_devices is None and ROW_WISE not in rules.rows[i]:
-        return f"table {t.name!r} fits on no device, and its sharding types allow no row split over all {D} devices (row_wise)"
+    only_in_host = ROW_WISE not in rules.rows[i]  # (its constraints: table_row_wise or nothing)
+    host_devices = (_host_with_room(instance, t, caps, st.fixed_hbm, headroom, rules.hosts[i])
+                    if (within_host or only_in_host) and 1 < per_host < D and not blocks_to_host and in_host_ok else None)
+    if host_devices is None and only_in_host:
+        what = "fits on no device" if st.full[i] > caps.max() else "may only be split by rows"
+        return (f"table {t.name!r} {what}, and its constraints allow no row split over all {D} devices (row_wise), nor does any "
+                f"host{' within its pins' if rules.hosts[i] is not None else ''} hold its table_row_wise blocks in HBM")
     if host_devices is not None:
         st.tiers[i] = TableTier(Kernel.fused, None, True)
         st.hbm[i] = st.host[i] = 0
@@ -401,6 +405,27 @@ def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, withi
     return None
 
 
+def _replicas_first(instance: Instance, st: _TierState) -> str | None:
+    """The tables the placement constraints allow only data-parallel replicas: a copy on every device, in HBM,
+    before anything else. Returns why one does not fit (None: they went)."""
+    D = instance.topology.num_devices
+    for i, kind in sorted(st.rules.preplaced.items()):
+        if kind != PREPLACED_REPLICA:
+            continue
+        t = instance.tables[i]
+        copy = Shard(table=t.name, device=0, replicated=True)
+        need = shard_bytes(instance, t, copy)
+        if (st.fixed_hbm + need > st.caps).any():
+            d = int(np.argmax(st.fixed_hbm + need - st.caps))
+            return (f"table {t.name!r} may only be data_parallel (its constraint), but its copy ({need:,} bytes) does not fit "
+                    f"in device {d}'s HBM ({int(st.caps[d] - st.fixed_hbm[d]):,} bytes left)")
+        st.tiers[i] = TableTier(replicated=True)
+        st.hbm[i] = st.host[i] = 0
+        st.fixed += [Shard(table=t.name, device=d, replicated=True) for d in range(D)]
+        st.fixed_hbm += need
+    return None
+
+
 def _uncache_row_blocks(instance: Instance, st: _TierState, headroom: float) -> str | None:
     """The row-wise tables' caches crowd out the HBM: the coldest of them lose their cache until they fit. Returns
     why the row-wise blocks cannot fit (None: they do)."""
@@ -427,7 +452,7 @@ def _coldest_to_host(instance: Instance, st: _TierState, lean: bool, headroom: f
     then without; the layout, or why the tables left in HBM still do not fit."""
     tables, full, caps, hosts, tiers, hbm, host = instance.tables, st.full, st.caps, st.hosts, st.tiers, st.hbm, st.host
     budget = headroom * caps.sum() - st.fixed_hbm.sum()
-    packed = [i for i, t in enumerate(tiers) if not t.rowwise]
+    packed = [i for i, t in enumerate(tiers) if not t.preplaced]
     rules = st.rules
     # (a table whose kernels are constrained moves only where they allow host memory and HBM both: one kept out of
     # HBM is there already)
