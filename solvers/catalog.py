@@ -160,8 +160,9 @@ _EXACT_PLACEMENTS = (
     "best tiered plan of greedy / neuroshard (row-wise, UVM-cached / UVM, data-parallel shards kept as it has them) "
     "with its HBM tables re-placed exactly"
 )
-# what TorchRec's planner honours through its own ParameterConstraints (it has no pins nor groups)
-_TORCHREC_CONSTRAINTS = ("sharding_types", "kernels", "min_partition", "cache_load_factor")
+# what TorchRec's planner honours through its own ParameterConstraints (it has no pins nor groups), and the form
+# TorchRec loads, which its plans keep (the plan check still holds its column widths to even_columns)
+_TORCHREC_CONSTRAINTS = ("sharding_types", "kernels", "min_partition", "cache_load_factor", "torchrec")
 _EXACT_COMMON = ("on the linearised cost model, re-linearised until no improvement; whole tables and dyadic column pieces "
                  "(and the warm start's widths); hard memory capacities")
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from conftest import ROOT, make_instance
 from shardopt.cli import app
 from shardopt.core.ir import Instance, IRError, Plan, Shard, instance_from_dict, save
+from shardopt.core.torchrec_form import rw_layout
 from shardopt.core.plan_check import check_plan
 
 HEURISTICS = ["greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup"]
@@ -116,15 +117,19 @@ def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> Non
     where = {s["table"]: s["device"] for s in json.loads(ok.stdout)["plan"]["shards"]}
     assert where["t0"] == 1 and where["t1"] != where["t2"]
     # a table that must be column-wise: the heuristics place it whole, marked column_wise (TorchRec's column_wise with
-    # one rank); one that may only be row-wise they cannot meet, and say so (exit 3, not proven infeasible)
+    # one rank); one that may only be row-wise they split by rows in TorchRec's layout over every device
     save(instance_from_dict(_doc({"tables": [{"table": "t0", "sharding_types": ["column_wise"]}]})), path)
     r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json"])
     assert r.exit_code == 0, r.stderr
     t0 = [s for s in json.loads(r.stdout)["plan"]["shards"] if s["table"] == "t0"]
     assert len(t0) == 1 and t0[0].get("column_wise") is True
-    save(instance_from_dict(_doc({"tables": [{"table": "t0", "sharding_types": ["row_wise"]}]})), path)
-    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy"])
-    assert r.exit_code == 3 and "'t0' may be only row_wise: neither table_wise nor column_wise" in " ".join(r.stderr.split())
+    inst = instance_from_dict(_doc({"tables": [{"table": "t0", "sharding_types": ["row_wise"]}]}))
+    save(inst, path)
+    r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json"])
+    assert r.exit_code == 0, r.stderr
+    t0 = sorted(((s.get("row_offset", 0), s.get("rows"), s["device"]) for s in json.loads(r.stdout)["plan"]["shards"] if s["table"] == "t0"))
+    rows = inst.tables[0].rows
+    assert [(o, n if n is not None else rows, d) for o, n, d in t0] == [(o, n, d) for d, (o, n) in enumerate(rw_layout(rows, 4)) if n > 0]
 
 
 def _random_constraints(seed: int, cuts: bool = True) -> tuple[Instance, dict]:

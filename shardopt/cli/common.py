@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
+from shardopt.core.units import fmt_bytes
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -215,12 +217,7 @@ def _guard(json_out: bool = False) -> Iterator[None]:
 # formatting helpers
 
 
-def _fmt_bytes(n: float) -> str:
-    n = float(n)
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
+_fmt_bytes = fmt_bytes  # (shardopt.core.units: the planner's stats log formats bytes the same way)
 
 
 def _fmt_ms(x: float) -> str:

@@ -15,6 +15,9 @@ either honoured or refused by name, never dropped:
 - `feature_names` must be the table's own features; `device_group` the topology's compute device;
 - `key_value_params` and `use_virtual_table` are refused (no key-value or SSD tables in the IR).
 The planner's own `placement` argument adds what TorchRec cannot say: pins to ranks, co-locate and separate groups.
+Every table also keeps to what its collection's sharder offers on the topology's compute device (`within_offer`):
+TorchRec's EmbeddingBagCollectionSharder has no row_wise on CPU, nor any UVM kernel, so a plan for a CPU job never
+holds them; a constraint that asks only for what the sharder does not offer is refused, naming both.
 """
 
 from __future__ import annotations
@@ -80,6 +83,30 @@ def table_constraint(key: str, table: str, pc: Any, features: list[str], compute
             raise ConstraintMappingError(f"{where}.cache_params.load_factor: {lf!r} must be in (0, 1]")
         out["cache_load_factor"] = float(lf)
     return {"table": table, **out} if out else None
+
+
+def within_offer(key: str, table: str, tc: dict[str, Any] | None, sharder: Any, compute_device: str) -> dict[str, Any] | None:
+    """The table's constraint (`tc`, from its ParameterConstraints; None: none) narrowed to the sharding types and
+    kernels its collection's `sharder` offers on `compute_device` (TorchRec's `sharding_types` / `compute_kernels`);
+    None where nothing is left to say. ConstraintMappingError when the constraint leaves the table nothing offered."""
+    offered = [t for t in sharder.sharding_types(compute_device) if t in CONSTRAINT_SHARDING_TYPES]
+    kernels = sorted({k for t in offered for k in sharder.compute_kernels(t, compute_device) if k in KERNELS}, key=list(KERNELS).index)
+    out = dict(tc or {"table": table})
+    types = out.get("sharding_types") or list(CONSTRAINT_SHARDING_TYPES)
+    kept = [t for t in types if t in offered]
+    if not kept:
+        raise ConstraintMappingError(f"constraints[{key!r}].sharding_types: {types}, but {type(sharder).__name__} offers on {compute_device} "
+                                     f"only {', '.join(offered)}")
+    if kept != list(CONSTRAINT_SHARDING_TYPES):
+        out["sharding_types"] = kept
+    want = out.get("kernels") or list(KERNELS)
+    left = [k for k in want if k in kernels]
+    if not left and [t for t in kept if t != DATA_PARALLEL]:
+        raise ConstraintMappingError(f"constraints[{key!r}].compute_kernels: {want}, but {type(sharder).__name__} offers on {compute_device} "
+                                     f"only {', '.join(kernels + [DENSE])}")
+    if left and left != list(KERNELS):
+        out["kernels"] = left
+    return out if set(out) - {"table"} else None
 
 
 def _sharding_types(where: str, types: Any) -> list[str] | None:

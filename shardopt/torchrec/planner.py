@@ -42,30 +42,41 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardopt.core.errors import UserError
-from shardopt.core.hardware import DEFAULT_PROFILE
-from shardopt.core.ir import Instance, Plan, PlacementConstraints
+from shardopt.core.ir import Instance, Plan, PlacementConstraints, TorchRecForm
 from shardopt.data.torchrec_install import require_torchrec
 
 require_torchrec()  # (an ImportError naming the exact pip commands when TorchRec is not installed)
 
 from torchrec.distributed.types import ShardingPlanner  # noqa: E402
 
-from shardopt.torchrec.parameter_constraints import PASSED_THROUGH, ConstraintMappingError, table_constraint, with_constraints  # noqa: E402
+from shardopt.torchrec.broadcast import plan_on_rank0  # noqa: E402
+from shardopt.torchrec.parameter_constraints import (  # noqa: E402
+    PASSED_THROUGH,
+    ConstraintMappingError,
+    table_constraint,
+    with_constraints,
+    within_offer,
+)
+from shardopt.torchrec.planner_inputs import (  # noqa: E402
+    DEFAULT_STORAGE_RESERVATION,
+    TORCHREC_DEFAULT_BATCH,
+    PlannerInputError,
+    RankMemory,
+    default_hardware,
+    default_topology,
+    enumerator_inputs,
+    even_columns_default,
+    rank_memory,
+    refuse_search_parts,
+)
+from shardopt.torchrec.planner_stats import stats_lines, stats_record  # noqa: E402
 
 logger = logging.getLogger("shardopt.torchrec")
 
-# TorchRec's planner keeps this share of each rank's HBM for the dense part of the model and its activations
-# (torchrec.distributed.planner.storage_reservations.HeuristicalStorageReservation's default percentage)
-DEFAULT_STORAGE_RESERVATION = 0.15
 # the optimizer TorchRec's fused kernel trains a table with when nothing names one (EmbOptimType.EXACT_SGD)
 TORCHREC_DEFAULT_OPTIMIZER = "sgd"
 _OPTIMIZERS = {"SGD": "sgd", "EXACT_SGD": "sgd", "RowWiseAdagrad": "rowwise_adagrad", "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
                "ROWWISE_ADAGRAD": "rowwise_adagrad", "Adam": "adam", "ADAM": "adam"}
-
-
-class PlannerInputError(UserError, ValueError):
-    """The module, topology or constraints ask for something this planner cannot plan (the message names it)."""
 
 
 @dataclass
@@ -91,50 +102,90 @@ class PlannedTables:
 class ShardoptPlanner(ShardingPlanner):
     """A TorchRec `ShardingPlanner` that plans with a shardopt solver.
 
-    `topology`: TorchRec's `Topology` (world size, local world size, per-rank HBM / DDR, bandwidths, compute device);
-    `batch_size`: the per-rank batch, as TorchRec's planner takes it; `constraints`: TorchRec's
-    `ParameterConstraints` per table name; `placement`: shardopt's placement constraints TorchRec has no field for
-    (pins to ranks, co-locate and separate groups; `PlacementConstraints` or its dict, by table name); `solver`,
+    It takes `EmbeddingShardingPlanner`'s arguments in its order (shardopt.torchrec.planner_inputs says how each maps):
+    `topology` (None: TorchRec's default topology of the running job), `batch_size` (per rank; None: TorchRec's 512),
+    `enumerator` (its constraints and batch), `storage_reservation` (a share of each rank's memory, default 0.15, or
+    one of TorchRec's StorageReservation objects, priced by its own `reserve`), `stats` ([]: no stats table),
+    `constraints` (TorchRec's `ParameterConstraints` per table name), `debug` (the stats table in the log),
+    `timeout_seconds` (the time limit); `proposer`, `partitioner`, `performance_model`, `callbacks` and `plan_loader`
+    are TorchRec's own search, refused by name. Then shardopt's own, by keyword: `placement` (pins to ranks, co-locate
+    and separate groups TorchRec has no field for; `PlacementConstraints` or its dict, by table name), `solver`,
     `cost_model` (`auto`: a calibrated model of this hardware where one is registered, else the analytic model),
-    `time_limit` (seconds; None: the solver's own budget), `seed`, `options` (the solver's options), `hardware` (the
-    shardopt hardware profile the analytic model prices with)."""
+    `time_limit` (seconds; None: `timeout_seconds`, else the solver's own budget), `seed`, `options` (the solver's),
+    `hardware` (the profile the analytic model prices with; None: `cpu` on a CPU topology, this machine's GPU on CUDA),
+    `even_columns` (None: as the installed TorchRec's checkpoint reload needs; False where the job checkpoints with
+    torch.distributed.checkpoint only)."""
 
-    def __init__(self, topology: Any, batch_size: int = 512, constraints: dict[str, Any] | None = None, *, solver: str = "neuroshard",
-                 cost_model: str = "auto", time_limit: float | None = None, seed: int = 0, options: dict[str, Any] | None = None,
-                 hardware: str = DEFAULT_PROFILE, storage_reservation: float = DEFAULT_STORAGE_RESERVATION,
-                 placement: PlacementConstraints | dict[str, Any] | None = None) -> None:
+    def __init__(self, topology: Any = None, batch_size: int | None = None, enumerator: Any = None, storage_reservation: Any = None,
+                 proposer: Any = None, partitioner: Any = None, performance_model: Any = None, stats: Any = None,
+                 constraints: dict[str, Any] | None = None, debug: bool = True, callbacks: Any = None, timeout_seconds: int | None = None,
+                 plan_loader: Any = None, *, solver: str = "neuroshard", cost_model: str = "auto", time_limit: float | None = None,
+                 seed: int = 0, options: dict[str, Any] | None = None, hardware: str | None = None,
+                 placement: PlacementConstraints | dict[str, Any] | None = None, even_columns: bool | None = None) -> None:
         from solvers.catalog import get_solver
 
-        if batch_size < 1:
-            raise PlannerInputError(f"batch_size: {batch_size} must be >= 1 (the per-rank batch)")
-        if not 0.0 <= storage_reservation < 1.0:
-            raise PlannerInputError(f"storage_reservation: {storage_reservation} must be in [0, 1)")
+        refuse_search_parts({"proposer": proposer, "partitioner": partitioner, "performance_model": performance_model,
+                             "callbacks": callbacks, "plan_loader": plan_loader}, solver)
+        from_enumerator, enum_batch, enum_note = enumerator_inputs(enumerator)
+        batch_size = batch_size if batch_size is not None else (enum_batch or TORCHREC_DEFAULT_BATCH)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise PlannerInputError(f"batch_size: {batch_size!r} must be a whole number >= 1 (the per-rank batch)")
+        if timeout_seconds is not None and not timeout_seconds > 0:
+            raise PlannerInputError(f"timeout_seconds: {timeout_seconds!r} must be > 0")
         if time_limit is not None and not time_limit > 0:
             raise PlannerInputError(f"time_limit: {time_limit} must be > 0 seconds (or None: the solver's own budget)")
-        self.topology, self.batch_size, self.constraints = topology, int(batch_size), dict(constraints or {})
-        self.solver_name, self.cost_model, self.time_limit, self.seed = solver, cost_model, time_limit, int(seed)
-        self.hardware, self.storage_reservation = hardware, float(storage_reservation)
+        if time_limit is not None and timeout_seconds is not None and float(time_limit) != float(timeout_seconds):
+            raise PlannerInputError(f"time_limit: {time_limit} and timeout_seconds: {timeout_seconds} both given and different (one time limit)")
+        reservation = DEFAULT_STORAGE_RESERVATION if storage_reservation is None else storage_reservation
+        if not hasattr(reservation, "reserve"):
+            try:
+                share = float(reservation)
+            except (TypeError, ValueError):
+                raise PlannerInputError(f"storage_reservation: {reservation!r} is neither a share in [0, 1) nor a TorchRec "
+                                        "StorageReservation") from None
+            if not (math.isfinite(share) and 0.0 <= share < 1.0):
+                raise PlannerInputError(f"storage_reservation: {reservation} must be in [0, 1)")
+        self.topology = topology if topology is not None else default_topology()
+        self.batch_size = int(batch_size)
+        self.constraints = dict(constraints if constraints is not None else (from_enumerator or {}))
+        self.solver_name, self.cost_model, self.seed = solver, cost_model, int(seed)
+        self.time_limit = float(time_limit) if time_limit is not None else (float(timeout_seconds) if timeout_seconds is not None else None)
+        if hardware is None:
+            self.hardware, hw_note = default_hardware(self.topology.compute_device)
+        else:
+            self.hardware, hw_note = hardware, None
+        self.storage_reservation = reservation
         self.placement = placement
+        self.even_columns = even_columns
+        self.debug, self.stats = bool(debug), stats
+        self._notes = [n for n in (enum_note, hw_note) if n]
+        if stats is not None and stats != [] and not isinstance(stats, bool):
+            self._notes.append(f"stats: {type(stats).__name__} reads TorchRec's sharding options; shardopt logs its own stats table instead")
         self.solver = get_solver(solver, **(options or {}))  # (an unknown solver or option fails here, before any planning)
-        self.last: dict[str, Any] | None = None  # what the last plan() did: solver, cost, bound, stop reason, notes
+        self.last: dict[str, Any] | None = None  # what the last plan() did: solver, cost, bound, stop reason, per rank, notes
 
     # -- TorchRec's interface ------------------------------------------------------------------------------------
 
-    def plan(self, module: Any, sharders: list[Any]) -> Any:
-        """The `ShardingPlan` of every collection in `module` that one of `sharders` shards."""
+    def plan(self, module: Any, sharders: list[Any] | None = None) -> Any:
+        """The `ShardingPlan` of every collection in `module` that one of `sharders` (None: TorchRec's default
+        sharders) shards."""
         from costmodels.auto import choose_cost_model
         from shardopt.core.constraint_proofs import constraint_infeasibility
         from solvers.catalog import check_honoured
+        from torchrec.distributed.sharding_plan import get_default_sharders
 
         t0 = time.perf_counter()
-        planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, self.storage_reservation,
-                            self.placement)
+        sharders = list(sharders) if sharders is not None else get_default_sharders()
+        even = self.even_columns if self.even_columns is not None else even_columns_default()
+        memory = rank_memory(self.topology, self.storage_reservation, self.batch_size, module, sharders, self.constraints)
+        planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, memory, self.placement,
+                            even_columns=even)
         check_honoured(self.solver_name, planned.instance)
         proof = constraint_infeasibility(planned.instance)
         if proof is not None:
             raise PlannerInputError(f"no plan can meet the placement constraints: {proof}")
         choice = choose_cost_model(self.cost_model, planned.instance)
-        notes = list(planned.notes) + ([choice.notice] if choice.notice else []) + list(choice.warnings)
+        notes = self._notes + list(planned.notes) + ([choice.notice] if choice.notice else []) + list(choice.warnings)
         result = self.solver.solve(planned.instance, choice.model, time_limit=self.time_limit, seed=self.seed)
         if not result.status.has_plan or result.plan is None:
             raise PlannerInputError(f"shardopt ({self.solver_name}) found no plan: {result.reason}")
@@ -144,21 +195,29 @@ class ShardoptPlanner(ShardingPlanner):
                      "predicted_ms": result.predicted_cost, "lower_bound_ms": result.lower_bound,
                      "solver_bound": result.model_bound.to_dict() if result.model_bound is not None else None,
                      "seconds": time.perf_counter() - t0, "tables": len(planned.instance.tables),
-                     "collections": [c.path for c in planned.collections], "notes": notes, "instance": planned.instance}
-        _log_plan(self.last, result.plan, planned)
+                     "collections": [c.path for c in planned.collections], "notes": notes, "instance": planned.instance,
+                     "plan": result.plan, "reservation": memory.how, "even_columns": even,
+                     "ranks": stats_record(planned.instance, result.plan, result.predicted) if result.predicted is not None else []}
+        _log_plan(self.last, result, planned, table=self.debug and self.stats != [])
         return sharding_plan
 
     def collective_plan(self, module: Any, sharders: list[Any] | None = None, pg: Any = None) -> Any:
-        """`plan` on rank 0 of `pg` (the default group when None), broadcast to every rank: all shard by one plan."""
+        """`plan` on rank 0 of `pg` (the default group when None), broadcast to every rank: all shard by one plan. A
+        topology for another world size than the group's is refused on every rank; an error while planning on rank 0
+        reaches every rank (a failure record is broadcast in the plan's place), and each raises it."""
         import torch.distributed as dist
-        from torchrec.distributed.collective_utils import invoke_on_rank_and_broadcast_result
         from torchrec.distributed.sharding_plan import get_default_sharders
 
         if pg is None:
             if not dist.is_initialized():
                 raise PlannerInputError("collective_plan: no process group (call torch.distributed.init_process_group first, or use plan())")
             pg = dist.GroupMember.WORLD
-        return invoke_on_rank_and_broadcast_result(pg, 0, self.plan, module, sharders if sharders is not None else get_default_sharders())
+        world = int(self.topology.world_size)
+        if pg.size() != world:
+            raise PlannerInputError(f"topology.world_size: {world}, but the process group has {pg.size()} ranks: the plan would "
+                                    f"{'leave ranks without tables' if world < pg.size() else 'name ranks that do not exist'} "
+                                    "(give TorchRec's Topology the group's world size)")
+        return plan_on_rank0(pg, self.plan, module, sharders if sharders is not None else get_default_sharders())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -190,8 +249,12 @@ def collections_of(module: Any, sharders: list[Any]) -> list[Collection]:
 
 
 def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, constraints: dict[str, Any], hardware: str,
-              storage_reservation: float, placement: PlacementConstraints | dict[str, Any] | None = None) -> PlannedTables:
-    """The instance of `module`'s collections on `topology` (the module docstring says what maps)."""
+              memory: RankMemory | float = DEFAULT_STORAGE_RESERVATION, placement: PlacementConstraints | dict[str, Any] | None = None,
+              *, even_columns: bool | None = None) -> PlannedTables:
+    """The instance of `module`'s collections on `topology` (the module docstring says what maps). `memory`: each
+    rank's memory for the tables (planner_inputs.rank_memory), or the share of it to keep back; `even_columns`: whether
+    the plan's column slices of a table share one width (None: as the installed TorchRec needs). The instance's
+    constraints always carry TorchRec's form (constraints.torchrec): the plan is for DistributedModelParallel."""
     from shardopt.data.torchrec_configs import instance_from_configs
 
     collections = collections_of(module, sharders)
@@ -215,7 +278,9 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
     keys = {name: name if name in constraints else owner[name][1] for name in owner}  # (the constraint's key as the user wrote it)
     pooling = {name: _pooling_factor(keys[name], constraints.get(keys[name]), batch_size) for name in owner}
     pooling = {k: v for k, v in pooling.items() if v is not None}
-    topo = _topology_fields(topology, storage_reservation, hardware)
+    if not isinstance(memory, RankMemory):
+        memory = rank_memory(topology, memory, batch_size, module, sharders, constraints)
+    topo = _topology_fields(topology, memory, hardware)
     named = _named_optimizer(module, collections)
     optimizer = _optimizer(named)
     instance = instance_from_configs(configs, num_devices=topo.pop("num_devices"), devices_per_host=topo.pop("devices_per_host"),
@@ -225,12 +290,17 @@ def tables_of(module: Any, sharders: list[Any], topology: Any, batch_size: int, 
                                      metadata_extra={"collections": {name: owner[name][0] for name in owner}})
     try:
         features = {c.name: list(c.feature_names) for c in configs}
-        mapped = [tc for name in owner if (tc := table_constraint(keys[name], name, constraints.get(keys[name]), features[name],
-                                                                      topology.compute_device)) is not None]
+        sharder_of = {col.path: col.sharder for col in collections}
+        mapped = [tc for name in owner
+                  if (tc := within_offer(keys[name], name, table_constraint(keys[name], name, constraints.get(keys[name]), features[name],
+                                                                              topology.compute_device),
+                                         sharder_of[owner[name][0]], topology.compute_device)) is not None]
         own = [owner[n][1] for n in owner]
         instance = with_constraints(instance, mapped, placement, {owner[n][1]: n for n in owner if own.count(owner[n][1]) == 1})
     except ConstraintMappingError as exc:
         raise PlannerInputError(str(exc)) from None
+    form = TorchRecForm(even_columns=even_columns_default() if even_columns is None else bool(even_columns))
+    instance = instance.model_copy(update={"constraints": (instance.constraints or PlacementConstraints()).model_copy(update={"torchrec": form})})
     notes = []
     sequence = [col.path or "(the model)" for col in collections if col.kind == "sequence"]
     if sequence:
@@ -263,22 +333,18 @@ def _pooling_factor(name: str, pc: Any, batch_size: int) -> float | None:
     return sum(factors)
 
 
-def _topology_fields(topology: Any, storage_reservation: float, hardware: str) -> dict[str, Any]:
-    """The IR topology fields of TorchRec's `Topology`: devices, HBM less the reservation (on CPU: its DDR, the only
-    memory there), host memory for UVM on CUDA, bandwidths (TorchRec's bytes per ms as bytes per second). An NVLink
-    group larger than a host (TorchRec's `pod_size`: `intra_group_size` = pod_size x local_world_size) becomes the
-    topology's levels: the group at the intra-host bandwidth, then the network with `hardware`'s start-up."""
+def _topology_fields(topology: Any, memory: RankMemory, hardware: str) -> dict[str, Any]:
+    """The IR topology fields of TorchRec's `Topology`: devices, each rank's memory for the tables (HBM after the
+    reservation; on CPU its DDR, the only memory there), host memory for UVM on CUDA, bandwidths (TorchRec's bytes per
+    ms as bytes per second). An NVLink group larger than a host (TorchRec's `pod_size`: `intra_group_size` = pod_size x
+    local_world_size) becomes the topology's levels: the group at the intra-host bandwidth, then the network with
+    `hardware`'s start-up."""
     world, local = int(topology.world_size), int(topology.local_world_size)
     if world % local:
         raise PlannerInputError(f"topology: world_size {world} is not a multiple of local_world_size {local} (equal hosts only)")
-    cuda = topology.compute_device == "cuda"
     if topology.compute_device not in ("cuda", "cpu"):
         raise PlannerInputError(f"topology.compute_device: {topology.compute_device!r} (this planner plans for cuda or cpu)")
-    hbm = [int(d.storage.hbm) for d in topology.devices] if cuda else [int(d.storage.ddr) for d in topology.devices]
-    ddr = [int(d.storage.ddr) for d in topology.devices] if cuda else [0] * world
-    usable = [int(h * (1.0 - storage_reservation)) for h in hbm]
-    if min(usable) <= 0:
-        raise PlannerInputError(f"topology: rank {usable.index(min(usable))} has no memory for tables ({hbm[usable.index(min(usable))]:,} bytes)")
+    usable, ddr = memory.memory, memory.host
     one = (lambda v: v[0] if len(set(v)) == 1 else v)
     out = {"num_devices": world, "devices_per_host": local, "memory_bytes": one(usable), "host_memory_bytes": one(ddr)}
     intra, inter = float(topology.intra_host_bw) * 1000.0, float(topology.inter_host_bw) * 1000.0
@@ -355,23 +421,18 @@ def export_plan(planned: PlannedTables, plan: Plan, compute_device: str, constra
     return ShardingPlan(plans)
 
 
-def _log_plan(last: dict[str, Any], plan: Plan, planned: PlannedTables) -> None:
-    """The plan's summary on the `shardopt.torchrec` logger, as TorchRec's planner logs its stats."""
-    from collections import Counter, defaultdict
-
-    from shardopt.core.sharding_types import sharding_type
-
+def _log_plan(last: dict[str, Any], result: Any, planned: PlannedTables, table: bool) -> None:
+    """The plan on the `shardopt.torchrec` logger, as TorchRec's planner logs its stats: what was planned, by which
+    solver and cost model, in how long; with `table` (debug, and stats not turned off) the stats table per rank
+    (shardopt.torchrec.planner_stats); the notes as warnings."""
     instance = planned.instance
-    by_table: dict[str, list[Any]] = defaultdict(list)
-    for s in plan.shards:
-        by_table[s.table].append(s)
-    kinds = Counter(sharding_type(instance.topology, t, by_table[t.name]) for t in instance.tables)
-    bound = (f"certified lower bound {last['lower_bound_ms']:.3f} ms" if last["lower_bound_ms"] is not None
-             else "no certified bound (shardopt bound INSTANCE.json computes the analytic model's)")
-    logger.info("shardopt planner: %s with %s placed %d tables of %s on %d ranks in %.2f s (%s, %s)", last["solver"], last["cost_model"],
-                last["tables"], ", ".join(p or "(the model)" for p in last["collections"]), instance.topology.num_devices, last["seconds"],
-                last["status"], last["stopped"])
-    logger.info("shardopt planner: predicted %.3f ms per iteration (max over ranks); %s; sharding types %s", last["predicted_ms"], bound,
-                ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    logger.info("shardopt planner: %s with %s placed %d tables of %s on %d ranks in %.2f s (%s, %s); memory: %s", last["solver"],
+                last["cost_model"], last["tables"], ", ".join(p or "(the model)" for p in last["collections"]), instance.topology.num_devices,
+                last["seconds"], last["status"], last["stopped"], last["reservation"])
+    if table and result.predicted is not None:
+        for line in stats_lines(instance, result.plan, result.predicted, last["cost_model"], last["lower_bound_ms"]):
+            logger.info("shardopt planner: %s", line)
+    else:
+        logger.info("shardopt planner: predicted %.3f ms per iteration (max over ranks, %s)", last["predicted_ms"], last["cost_model"])
     for note in last["notes"]:
         logger.warning("shardopt planner: %s", note)
