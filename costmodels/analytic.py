@@ -92,11 +92,13 @@ def cache_hits(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     reuse = states[..., STATE_REUSE]
     capacity = profile.l2_bytes * CACHE_SHARE
     # cached bytes of each bin: what is left of the cache after the hotter bins, at most the bin's footprint
-    cached = np.clip(capacity - np.cumsum(foot, axis=-1) + foot, 0.0, None)
-    np.minimum(cached, foot, out=cached)
+    cached = capacity - np.cumsum(foot, axis=-1)
+    cached += foot
+    np.clip(cached, 0.0, foot, out=cached)
     # hits = sum of reuse x cached / foot (0 where a bin is empty): reuse / foot is the bin's re-reads per byte
     ratio = np.divide(reuse, foot, out=np.zeros_like(foot), where=foot > 0)
-    return np.einsum("...b,...b->...", cached, ratio)
+    cached *= ratio
+    return cached.sum(axis=-1)
 
 
 def occupancy(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
@@ -115,9 +117,10 @@ def host_read_s(nbytes: np.ndarray, rows: np.ndarray, profile: HardwareProfile) 
     return t
 
 
-def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+def device_compute_costs(states: np.ndarray, profile: HardwareProfile, host: bool = True) -> np.ndarray:
     """fwd and bwd compute (ms) of devices in `states` [..., F] on `profile` -> [..., 2]. A function of the
-    profile too, so calibration can evaluate candidate profiles on fixed states."""
+    profile too, so calibration can evaluate candidate profiles on fixed states. `host=False`: the states hold no
+    host-memory shard (an instance without host memory), so the host link's terms, all 0, are not computed."""
     p = profile
     states = np.asarray(states, dtype=np.float64)
     hbm_bw = p.hbm_bandwidth * p.gather_efficiency
@@ -133,10 +136,13 @@ def device_compute_costs(states: np.ndarray, profile: HardwareProfile) -> np.nda
     cached = (states[..., STATE_CACHED] > 0.5).astype(np.float64)
     groups = (states[..., STATE_SHARDS] - states[..., STATE_CACHED] - states[..., STATE_UVM] > 0.5) + cached + (states[..., STATE_UVM] > 0.5)  # a count (float)
     # host link: full duplex, each direction limited by its bandwidth; serial with the HBM work (docs: max vs sum)
-    host_fwd = np.maximum(host_read_s(states[..., STATE_HOST_FWD_IN], states[..., STATE_HOST_FWD_ROWS], p),
-                          states[..., STATE_HOST_FWD_OUT] / p.host_link_bandwidth)
-    host_bwd = np.maximum(host_read_s(states[..., STATE_HOST_BWD_IN], states[..., STATE_HOST_BWD_ROWS], p),
-                          states[..., STATE_HOST_BWD_OUT] / p.host_link_bandwidth)
+    if host:
+        host_fwd = np.maximum(host_read_s(states[..., STATE_HOST_FWD_IN], states[..., STATE_HOST_FWD_ROWS], p),
+                              states[..., STATE_HOST_FWD_OUT] / p.host_link_bandwidth)
+        host_bwd = np.maximum(host_read_s(states[..., STATE_HOST_BWD_IN], states[..., STATE_HOST_BWD_ROWS], p),
+                              states[..., STATE_HOST_BWD_OUT] / p.host_link_bandwidth)
+    else:
+        host_fwd = host_bwd = 0.0
     launch = p.launch_overhead_s
     out = np.empty(states.shape[:-1] + (2,))
     out[..., 0] = np.where(busy, launch * groups + PREFETCH_LAUNCHES * launch * cached + np.maximum(p.min_kernel_s, fwd) + host_fwd, 0.0) * MS
@@ -454,17 +460,18 @@ class BoundAnalytic(BoundCostModel):
         return occupancy(states, self.profile)
 
     def compute_costs(self, states: np.ndarray, devices: np.ndarray | int | None = None) -> np.ndarray:
+        host = self.instance.topology.has_host_memory  # (without it no state holds a host-memory shard)
         if not self.mixed:
-            return device_compute_costs(states, self.profile)
+            return device_compute_costs(states, self.profile, host)
         states = np.asarray(states, dtype=np.float64)
         if devices is None:
-            return device_compute_costs(states, self.profile)
+            return device_compute_costs(states, self.profile, host)
         kind = np.broadcast_to(self.kind_of_device[np.asarray(devices)], states.shape[:-1])
         out = np.empty(states.shape[:-1] + (2,))
         for k, p in enumerate(self.kinds):
             on = kind == k
             if on.any():
-                out[on] = device_compute_costs(states[on], p)
+                out[on] = device_compute_costs(states[on], p, host)
         return out
 
     def comm_costs(self, dim_sums: np.ndarray) -> np.ndarray:

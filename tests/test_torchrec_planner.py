@@ -196,6 +196,130 @@ def test_parameter_constraints_map_onto_placement_constraints_field_by_field() -
     assert bag["user"].enforce_hbm is True and bag["user"].cache_params.algorithm == CacheAlgorithm.LFU
 
 
+def test_torchrecs_planner_arguments_map_as_a_drop_in_must() -> None:
+    """EmbeddingShardingPlanner's arguments, in its order: storage reservations priced by TorchRec's own `reserve`,
+    `timeout_seconds` as the time limit, the enumerator's constraints and batch, `debug` / `stats` for the log, sharders
+    None as TorchRec's default sharders; its search components refused by name."""
+    import logging
+
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.proposers import GreedyProposer
+    from torchrec.distributed.planner.stats import EmbeddingStats
+    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation, HeuristicalStorageReservation
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    from shardopt.torchrec import PlannerInputError, ShardoptPlanner
+
+    topo = _topology()
+    cons = {"item": ParameterConstraints(pooling_factors=[3.0, 4.0])}
+    for reservation in (HeuristicalStorageReservation(percentage=0.15), FixedPercentageStorageReservation(percentage=0.3)):
+        planner = ShardoptPlanner(topo, LOCAL_BATCH, None, reservation, solver="greedy", cost_model="analytic", constraints=cons)
+        planner.plan(_model(), _sharders())
+        reserved = reservation.reserve(topology=topo, batch_size=LOCAL_BATCH, module=_model(), sharders=_sharders(), constraints=cons)
+        want = [int(d.storage.ddr) for d in reserved.devices]  # (a CPU topology: its DDR is the tables' memory)
+        assert planner.last["instance"].topology.capacities() == want and type(reservation).__name__ in planner.last["reservation"]
+    # (TorchRec's percentage reservation takes from HBM only: a CPU rank keeps its DDR, the heuristic one takes the
+    # dense part and the inputs' buffers from it)
+    assert FixedPercentageStorageReservation(0.3).reserve(topo, LOCAL_BATCH, _model(), _sharders()).devices[0].storage.ddr == int(topo.devices[0].storage.ddr)
+    # the enumerator's constraints and batch where the planner's own are not given; timeout_seconds is the time limit
+    planner = ShardoptPlanner(topo, enumerator=EmbeddingEnumerator(topo, 7, constraints=cons), timeout_seconds=5, solver="greedy",
+                              cost_model="analytic", stats=EmbeddingStats(), debug=True)
+    assert planner.batch_size == 7 and planner.time_limit == 5.0 and planner.constraints == cons
+    assert any("enumerator" in n for n in planner._notes) and any("stats" in n for n in planner._notes)
+    # sharders None: TorchRec's default sharders (bag and sequence collections alike)
+    plan = planner.plan(_model())
+    assert set(plan.plan) == {"sparse.ebc", "seq"}
+    with pytest.raises(PlannerInputError, match="proposer: GreedyProposer is a part of TorchRec's own search"):
+        ShardoptPlanner(topo, proposer=GreedyProposer())
+    with pytest.raises(PlannerInputError, match="timeout_seconds"):
+        ShardoptPlanner(topo, timeout_seconds=3, time_limit=4)
+    # the log: the stats table per rank with debug (TorchRec's default), none with stats=[]
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    log = logging.getLogger("shardopt.torchrec")
+    keep, level = Keep(), log.level
+    log.addHandler(keep)
+    log.setLevel(logging.INFO)
+    try:
+        ShardoptPlanner(topo, LOCAL_BATCH, solver="greedy", cost_model="analytic").plan(_model(), _sharders())
+        table = [r for r in records if "|" in r]
+        assert "rank" in table[0] and "DDR used / cap" in table[0] and "fwd ms" in table[0] and len(table) == 1 + WORLD  # (header, a row per rank)
+        assert any("plan cost" in r and "imbalance" in r and "critical path" in r for r in records)
+        records.clear()
+        ShardoptPlanner(topo, LOCAL_BATCH, solver="greedy", cost_model="analytic", stats=[]).plan(_model(), _sharders())
+        assert not [r for r in records if "|" in r] and any("predicted" in r for r in records)
+    finally:
+        log.removeHandler(keep)
+        log.setLevel(level)
+
+
+def test_a_cpu_job_is_priced_as_a_cpu_and_keeps_to_what_the_sharders_offer_there() -> None:
+    """The compute device decides the hardware profile (no v100 on a CPU job, no `calibrate --backend cuda` advice);
+    on CPU TorchRec's bag sharder offers no row_wise and no UVM kernel, so the plan has none and a constraint asking
+    only for them is refused naming both."""
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    from shardopt.torchrec import PlannerInputError, ShardoptPlanner
+
+    planner = ShardoptPlanner(_topology(), LOCAL_BATCH, solver="greedy")
+    planner.plan(_model(), _sharders())
+    inst = planner.last["instance"]
+    assert inst.topology.hardware == "cpu" and planner.hardware == "cpu"
+    assert not any("--backend cuda" in n for n in planner.last["notes"])
+    for name in ("sparse.ebc.user", "sparse.ebc.item"):
+        tc = inst.constraints.of(name)
+        assert "row_wise" not in tc.sharding_types and [k.value for k in tc.kernels] == ["fused"]
+    assert "row_wise" in inst.constraints.of("seq.history").sharding_types  # (the sequence sharder offers it on CPU)
+    with pytest.raises(PlannerInputError, match=r"constraints\['user'\].sharding_types: \['row_wise'\], but EmbeddingBagCollectionSharder offers on cpu only"):
+        ShardoptPlanner(_topology(), LOCAL_BATCH, constraints={"user": ParameterConstraints(sharding_types=["row_wise"])}).plan(_model(), _sharders())
+    assert ShardoptPlanner(_topology(), hardware="h100").hardware == "h100"  # (named: as named)
+
+
+def _failing_worker(out_path: str) -> None:
+    """One of 2 ranks: a topology for another world size is refused on every rank; an error while planning on rank 0
+    (a plan no solver can find: every table pinned to rank 1, whose memory holds one) is raised on every rank."""
+    import torch.distributed as dist
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    from shardopt.torchrec import PlannerInputError, ShardoptPlanner
+
+    dist.init_process_group("gloo")
+    got: dict[str, Any] = {"rank": dist.get_rank()}
+    for world in (1, 8):
+        try:
+            ShardoptPlanner(_topology(world, 1), LOCAL_BATCH, solver="greedy", cost_model="analytic").collective_plan(_model(), _sharders())
+            got[f"world{world}"] = "planned"
+        except PlannerInputError as exc:
+            got[f"world{world}"] = str(exc)
+    pins = {"tables": [{"table": n, "devices": [1]} for n in ("user", "item", "sparse.ebc.shared", "history", "seq.shared")]}
+    try:
+        ShardoptPlanner(_topology(2, 2, ddr=20_000), LOCAL_BATCH, solver="greedy", cost_model="analytic", storage_reservation=0.0,
+                        placement=pins, constraints={"item": ParameterConstraints(pooling_factors=[1.0, 1.0])}).collective_plan(_model(), _sharders())
+        got["failure"] = "planned"
+    except Exception as exc:  # noqa: BLE001 - the report says what each rank raised
+        got["failure"] = f"{type(exc).__name__}: {exc}"
+    dist.barrier()
+    dist.destroy_process_group()
+    Path(out_path).write_text(json.dumps(got))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def test_a_world_size_mismatch_and_a_failure_on_rank_0_reach_every_rank(tmp_path: Path) -> None:
+    from conftest import launch_ranks
+
+    reports = launch_ranks([sys.executable, __file__, "fail"], tmp_path, 2, 2, timeout=300)
+    for rep in reports:
+        assert "topology.world_size: 1, but the process group has 2 ranks" in rep["world1"] and "without tables" in rep["world1"]
+        assert "topology.world_size: 8, but the process group has 2 ranks" in rep["world8"] and "do not exist" in rep["world8"]
+        assert rep["failure"].startswith("PlannerInputError"), rep
+    assert "planning failed on rank 0" in reports[1]["failure"] and "planning failed on rank 0" not in reports[0]["failure"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 4 gloo ranks
 
@@ -344,7 +468,10 @@ def test_collective_plan_shards_a_two_collection_model_in_dmp_on_4_gloo_ranks(tm
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    _worker(sys.argv[1])
+    if sys.argv[1] == "fail":
+        _failing_worker(sys.argv[2])
+    else:
+        _worker(sys.argv[1])
 
 
 def test_a_torchrec_pod_becomes_the_nvlink_domain_of_the_plan() -> None:

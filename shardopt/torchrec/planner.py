@@ -196,7 +196,7 @@ class ShardoptPlanner(ShardingPlanner):
                      "solver_bound": result.model_bound.to_dict() if result.model_bound is not None else None,
                      "seconds": time.perf_counter() - t0, "tables": len(planned.instance.tables),
                      "collections": [c.path for c in planned.collections], "notes": notes, "instance": planned.instance,
-                     "plan": result.plan, "reservation": memory.how, "even_columns": even,
+                     "plan": result.plan, "reservation": memory.how, "even_columns": even, "compute_device": self.topology.compute_device,
                      "ranks": stats_record(planned.instance, result.plan, result.predicted) if result.predicted is not None else []}
         _log_plan(self.last, result, planned, table=self.debug and self.stats != [])
         return sharding_plan
@@ -430,7 +430,8 @@ def _log_plan(last: dict[str, Any], result: Any, planned: PlannedTables, table: 
                 last["cost_model"], last["tables"], ", ".join(p or "(the model)" for p in last["collections"]), instance.topology.num_devices,
                 last["seconds"], last["status"], last["stopped"], last["reservation"])
     if table and result.predicted is not None:
-        for line in stats_lines(instance, result.plan, result.predicted, last["cost_model"], last["lower_bound_ms"]):
+        memory = "DDR" if last["compute_device"] == "cpu" else "HBM"
+        for line in stats_lines(instance, result.plan, result.predicted, last["cost_model"], last["lower_bound_ms"], memory):
             logger.info("shardopt planner: %s", line)
     else:
         logger.info("shardopt planner: predicted %.3f ms per iteration (max over ranks, %s)", last["predicted_ms"], last["cost_model"])

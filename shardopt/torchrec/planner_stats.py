@@ -24,8 +24,10 @@ SHORT = {"table_wise": "TW", "column_wise": "CW", "row_wise": "RW", "table_row_w
          "data_parallel": "DP", "grid_shard": "GS"}
 
 
-def stats_lines(instance: Instance, plan: Plan | list[Shard], costs: DeviceCosts, cost_model: str, bound: float | None) -> list[str]:
-    """The stats table, one string per line (the module docstring says what it holds)."""
+def stats_lines(instance: Instance, plan: Plan | list[Shard], costs: DeviceCosts, cost_model: str, bound: float | None,
+                memory: str = "HBM") -> list[str]:
+    """The stats table, one string per line (the module docstring says what it holds). `memory`: what the ranks'
+    memory is called (DDR on a CPU job, where it is the only memory)."""
     shards = plan.shards if isinstance(plan, Plan) else plan
     topo = instance.topology
     check = check_plan(instance, shards)
@@ -37,7 +39,7 @@ def stats_lines(instance: Instance, plan: Plan | list[Shard], costs: DeviceCosts
     for s in shards:
         per_rank[s.device][kinds[s.table]] += 1
     host = topo.has_host_memory
-    head = ["rank", "shards", "HBM used / cap", *(["DDR used / cap"] if host else []), "fwd ms", "bwd ms", "comm ms", "total ms"]
+    head = ["rank", "shards", f"{memory} used / cap", *(["DDR used / cap"] if host else []), "fwd ms", "bwd ms", "comm ms", "total ms"]
     rows = []
     for d in range(topo.num_devices):
         shown = " ".join(f"{k}:{n}" for k, n in sorted(per_rank[d].items())) or "-"

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 import numpy as np
@@ -88,6 +87,7 @@ REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the r
 # the 10 s budget by 7 s)
 TIGHT_TIERED_SHARE = 0.25
 ONE_COLLECTIVE_SHARE = 0.2  # of the search's budget left after its grid, what the one-collective lane's polish may take
+REFINE_BATCH_PAIRS = 20_000  # tables x devices up to which the comm-aware refinement runs its states in one batch
 
 
 class _StateScorer:
@@ -111,11 +111,9 @@ class _StateScorer:
         todo = [i for i, r in enumerate(results) if r is None]
         if cfg.dedup:
             todo = list({states[i]: i for i in reversed(todo)}.values())[::-1]  # first occurrence of each
-        # lock-step batches need one piece count (the pre-split seed makes beams of several counts)
-        chunks: list[list[int]] = []
-        for _, same in groupby(sorted(todo, key=lambda i: len(states[i])), key=lambda i: len(states[i])):  # (stable)
-            grp = list(same)
-            chunks += [grp[k : k + batch] for k in range(0, len(grp), batch)]
+        # lock-step batches of states of similar piece counts (grid_greedy pads the fewer; sorted, little padding)
+        ordered = sorted(todo, key=lambda i: len(states[i]))  # (stable)
+        chunks = [ordered[k : k + batch] for k in range(0, len(ordered), batch)]
         for chunk in chunks:
             scored = grid_greedy(self.pm, [list(states[i]) for i in chunk], cfg, budget=budget)
             if scored is None:
@@ -339,15 +337,18 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, b
         ranked = sorted((r.cost, st) for st, r in seen.items() if r.device_of is not None)
         extra = [st for _, st in ranked if st not in finalists][: cfg.refine_extra]
         finalists += extra
-    for st in finalists:
-        refined = grid_greedy(pm, [list(st)], cfg, comm_aware=True, budget=budget)
+    # one lock-step batch on a small instance (its loop's numpy calls are most of the time); one state at a time on a
+    # large one, so that the budget ends it between states, each refined one kept
+    small = len(pm.tables) * pm.bm.num_devices <= REFINE_BATCH_PAIRS
+    for batch in [finalists] if small else [[st] for st in finalists]:
+        refined = grid_greedy(pm, [list(st) for st in batch], cfg, comm_aware=True, budget=budget)
         if refined is None:
             search.timed_out = True
             break
-        (r,) = refined
-        if r.cost < search.best.cost:
-            search.best, search.best_state, search.comm_refined = r, st, True
-            report(best_cost=r.cost)
+        for st, r in zip(batch, refined):
+            if r.cost < search.best.cost:
+                search.best, search.best_state, search.comm_refined = r, st, True
+                report(best_cost=r.cost)
         if budget.spent():
             search.timed_out = True
             break
