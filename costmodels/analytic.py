@@ -97,8 +97,7 @@ def cache_hits(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     np.clip(cached, 0.0, foot, out=cached)
     # hits = sum of reuse x cached / foot (0 where a bin is empty): reuse / foot is the bin's re-reads per byte
     ratio = np.divide(reuse, foot, out=np.zeros_like(foot), where=foot > 0)
-    cached *= ratio
-    return cached.sum(axis=-1)
+    return np.einsum("...b,...b->...", cached, ratio)
 
 
 def occupancy(states: np.ndarray, profile: HardwareProfile) -> np.ndarray:

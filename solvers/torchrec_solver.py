@@ -263,6 +263,73 @@ class TorchRecAllTypesOptions(TorchRecOptions):
                                              choices=SUPPORTED_SHARDING_TYPES, check=bool, check_text="at least one")
 
 
+def torchrec_topology(instance: Instance, compute_device: str = "cuda") -> tuple[Any, dict[str, Any]]:
+    """TorchRec's `Topology` of the instance (the table in docs/torchrec.md, "The solver"), and a note of what went
+    into it."""
+    from torchrec.distributed.planner.types import CustomTopologyData, HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
+
+    topo = instance.topology
+    caps = topo.capacities()
+    ddr = topo.host_capacities()
+    bw = topology_bandwidths(topo)
+    extra: dict[str, Any] = {}
+    custom: dict[str, list[int]] = {}
+    note: dict[str, Any] = {"hbm_cap_bytes": caps[0] if len(set(caps)) == 1 else caps, "ddr_cap_bytes": ddr[0] if len(set(ddr)) == 1 else ddr}
+    if len(set(caps)) > 1:
+        custom["hbm_cap"] = list(caps)
+        note["heterogeneous_memory"] = "per-device HBM capacities passed through TorchRec's CustomTopologyData"
+    if len(set(ddr)) > 1 or min(ddr) == 0:
+        # per device (and 0, which TorchRec's HardwareConfig would flag as a detection failure) through the
+        # same CustomTopologyData; left out, TorchRec would assume 128 GiB of DDR per rank (constants.DDR_CAP)
+        custom["ddr_cap"] = list(ddr)
+    if custom:
+        extra["custom_topology_data"] = CustomTopologyData(data=custom, world_size=topo.num_devices)
+    hardware = HardwareConfig(hbm_cap_bytes=min(caps), ddr_cap_bytes=min(ddr) if min(ddr) > 0 else None, **bw)
+    pod_size = torchrec_pod_size(topo)  # (None without topology levels; refuses levels TorchRec cannot say)
+    if pod_size is not None:
+        note["pod_size"] = pod_size
+    trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, pod_size=pod_size, additional_params=extra)
+    kernel = KernelConfig(compute_device=compute_device, use_hardware_based_bandwidth=True)
+    topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
+    note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": compute_device,
+                 **{f"{k}_bytes_per_ms": v for k, v in bw.items()}})
+    if topo.is_mixed:  # (TorchRec removed its heterogeneous planner in 2026-04: one speed for every rank)
+        note["mixed_hardware"] = (f"TorchRec's topology has one compute device and one set of bandwidths: every rank is estimated "
+                                  f"as {topo.hardware} (topology.hardware), with its own HBM / DDR capacity")
+    return topology, note
+
+
+def rank_estimates(instance: Instance, options: list[Any]) -> dict[str, Any]:
+    """TorchRec's own per-rank perf (ms) and storage (bytes) estimates of a plan given as its ShardingOptions (each
+    shard's rank set): the sum over a rank's shards, and the max over ranks (its partitioner's and stats' rating)."""
+    n = instance.topology.num_devices
+    keys = ("fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "input_dist_comms", "prefetch_compute")
+    perf = [{k: 0.0 for k in keys} for _ in range(n)]
+    hbm = [0] * n
+    ddr = [0] * n
+    for so in options:
+        for sh in so.shards:
+            if sh.rank is None or not 0 <= sh.rank < n:
+                continue
+            if sh.perf is not None:
+                for k in keys:
+                    perf[sh.rank][k] += float(getattr(sh.perf, k, 0.0) or 0.0)
+            if sh.storage is not None:
+                hbm[sh.rank] += int(sh.storage.hbm)
+                ddr[sh.rank] += int(sh.storage.ddr)
+    per_rank = [
+        {"rank": r, **{f"{k}_ms": v for k, v in perf[r].items()}, "total_ms": sum(perf[r].values()), "hbm_bytes": hbm[r], "ddr_bytes": ddr[r]}
+        for r in range(n)
+    ]
+    return {
+        "per_rank": per_rank,
+        "torchrec_perf_rating_ms": max(r["total_ms"] for r in per_rank) if per_rank else None,
+        "sharding_types_chosen": dict(Counter(so.sharding_type for so in options)),
+        "compute_kernels_chosen": dict(Counter(so.compute_kernel for so in options)),
+        "estimates_note": "TorchRec's own analytic estimates (its perf model for the compute device above), not shardopt's cost model",
+    }
+
+
 class TorchRecSolver(Solver):
     """TorchRec's `EmbeddingShardingPlanner` (default proposers, greedy perf partitioner) on the instance.
 
@@ -311,37 +378,7 @@ class TorchRecSolver(Solver):
     # -- TorchRec's inputs -----------------------------------------------------------------------------------------
 
     def _topology(self, instance: Instance) -> tuple[Any, dict[str, Any]]:
-        from torchrec.distributed.planner.types import CustomTopologyData, HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
-
-        topo = instance.topology
-        caps = topo.capacities()
-        ddr = topo.host_capacities()
-        bw = topology_bandwidths(topo)
-        extra: dict[str, Any] = {}
-        custom: dict[str, list[int]] = {}
-        note: dict[str, Any] = {"hbm_cap_bytes": caps[0] if len(set(caps)) == 1 else caps, "ddr_cap_bytes": ddr[0] if len(set(ddr)) == 1 else ddr}
-        if len(set(caps)) > 1:
-            custom["hbm_cap"] = list(caps)
-            note["heterogeneous_memory"] = "per-device HBM capacities passed through TorchRec's CustomTopologyData"
-        if len(set(ddr)) > 1 or min(ddr) == 0:
-            # per device (and 0, which TorchRec's HardwareConfig would flag as a detection failure) through the
-            # same CustomTopologyData; left out, TorchRec would assume 128 GiB of DDR per rank (constants.DDR_CAP)
-            custom["ddr_cap"] = list(ddr)
-        if custom:
-            extra["custom_topology_data"] = CustomTopologyData(data=custom, world_size=topo.num_devices)
-        hardware = HardwareConfig(hbm_cap_bytes=min(caps), ddr_cap_bytes=min(ddr) if min(ddr) > 0 else None, **bw)
-        pod_size = torchrec_pod_size(topo)  # (None without topology levels; refuses levels TorchRec cannot say)
-        if pod_size is not None:
-            note["pod_size"] = pod_size
-        trainer = TrainerConfig(world_size=topo.num_devices, local_world_size=topo.devices_per_host, pod_size=pod_size, additional_params=extra)
-        kernel = KernelConfig(compute_device=self.options.compute_device, use_hardware_based_bandwidth=True)
-        topology = TopologyFactory.create_topology(trainer_config=trainer, hardware_config=hardware, kernel_config=kernel)
-        note.update({"world_size": topo.num_devices, "local_world_size": topo.devices_per_host, "compute_device": self.options.compute_device,
-                     **{f"{k}_bytes_per_ms": v for k, v in bw.items()}})
-        if topo.is_mixed:  # (TorchRec removed its heterogeneous planner in 2026-04: one speed for every rank)
-            note["mixed_hardware"] = (f"TorchRec's topology has one compute device and one set of bandwidths: every rank is estimated "
-                                      f"as {topo.hardware} (topology.hardware), with its own HBM / DDR capacity")
-        return topology, note
+        return torchrec_topology(instance, self.options.compute_device)
 
     def compute_kernels(self, instance: Instance) -> list[str]:
         """The compute kernels TorchRec may choose from: fused (HBM), the UVM kernels when the instance has host
@@ -553,33 +590,7 @@ class TorchRecSolver(Solver):
 
     @staticmethod
     def _estimates(instance: Instance, best: list[Any]) -> dict[str, Any]:
-        """TorchRec's own per-rank perf (ms) and storage (bytes) estimates of its chosen plan."""
-        n = instance.topology.num_devices
-        keys = ("fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "input_dist_comms", "prefetch_compute")
-        perf = [{k: 0.0 for k in keys} for _ in range(n)]
-        hbm = [0] * n
-        ddr = [0] * n
-        for so in best:
-            for sh in so.shards:
-                if sh.rank is None or not 0 <= sh.rank < n:
-                    continue
-                if sh.perf is not None:
-                    for k in keys:
-                        perf[sh.rank][k] += float(getattr(sh.perf, k, 0.0) or 0.0)
-                if sh.storage is not None:
-                    hbm[sh.rank] += int(sh.storage.hbm)
-                    ddr[sh.rank] += int(sh.storage.ddr)
-        per_rank = [
-            {"rank": r, **{f"{k}_ms": v for k, v in perf[r].items()}, "total_ms": sum(perf[r].values()), "hbm_bytes": hbm[r], "ddr_bytes": ddr[r]}
-            for r in range(n)
-        ]
-        return {
-            "per_rank": per_rank,
-            "torchrec_perf_rating_ms": max(r["total_ms"] for r in per_rank) if per_rank else None,
-            "sharding_types_chosen": dict(Counter(so.sharding_type for so in best)),
-            "compute_kernels_chosen": dict(Counter(so.compute_kernel for so in best)),
-            "estimates_note": "TorchRec's own analytic estimates (its perf model for the compute device above), not shardopt's cost model",
-        }
+        return rank_estimates(instance, best)
 
 
 class TorchRecAllTypesSolver(TorchRecSolver):

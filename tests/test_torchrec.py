@@ -558,6 +558,7 @@ def test_the_topology_round_trip_keeps_per_rank_capacities_and_the_nvlink_group(
     """Our topology -> TorchRec's (CustomTopologyData per rank, pod_size for an NVLink domain of hosts) -> back the
     way ShardoptPlanner reads one: the same per-rank HBM and host memory, the same levels."""
     from shardopt.torchrec.planner import _topology_fields
+    from shardopt.torchrec.planner_inputs import rank_memory
     from solvers.torchrec_solver import TorchRecSolver
 
     inst = _instance(n_devices=8, per_host=2, tables=4)
@@ -571,7 +572,27 @@ def test_the_topology_round_trip_keeps_per_rank_capacities_and_the_nvlink_group(
     inst = instance_from_dict(doc)
     torchrec_topology, note = TorchRecSolver()._topology(inst)
     assert note["pod_size"] == 2 and torchrec_topology.intra_group_size == 4
-    back = _topology_fields(torchrec_topology, 0.0, inst.topology.hardware)
+    back = _topology_fields(torchrec_topology, rank_memory(torchrec_topology, 0.0, 8, None, [], {}), inst.topology.hardware)
     assert back["memory_bytes"] == caps and back["host_memory_bytes"] == inst.topology.host_capacities()
     assert back["levels"] == [{"name": "nvlink_domain", "devices": 4, "bandwidth": 3e11},
                               {"name": "network", "devices": 8, "bandwidth": 2.5e10, "latency_s": 1e-5}]
+
+
+@needs_torchrec
+def test_import_for_torchrec_sets_the_form_every_solver_then_keeps(tmp_path: Path) -> None:
+    src = tmp_path / "configs.json"
+    src.write_text(json.dumps([{"name": f"t{i}", "num_embeddings": 20000 * (i + 1), "embedding_dim": 96} for i in range(6)]))
+    out = tmp_path / "i.json"
+    result = run("import-torchrec", src, "--out", out, "--devices", 4, "--batch-size", 4096, "--for-torchrec", "even",
+                 "--pooling-factors", '{"t5": 40}')
+    assert result.exit_code == 0, result.stderr
+    inst = load_instance(out)
+    assert inst.constraints is not None and inst.constraints.torchrec is not None and inst.constraints.even_columns
+    ok = run("solve", out, "--solver", "cpsat", "--time-limit", "3", "--json")
+    assert ok.exit_code == 0, ok.stderr
+    plan = json.loads(ok.stdout)["plan"]["shards"]
+    for name in {s["table"] for s in plan}:
+        widths = {s.get("cols", 96) for s in plan if s["table"] == name}
+        assert len(widths) == 1, (name, widths)
+    bad = run("import-torchrec", src, "--out", tmp_path / "x.json", "--devices", 4, "--batch-size", 8, "--for-torchrec", "odd")
+    assert bad.exit_code == 2 and "--for-torchrec: 'odd' is not even or uneven" in bad.stderr

@@ -196,12 +196,15 @@ def import_torchrec_cmd(
     ] = None,
     optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help="Optimizer (decides optimizer-state memory).")] = OptimizerChoice.rowwise_adagrad,
     name: Annotated[str, typer.Option("--name", help="Instance name \\[default: the output file's stem].", show_default=False)] = "",
+    for_torchrec: Annotated[Optional[str], typer.Option("--for-torchrec", metavar="even|uneven", help="The plans are for TorchRec's DistributedModelParallel: constraints.torchrec, so every solver keeps the form TorchRec loads (even: a table's column slices of one width, as TorchRec's own checkpoint reload needs; uneven: any widths) \\[default: no such constraint].", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Make an instance from TorchRec EmbeddingBagConfigs and pooling statistics."""
     with _guard(json_out):
         from shardopt.core.ir import save
 
+        if for_torchrec is not None and for_torchrec not in ("even", "uneven"):
+            raise CLIError(f"--for-torchrec: {for_torchrec!r} is not even or uneven")
         mem = parse_bytes(memory) if memory is not None else None
         pooling, source = _pooling_arg(pooling_factors)
         _need_torchrec()
@@ -223,6 +226,11 @@ def import_torchrec_cmd(
             provenance=provenance,
             source=source,
         )
+        if for_torchrec is not None:
+            from shardopt.core.ir import PlacementConstraints, TorchRecForm
+
+            form = TorchRecForm(even_columns=for_torchrec == "even")
+            instance = instance.model_copy(update={"constraints": (instance.constraints or PlacementConstraints()).model_copy(update={"torchrec": form})})
         out.parent.mkdir(parents=True, exist_ok=True)
         try:
             save(instance, out)

@@ -53,7 +53,9 @@ def rescale_histogram(histogram: list[float], ratio: float) -> list[float]:
         raise ScaleError(f"batch ratio {ratio!r} must be a positive finite number")
     h = np.asarray(histogram, dtype=np.float64)
     counts = _bin_representatives() * ratio
-    hit = np.where(counts < 1.0, 1.0 - np.exp(-counts), 1.0)
+    # (math.exp, not np.exp: numpy's AVX-512 exp differs from its AVX2 one in the last bit, and a suite generated on
+    # one machine must be the same bytes on any other - tests/test_suites_committed.py regenerates them)
+    hit = np.array([1.0 - math.exp(-c) if c < 1.0 else 1.0 for c in counts])
     new = np.zeros(ACCESS_BINS)
     np.add.at(new, access_bin(np.maximum(counts, 1.0)), h * hit)
     total = new.sum()

@@ -39,7 +39,7 @@ from costmodels.base import BoundCostModel, CostModel
 from costmodels.hierarchical import OUTPUT_DIST_ORDER
 from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
-from shardopt.core.plan_check import check_plan
+from shardopt.core.plan_check import check_plan, constraint_violations
 from solvers.base import Budget, ReplanReport, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
 from solvers.placement.polish import comm_totals, table_contribution
 
@@ -649,11 +649,20 @@ def replan(
                 break
         tried[name] = {"cost": st.cost, "moved_bytes": st.moved_bytes, "within_budget": within, "search_steps": steps, "shard_steps": shard_steps,
                        "toward_scratch_steps": toward}
-        if within and (best is None or st.objective(st.cost, st.moved_bytes) < best.objective(best.cost, best.moved_bytes) - 1e-12):
+        # (the moves know memory, not the placement constraints: a start whose search broke one is not taken)
+        kept = within and not constraint_violations(instance, st.shards())
+        tried[name]["keeps_constraints"] = kept or not within
+        if kept and (best is None or st.objective(st.cost, st.moved_bytes) < best.objective(best.cost, best.moved_bytes) - 1e-12):
             best = st
+    if best is None and scratch.plan is not None and _budget_ok(moved_bytes(instance, old.shards, scratch.plan.shards), max_moved_bytes):
+        best = _State(instance, bm, {index[t]: [s for s in scratch.plan.shards if s.table == t] for t in {s.table for s in scratch.plan.shards}},
+                      old_groups, move_weight)  # (the solver's own plan keeps them: the searches' starts did not)
+        tried["scratch_as_planned"] = {"cost": best.cost, "moved_bytes": best.moved_bytes}
     if best is None:
-        return fail(solver, SolveStatus.no_solution, f"re-planning: no plan within {max_moved_bytes:,} bytes moved: the tables to place do not fit "
-                    "beside the kept ones, and moving tables back to their old devices does not get the scratch plan under the budget", clock,
+        limit = f"{max_moved_bytes:,}" if max_moved_bytes is not None else "any number of"
+        return fail(solver, SolveStatus.no_solution, f"re-planning: no plan within {limit} bytes "
+                    "moved that keeps the placement constraints: the tables to place do not fit beside the kept ones, and moving tables back to "
+                    "their old devices does not get the scratch plan under the budget", clock,
                     {"carried_over": carried.report(), "scratch": scratch_info, "starts": tried})
     shards = best.shards()
     check = check_plan(instance, shards)
