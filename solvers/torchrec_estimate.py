@@ -38,7 +38,9 @@ def torchrec_rating(instance: Instance, plan: Plan | list[Shard], compute_device
     from torchrec.distributed.types import CacheParams
 
     shards = plan.shards if isinstance(plan, Plan) else list(plan)
-    planned = aliased(instance)  # (TorchRec's module dict refuses some names: the solver's aliases, renamed back in the errors)
+    # (TorchRec's module dict refuses some names: the solver's aliases, renamed back in the errors; the placement
+    # constraints, by table name, say nothing TorchRec's estimators price)
+    planned = aliased(instance.model_copy(update={"constraints": None}))
     alias = {t.name: a.name for t, a in zip(instance.tables, planned.tables)}
     moved = [s.model_copy(update={"table": alias[s.table]}) for s in shards]
     try:

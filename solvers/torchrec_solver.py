@@ -271,6 +271,8 @@ def torchrec_topology(instance: Instance, compute_device: str = "cuda") -> tuple
     topo = instance.topology
     caps = topo.capacities()
     ddr = topo.host_capacities()
+    if compute_device == "cpu":  # (a CPU rank's memory is its DDR: TorchRec's CPU storage model counts ddr_cap, no HBM)
+        caps, ddr = [0] * topo.num_devices, list(caps)
     bw = topology_bandwidths(topo)
     extra: dict[str, Any] = {}
     custom: dict[str, list[int]] = {}
