@@ -47,11 +47,13 @@ def test_an_overloaded_device_is_detected_on_cpu() -> None:
     pytest.importorskip("fbgemm_gpu")
     r = compare_plans(tiny(), [balanced(), overloaded()], ["balanced", "overloaded"], "cpu", repeats=12, warmup=1)
     c = r.comparisons[0]
-    # 7 tables vs 4 on the bottleneck: slower by well over 20 % (the estimate), and with 95 % confidence unless the
-    # machine is so busy that the interval spans more than 100 points: [-190.8, -8.0] % was seen under load 3-5, and
-    # [-382.0, +66.8] % (estimate -54.7 %, "indistinguishable") beside two CPU burners - an honest verdict there
-    assert c.faster_pct.estimate < -20 and c.verdict != "faster", c.sentence()
-    assert c.verdict == "slower" or c.faster_pct.high - c.faster_pct.low > 100, c.sentence()
+    # 7 tables vs 4 on the bottleneck: slower by well over 20 % with 95 % confidence, unless the machine is so busy
+    # that the interval spans more than 100 points - then nothing is claimed either way, and the point estimate says
+    # nothing: [-190.8, -8.0] % was seen under load 3-5, [-382.0, +66.8] % (estimate -54.7 %) and [-151.2, +57.1] %
+    # (estimate +30.2 %) beside two CPU burners on 2 cores. Never a "faster" verdict.
+    wide = c.faster_pct.high - c.faster_pct.low > 100
+    assert c.verdict != "faster", c.sentence()
+    assert wide or (c.verdict == "slower" and c.faster_pct.estimate < -20), c.sentence()
     assert r.plans[1].bottleneck == 0
 
 
