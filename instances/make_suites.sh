@@ -24,3 +24,8 @@ $SHARDOPT generate --family nvl72 --count 6 --seed 0 --pool train --out instance
 $SHARDOPT generate --family nvl72 --count 4 --seed 1 --pool test --out instances/suites/nvl72-test
 $SHARDOPT generate --family mixed --count 6 --seed 0 --pool train --out instances/suites/mixed-train
 $SHARDOPT generate --family mixed --count 4 --seed 1 --pool test --out instances/suites/mixed-test
+# real models' shape (issue 56): a few huge, heavily pooled tables among many small ones, on 8 to 512 devices
+$SHARDOPT generate --family skewed --count 14 --seed 0 --pool train --out instances/suites/skewed-train
+$SHARDOPT generate --family skewed --count 7 --seed 1 --pool test --out instances/suites/skewed-test
+# published models' table configurations (instances/real/configs) on named clusters
+"$(dirname "$SHARDOPT")/python" instances/real/make_real.py

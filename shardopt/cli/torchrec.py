@@ -196,6 +196,7 @@ def import_torchrec_cmd(
     ] = None,
     optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help="Optimizer (decides optimizer-state memory).")] = OptimizerChoice.rowwise_adagrad,
     name: Annotated[str, typer.Option("--name", help="Instance name \\[default: the output file's stem].", show_default=False)] = "",
+    source_cite: Annotated[Optional[str], typer.Option("--source", metavar="TEXT", help="Where the configuration was published, kept as metadata.source \\[default: the configs document's \"source\" field, if any].", show_default=False)] = None,
     for_torchrec: Annotated[Optional[str], typer.Option("--for-torchrec", metavar="even|uneven", help="The plans are for TorchRec's DistributedModelParallel: constraints.torchrec, so every solver keeps the form TorchRec loads (even: a table's column slices of one width, as TorchRec's own checkpoint reload needs; uneven: any widths) \\[default: no such constraint].", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -210,9 +211,15 @@ def import_torchrec_cmd(
         _need_torchrec()
         from shardopt.core.feasibility import infeasibility_reason
         from shardopt.core.memory import table_bytes_array
+        from shardopt.data.torchrec_configs import configs_citation
         from shardopt.data.torchrec_io import instance_from_configs, load_configs
 
         cfgs, provenance = load_configs(configs)
+        citation = configs_citation(configs)
+        if source_cite is not None:
+            if not source_cite.strip():
+                raise CLIError("--source: an empty citation")
+            citation["source"] = source_cite
         instance = instance_from_configs(
             cfgs,
             num_devices=devices,
@@ -225,6 +232,7 @@ def import_torchrec_cmd(
             name=name or out.name.removesuffix(".json"),
             provenance=provenance,
             source=source,
+            metadata_extra=citation,
         )
         if for_torchrec is not None:
             from shardopt.core.ir import PlacementConstraints, TorchRecForm

@@ -505,6 +505,26 @@ FAMILIES["tiered"] = Family(
 )
 
 
+def _generate_skewed(family: Family, pool: TablePool, seed: int, index: int, pool_label: str) -> Instance:
+    from shardopt.data.skewed import generate_skewed_instance  # its own module; it uses this one's helpers
+
+    return generate_skewed_instance(family, pool, seed, index, pool_label)
+
+
+FAMILIES["skewed"] = Family(
+    "skewed",
+    "real models' shape: 2 to 6 hot tables (10^7-10^8 rows, pooling 10-100, dims 64-256) among 20 to 120 small pool "
+    "tables (below 2M rows), on 8 to 512 devices in hosts of 8 (a100 / h100, the devices cycling through 8, 16, ..., "
+    "512 with the index); memory: 30-60 % of the HBM per device",
+    _own_shape,
+    GPU_DIMS,
+    GPU_DIM_WEIGHTS,
+    "a100/h100",
+    "none (the embeddings' share of a real device's HBM; shardopt.data.skewed)",
+    make=_generate_skewed,
+)
+
+
 def tight_memory(sizes: np.ndarray, devices: int, slack: float = TIGHT_SLACK) -> tuple[int, int]:
     """(capacity per device, FFD steps taken) by the rule in this module's docstring (`slack`: its 1.10)."""
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))[::-1]

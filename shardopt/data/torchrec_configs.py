@@ -57,6 +57,28 @@ def load_configs(spec: str) -> tuple[list[Any], str]:
     return _configs_from_python(spec), f"EmbeddingBagConfigs from Python {spec}"
 
 
+# a configs document's own fields beside "tables": where the configuration was published, and what it leaves unsaid
+CITATION_FIELDS = ("source", "note")
+
+
+def configs_citation(spec: str) -> dict[str, str]:
+    """The citation a JSON configs document carries ({"source": ..., "note": ..., "tables": [...]}), for the
+    instance's metadata: a real model's instance names where its tables were published. Empty for a list document
+    or a Python spec; IRError naming the field when one is not a string."""
+    p = Path(spec)
+    if not (p.suffix.lower() == ".json" or p.is_file()):
+        return {}
+    from shardopt.core.ir import read_json
+
+    data = read_json(p)
+    if not isinstance(data, dict):
+        return {}
+    bad = [k for k in CITATION_FIELDS if k in data and not (isinstance(data[k], str) and data[k].strip())]
+    if bad:
+        raise IRError([f"{bad[0]}: {data[bad[0]]!r} is not a non-empty string"], spec)
+    return {k: data[k] for k in CITATION_FIELDS if k in data}
+
+
 _JSON_CONFIG_FIELDS = {"name", "num_embeddings", "embedding_dim", "feature_names", "data_type", "pooling", "weight_init_max", "weight_init_min", "need_pos"}
 
 
@@ -69,6 +91,9 @@ def _configs_from_json(path: Path) -> list[Any]:
     data = read_json(path)
     source = str(path)
     if isinstance(data, dict) and "tables" in data:
+        unknown = sorted(set(data) - {"tables", *CITATION_FIELDS})
+        if unknown:
+            raise IRError([f"{unknown[0]}: unknown field of a configs document (known: tables, {', '.join(CITATION_FIELDS)})"], source)
         data = data["tables"]
     if not isinstance(data, list) or not data:
         raise IRError(["(document): expected a non-empty list of EmbeddingBagConfig objects (or {\"tables\": [...]})"], source)
