@@ -359,13 +359,28 @@ def test_lower_bound_is_reported_with_its_meaning() -> None:
     """The linear model's bound is the solver's own (`model_bound`), never the result's `lower_bound`, which only a
     certified bound of the plan cost fills; with the neural model there is none to ask for."""
     inst = make_instance(10, 4, seed=13, mem_factor=1.3)
-    r = get_solver("cpsat").solve(inst, CM, time_limit=8)
+    # (without the default solver's start: its plan, with replicas, is cheaper here and would be returned, with no
+    # bound of the linear model, whose plans it is not among)
+    r = get_solver("cpsat", neuroshard_share=0).solve(inst, CM, time_limit=8)
     info = r.info
     assert r.model_bound is not None and info["linear_bound"] == r.model_bound.value
     assert r.model_bound.of.startswith("the linearised model") and r.lower_bound is None
     assert not math.isnan(info["gap_to_linear_bound"])
     n = get_solver("cpsat", certified_bound=True).solve(inst, _neural(), time_limit=8)
     assert n.status.has_plan and n.lower_bound is None and "certified_bound" not in n.info
+
+
+def test_cpsat_never_ends_above_the_default_solvers_plan() -> None:
+    """The default solver's plan is cpsat's first warm start: where its items cannot express it (replicas here) and
+    nothing they reach is cheaper, it is the plan returned, said in info, without the linear model's bound."""
+    inst = make_instance(10, 4, seed=13, mem_factor=1.3)
+    r = get_solver("cpsat").solve(inst, CM, time_limit=8)
+    start = r.info["warm_starts"]["neuroshard"]
+    assert start is not None and r.predicted.max_cost <= start + 1e-12
+    alone = get_solver("cpsat", neuroshard_share=0).solve(inst, CM, time_limit=8)
+    if start < alone.predicted.max_cost * (1 - 1e-9):
+        assert "returned_warm_start" in r.info and r.model_bound is None and r.status.value != "optimal"
+    assert "neuroshard" not in alone.info["warm_starts"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -451,7 +466,7 @@ def test_a_start_the_items_cannot_express_is_returned_when_cheaper() -> None:
         t for t, b in zip(doc["tables"], sizes) if b < sizes.max() and b <= sizes.max() * 0.6][:2]
     inst = instance_from_dict(doc)
     r = get_solver("cpsat", max_split=2, split_tables=0, row_wise=False, relaxation_share=0, presplit_share=0,
-                   one_collective_share=0).solve(inst, CM, time_limit=20)
+                   one_collective_share=0, neuroshard_share=0).solve(inst, CM, time_limit=20)
     greedy = get_solver("greedy").solve(inst, CM)
     assert check_plan(inst, r.plan).ok and r.predicted_cost == pytest.approx(greedy.predicted_cost, rel=1e-12)
     assert "cheaper than the best plan" in r.info["returned_warm_start"]
@@ -578,7 +593,7 @@ def test_presplit_warm_start_splits_a_heavy_table() -> None:
     shards, cost = got
     assert sum(1 for s in shards if s.table == heavy) > 1 and cost < greedy
     assert CM.plan_costs(inst, shards).max_cost == pytest.approx(cost, rel=1e-9)
-    r = get_solver("cpsat").solve(inst, CM, time_limit=10)
+    r = get_solver("cpsat", neuroshard_share=0).solve(inst, CM, time_limit=10)  # (cpsat's own search from the pre-split start)
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= cost + 1e-12
     assert heavy in r.info["split_tables_used"] and r.info["warm_starts"]["presplit"] == pytest.approx(cost)
 
@@ -624,11 +639,13 @@ def test_cli_says_what_the_bound_of_a_neighbourhood_solve_is(monkeypatch, tmp_pa
     # (6 s: the warm starts come first, and the neighbourhoods - whose first linearisation gives the table cuts - run
     # only with more than 0.5 s left; at 3 s a busy machine left none, and the bound line was missing)
     runner = CliRunner()
-    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "--time-limit", "6"])
+    # (neuroshard_share=0: cpsat's own plan, whose bound is the subject, not the default solver's start returned)
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "neuroshard_share=0", "--time-limit", "6"])
     out = " ".join(r.stdout.split())
     assert r.exit_code == 0 and "of the linear model's table cuts" in out and "not a bound of the plan cost" in out, r.output
     assert "shardopt bound" in out and "lower bound" not in out
-    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "certified_bound=true", "--time-limit", "6"])
+    r = runner.invoke(app, ["solve", str(path), "-s", "cpsat", "-O", "neighbourhood=2", "-O", "neuroshard_share=0", "-O", "certified_bound=true",
+                            "--time-limit", "6"])
     out = " ".join(r.stdout.split())
     assert r.exit_code == 0 and "lower bound" in out and "(certified, the analytic model) (gap" in out, r.output
     assert "shardopt bound" not in out

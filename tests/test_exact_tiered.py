@@ -62,9 +62,9 @@ def test_the_base_is_costed_exactly(path: Path) -> None:
 @pytest.mark.parametrize("path", [HUGE, TIERED])
 def test_exact_solvers_place_instances_that_need_tiers(name: str, path: Path) -> None:
     inst = load_instance(path)
-    # (relaxation_share=0: the relaxation's plan, of any column widths, holds huge-test-s1-0000 in HBM and the tiered
-    # path is not taken: test_the_relaxation_start_holds_huge_test_in_hbm)
-    r = get_solver(name, relaxation_share=0).solve(inst, CM, seed=0, time_limit=8)
+    # (relaxation_share=0, neuroshard_share=0: the relaxation's plan, of any column widths, and the default solver's hold
+    # huge-test-s1-0000 in HBM, and the tiered path is not taken: test_the_relaxation_start_holds_huge_test_in_hbm)
+    r = get_solver(name, relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=8)
     assert r.status.has_plan and r.status is not SolveStatus.optimal, (r.status, r.reason)
     assert check_plan(inst, r.plan).ok  # both memory tiers, every table covered once
     tiered = r.info["tiered"]
@@ -79,7 +79,7 @@ def test_exact_solvers_place_instances_that_need_tiers(name: str, path: Path) ->
 
 def test_fixed_shards_are_kept_as_the_start_has_them() -> None:
     inst = load_instance(HUGE)
-    r = get_solver("cpsat", tiered_share=0.0, relaxation_share=0).solve(inst, CM, seed=0, time_limit=8)  # (greedy's plan is the only start)
+    r = get_solver("cpsat", tiered_share=0.0, relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=8)  # (greedy's plan is the only start)
     assert r.info["tiered"]["start"] == "greedy"
     start = get_solver("greedy").solve(inst, CM, seed=0).plan
     fixed_tables = {s.table for s in start.shards if s.rows is not None or s.kernel.value != "fused" or s.replicated}
@@ -91,7 +91,7 @@ def test_fixed_shards_are_kept_as_the_start_has_them() -> None:
 
 def test_tiered_off_keeps_the_old_answer() -> None:
     inst = load_instance(HUGE)
-    r = get_solver("cpsat", tiered=False, relaxation_share=0).solve(inst, CM, seed=0, time_limit=5)
+    r = get_solver("cpsat", tiered=False, relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=5)
     assert r.status is SolveStatus.no_solution and "not proven infeasible" in r.reason
 
 
@@ -122,7 +122,7 @@ def test_the_relaxation_start_holds_huge_test_in_hbm() -> None:
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert all(s.rows is None and s.kernel.value == "fused" and not s.replicated for s in r.plan.shards)
     assert r.info["warm_starts"].get("relaxation") is not None
-    tiered = get_solver("cpsat", relaxation_share=0).solve(inst, CM, seed=0, time_limit=8)
+    tiered = get_solver("cpsat", relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=8)
     assert r.predicted_cost <= tiered.predicted_cost * 1.05
 
 
@@ -133,6 +133,6 @@ def test_a_short_tiered_solve_is_never_worse_than_its_start(time_limit: float) -
     plan of the start's own placements ran a second collective and came back dearer than its start (12.30 against
     11.79 ms at 1 s, simulated). Any limit, however the machine's load cuts the search."""
     inst = load_instance(TIERED)
-    r = get_solver("cpsat", relaxation_share=0).solve(inst, CM, seed=0, time_limit=time_limit)
+    r = get_solver("cpsat", relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=time_limit)
     assert r.plan is not None and check_plan(inst, r.plan).ok
     assert r.predicted_cost <= r.info["tiered"]["start_cost"] * (1 + 1e-9)

@@ -224,8 +224,11 @@ def test_cpsat_splits_the_hot_table_and_drops_its_table_column_wise_bound() -> N
     # the linear model's bound covers table- and column-wise plans only: the split plan is below it, so it is not
     # reported as the plan's bound and the status is never 'optimal'
     assert split.status.value != "optimal" and split.lower_bound is None
-    bound = split.info["table_column_wise_bound"]
-    assert bound is None or split.predicted.max_cost < bound <= whole.predicted.max_cost + 1e-9
+    if "returned_warm_start" in split.info:  # the default solver's plan, split already, as the start cpsat could not beat
+        assert split.info["returned_warm_start"].startswith("neuroshard's plan")
+    else:
+        bound = split.info["table_column_wise_bound"]
+        assert bound is None or split.predicted.max_cost < bound <= whole.predicted.max_cost + 1e-9
     assert split.plan.params["row_wise"] is True and whole.plan.params["row_wise"] is False
 
 

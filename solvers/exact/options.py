@@ -18,6 +18,10 @@ DEFAULT_PRESPLIT_SHARE = 0.45  # with splits: the pre-split grid plan is a warm 
 # 0.15 / 0.45 (the pre-split grid cut by its 9 s), 10.660 with 0.45 / 0.15; production-0000 10.126 -> 10.119,
 # -0001 9.7495 both (simulated, docs/benchmarks.md, twenty-seventh session)
 DEFAULT_ONE_COLLECTIVE_SHARE = 0.15
+# the default solver's plan as a start (NeuroShard at its own default budget, capped at this share of the limit): the
+# exact search then never returns a plan costlier than the default solver's, whose row splits and uneven pieces its
+# items cannot express
+DEFAULT_NEUROSHARD_SHARE = 0.3
 # the warm starts stop where less than this share of the limit is left, for the search (each start's share is of the
 # whole limit: together they may ask for more than it)
 WARM_START_RESERVE = 0.25
@@ -47,7 +51,8 @@ class ExactOptions:
                             check=power_of_two, check_text="a power of two >= 1")
     split_tables: int = option(DEFAULT_SPLIT_TABLES, "tables offered column pieces (the highest compute first)", low=0)
     split_apart: bool = option(True, "pieces of one table on different devices")
-    neuroshard_share: float = option(0.0, "share of the limit for NeuroShard's plan as a warm start", **_SHARE)
+    neuroshard_share: float = option(DEFAULT_NEUROSHARD_SHARE, "with pieces offered: the default solver's plan (NeuroShard at its default budget) "
+                                     "as a warm start, within this share of the limit at most (0: none)", **_SHARE)
     presplit_share: float = option(DEFAULT_PRESPLIT_SHARE, "share of the limit for the pre-split warm start's grid and polish", **_SHARE)
     one_collective_share: float = option(DEFAULT_ONE_COLLECTIVE_SHARE, "share of the limit for the one-collective warm start's grid and polish "
                                          "(the pre-split state with every other table halved too)", **_SHARE)

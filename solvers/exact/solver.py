@@ -159,9 +159,11 @@ class ExactSolver(Solver):
         """Plans of the heuristics (whole tables); with splits offered, the pre-split grid plan
         (`solvers.neuroshard.pieces.presplit_plan`, its polish within `presplit_share` of the budget), the one-collective
         grid plan (the same with every other table halved: one all-to-all, within `one_collective_share`), the plan of the
-        analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and
-        NeuroShard's (within `neuroshard_share`; off by default); each judged by the full cost model. No start runs
+        analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and, first,
+        the default solver's (NeuroShard at its default budget, at most `neuroshard_share` of the limit); each judged
+        by the full cost model. No start runs
         into the last `WARM_START_RESERVE` of the limit (the heuristics, the fallback, get 0.05 s there)."""
+        from solvers.neuroshard.config import default_budget as neuroshard_default_budget
         from solvers.neuroshard.pieces import presplit_plan
         from solvers.neuroshard.search import NeuroShardSolver
 
@@ -174,8 +176,13 @@ class ExactSolver(Solver):
             return min(share * budget, until - clock.elapsed)
 
         starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
-        if self.max_split > 1 and self.options.neuroshard_share > 0:
-            starts.append((NeuroShardSolver(), self.options.neuroshard_share))
+        if self.max_split > 1 and self.options.neuroshard_share > 0 and limit(self.options.neuroshard_share) > 0:
+            # first, so the other starts' shares cannot crowd it out: the search then never ends above the default
+            # solver's plan (a plan its items cannot express, a row split, is returned as it is: `_start`)
+            r = NeuroShardSolver(row_wise=self.options.row_wise).solve(  # (row splits only where this solver offers them)
+                instance, model, seed=seed, time_limit=min(neuroshard_default_budget(instance), limit(self.options.neuroshard_share)))
+            out.append({"solver": "neuroshard", "status": r.status.value, "cost": None} if r.plan is None else
+                       {"solver": "neuroshard", "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
         for name, share in (("presplit", self.options.presplit_share), ("one_collective", self.options.one_collective_share)):
             if self.max_split > 1 and share > 0 and limit(share) > 0:
                 got = presplit_plan(instance, bm, self.max_split, time_limit=limit(share), one_collective=name == "one_collective",

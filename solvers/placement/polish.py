@@ -159,6 +159,44 @@ def _row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel,
     return out
 
 
+HOT_SPLIT_TABLES = 4  # the hottest tables whose row splits are judged with a rebalance (solvers.neuroshard.search)
+
+
+def hot_table_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard]) -> list[tuple[int, list[tuple[str, list[Shard]]]]]:
+    """The hot tables of a plan, hottest first (at most HOT_SPLIT_TABLES), each with its row splits: a table held
+    whole-rowed in HBM (table- or column-wise, not replicated) whose compute, summed over its shards, exceeds the mean
+    device compute (what a balanced device carries: no placement of its whole rows balances it). Its splits: by rows
+    over every device (`row-wise`), within each host (`table-row-wise`), and, on several hosts of several devices,
+    as a grid: one column block per host, each split by rows within its host (TorchRec's `grid_shard`: the partial
+    sums summed on NVLink, a block's width on the network), where the width cuts into 4-aligned equal blocks."""
+    index = instance.table_index()
+    groups: dict[int, list[Shard]] = {}
+    for s in shards:
+        groups.setdefault(index[s.table], []).append(s)
+    D = bm.num_devices
+    if D < 2:
+        return []
+    compute = {t: float(bm.compute_costs(table_contribution(instance, bm, t, g)[0], bm.devices).sum()) for t, g in groups.items()}
+    mean = sum(compute.values()) / D
+    topo = instance.topology
+    per_host, hosts = topo.intra_group_size, topo.num_intra_groups
+    out = []
+    for t in sorted(groups, key=lambda t: (-compute[t], t)):
+        g, table = groups[t], instance.tables[t]
+        if compute[t] <= mean or len(out) >= HOT_SPLIT_TABLES:
+            break
+        if table.rows < 2 or any(s.replicated or s.kernel is not Kernel.fused or s.height(table) != table.rows for s in g):
+            continue
+        options = _row_groups(instance, table, set(), Kernel.fused, None)
+        block = table.dim // hosts if 1 < per_host < D else 0
+        if block >= 4 and block % 4 == 0 and block * hosts == table.dim:
+            grid = [s.model_copy(update={"col_offset": b * block, "cols": block})
+                    for b in range(hosts) for s in row_wise_shards(table, list(range(b * per_host, (b + 1) * per_host)))]
+            options.append(("grid", grid))
+        out.append((t, [(what, sh) for what, sh in options if "host memory" not in what]))
+    return out
+
+
 @dataclass
 class _Candidate:
     """One move: the table, what it does, the table's shards after it and what they add (`_contribution`), the
