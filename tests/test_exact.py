@@ -659,7 +659,8 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
 
     monkeypatch.setattr(constants, "LARGE_MODEL", 10)
     inst = make_instance(24, 8, seed=7, mem_factor=1.4)
-    r = get_solver("cpsat", neighbourhood=4).solve(inst, CM, time_limit=6, seed=0)
+    # (neuroshard_share=0: the neighbourhoods' own plan, not the default solver's start returned, is the subject)
+    r = get_solver("cpsat", neighbourhood=4, neuroshard_share=0).solve(inst, CM, time_limit=6, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.predicted_cost <= r.info["warm_start"]["cost"] + 1e-12
     its = r.info["iterations"]
@@ -669,7 +670,7 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     assert get_solver("cpsat").params()["neighbourhood"] == 16
     assert "certified_bound" not in r.info and get_solver("cpsat").params()["certified_bound"] is False
     # asked for, the analytic model's certified bound (a share of the time) is the result's lower bound
-    c = get_solver("cpsat", neighbourhood=4, certified_bound=True).solve(inst, CM, time_limit=6, seed=0)
+    c = get_solver("cpsat", neighbourhood=4, certified_bound=True, neuroshard_share=0).solve(inst, CM, time_limit=6, seed=0)
     cb = c.info["certified_bound"]
     assert cb["value"] is not None and cb["value"] <= c.predicted_cost + 1e-9 and cb["value"] <= r.predicted_cost + 1e-9
     assert c.lower_bound == pytest.approx(cb["value"]) and c.plan.lower_bound == c.lower_bound
