@@ -50,7 +50,11 @@ def test_hot_table_splits_offer_rows_hosts_and_a_grid(devices: int, per_host: in
     assert inst.tables[t].name == "hot"
     kinds = [what for what, _ in options]
     hosts = devices // per_host
-    assert kinds.count("row-wise") == 1 and kinds.count("table-row-wise") == hosts and kinds.count("grid") == 1
+    assert kinds.count("row-wise") == 1 and kinds.count("table-row-wise") == 1 and kinds.count("grid") == 1
+    # the in-host split goes to the host the other tables load least: host 0 holds the hot table, the rest share out
+    (in_host,) = [sh for what, sh in options if what == "table-row-wise"]
+    load = bm.plan_costs([s for s in plan if s.table != "hot"]).total.reshape(hosts, per_host).sum(axis=1)
+    assert {s.device // per_host for s in in_host} == {int(np.argmin(load))}
     grid = dict(options)["grid"]
     width = inst.tables[0].dim // hosts
     assert {s.width(inst.tables[0]) for s in grid} == {width} and len(grid) == devices

@@ -755,11 +755,6 @@ def _hot_row_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard],
         best: tuple[float, list[Shard], str, int] | None = None
         name = instance.tables[t].name
         rest = [s for s in shards if s.table != name]
-        load = bm.plan_costs(rest).total
-        # (of the splits within one host, only the host the other tables load least: each option costs a rebalance)
-        in_host = [(float(np.sum(load[[s.device for s in sh]])), k) for k, (what, sh) in enumerate(options) if what == "table-row-wise"]
-        keep = {min(in_host)[1]} if in_host else set()
-        options = [o for k, o in enumerate(options) if o[0] != "table-row-wise" or k in keep]
         for what, split_shards in options:
             if budget.spent():
                 break
@@ -781,16 +776,10 @@ def _hot_row_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard],
 
 def _fits(instance: Instance, shards: list[Shard]) -> bool:
     """Whether `shards` fit every device's HBM and host memory."""
-    from shardopt.core.memory import shard_bytes, shard_host_bytes
+    from shardopt.core.memory import device_host_memory_use, device_memory_use
 
-    D = instance.topology.num_devices
-    hbm, host = np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)
-    index = instance.table_index()
-    for s in shards:
-        t = instance.tables[index[s.table]]
-        hbm[s.device] += shard_bytes(instance, t, s)
-        host[s.device] += shard_host_bytes(instance, t, s)
-    return bool((hbm <= np.array(instance.topology.capacities())).all() and (host <= np.array(instance.topology.host_capacities())).all())
+    return bool((device_memory_use(instance, shards) <= np.array(instance.topology.capacities())).all()
+                and (device_host_memory_use(instance, shards) <= np.array(instance.topology.host_capacities())).all())
 
 
 def _device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Shard], int]:

@@ -166,7 +166,8 @@ def hot_table_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard]
     """The hot tables of a plan, hottest first (at most HOT_SPLIT_TABLES), each with its row splits: a table held
     whole-rowed in HBM (table- or column-wise, not replicated) whose compute, summed over its shards, exceeds the mean
     device compute (what a balanced device carries: no placement of its whole rows balances it). Its splits: by rows
-    over every device (`row-wise`), within each host (`table-row-wise`), and, on several hosts of several devices,
+    over every device (`row-wise`), within the host the plan's other tables load least (`table-row-wise`: each
+    option costs the caller a rebalance, and the hosts differ only in that load), and, on several hosts of several devices,
     as a grid: one column block per host, each split by rows within its host (TorchRec's `grid_shard`: the partial
     sums summed on NVLink, a block's width on the network), where the width cuts into 4-aligned equal blocks."""
     index = instance.table_index()
@@ -188,6 +189,11 @@ def hot_table_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard]
         if table.rows < 2 or any(s.replicated or s.kernel is not Kernel.fused or s.height(table) != table.rows for s in g):
             continue
         options = _row_groups(instance, table, set(), Kernel.fused, None)
+        in_host = [k for k, (what, _) in enumerate(options) if what == "table-row-wise"]
+        if in_host:
+            load = bm.plan_costs([s for s in shards if index[s.table] != t]).total
+            least = min(in_host, key=lambda k: (float(load[[s.device for s in options[k][1]]].sum()), k))
+            options = [o for k, o in enumerate(options) if k == least or k not in in_host]
         block = table.dim // hosts if 1 < per_host < D else 0
         if block >= 4 and block % 4 == 0 and block * hosts == table.dim:
             grid = [s.model_copy(update={"col_offset": b * block, "cols": block})
