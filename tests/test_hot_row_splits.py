@@ -12,7 +12,8 @@ from shardopt.core.ir import AccessProfile, Instance, Shard, Table, Topology, Wo
 from shardopt.core.plan_check import check_plan
 from solvers.bound import analytic_lower_bound
 from solvers.catalog import get_solver
-from solvers.placement.polish import hot_table_splits
+from shardopt.core.torchrec_form import grid_problem
+from solvers.placement.hot_splits import GRID_SHAPES_KEPT, grid_shapes, hot_table_splits
 
 CM = AnalyticCostModel()
 
@@ -41,29 +42,51 @@ def test_a_hot_table_is_split_by_rows_below_every_table_and_column_wise_plan():
     assert check_plan(inst, c.plan).ok and c.predicted.max_cost <= c.info["warm_starts"]["neuroshard"] + 1e-12
 
 
-@pytest.mark.parametrize("devices,per_host", [(8, 4), (16, 4)])
-def test_hot_table_splits_offer_rows_hosts_and_a_grid(devices: int, per_host: int):
+@pytest.mark.parametrize("devices,per_host", [(8, 4), (16, 4), (64, 8)])
+def test_hot_table_splits_offer_rows_hosts_and_grids(devices: int, per_host: int):
     inst = hot_instance(devices=devices, per_host=per_host)
+    hot = inst.tables[0]
     bm = CM.bind(inst)
     plan = [Shard(table="hot", device=0)] + [Shard(table=t.name, device=1 + i % (devices - 1)) for i, t in enumerate(inst.tables[1:])]
-    (t, options), = [(t, o) for t, o in hot_table_splits(inst, bm, plan)]
+    offered = hot_table_splits(inst, bm, plan)
+    (t, options) = offered[0]  # hottest first (on 64 devices the small tables too exceed the mean device's compute)
     assert inst.tables[t].name == "hot"
     kinds = [what for what, _ in options]
     hosts = devices // per_host
-    assert kinds.count("row-wise") == 1 and kinds.count("table-row-wise") == 1 and kinds.count("grid") == 1
+    grids = [what for what in kinds if what.startswith("grid ")]
+    assert kinds.count("row-wise") == 1 and kinds.count("table-row-wise") == 1
+    assert 1 <= len(grids) <= GRID_SHAPES_KEPT and len(set(grids)) == len(grids)
     # the in-host split goes to the host the other tables load least: host 0 holds the hot table, the rest share out
     (in_host,) = [sh for what, sh in options if what == "table-row-wise"]
     load = bm.plan_costs([s for s in plan if s.table != "hot"]).total.reshape(hosts, per_host).sum(axis=1)
     assert {s.device // per_host for s in in_host} == {int(np.argmin(load))}
-    grid = dict(options)["grid"]
-    width = inst.tables[0].dim // hosts
-    assert {s.width(inst.tables[0]) for s in grid} == {width} and len(grid) == devices
-    for b in range(hosts):  # one column block per host, split by rows over that host's devices
-        block = [s for s in grid if s.col_offset == b * width]
-        assert {s.device // per_host for s in block} == {b} and sum(s.height(inst.tables[0]) for s in block) == inst.tables[0].rows
+    shapes = set(grid_shapes(inst, hot))
+    for what in grids:
+        c, r = (int(x) for x in what.split()[1].split("x"))
+        assert (c, r) in shapes and r in (1, per_host)
+        grid = dict(options)[what]
+        assert {s.width(hot) for s in grid} == {hot.dim // c} and len(grid) == c * r
+        # every (row, column) of the table exactly once; column blocks over one host's ranks in TorchRec's layout
+        cells = sorted((s.col_offset, s.row_offset, s.height(hot)) for s in grid)
+        for b in range(c):
+            block = [(ro, h) for co, ro, h in cells if co == b * hot.dim // c]
+            assert sum(h for _, h in block) == hot.rows
+        if r > 1:
+            assert grid_problem(inst, hot, grid) == ""
     others = [s for s in plan if s.table != "hot"]
     for _, shards in options:
         assert check_plan(inst, others + shards).ok
+
+
+def test_grid_shapes_are_equal_aligned_blocks_within_hosts():
+    """Column blocks cut the width into equal 4-aligned widths; a block lies on one device or on one host's
+    devices (at most two blocks per host), never the whole table."""
+    inst = hot_instance(devices=64, per_host=8)
+    hot = inst.tables[0].model_copy(update={"dim": 128})
+    shapes = grid_shapes(inst, hot)
+    assert (1, 1) not in shapes and (1, 8) not in shapes
+    assert {(32, 1), (2, 8), (16, 8)} <= set(shapes) and (32, 8) not in shapes  # 32 blocks on 8 hosts: four per host
+    assert all(128 % c == 0 and (128 // c) % 4 == 0 and r in (1, 8) for c, r in shapes)
 
 
 def test_no_hot_table_no_split_offered():

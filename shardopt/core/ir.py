@@ -375,7 +375,8 @@ class Topology(IRModel):
 
     @property
     def has_host_memory(self) -> bool:
-        return any(c > 0 for c in self.host_capacities())
+        m = self.host_memory_bytes
+        return any(c > 0 for c in m) if isinstance(m, list) else m > 0
 
     def capacity(self, device: int) -> int:
         m = self.memory_bytes

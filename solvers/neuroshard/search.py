@@ -746,7 +746,7 @@ def _hot_row_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard],
     half as much (one hot 16-column table on 8 devices: its 4 column pieces 0.934 ms, split by rows 0.528,
     simulated). Hottest first; each accepted split stays for the next. Returns the plan, the moves and the device
     polish's move count."""
-    from solvers.placement.polish import hot_table_splits
+    from solvers.placement.hot_splits import hot_table_splits
 
     moves: list[dict[str, Any]] = []
     device_moves = 0

@@ -125,7 +125,7 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
     if row_wise and num_devices > 1 and t.rows > 1 and not whole_rows and all(s.width(t) == t.dim for s in shards):
         # a row split already: the same blocks' tier over another group of devices (TorchRec's row_wise <-> table_row_wise;
         # tried only when no other move pays, so a host-memory table's cache grows first)
-        out += _row_groups(instance, t, {s.device for s in shards}, kernel, shards[0].cache_load_factor)
+        out += row_groups(instance, t, {s.device for s in shards}, kernel, shards[0].cache_load_factor)
     if kernel.in_host_memory:
         now = shards[0].cache_load_factor if kernel is Kernel.fused_uvm_caching else 0.0
         for f in POLISH_LOAD_FACTORS:
@@ -136,11 +136,11 @@ def _options(instance: Instance, table: int, shards: list[Shard], num_devices: i
     if data_parallel and num_devices > 1 and whole_rows:
         out.append(("replicate", [Shard(table=t.name, device=d, replicated=True) for d in range(num_devices)]))
     if row_wise and num_devices > 1 and whole_rows and t.rows > 1:
-        out += _row_groups(instance, t, set(), kernel, None)
+        out += row_groups(instance, t, set(), kernel, None)
     return out
 
 
-def _row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel, cache_load_factor: float | None) -> list[tuple[str, list[Shard]]]:
+def row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel, cache_load_factor: float | None) -> list[tuple[str, list[Shard]]]:
     """`table` split by rows over all devices (`row-wise`) and over each host's devices (`table-row-wise`, where the
     cluster has several hosts of several devices; with topology levels each NVLink group's: Topology.intra_group_size),
     the group it is split over now (`now`) left out."""
@@ -156,50 +156,6 @@ def _row_groups(instance: Instance, table: Table, now: set[int], kernel: Kernel,
         # (as TorchRec holds a hot table larger than a device)
         out += [(f"{what}, host memory + cache {f:g}", row_wise_shards(table, devs, Kernel.fused_uvm_caching, f))
                 for what, devs in groups[1:] for f in ROW_SPLIT_LOAD_FACTORS]
-    return out
-
-
-HOT_SPLIT_TABLES = 4  # the hottest tables whose row splits are judged with a rebalance (solvers.neuroshard.search)
-
-
-def hot_table_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard]) -> list[tuple[int, list[tuple[str, list[Shard]]]]]:
-    """The hot tables of a plan, hottest first (at most HOT_SPLIT_TABLES), each with its row splits: a table held
-    whole-rowed in HBM (table- or column-wise, not replicated) whose compute, summed over its shards, exceeds the mean
-    device compute (what a balanced device carries: no placement of its whole rows balances it). Its splits: by rows
-    over every device (`row-wise`), within the host the plan's other tables load least (`table-row-wise`: each
-    option costs the caller a rebalance, and the hosts differ only in that load), and, on several hosts of several devices,
-    as a grid: one column block per host, each split by rows within its host (TorchRec's `grid_shard`: the partial
-    sums summed on NVLink, a block's width on the network), where the width cuts into 4-aligned equal blocks."""
-    index = instance.table_index()
-    groups: dict[int, list[Shard]] = {}
-    for s in shards:
-        groups.setdefault(index[s.table], []).append(s)
-    D = bm.num_devices
-    if D < 2:
-        return []
-    compute = {t: float(bm.compute_costs(table_contribution(instance, bm, t, g)[0], bm.devices).sum()) for t, g in groups.items()}
-    mean = sum(compute.values()) / D
-    topo = instance.topology
-    per_host, hosts = topo.intra_group_size, topo.num_intra_groups
-    out = []
-    for t in sorted(groups, key=lambda t: (-compute[t], t)):
-        g, table = groups[t], instance.tables[t]
-        if compute[t] <= mean or len(out) >= HOT_SPLIT_TABLES:
-            break
-        if table.rows < 2 or any(s.replicated or s.kernel is not Kernel.fused or s.height(table) != table.rows for s in g):
-            continue
-        options = _row_groups(instance, table, set(), Kernel.fused, None)
-        in_host = [k for k, (what, _) in enumerate(options) if what == "table-row-wise"]
-        if in_host:
-            load = bm.plan_costs([s for s in shards if index[s.table] != t]).total
-            least = min(in_host, key=lambda k: (float(load[[s.device for s in options[k][1]]].sum()), k))
-            options = [o for k, o in enumerate(options) if k == least or k not in in_host]
-        block = table.dim // hosts if 1 < per_host < D else 0
-        if block >= 4 and block % 4 == 0 and block * hosts == table.dim:
-            grid = [s.model_copy(update={"col_offset": b * block, "cols": block})
-                    for b in range(hosts) for s in row_wise_shards(table, list(range(b * per_host, (b + 1) * per_host)))]
-            options.append(("grid", grid))
-        out.append((t, [(what, sh) for what, sh in options if "host memory" not in what]))
     return out
 
 
