@@ -43,11 +43,14 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	$(VENV)/bin/shardopt solve $(EXAMPLE)
 
+# the suite on TEST_WORKERS processes (pytest-xdist), a test file per worker at a time (its fixtures and gloo / Ray
+# set-ups stay in one process)
+TEST_WORKERS ?= 2
 test: install-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install-dev
-	$(PY) -m pytest -q -m ""
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m ""
 
 bench: install
 	$(PY) benchmarks/bench_analytic.py

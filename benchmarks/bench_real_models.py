@@ -79,7 +79,7 @@ def main() -> None:
             row = json.loads(line)
             if row.get("bound_ms") is not None:
                 earlier[row["path"]] = row
-    from shardopt.core.ir import PlacementConstraints, TorchRecForm, load_instance, save
+    from shardopt.core.ir import PlacementConstraints, TorchRecForm, load_instance, read_json, save
 
     py = [sys.executable, "-m", "shardopt"]
     out = args.out.open("a") if args.out else None
@@ -92,6 +92,9 @@ def main() -> None:
             out.flush()
 
     for path in args.instances:
+        if read_json(path).get("kind") != "instance":  # (instances/real/real.json, the folder's index, matches *.json)
+            print(f"skipped {path}: not an instance document", file=sys.stderr)
+            continue
         inst = load_instance(path)
         if path in earlier:
             e = earlier[path]

@@ -223,18 +223,24 @@ def tight_instance() -> Instance:
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_model_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The tests never read or write the user's calibrated-model store (~/.cache/shardopt/models): `--cost-model
-    auto` would otherwise plan with whatever the machine's user calibrated. Subprocesses inherit the variable."""
+    """The tests never read or write the user's calibrated-model store (~/.cache/shardopt/models) or measurement
+    cache (~/.cache/shardopt/measurements.sqlite): `--cost-model auto` would otherwise plan with whatever the
+    machine's user calibrated, a measured judge would answer from the user's earlier timings, and the test workers
+    (pytest-xdist) would share one SQLite file. The CLI's tables are 160 columns wide whatever the terminal
+    (pytest-xdist's workers set COLUMNS to 80, which the CLI honours). Subprocesses inherit the variables."""
     import os
 
     store = tmp_path_factory.mktemp("model-store")
-    old = os.environ.get("SHARDOPT_MODELS")
-    os.environ["SHARDOPT_MODELS"] = str(store)
+    values = {"SHARDOPT_MODELS": str(store), "SHARDOPT_CACHE": str(tmp_path_factory.mktemp("measurements") / "measurements.sqlite"),
+              "COLUMNS": "160"}
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     yield store
-    if old is None:
-        os.environ.pop("SHARDOPT_MODELS", None)
-    else:
-        os.environ["SHARDOPT_MODELS"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def two_device_instance(name: str = "tiny") -> Instance:
