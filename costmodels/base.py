@@ -11,8 +11,11 @@ once (`bind`), then asks "what does device d cost with table t added?" by adding
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -21,6 +24,7 @@ import numpy as np
 from costmodels.hierarchical import host_row_splits, output_dist_rows
 from shardopt.core.errors import UserError
 from shardopt.core.ir import Instance, Kernel, Plan, Shard
+from shardopt.core.work import charge
 
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "fwd_comm", "bwd_comm")
 
@@ -115,6 +119,17 @@ class DeviceCosts:
         }
 
 
+def _metered(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` charging the work meter the size of its first argument (the states or widths it evaluates)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, first: Any, *args: Any, **kwargs: Any) -> Any:
+        charge(int(np.size(first)))
+        return method(self, first, *args, **kwargs)
+
+    return wrapper
+
+
 class BoundCostModel(ABC):
     """A cost model specialised to one instance, with per-table work done once.
 
@@ -125,6 +140,16 @@ class BoundCostModel(ABC):
     kernels: frozenset[Kernel] = frozenset(Kernel)  # the compute kernels (memory tiers) this predictor models
     replicas: bool = True  # whether it models data-parallel replicas
     unsupported_why: str = ""  # the reason given for what it cannot cost (a clause)
+
+    # the evaluations every search spends its time in: each call charges the thread's work meter (shardopt.core.work),
+    # so that a solve on a work budget stops after the same work on any machine
+    METERED = ("shard_states", "compute_costs", "comm_costs", "comm_totals", "comm_totals_after_adding", "hierarchical_comm")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.METERED:
+            if name in cls.__dict__:
+                setattr(cls, name, _metered(cls.__dict__[name]))
 
     def __init__(self, instance: Instance):
         self.instance = instance
@@ -391,6 +416,11 @@ class BoundCostModel(ABC):
         np.add.at(states, device_of_table, self.table_states)
         np.add.at(dims, device_of_table, self.table_dims)
         return self.device_costs(states, dims)
+
+
+for _name in BoundCostModel.METERED:  # (the defaults a predictor inherits charge too)
+    if _name in BoundCostModel.__dict__ and not getattr(BoundCostModel.__dict__[_name], "__isabstractmethod__", False):
+        setattr(BoundCostModel, _name, _metered(BoundCostModel.__dict__[_name]))
 
 
 class CostModel(ABC):

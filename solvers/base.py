@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Plan, PlanStatus, Shard
 from shardopt.core.plan_check import assert_valid_plan
+from shardopt.core.work import WORK_UNITS_PER_S, current_meter
 from solvers.options import NoOptions, build_options, options_as_dict
 from solvers.progress import report, stop_requested
 from solvers.results import (  # noqa: F401  (the result types, importable from here as from solvers.results)
@@ -59,12 +60,16 @@ STOP_JUMP_S = 1e7
 
 
 class Stopwatch:
-    """A solve's clock. `elapsed` is what the solver checks its deadlines against: once the user asks it to stop
-    (solvers.progress.request_stop) it reads as past any deadline, so every anytime search returns its best plan as at
-    its time limit. `wall` is the real time, for the record."""
+    """A solve's clock. `elapsed` is what the solver checks its deadlines against: made inside a work meter
+    (shardopt.core.work.metered: a solve on a work budget), the work done since the clock started, in work seconds,
+    and past any deadline once the meter's wall-clock cap fires; otherwise wall seconds. Once the user asks it to
+    stop (solvers.progress.request_stop) it reads as past any deadline, so every anytime search returns its best
+    plan as at its time limit. `wall` is the real time, for the record."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
+        self.meter = current_meter()
+        self.start_units = self.meter.units if self.meter is not None else 0.0
 
     @property
     def wall(self) -> float:
@@ -72,7 +77,12 @@ class Stopwatch:
 
     @property
     def elapsed(self) -> float:
-        return self.wall + (STOP_JUMP_S if stop_requested() else 0.0)
+        jump = STOP_JUMP_S if stop_requested() else 0.0
+        if self.meter is None:
+            return self.wall + jump
+        if self.meter.capped():
+            return STOP_JUMP_S
+        return (self.meter.units - self.start_units) / WORK_UNITS_PER_S + jump
 
 
 @dataclass(frozen=True)

@@ -44,11 +44,14 @@ class StopReason(str, Enum):
     converged = "converged"  # it ran its whole course (a constructive heuristic, a search that converged)
     proven = "proven"  # optimality or infeasibility was proven
     interrupted = "interrupted"  # the user stopped it (Ctrl-C): the result is the best found by then
+    work_budget = "work_budget"  # its default work budget ended it (shardopt.core.work): the same plan on any machine
+    wall_cap = "wall_cap"  # the wall-clock safety cap of a work budget ended it: the plan depends on the machine's speed
 
 
 # a stop reason in a status line: "feasible in 2.0 s, stopped by the time limit"
 STOP_WORDS = {StopReason.time_limit: "stopped by the time limit", StopReason.converged: "search converged",
-              StopReason.proven: "proven", StopReason.interrupted: "interrupted by the user"}
+              StopReason.proven: "proven", StopReason.interrupted: "interrupted by the user",
+              StopReason.work_budget: "stopped by its work budget", StopReason.wall_cap: "stopped by the wall-clock safety cap"}
 
 
 @dataclass(frozen=True)

@@ -28,19 +28,29 @@ def overloaded() -> Plan:
     return Plan(shards=[Shard(table=f"t{i}", device=0 if i < 7 else 1) for i in range(8)], solver="overloaded")
 
 
+A_A_SESSIONS = 3  # sessions the A/A comparison may take before it fails
+
+
 def test_a_plan_against_itself_is_indistinguishable_on_cpu() -> None:
     pytest.importorskip("fbgemm_gpu")
     from shardopt.measure.pick import SESSION_SPREAD_PCT
 
-    r = compare_plans(tiny(), [balanced(), balanced()], ["a", "b"], "cpu", repeats="auto", target=0.05, time_cap_s=30, warmup=1)
-    c = r.comparisons[0]
     # a 95 % interval misses 0 one time in twenty on a quiet machine, and more often where the load drifts between the
     # paired rounds (beside two CPU burners: "b is 5.7 % faster than a (95 % CI [+0.4, +10.7] %)"): what must hold is
-    # that the interval reaches 0, or comes within the judge's session-to-session spread of it, with a small estimate
-    iv = c.faster_pct
-    near = iv.low <= 0.0 <= iv.high or min(abs(iv.low), abs(iv.high)) <= SESSION_SPREAD_PCT
-    assert near and abs(iv.estimate) < 15.0, c.sentence()
-    assert r.machine is not None and r.machine["threads"] == 1
+    # that the interval reaches 0, or comes within the judge's session-to-session spread of it, with a small estimate.
+    # A correct interval still misses that now and then, so a miss is retried in a new session, up to A_A_SESSIONS in
+    # all: three independent misses on a quiet machine come about once in 8,000 runs, not once in 20.
+    seen = []
+    for session in range(A_A_SESSIONS):  # (each its own seed: its own index traces and bootstrap draws)
+        r = compare_plans(tiny(), [balanced(), balanced()], ["a", "b"], "cpu", repeats="auto", target=0.05, time_cap_s=30, warmup=1,
+                          seed=session)
+        c = r.comparisons[0]
+        iv = c.faster_pct
+        assert r.machine is not None and r.machine["threads"] == 1
+        if (iv.low <= 0.0 <= iv.high or min(abs(iv.low), abs(iv.high)) <= SESSION_SPREAD_PCT) and abs(iv.estimate) < 15.0:
+            return
+        seen.append(c.sentence())
+    pytest.fail(f"a plan against itself was told apart in {A_A_SESSIONS} sessions in a row: " + "; ".join(seen))
 
 
 def test_an_overloaded_device_is_detected_on_cpu() -> None:

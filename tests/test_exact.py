@@ -377,6 +377,9 @@ def test_cpsat_never_ends_above_the_default_solvers_plan() -> None:
     r = get_solver("cpsat").solve(inst, CM, time_limit=8)
     start = r.info["warm_starts"]["neuroshard"]
     assert start is not None and r.predicted.max_cost <= start + 1e-12
+    # the start is the default solve itself (its work budget, within the share): never above `shardopt solve`'s plan
+    default = get_solver("neuroshard").solve(inst, CM)
+    assert start == pytest.approx(default.predicted_cost, rel=1e-12) and r.predicted.max_cost <= default.predicted_cost + 1e-12
     alone = get_solver("cpsat", neuroshard_share=0).solve(inst, CM, time_limit=8)
     if start < alone.predicted.max_cost * (1 - 1e-9):
         assert "returned_warm_start" in r.info and r.model_bound is None and r.status.value != "optimal"

@@ -667,7 +667,7 @@ class Plan(IRModel):
     seed: int | None = None
     wall_time_s: float = Field(default=0.0, ge=0)
     status: PlanStatus = PlanStatus.feasible
-    stopped: Literal["time_limit", "converged", "proven", "interrupted"] | None = Field(
+    stopped: Literal["time_limit", "converged", "proven", "interrupted", "work_budget", "wall_cap"] | None = Field(
         default=None, description="why the search that made it stopped (solvers.base.StopReason)")
     lower_bound: float | None = None
     predicted_cost: float | None = None

@@ -1,0 +1,76 @@
+"""Work budgets (shardopt.core.work): the default solve stops on cost-model work, not wall time, so the same
+instance and seed give the same plan on a fast, slow or busy machine; the wall-clock cap stays as the safety net and
+the result says when it fired."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import ROOT
+
+from costmodels.analytic import AnalyticCostModel
+from shardopt.core.ir import load_instance
+from shardopt.core.work import current_meter, metered
+from solvers.catalog import get_solver
+from solvers.results import StopReason
+
+CM = AnalyticCostModel()
+DLRMV2_8 = ROOT / "instances/real/mlperf-dlrmv2-8xh100.json"
+
+
+def _slowed(monkeypatch: pytest.MonkeyPatch, factor: float) -> None:
+    """The machine `factor` times slower, as the solvers' clocks see it."""
+    real = time.perf_counter
+    start = real()
+    monkeypatch.setattr(time, "perf_counter", lambda: start + factor * (real() - start))
+
+
+def test_the_default_solve_gives_the_same_plan_on_a_slower_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLPerf DLRMv2 on 8 H100s: its default solve ends on its budget, so a wall-clock budget cut it short wherever
+    the machine was slower (two default solves gave 1.333 and 1.414 ms); on the work budget the plan is the same."""
+    inst = load_instance(DLRMV2_8)
+    first = get_solver("neuroshard").solve(inst, CM, seed=0)
+    _slowed(monkeypatch, 4.0)
+    second = get_solver("neuroshard").solve(inst, CM, seed=0)
+    assert first.plan is not None and second.plan is not None
+    assert second.plan.shards == first.plan.shards and second.predicted_cost == first.predicted_cost
+    assert first.stopped in (StopReason.work_budget, StopReason.converged) and first.stopped is second.stopped
+    assert not second.info["work_budget"]["wall_cap_fired"]
+
+
+def test_an_explicit_time_limit_stays_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--time-limit` is the user's promise about wall time: on a machine 50 times slower it stops the search."""
+    inst = load_instance(DLRMV2_8)
+    _slowed(monkeypatch, 50.0)
+    r = get_solver("neuroshard").solve(inst, CM, seed=0, time_limit=2.0)
+    assert r.plan is not None and r.stopped is StopReason.time_limit and "work_budget" not in r.info
+
+
+def test_the_wall_clock_cap_fires_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import solvers.neuroshard.search as search
+
+    monkeypatch.setattr(search, "WALL_CAP_FACTOR", 0.0)
+    monkeypatch.setattr(search, "WALL_CAP_EXTRA_S", 0.05)
+    inst = load_instance(DLRMV2_8)
+    _slowed(monkeypatch, 20.0)
+    r = get_solver("neuroshard").solve(inst, CM, seed=0)
+    assert r.plan is not None  # (the best plan so far, as at a time limit)
+    assert r.stopped is StopReason.wall_cap and r.plan.stopped == "wall_cap" and r.info["work_budget"]["wall_cap_fired"]
+
+
+def test_meters_count_per_thread_and_nest() -> None:
+    """Work outside a metered block is not counted; a nested block shares the outer meter."""
+    inst = load_instance(ROOT / "instances/examples/small.json")
+    bm = CM.bind(inst)
+    assert current_meter() is None
+    bm.compute_costs(bm.table_states)  # (no meter: nothing to charge)
+    with metered() as outer:
+        bm.compute_costs(bm.table_states)
+        once = outer.units
+        assert once > 0
+        with metered() as inner:
+            assert inner is outer
+            bm.compute_costs(bm.table_states)
+        assert outer.units == pytest.approx(2 * once)
+    assert current_meter() is None
