@@ -36,7 +36,7 @@ class Meter:
 
     units: float = 0.0
     cap_s: float | None = None
-    started: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=lambda: time.perf_counter())  # (looked up when made, as `capped` does)
     cap_fired: bool = False
 
     def capped(self) -> bool:

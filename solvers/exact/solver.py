@@ -178,9 +178,9 @@ class ExactSolver(Solver):
         starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
         if self.max_split > 1 and self.options.neuroshard_share > 0 and limit(self.options.neuroshard_share) > 0:
             # first, so the other starts' shares cannot crowd it out: the search then never ends above the default
-            # solver's plan (a plan its items cannot express, a row split, is returned as it is: `_start`)
-            # its default solve (a work budget: the very plan `shardopt solve` gives) where that budget is within the
-            # share, so the search never ends above that plan; else the share of the limit, on the wall clock
+            # solver's plan (a plan its items cannot express, a row split, is returned as it is: `_start`). Its
+            # default solve (a work budget: the very plan `shardopt solve` gives) where that budget is within the
+            # share; else the share of the limit, on the wall clock
             room = limit(self.options.neuroshard_share)
             r = NeuroShardSolver(row_wise=self.options.row_wise).solve(  # (row splits only where this solver offers them)
                 instance, model, seed=seed, time_limit=None if neuroshard_default_budget(instance) <= room else room)

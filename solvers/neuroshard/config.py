@@ -68,6 +68,5 @@ def default_budget(instance: Instance) -> float:
     against the search run to 55 s in docs/benchmarks.md ("Fast by default")."""
     pairs = len(instance.tables) * instance.topology.num_devices
     by_devices = instance.topology.num_devices / DEVICES_PER_BUDGET_SECOND
-    if pairs > 300_000:
-        return float(min(60.0, max(pairs / 30_000, by_devices)))
-    return float(min(60.0, max(min(10.0, max(2.0, pairs / 10_000)), by_devices)))
+    by_pairs = min(60.0, pairs / 30_000) if pairs > 300_000 else min(10.0, max(2.0, pairs / 10_000))
+    return float(min(60.0, max(by_pairs, by_devices)))
