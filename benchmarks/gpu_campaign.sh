@@ -204,7 +204,7 @@ so_json() {
 }
 
 # --- step 0: the machine ----------------------------------------------------------------------------------------------
-# Why: every measured figure names its judge and machine (DESIGN.md); the GPU's name also picks the analytic profile
+# Why: every measured figure names its judge and machine (docs/backends.md); the GPU's name also picks the analytic profile
 # to calibrate (h100, h200, a100, v100) and names the campaign's cost models.
 step_environment() {
     CMDS+=("$PYTHON (torch.cuda.get_device_name, torch.__version__, fbgemm probe) > environment.json")

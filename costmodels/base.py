@@ -88,7 +88,7 @@ class DeviceCosts:
 
     @property
     def max_cost(self) -> float:
-        """The plan cost of DESIGN.md: max over devices of their sum."""
+        """The plan cost (docs/analytic-model.md): max over devices of their sum."""
         return float(self.total.max()) if len(self.columns) else 0.0
 
     @property

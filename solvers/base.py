@@ -177,7 +177,7 @@ def fail(solver: Solver, status: SolveStatus, reason: str, clock: Stopwatch, inf
 def unplaceable(solver: Solver, instance: Instance, reason: str, clock: Stopwatch, kinds: str, info: dict[str, Any] | None = None) -> SolveResult:
     """The result when `solver`'s own placements (`kinds`, e.g. "table-wise") cannot hold the instance for `reason`.
 
-    Since plans may split tables by rows and keep tables in host memory (DESIGN.md, memory tiers), a table that fits
+    Since plans may split tables by rows and keep tables in host memory (docs/placements.md, "Memory tiers"), a table that fits
     on no device or tables beyond the HBM prove nothing about the instance: it is `infeasible` only when the tables
     exceed all HBM and host memory together; otherwise `no_solution`, naming the solvers that place more kinds."""
     from shardopt.core.feasibility import tiered_infeasibility_reason

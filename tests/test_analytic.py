@@ -1,4 +1,4 @@
-"""The analytic model shows the effects DESIGN.md asks of it, and matches its documented formulas."""
+"""The analytic model shows the effects docs/analytic-model.md documents, and matches its documented formulas."""
 
 from __future__ import annotations
 

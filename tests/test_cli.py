@@ -1,4 +1,4 @@
-"""The `shardopt` CLI keeps DESIGN.md's contract: rich tables or one JSON document on stdout, errors on stderr,
+"""The `shardopt` CLI keeps its contract (docs/architecture.md, "Errors and exits"): rich tables or one JSON document on stdout, errors on stderr,
 exit 0 done / 2 bad input / 3 infeasible / 1 unexpected, and never a traceback for a user mistake.
 
 Commands run in-process (typer's CliRunner); two subprocess tests check `python -m shardopt` and lazy imports.

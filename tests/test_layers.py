@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md ("Layout") hold: no module imports one from a layer above it, and no modules import each
+"""The layers of docs/architecture.md hold: no module imports one from a layer above it, and no modules import each
 other round a circle. Every import counts, the ones inside functions too (a lazy import is still a dependency), and so
 does the solver catalog's import of each solver's module by name."""
 
@@ -13,19 +13,32 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("shardopt", "solvers", "costmodels")
 
-# layer -> the layers it may import (itself included)
-ALLOWED: dict[str, set[str]] = {
-    "core": {"core"},
-    "data": {"core", "data"},
-    "costmodels": {"core", "costmodels"},
-    "solvers": {"core", "data", "costmodels", "solvers"},
-    "measure": {"core", "data", "costmodels", "measure"},
-    "leaderboard": {"core", "data", "costmodels", "solvers", "measure", "leaderboard"},
-    # the TorchRec planner (shardopt.torchrec): solvers behind TorchRec's interface, beside the leaderboard
-    "torchrec": {"core", "data", "costmodels", "solvers", "torchrec"},
-    "cli": {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "torchrec", "cli"},
-    "top": {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "torchrec", "cli", "top"},
-}
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def allowed_imports() -> dict[str, set[str]]:
+    """layer -> the layers it may import (itself included), read from docs/architecture.md's layer table, so that the
+    map and the check cannot drift apart."""
+    text = ARCHITECTURE.read_text()
+    table = text[text.index("<!-- layers:"):].split("\n\n")[0]
+    allowed: dict[str, set[str]] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("layer", "") or set(cells[0]) <= {"-", " "}:
+            continue
+        allowed[cells[0]] = {cells[0], *(c.strip() for c in cells[3].split(","))}
+    return allowed
+
+
+ALLOWED = allowed_imports()
+
+
+def test_the_layer_table_names_every_layer() -> None:
+    """The parser found the table: every layer of the project, each allowed only layers that exist."""
+    assert {"core", "data", "costmodels", "solvers", "measure", "leaderboard", "torchrec", "cli", "top"} <= set(ALLOWED)
+    assert ALLOWED["core"] == {"core"}
+    for layer, targets in ALLOWED.items():
+        assert targets <= set(ALLOWED), f"{layer} may import an unknown layer: {targets - set(ALLOWED)}"
 
 
 def module_name(path: Path) -> str:
@@ -42,7 +55,7 @@ def layer_of(module: str) -> str:
     if len(parts) == 1 or parts[1] in ("__main__",):
         return "top"  # the shardopt package itself (__version__) and `python -m shardopt`
     if parts[1] not in ALLOWED:
-        raise AssertionError(f"{module}: shardopt.{parts[1]} is in no layer of DESIGN.md; put it in one")
+        raise AssertionError(f"{module}: shardopt.{parts[1]} is in no layer of docs/architecture.md; put it in one")
     return parts[1]
 
 
@@ -149,3 +162,14 @@ def _write(tmp_path: Path, source: str) -> Path:
     path = tmp_path / "probe.py"
     path.write_text(source)
     return path
+
+
+def test_code_and_docs_cite_only_files_in_the_repository() -> None:
+    """The design brief lives outside the repository; code, tests and docs cite docs/architecture.md instead."""
+    cited = []
+    for pattern in ("shardopt/**/*.py", "solvers/**/*.py", "costmodels/**/*.py", "tests/*.py", "benchmarks/*",
+                    "docs/*.md", "README.md", "Makefile"):
+        for path in ROOT.glob(pattern):
+            if path.is_file() and path != Path(__file__) and "DESIGN" + ".md" in path.read_text(errors="ignore"):
+                cited.append(str(path.relative_to(ROOT)))
+    assert not cited, f"cite docs/architecture.md, not a file outside the repository: {cited}"

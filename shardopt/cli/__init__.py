@@ -1,4 +1,4 @@
-"""The `shardopt` command line, one module per command group (DESIGN.md, "CLI contract").
+"""The `shardopt` command line, one module per command group (docs/architecture.md, "Errors and exits").
 
 `common` holds what every command shares (errors and exit statuses, the console, JSON output, the guard, the table
 renderers) and imports no command module; `main` imports every command module and is the entry point.

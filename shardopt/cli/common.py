@@ -1,6 +1,6 @@
 """What every `shardopt` command shares: errors and exit statuses, the console, JSON output, the guard, renderers.
 
-Contract (DESIGN.md, "CLI contract"): human output is a rich table; `--json` prints exactly one JSON document on
+Contract (docs/architecture.md, "Errors and exits"): human output is a rich table; `--json` prints exactly one JSON document on
 stdout and nothing else there. Exit status: 0 done; 2 bad input (usage, unreadable or invalid file, unknown solver /
 cost model / backend: the message names the field or the name); 3 infeasible or no plan found (the message says
 why); 1 anything unexpected (a short message; the traceback only with SHARDOPT_DEBUG=1). Errors go to stderr.

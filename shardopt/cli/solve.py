@@ -143,7 +143,7 @@ def _no_constraint_proof(instance: Any, instance_path: Path) -> None:
 
 
 def _plan_or_refusal(result: SolveResult, solver: str, head: dict[str, Any]) -> Any:
-    """The result's plan, or the exit DESIGN.md gives a solve without one: interrupted before a plan (130), no plan
+    """The result's plan, or the exit docs/architecture.md gives a solve without one: interrupted before a plan (130), no plan
     (3, with the solver's reason, which says whether the instance is proven infeasible)."""
     if result.status.has_plan and result.plan is not None:
         return result.plan

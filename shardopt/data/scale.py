@@ -1,6 +1,6 @@
 """Scaling an instance down to what a machine can time: a new instance, given to the solvers *and* the judge.
 
-A measured judge must time exactly the instance's workload (DESIGN.md, "Measuring so that plans can be ranked"):
+A measured judge must time exactly the instance's workload (docs/backends.md, "Measuring so that plans can be ranked"):
 when the judge itself shrank the batch or capped the rows, it timed a different problem from the one the solver
 optimised, and its ranking said nothing about the solver. So scaling is an explicit step that writes a new instance
 (`shardopt scale`), and every solver is run on that instance too.

@@ -1,4 +1,4 @@
-"""TorchRec as an optional extra: its pins (DESIGN.md: installed with --no-deps, beside the CPU fbgemm build) and the
+"""TorchRec as an optional extra: its pins (installed with --no-deps beside the CPU fbgemm build, as the Makefile does) and the
 one import of it (`require_torchrec`), whose error holds the exact pip commands."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Judging a finished plan: check it, then re-time it on a backend, in the four cost columns of DESIGN.md.
+"""Judging a finished plan: check it, then re-time it on a backend, in the four cost columns of docs/analytic-model.md.
 
 A *cost model* is what a solver searches with; an *evaluator* (this module) is what judges the plan the solver
 returned, so that every leaderboard row says which predictor found a plan and which judge measured it. The judge

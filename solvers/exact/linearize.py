@@ -24,7 +24,7 @@ holds a table (y_d): every model costs an empty device's compute at 0 (no kernel
 a device gets the launch overhead and kernel floor that c0 carries back, as the full model does. This is the first-order expansion of the
 device cost in the table-membership variables: for the sum-pooled neural model (a device state is the sum of its
 tables' encodings e_t, then an MLP head h), ``h(S + e_t) - h(S) = grad h(S) . e_t + O(|e_t|^2)`` -- the head's
-gradient at the device's pooled vector dotted with the table's encoding, which is the linearisation DESIGN.md asks
+gradient at the device's pooled vector dotted with the table's encoding, which is the linearisation docs/exact-solvers.md describes
 for; the finite difference keeps the exact one-table step instead of the tangent, so a table's own contribution is
 exact when it is the only one to move. For the analytic model it is the marginal cost of the table given the
 other tables' cache footprint, occupancy and launch on that device.
