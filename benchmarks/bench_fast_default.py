@@ -25,7 +25,6 @@ if str(ROOT) not in sys.path:
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.neuroshard.config import default_budget  # noqa: E402
-from solvers.neuroshard.search import NeuroShardSolver
 
 SUITES = ROOT / "instances" / "suites"
 CASES = {

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in HEURISTICS:
         solver = get_solver(name)
-        secs, result = median_time(lambda: solver.solve(instance, cm, seed=args.seed), args.repeats)
+        secs, result = median_time(lambda solver=solver: solver.solve(instance, cm, seed=args.seed), args.repeats)
         rows.append(
             {
                 "solver": name,

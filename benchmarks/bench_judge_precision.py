@@ -14,7 +14,7 @@ import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def main() -> None:
         inst = load_instance(path)
         plan = get_solver(args.solver).solve(inst, get_cost_model("analytic"), seed=0).plan
         runs = []
-        for k in range(2):
+        for _ in range(2):
             t0 = time.perf_counter()
             ev = evaluate_plan(inst, plan, "cpu", repeats="auto", cache=False, seed=0)
             runs.append({"cost_ms": ev.max_cost, "interval": ev.interval, "rounds": ev.repeats,
@@ -63,7 +63,7 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(json.dumps({
             "command": "python benchmarks/bench_judge_precision.py " + " ".join(sys.argv[1:]),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.node(),
             "processor": platform.processor(), "suite": args.suite, "solver": args.solver,
             "summary": summary, "rows": rows}, indent=1) + "\n")
 

@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig  # noqa: E402
-from solvers.neuroshard.search import NeuroShardSolver
+from solvers.neuroshard.search import NeuroShardSolver  # noqa: E402
 
 SWITCHES = ("split_apart", "comm_aware", "dedup", "polish", "seed_with_greedy", "seed_with_presplit")
 

@@ -20,7 +20,7 @@ import json
 import platform
 import statistics
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +90,7 @@ def main() -> None:
     }
     print(json.dumps(summary, indent=2))
     doc = {"command": "python " + " ".join(sys.argv), "machine": platform.node(), "cpu": platform.processor() or platform.machine(),
-           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "judge": "cpu gloo all_to_all_single (measured)",
+           "date": datetime.now(UTC).isoformat(timespec="seconds"), "judge": "cpu gloo all_to_all_single (measured)",
            "devices": args.devices, "batch": args.batch, "rounds": args.rounds, "repeats": args.repeats,
            "measured_ms": measured, "summary": summary}
     if args.out:

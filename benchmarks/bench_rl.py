@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from costmodels.registry import get_cost_model
-from shardopt.core.ir import load_instance
-from solvers.catalog import get_solver
-from solvers.rl.common import NumpyPolicy, PolicySolver
+from costmodels.registry import get_cost_model  # noqa: E402
+from shardopt.core.ir import load_instance  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
+from solvers.rl.common import NumpyPolicy, PolicySolver  # noqa: E402
 
 
 class _GreedyRule(NumpyPolicy):

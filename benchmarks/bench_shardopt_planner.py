@@ -30,11 +30,25 @@ def compare(path: str, solver: str, time_limit: float | None, reservation: float
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-    from torchrec.distributed.planner.types import CustomTopologyData, HardwareConfig, KernelConfig, ParameterConstraints, PlannerError, TopologyFactory, TrainerConfig
+    from torchrec.distributed.planner.types import (
+        CustomTopologyData,
+        HardwareConfig,
+        KernelConfig,
+        ParameterConstraints,
+        PlannerError,
+        TopologyFactory,
+        TrainerConfig,
+    )
 
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import load_instance
-    from shardopt.data.torchrec_io import apply_optimizer, embedding_bag_configs, from_torchrec_plan, per_rank_batch, topology_bandwidths
+    from shardopt.data.torchrec_io import (
+        apply_optimizer,
+        embedding_bag_configs,
+        from_torchrec_plan,
+        per_rank_batch,
+        topology_bandwidths,
+    )
     from shardopt.torchrec import ShardoptPlanner
 
     inst = load_instance(path)

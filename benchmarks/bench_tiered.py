@@ -44,8 +44,8 @@ from costmodels.hierarchical import in_host_row_split_tables  # noqa: E402
 from shardopt.core.ir import Instance, instance_from_dict, load_instance  # noqa: E402
 from shardopt.core.memory import table_bytes_array  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
-from solvers.placement.polish import describe_placements  # noqa: E402
 from solvers.catalog import get_solver  # noqa: E402
+from solvers.placement.polish import describe_placements  # noqa: E402
 
 SUITES = ["huge-test", "tiered-test"]
 

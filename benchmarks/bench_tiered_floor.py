@@ -32,6 +32,7 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 from bench_tiered import random_instance  # noqa: E402
+
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from solvers.bound import analytic_lower_bound  # noqa: E402
 

@@ -20,8 +20,9 @@ import json
 import platform
 import statistics
 import sys
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 
 def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
@@ -90,15 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     doc: dict[str, Any] = {
         "command": "python3 benchmarks/host_link_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
         "judge": "cuda (measured, CUDA events)",
     }
     n = args.copy_mib << 20
     host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(n, dtype=torch.uint8, device="cuda")
-    doc["copy_h2d"] = _summary(_time(lambda: dev.copy_(host, non_blocking=True), args.repeats), n)
-    doc["copy_d2h"] = _summary(_time(lambda: host.copy_(dev, non_blocking=True), args.repeats), n)
+    doc["copy_h2d"] = _summary(_time(lambda dev=dev, host=host: dev.copy_(host, non_blocking=True), args.repeats), n)
+    doc["copy_d2h"] = _summary(_time(lambda dev=dev, host=host: host.copy_(dev, non_blocking=True), args.repeats), n)
     del host, dev
 
     gathers: dict[str, Any] = {}
@@ -116,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         idx = torch.randint(0, rows, (args.lookups,), device="cuda", generator=gen)
         hbm = torch.empty(min(rows, (2 << 30) // (4 * d)), d, device="cuda")
         idx_hbm = idx % hbm.shape[0]
-        z = _summary(_time(lambda: view.index_select(0, idx), args.repeats), args.lookups * d * 4)
-        h = _summary(_time(lambda: hbm.index_select(0, idx_hbm), args.repeats), args.lookups * d * 4)
+        z = _summary(_time(lambda view=view, idx=idx: view.index_select(0, idx), args.repeats), args.lookups * d * 4)
+        h = _summary(_time(lambda hbm=hbm, idx_hbm=idx_hbm: hbm.index_select(0, idx_hbm), args.repeats), args.lookups * d * 4)
         z["row_bytes"] = h["row_bytes"] = d * 4
         gathers[str(d)] = {"host_zero_copy": z, "hbm": h, "hbm_over_host": z["median_s"] / h["median_s"]}
         del hbm

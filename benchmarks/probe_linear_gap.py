@@ -39,12 +39,12 @@ if str(ROOT) not in sys.path:
 
 from costmodels.registry import get_cost_model  # noqa: E402
 from shardopt.core.ir import load_instance  # noqa: E402
+from solvers.catalog import get_solver  # noqa: E402
 from solvers.exact.constants import COST_SCALE  # noqa: E402
 from solvers.exact.formulation import Problem, table_lower_bounds  # noqa: E402
-from solvers.exact.milp import _milp_rows  # noqa: E402
 from solvers.exact.linear_search import linear_local_search  # noqa: E402
 from solvers.exact.linearize import linearize  # noqa: E402
-from solvers.catalog import get_solver  # noqa: E402
+from solvers.exact.milp import _milp_rows  # noqa: E402
 
 DEFAULT = "instances/suites/dreamshard-test/dreamshard-test-s1-0003.json"
 

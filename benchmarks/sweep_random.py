@@ -40,6 +40,7 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 from bench_tiered import make_solver, random_instance  # noqa: E402
+
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
 from solvers.catalog import solver_names  # noqa: E402

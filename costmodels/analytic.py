@@ -21,15 +21,14 @@ everything is a few numpy operations over [devices, 46].
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.comm_terms import CommTerms, pooled_level_terms
-from costmodels.hierarchical import hierarchical_comm_time
 from costmodels.graph_comm import GraphComm, graph_comm_of
+from costmodels.hierarchical import hierarchical_comm_time
 from costmodels.level_comm import LevelComm
 from shardopt.core.hardware import HardwareProfile, get_profile, load_profile
 from shardopt.core.ir import ACCESS_BINS, Instance, Optimizer

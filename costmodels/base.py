@@ -15,9 +15,9 @@ import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 

@@ -72,13 +72,13 @@ class _Flows:
 
 
 @functools.lru_cache(maxsize=2)  # (a 512-GPU leaf-spine holds ~50 MB of routes)
-def _routed(doc_json: str, num_devices: int, devices_per_host: int, group_size: int, batch: float, alltoall_latency_s: float) -> "GraphComm":
+def _routed(doc_json: str, num_devices: int, devices_per_host: int, group_size: int, batch: float, alltoall_latency_s: float) -> GraphComm:
     return GraphComm(parse_network_graph(json.loads(doc_json), num_devices, devices_per_host), num_devices=num_devices,
                      group_size=group_size, batch=batch, alltoall_latency_s=alltoall_latency_s)
 
 
 def graph_comm_of(graph: dict, *, num_devices: int, devices_per_host: int, group_size: int, batch: float,
-                  alltoall_latency_s: float) -> "GraphComm":
+                  alltoall_latency_s: float) -> GraphComm:
     """The GraphComm of a topology's graph document, routed once per process for the same document and figures: a
     solve binds the cost model several times (the solver, its warm starts, the judge), and routing is Dijkstra from
     every device (0.2 s at 128 GPUs, seconds at 512). Safe to share: a GraphComm is not changed after it is built."""

@@ -35,7 +35,7 @@ def gather_points(probe: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(gathers, dict) or not gathers:
         raise ValueError("probe: no zero-copy gather measurements ('gather_zero_copy')")
     row_bytes, per_row = [], []
-    for width, entry in sorted(gathers.items(), key=lambda kv: int(kv[0])):
+    for _, entry in sorted(gathers.items(), key=lambda kv: int(kv[0])):
         z = entry["host_zero_copy"]
         rows = z["bytes"] / z["row_bytes"]
         row_bytes.append(float(z["row_bytes"]))

@@ -25,8 +25,8 @@ from costmodels.base import BoundCostModel, CostModel, UnsupportedPlacementError
 from costmodels.features import comm_features, comm_features_after_adding, instance_shard_features
 from costmodels.hierarchical import hierarchical_comm_time
 from shardopt.core.hardware import HardwareProfile, get_profile
-from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from shardopt.core.ir import Instance, Kernel
+from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 
 SHIPPED = Path(__file__).resolve().parent / "weights" / "neural-v100.npz"
 

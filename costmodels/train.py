@@ -203,6 +203,39 @@ def _fit(params: list[Any], loss_of: Callable[[np.ndarray], Any], n: int, val_lo
     return history, best, {}
 
 
+def _fit_comm(cx: np.ndarray, cy: np.ndarray, cmean: np.ndarray, cstd: np.ndarray, rng: np.random.Generator,
+              settings: TrainSettings, progress: Callable[[str, int, int, float], None] | None,
+              base: NeuralWeights | None) -> tuple[Any, list[float], float]:
+    """`train`'s communication network: fitted to the log of the comm device rows, in batches 8 times the compute
+    network's (its rows are many and small). Returns (network, validation history, best validation loss)."""
+    import torch
+
+    cperm = rng.permutation(len(cy))
+    cn_val = max(1, int(len(cy) * settings.validation))
+    cval, ctr = cperm[:cn_val], cperm[cn_val:]
+    cxt = torch.tensor((cx - cmean) / cstd, dtype=torch.float32)
+    cyt = torch.log(torch.tensor(cy, dtype=torch.float32))
+    comm = _torch_mlp([cx.shape[-1], *COMM, 2], last_relu=False)
+    if base is not None:
+        _load_layers(comm, "comm", base)
+
+    def cpred(t: Any) -> Any:
+        return torch.log(torch.nn.functional.softplus(comm(cxt[t])) + 1e-9)
+
+    def comm_loss(idx: np.ndarray) -> Any:
+        t = torch.as_tensor(ctr[idx])
+        return ((cpred(t) - cyt[t]) ** 2).mean()
+
+    def comm_val() -> float:
+        with torch.no_grad():
+            t = torch.as_tensor(cval)
+            return float(((cpred(t) - cyt[t]) ** 2).mean())
+
+    comm_settings = TrainSettings(**{**settings.__dict__, "batch_size": settings.batch_size * 8})
+    hist_m, best_m, _ = _fit(list(comm.parameters()), comm_loss, len(ctr), comm_val, comm_settings, progress, "comm")
+    return comm, hist_m, best_m
+
+
 def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSettings(), *, progress: Callable[[str, int, int, float], None] | None = None,
           meta: dict[str, Any] | None = None, base: NeuralWeights | None = None) -> NeuralWeights:
     """A neural cost model fitted to `samples`. With `base`, its networks start from the base model's weights and keep
@@ -265,29 +298,7 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
 
     hist_c, best_c, _ = _fit(list(enc.parameters()) + list(head.parameters()), compute_loss, len(tr), compute_val, settings, progress, "compute")
 
-    cperm = rng.permutation(len(cy))
-    cn_val = max(1, int(len(cy) * settings.validation))
-    cval, ctr = cperm[:cn_val], cperm[cn_val:]
-    cxt = torch.tensor((cx - cmean) / cstd, dtype=torch.float32)
-    cyt = torch.log(torch.tensor(cy, dtype=torch.float32))
-    comm = _torch_mlp([cx.shape[-1], *COMM, 2], last_relu=False)
-    if base is not None:
-        _load_layers(comm, "comm", base)
-
-    def cpred(t: Any) -> Any:
-        return torch.log(torch.nn.functional.softplus(comm(cxt[t])) + 1e-9)
-
-    def comm_loss(idx: np.ndarray) -> Any:
-        t = torch.as_tensor(ctr[idx])
-        return ((cpred(t) - cyt[t]) ** 2).mean()
-
-    def comm_val() -> float:
-        with torch.no_grad():
-            t = torch.as_tensor(cval)
-            return float(((cpred(t) - cyt[t]) ** 2).mean())
-
-    comm_settings = TrainSettings(**{**settings.__dict__, "batch_size": settings.batch_size * 8})
-    hist_m, best_m, _ = _fit(list(comm.parameters()), comm_loss, len(ctr), comm_val, comm_settings, progress, "comm")
+    comm, hist_m, best_m = _fit_comm(cx, cy, cmean, cstd, rng, settings, progress, base)
 
     arrays = {"feat_mean": mean, "feat_std": std, "comm_mean": cmean, "comm_std": cstd}
     arrays.update(_union_ranges("feat", _ranges("feat", (x - mean) / std, mask), base))

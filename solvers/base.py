@@ -30,6 +30,7 @@ from solvers.results import (  # noqa: F401  (the result types, importable from 
     StopReason,
 )
 
+
 class Solver(ABC):
     """A solver: its name (the catalog's key, `solvers.catalog`), its options (one frozen dataclass, `Options`, checked
     by `solvers.options.build_options`) and `solve`. Its family, description and placements live in its catalog spec."""
@@ -49,7 +50,7 @@ class Solver(ABC):
         """The solver's settings, recorded in every plan it makes: its options, unless it says more."""
         return options_as_dict(self.options)
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - a hook: most solvers need no set-up
         """One-time set-up of this process (an expensive import), outside any solve's time limit: a batch of solves
         (the leaderboard, a sweep) calls it before the first; a single solve need not, and then pays it inside."""
 

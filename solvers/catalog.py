@@ -14,9 +14,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from shardopt.core.errors import UserError
 from shardopt.core.ir import CONSTRAINT_KINDS, Instance
 from solvers.base import Solver
-from shardopt.core.errors import UserError
 from solvers.errors import UnknownSolverError
 from solvers.options import OptionSpec, option_specs
 

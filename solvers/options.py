@@ -14,9 +14,10 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from shardopt.core.errors import UserError
 

@@ -18,7 +18,14 @@ from collections import defaultdict
 from typing import Any
 
 from shardopt.core.ir import Instance, Plan, Shard
-from shardopt.data.torchrec_io import apply_optimizer, embedding_bag_configs, per_rank_batch, rank_of_placement, require_torchrec, to_torchrec_plan
+from shardopt.data.torchrec_io import (
+    apply_optimizer,
+    embedding_bag_configs,
+    per_rank_batch,
+    rank_of_placement,
+    require_torchrec,
+    to_torchrec_plan,
+)
 from solvers.torchrec_solver import aliased, rank_estimates, torchrec_topology
 
 

@@ -53,29 +53,30 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from costmodels.base import CostModel
 from shardopt.core.ir import Instance
 from shardopt.core.plan_check import check_plan
+from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs
+from shardopt.data.torchrec_install import TorchRecUnavailableError, require_torchrec, torchrec_installed
 from shardopt.data.torchrec_io import (
     COLUMN_WISE,
     DATA_PARALLEL,
     DENSE,
     FUSED,
     ROW_WISE,
+    SUPPORTED_SHARDING_TYPES,
     TABLE_ROW_WISE,
     TABLE_WISE,
     UVM_KERNELS,
-    SUPPORTED_SHARDING_TYPES,
     from_torchrec_plan,
     per_rank_batch,
     topology_bandwidths,
     torchrec_pod_size,
 )
-from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs
-from shardopt.data.torchrec_install import TorchRecUnavailableError, require_torchrec, torchrec_installed
 from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.errors import UnknownSolverError
 from solvers.options import option
@@ -266,7 +267,13 @@ class TorchRecAllTypesOptions(TorchRecOptions):
 def torchrec_topology(instance: Instance, compute_device: str = "cuda") -> tuple[Any, dict[str, Any]]:
     """TorchRec's `Topology` of the instance (the table in docs/torchrec.md, "The solver"), and a note of what went
     into it."""
-    from torchrec.distributed.planner.types import CustomTopologyData, HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
+    from torchrec.distributed.planner.types import (
+        CustomTopologyData,
+        HardwareConfig,
+        KernelConfig,
+        TopologyFactory,
+        TrainerConfig,
+    )
 
     topo = instance.topology
     caps = topo.capacities()

@@ -110,7 +110,10 @@ def test_hot_sets_compete_for_the_cache():
     # every row in bin 10 (~768 accesses); footprint = rows * 256 bytes (dim 64 fp32) = 0.7 of the usable cache
     rows = int(0.7 * cap / 256)
     pf = rows * BIN_COUNTS[10] / 65536
-    t = lambda n: table(n, rows=rows, dim=64, pf=pf, h=hist({10: 1.0}))
+
+    def t(n: str):
+        return table(n, rows=rows, dim=64, pf=pf, h=hist({10: 1.0}))
+
     inst = instance([t("a"), t("b")], batch=65536)
     bm = AnalyticCostModel().bind(inst)
     sa, sb = bm.table_states

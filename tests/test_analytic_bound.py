@@ -27,11 +27,11 @@ from solvers.bound import (
     AnalyticRelaxation,
     BoundError,
     analytic_lower_bound,
+    build_relaxation,
     comm_pieces,
     device_compute_lower_bound,
-    plan_gap,
-    build_relaxation,
     devices_interchangeable,
+    plan_gap,
     relaxation_value_at,
     sector_hull,
     symmetric_lp_bound,
@@ -572,9 +572,7 @@ def test_plan_class_bounds_are_below_each_class_optimum(seed: int, n_tables: int
     """The symmetric LP of each plan class (table-wise only, column-wise only, both collectives) is below the best
     enumerated plan of that class (halves on any two devices, the same one included), never below the
     one-all-to-all LP; their least is the bound `classes_lp_bound` gives."""
-    from solvers.bound.symmetric import classes_lp_bound
-
-    from solvers.bound.symmetric import COLUMN_CLASSES
+    from solvers.bound.symmetric import COLUMN_CLASSES, classes_lp_bound
 
     inst = make_instance(n_tables, n_devices, seed=seed, mem_factor=1.6, per_host=per_host, batch_size=65536)
     ctx = AnalyticRelaxation(inst)

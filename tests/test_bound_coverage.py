@@ -14,7 +14,13 @@ from conftest import make_instance
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.ir import Instance, Kernel, PlacementConstraints, Shard, TableConstraint
 from shardopt.core.plan_check import check_plan
-from solvers.bound import AnalyticRelaxation, analytic_lower_bound, relaxation_value_at, table_cut_bound, uncovered_reason
+from solvers.bound import (
+    AnalyticRelaxation,
+    analytic_lower_bound,
+    relaxation_value_at,
+    table_cut_bound,
+    uncovered_reason,
+)
 from solvers.catalog import get_solver
 
 CM = AnalyticCostModel()

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 from conftest import make_instance
+from test_bound_coverage import best_of, options, row_blocks, with_levels
 from typer.testing import CliRunner
 
 from costmodels.analytic import AnalyticCostModel
@@ -25,7 +26,6 @@ from shardopt.core.levels import comm_levels, two_level_network
 from shardopt.core.plan_check import check_plan
 from solvers.bound import analytic_lower_bound, network_pooling
 from solvers.bound.inequalities import comm_pieces
-from test_bound_coverage import best_of, options, row_blocks, with_levels
 
 CM = AnalyticCostModel()
 

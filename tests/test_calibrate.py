@@ -13,9 +13,9 @@ from costmodels.analytic import AnalyticCostModel, device_compute_costs
 from costmodels.calibrate import CalibrationError, agreement, calibrate, sample_states
 from costmodels.registry import UnknownCostModelError, get_cost_model
 from shardopt.cli import app
-from shardopt.measure.collect import CollectSettings, collect, read_samples
 from shardopt.core.hardware import get_profile, load_profile, profile_from_dict, profile_to_dict
 from shardopt.data.pools import generate_pool
+from shardopt.measure.collect import CollectSettings, collect, read_samples
 
 TRUTH = replace(get_profile("v100"), hbm_bandwidth=300e9, launch_overhead_s=25e-6, bwd_bandwidth_factor=0.4, l2_bandwidth_ratio=1.5)
 

@@ -384,10 +384,10 @@ def test_the_loop_adds_samples_from_proposed_plans_and_reports_the_plan_level_er
 
 def test_pick_returns_the_plan_the_judge_measured_fastest():
     """A deliberately overloaded candidate (every table on one device) loses to a balanced one."""
+    from costmodels.registry import get_cost_model
     from shardopt.core.ir import Plan, Shard
     from shardopt.measure.compare import compare_plans
     from solvers.catalog import get_solver
-    from costmodels.registry import get_cost_model
 
     inst = load_instance(CPU_TEST / "cpu-test-s1-0008.json")  # 12 tables on 2 devices
     balanced = get_solver("greedy").solve(inst, get_cost_model("analytic"), seed=0).plan

@@ -7,11 +7,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from shardopt.measure.backends.cpu import fbgemm_available
 from shardopt.cli import app
-from shardopt.measure.collect import CollectError, CollectSettings, collect, compute_instance, read_samples
 from shardopt.core.memory import table_bytes
 from shardopt.data.pools import generate_pool
+from shardopt.measure.backends.cpu import fbgemm_available
+from shardopt.measure.collect import CollectError, CollectSettings, collect, compute_instance, read_samples
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT, make_instance
 from typer.testing import CliRunner
 
-from conftest import ROOT, make_instance
 from shardopt.cli import app
 from shardopt.core.ir import Instance, IRError, Plan, Shard, instance_from_dict, save
-from shardopt.core.torchrec_form import rw_layout
 from shardopt.core.plan_check import check_plan
+from shardopt.core.torchrec_form import rw_layout
 
 HEURISTICS = ["greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup"]
 
@@ -127,7 +127,7 @@ def test_other_solvers_are_refused_by_name_before_solving(tmp_path: Path) -> Non
     save(inst, path)
     r = CliRunner().invoke(app, ["solve", str(path), "--solver", "greedy", "--json"])
     assert r.exit_code == 0, r.stderr
-    t0 = sorted(((s.get("row_offset", 0), s.get("rows"), s["device"]) for s in json.loads(r.stdout)["plan"]["shards"] if s["table"] == "t0"))
+    t0 = sorted((s.get("row_offset", 0), s.get("rows"), s["device"]) for s in json.loads(r.stdout)["plan"]["shards"] if s["table"] == "t0")
     rows = inst.tables[0].rows
     assert [(o, n if n is not None else rows, d) for o, n, d in t0] == [(o, n, d) for d, (o, n) in enumerate(rw_layout(rows, 4)) if n > 0]
 
@@ -321,8 +321,8 @@ def test_whole_table_solvers_meet_a_column_wise_only_table_with_one_marked_shard
     """A table that may only be column-wise, co-located with another: the whole-table solvers place it whole, its shard
     marked column_wise (TorchRec's column_wise with one rank), beside its partner; the plan meets the constraints,
     and its other whole tables join the column-wise collective where that is cheaper (here: all of them)."""
-    from costmodels.registry import get_cost_model
     from costmodels.hierarchical import output_dist_widths
+    from costmodels.registry import get_cost_model
     from solvers.catalog import get_solver
 
     base = make_instance(8, 4, seed=1, mem_factor=3.0)

@@ -15,19 +15,19 @@ from hypothesis import HealthCheck, given, settings
 from typer.testing import CliRunner
 
 from costmodels.analytic import (
+    CACHE_LOOKUP_BYTES,
+    MS,
+    PREFETCH_LAUNCHES,
     STATE_CACHED,
     STATE_GATHER,
     STATE_HOST_BWD_IN,
     STATE_HOST_BWD_OUT,
+    STATE_HOST_BWD_ROWS,
     STATE_HOST_FWD_IN,
     STATE_HOST_FWD_OUT,
     STATE_HOST_FWD_ROWS,
-    STATE_HOST_BWD_ROWS,
-    STATE_UVM,
-    CACHE_LOOKUP_BYTES,
-    MS,
-    PREFETCH_LAUNCHES,
     STATE_SIZE,
+    STATE_UVM,
     AnalyticCostModel,
     cache_miss_share,
     mean_count,
@@ -141,7 +141,7 @@ def test_miss_share_of_the_documented_cases() -> None:
     assert cache_miss_share(once, rows=1000.0, lookups=100.0, cache_rows=250.0) == pytest.approx(0.75)
     two_kinds = np.zeros(ACCESS_BINS)
     two_kinds[0], two_kinds[5] = 0.5, 0.5  # half the touched rows read once, half ~24 times
-    unique = 1000.0 / ((0.5 * 1 + 0.5 * 24.5))
+    unique = 1000.0 / (0.5 * 1 + 0.5 * 24.5)
     # a cache exactly the size of the hot rows: every hot lookup hits, every single read misses
     miss = cache_miss_share(two_kinds, rows=10_000.0, lookups=1000.0, cache_rows=0.5 * unique)
     assert miss == pytest.approx(0.5 * 1 / (0.5 * 1 + 0.5 * 24.5))
@@ -302,7 +302,7 @@ def test_a_replica_pays_the_dense_optimizer_step_of_every_row() -> None:
     bm = AnalyticCostModel().bind(inst)
     rep = bm.shard_state(0, 64, 1.0, 0.25)
     sparse_like = bm.shard_state(0, 64, 1.0, 1.0)
-    from costmodels.analytic import STATE_BWD_STREAM, OUTPUT_BYTES, SORT_BYTES_PER_LOOKUP
+    from costmodels.analytic import OUTPUT_BYTES, SORT_BYTES_PER_LOOKUP, STATE_BWD_STREAM
 
     lookups = inst.workload.batch_size / 4 * 20.0
     dense = 200_000 * (2 * 64 * OUTPUT_BYTES + 2 * (64 * 4 + 4))  # gradient write + read; weights + rowwise state

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 from typer.testing import CliRunner
 
 from costmodels.evaluation import evaluate_model, predict_samples, sample_instance

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardopt.measure.backends.base import TimingSettings
-from shardopt.measure.cache import MeasurementCache, measurement_key
-from shardopt.measure.backends.cpu import CpuBackend, fbgemm_available
-from shardopt.measure.backends.timing import FbgemmTBE, shard_inputs
-from shardopt.data.scale import scale_instance
-from shardopt.measure.evaluate import BackendUnavailableError, EvaluationError, evaluate_plan
 from shardopt.core.ir import Plan, Shard, instance_from_dict
 from shardopt.core.stats import table_stats
+from shardopt.data.scale import scale_instance
+from shardopt.measure.backends.base import TimingSettings
+from shardopt.measure.backends.cpu import CpuBackend, fbgemm_available
+from shardopt.measure.backends.timing import FbgemmTBE, shard_inputs
+from shardopt.measure.cache import MeasurementCache, measurement_key
+from shardopt.measure.evaluate import BackendUnavailableError, EvaluationError, evaluate_plan
 
 pytestmark = pytest.mark.skipif(fbgemm_available() is not None, reason=str(fbgemm_available()))
 

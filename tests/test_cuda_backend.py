@@ -9,13 +9,13 @@ import socket
 import numpy as np
 import pytest
 import torch
+from conftest import make_instance
 
+from shardopt.core.ir import Plan, Shard, instance_from_dict, save
 from shardopt.measure.backends import cuda_dist
 from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingSettings
 from shardopt.measure.backends.cuda import CudaBackend
 from shardopt.measure.backends.timing import shard_inputs, time_torch_tbe
-from shardopt.core.ir import Plan, Shard, instance_from_dict, save
-from conftest import make_instance
 
 HAS_CUDA = torch.cuda.is_available()
 

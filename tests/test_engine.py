@@ -149,7 +149,7 @@ def test_collection_on_ray_interrupted_and_resumed(tmp_path: Path) -> None:
     partial = [d["id"] for d in read_samples(out)]
     assert 16 <= len(partial) < 40 and len(partial) % 8 == 0, said  # whole batches only, none lost
     if first.returncode != 0 or "INTERRUPTED" not in first.stdout:  # the driver lost as on CI: say so, and go on to what
-        warnings.warn(f"the interrupted Ray collection did not end with its message: {said}")  # this test is about
+        warnings.warn(f"the interrupted Ray collection did not end with its message: {said}", stacklevel=1)  # this test is about
     second = _collect_on_ray(out, "resume")
     assert second.returncode == 0, f"exit {second.returncode}\n{second.stdout[-2000:]}\n{second.stderr[-3000:]}"
     assert f"SUMMARY {len(partial)} {40 - len(partial)}" in second.stdout, second.stdout

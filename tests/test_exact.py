@@ -26,9 +26,9 @@ from shardopt.core.ir import Instance, instance_from_dict
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
+from solvers.catalog import get_solver, spec_of
 from solvers.exact import comm_floor, table_lower_bounds, width_caps
 from solvers.exact.linearize import linearize
-from solvers.catalog import get_solver, spec_of
 
 EXACT = ["cpsat", "milp", "milp_highs"]
 HEURISTICS = ["greedy", "size", "dim", "lookup", "size_lookup", "round_robin"]
@@ -732,8 +732,8 @@ def odd_units_doc() -> dict:
 def test_items_hold_uneven_column_pieces():
     """A warm start's uneven pieces (NeuroShard's 28 -> 12 + 16) are items: the plan is expressible, covers the
     table by widths, and comes back as the same shards."""
-    from solvers.placement.split_items import build_items
     from shardopt.core.ir import Shard
+    from solvers.placement.split_items import build_items
 
     inst = instance_from_dict(odd_units_doc())
     bm = CM.bind(inst)

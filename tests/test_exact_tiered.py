@@ -15,10 +15,10 @@ from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus
-from solvers.exact.formulation import plan_cost
-from solvers.exact.tiered import split_tiered
-from solvers.exact.linearize import linearize
 from solvers.catalog import get_solver
+from solvers.exact.formulation import plan_cost
+from solvers.exact.linearize import linearize
+from solvers.exact.tiered import split_tiered
 from solvers.placement.split_items import build_items
 
 ROOT = Path(__file__).resolve().parents[1]

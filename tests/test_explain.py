@@ -16,9 +16,9 @@ from shardopt.cli.main import app
 from shardopt.core.ir import Kernel, Plan, Shard, load_instance, save
 from shardopt.core.plan_check import check_plan
 from solvers.bound import uncovered_reason
+from solvers.catalog import get_solver
 from solvers.explain import explain_plan
 from solvers.placement.plan_moves import PlanShards
-from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "instances" / "examples" / "small.json"

@@ -46,7 +46,7 @@ def test_help_shows_the_defaults_written_in_option_texts() -> None:
 
 def test_a_short_option_means_one_thing_in_every_command() -> None:
     meaning: dict[str, set[str]] = {}
-    for path, cmd in _commands():
+    for _, cmd in _commands():
         for p in cmd.params:
             if getattr(p, "param_type_name", "") != "option":
                 continue

@@ -14,8 +14,8 @@ from shardopt.core.ir import Instance, Shard, instance_from_dict
 from shardopt.core.plan_check import check_plan
 from solvers.exact.tiered import split_tiered
 from solvers.neuroshard.grid import PieceModel
-from solvers.placement.polish import layout_of, polish_placements
 from solvers.placement.plan_moves import PlanShards
+from solvers.placement.polish import layout_of, polish_placements
 from solvers.placement.tiering import row_wise_shards
 
 BATCH = 65536

@@ -10,9 +10,9 @@ import pytest
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.ir import AccessProfile, Instance, Shard, Table, Topology, Workload
 from shardopt.core.plan_check import check_plan
+from shardopt.core.torchrec_form import grid_problem
 from solvers.bound import analytic_lower_bound
 from solvers.catalog import get_solver
-from shardopt.core.torchrec_form import grid_problem
 from solvers.placement.hot_splits import GRID_SHAPES_KEPT, grid_shapes, hot_table_splits
 
 CM = AnalyticCostModel()

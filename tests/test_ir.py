@@ -433,7 +433,7 @@ def test_assert_valid_plan_lists_violations(inst: Instance) -> None:
 ])
 def test_hand_written_mistakes_are_refused_naming_the_field(where: str, key: str, value: object, needle: str) -> None:
     """Issue 'trust': lax parsing read "rows": "100" as 100 and true as 1; NaN pooling was called too large; a host
-    given as text was read as a number.""" 
+    given as text was read as a number."""
     from shardopt.core.ir import instance_from_dict, load_instance, to_dict
 
     doc = to_dict(load_instance(Path(__file__).resolve().parents[1] / "instances" / "examples" / "small.json"))

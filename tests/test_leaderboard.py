@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from shardopt.cli import app
-from shardopt.leaderboard.run import run_leaderboard
 from shardopt.data.pools import generate_pool
 from shardopt.data.suites import generate_suite
+from shardopt.leaderboard.run import run_leaderboard
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "instances" / "examples"
 SOLVERS = ["greedy", "size", "dim", "lookup", "round_robin"]

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from shardopt.cli.main import app
 from shardopt.core.ir import load_instance, save
 from shardopt.data.scale import scale_instance
-from shardopt.measure.pick import PICK_PORTFOLIO
 from shardopt.leaderboard.measured import (
     MEASURED_COLUMNS,
     MEASURED_SCHEMA,
@@ -25,6 +24,7 @@ from shardopt.leaderboard.measured import (
     open_measured,
 )
 from shardopt.leaderboard.store import settings_key
+from shardopt.measure.pick import PICK_PORTFOLIO
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_TEST = ROOT / "instances" / "suites" / "cpu-test"

@@ -15,9 +15,9 @@ from conftest import make_instance
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.plan_check import check_plan
+from solvers.catalog import get_solver
 from solvers.exact.linear_search import _State, linear_local_search, step_deltas
 from solvers.exact.linearize import linearize
-from solvers.catalog import get_solver
 from solvers.placement.split_items import build_items
 
 CM = AnalyticCostModel()

@@ -11,9 +11,9 @@ import pytest
 from costmodels.neural import SHIPPED, NeuralCostModel, NeuralWeights
 from costmodels.registry import UnknownCostModelError, get_cost_model
 from costmodels.train import TrainError, TrainSettings, evaluate, train
-from shardopt.measure.collect import CollectSettings, collect, read_samples
 from shardopt.core.ir import Plan, Shard, load_instance
 from shardopt.data.pools import generate_pool, load_pool
+from shardopt.measure.collect import CollectSettings, collect, read_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = SHIPPED.with_suffix(".json")

@@ -13,10 +13,10 @@ from costmodels.analytic import AnalyticCostModel
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
 from shardopt.core.plan_check import check_plan
+from solvers.catalog import get_solver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig
 from solvers.neuroshard.pieces import split
 from solvers.neuroshard.search import NeuroShardSolver
-from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "instances" / "examples"
@@ -148,6 +148,7 @@ def test_a_search_out_of_time_before_its_first_state_returns_its_greedy_seed():
     """Never less than its seed: with no time to score even the unsplit state, neuroshard answers with greedy's plan
     (the plan its search starts from), not with no plan."""
     from conftest import make_instance
+
     from solvers.base import StopReason
 
     inst = make_instance(40, 8, seed=2, mem_factor=1.1)

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import spec_instance
 
 from costmodels.base import UnsupportedPlacementError
 from costmodels.registry import get_cost_model
-from conftest import spec_instance
 from shardopt.core.ir import Instance, Kernel, Plan, instance_from_dict, load_instance, to_dict
 from shardopt.core.memory import shard_bytes, shard_host_bytes, slice_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.data.torchrec_io import rw_layout
-from solvers.neuroshard.search import split_infeasibility
 from solvers.catalog import get_solver
+from solvers.neuroshard.search import split_infeasibility
 
 ROOT = Path(__file__).resolve().parents[1]
 

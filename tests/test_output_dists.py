@@ -12,9 +12,9 @@ from shardopt.core.hardware import get_profile
 from shardopt.core.ir import Instance, Plan, Shard
 from shardopt.core.plan_check import check_plan
 from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
-from solvers.placement.polish import polish_placements
-from solvers.placement.plan_moves import PlanShards
 from solvers.catalog import get_solver
+from solvers.placement.plan_moves import PlanShards
+from solvers.placement.polish import polish_placements
 from solvers.placement.tiering import row_wise_shards
 from tests.conftest import make_instance
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import spec_instance
+
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, to_dict
 from shardopt.core.plan_check import check_plan
+from solvers.catalog import get_solver
 from solvers.neuroshard.grid import PieceModel
 from solvers.placement.polish import describe_placements, layout_of, polish_placements
-from solvers.catalog import get_solver
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,9 @@ import pytest
 
 from shardopt.core.ir import IRError, load_instance
 from shardopt.core.memory import table_bytes_array
+from shardopt.core.stats import table_stats
 from shardopt.data.pools import DLRM, generate_pool, load_pool, pool_from_dict, pool_statistics, save_pool, split_pool
 from shardopt.data.suites import FAMILIES, SuiteError, first_fit_decreasing_fits, generate_suite, tight_memory
-from shardopt.core.stats import table_stats
 
 STANDARD_POOL = Path(__file__).resolve().parents[1] / "instances" / "pools" / "dlrm-synthetic-856.json"
 

@@ -17,9 +17,16 @@ from shardopt.core.ir import IRError, dumps, load_instance
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from shardopt.data.pools import load_pool, standard_pool_path
-from shardopt.data.suites import (SKEWED_DEVICES, SKEWED_HOT_POOLING, SKEWED_HOT_ROWS, SKEWED_HOT_TABLES, SKEWED_SMALL_MAX_ROWS,
-                                  SKEWED_SMALL_TABLES)
-from shardopt.data.suites import FAMILIES, generate_instance
+from shardopt.data.suites import (
+    FAMILIES,
+    SKEWED_DEVICES,
+    SKEWED_HOT_POOLING,
+    SKEWED_HOT_ROWS,
+    SKEWED_HOT_TABLES,
+    SKEWED_SMALL_MAX_ROWS,
+    SKEWED_SMALL_TABLES,
+    generate_instance,
+)
 
 pytest.importorskip("torchrec")
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from costmodels.registry import get_cost_model
 from shardopt.cli.main import app
-from shardopt.core.ir import Instance, Plan, Shard, instance_from_dict, load_instance, save, to_dict
+from shardopt.core.ir import Instance, Shard, instance_from_dict, load_instance, save, to_dict
 from shardopt.core.memory import table_bytes, table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.catalog import get_solver

@@ -65,7 +65,7 @@ def test_ctrl_c_keeps_the_best_plan_and_the_terminal_shows_a_live_line(tmp_path:
         os.close(master)
     text = shown.decode(errors="replace")
     assert rc == 130, text[-3000:]
-    assert "interrupted by the user" in text and f"plan written to" in text
+    assert "interrupted by the user" in text and "plan written to" in text
     plan = load_plan(out)
     assert plan.stopped == "interrupted" and plan.status.value == "feasible"
     assert check_plan(load_instance(PRODUCTION), plan).ok

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import instance_doc, instances, make_instance
 from hypothesis import HealthCheck, given, settings
 
-from conftest import instance_doc, instances, make_instance
 from costmodels.base import BoundCostModel, CostModel
 from costmodels.registry import get_cost_model
 from shardopt.core.feasibility import infeasibility_reason, tiered_infeasibility_reason
@@ -17,8 +17,8 @@ from shardopt.core.ir import Instance, load_instance, plan_key
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
 from solvers.base import SolveStatus, StopReason
-from solvers.heuristics.constructive import SAFE_FALLBACK_MAX_PAIRS
 from solvers.catalog import get_solver, solver_names, spec_of
+from solvers.heuristics.constructive import SAFE_FALLBACK_MAX_PAIRS
 
 SUITES = Path(__file__).resolve().parents[1] / "instances" / "suites"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import spec_instance
 
 from costmodels.registry import get_cost_model
-from conftest import spec_instance
 from shardopt.core.ir import Instance, Kernel, Plan, instance_from_dict, load_instance, to_dict
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.plan_check import check_plan
@@ -111,7 +111,7 @@ def test_every_registered_solver_says_which_placements_it_produces() -> None:
     from typer.testing import CliRunner
 
     from shardopt.cli.main import app
-    from solvers.catalog import spec_of, solver_names
+    from solvers.catalog import solver_names, spec_of
 
     for name in solver_names():
         assert spec_of(name).placements, name
@@ -133,7 +133,7 @@ def test_greedy_places_every_committed_huge_and_tiered_instance(suite: str) -> N
         r = get_solver("greedy").solve(inst, cm, seed=0)
         assert r.status.has_plan, (path.name, r.reason)
         assert check_plan(inst, r.plan).ok
-        for i, t in enumerate(inst.tables):
+        for t in inst.tables:
             mine = sorted((s.row_offset, s.height(t), s.device) for s in r.plan.shards if s.table == t.name)
             if len(mine) > 1:
                 per, D = inst.topology.devices_per_host, inst.topology.num_devices

@@ -180,7 +180,10 @@ def test_matches_fbgemm_cpu_tbe(optimizer):
     pytest.importorskip("fbgemm_gpu")
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-    from fbgemm_gpu.split_table_batched_embeddings_ops_training import ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
 
     rows, dims, batch = [20, 12, 16], [4, 8, 4], 8
     fb = SplitTableBatchedEmbeddingBagsCodegen(

@@ -263,7 +263,14 @@ def test_export_matches_torchrecs_own_constructors_and_validation() -> None:
     from torchrec import EmbeddingBagCollection
     from torchrec.distributed.planner.planners import validate_rank_assignment
     from torchrec.distributed.planner.types import Topology
-    from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, data_parallel, row_wise, table_row_wise, table_wise
+    from torchrec.distributed.sharding_plan import (
+        column_wise,
+        construct_module_sharding_plan,
+        data_parallel,
+        row_wise,
+        table_row_wise,
+        table_wise,
+    )
     from torchrec.distributed.types import ParameterSharding, ShardingPlan
 
     inst = _instance()

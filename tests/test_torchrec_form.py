@@ -7,11 +7,11 @@ instance, not only on the models DMP runs; these tests hold random and suite ins
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_instance
+
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.constraint_proofs import constraint_infeasibility
-from shardopt.core.ir import IRError, PlacementConstraints, Shard, TorchRecForm, instance_from_dict, load_instance
+from shardopt.core.ir import IRError, PlacementConstraints, Shard, instance_from_dict, load_instance
 from shardopt.core.plan_check import check_plan
 from shardopt.core.sharding_types import sharding_type
 from shardopt.core.torchrec_form import rw_layout

@@ -205,7 +205,10 @@ def test_torchrecs_planner_arguments_map_as_a_drop_in_must() -> None:
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.proposers import GreedyProposer
     from torchrec.distributed.planner.stats import EmbeddingStats
-    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation, HeuristicalStorageReservation
+    from torchrec.distributed.planner.storage_reservations import (
+        FixedPercentageStorageReservation,
+        HeuristicalStorageReservation,
+    )
     from torchrec.distributed.planner.types import ParameterConstraints
 
     from shardopt.torchrec import PlannerInputError, ShardoptPlanner

@@ -105,7 +105,15 @@ def test_parameter_shardings_match_torchrecs_constructors_with_the_uvm_kernels()
     cache_params None: ours carries the plan's load factor, which they cannot express)."""
     import torch
     from torchrec import EmbeddingBagCollection
-    from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, data_parallel, grid_shard, row_wise, table_row_wise, table_wise
+    from torchrec.distributed.sharding_plan import (
+        column_wise,
+        construct_module_sharding_plan,
+        data_parallel,
+        grid_shard,
+        row_wise,
+        table_row_wise,
+        table_wise,
+    )
 
     inst = _instance()
     sp = tio.to_torchrec_plan(inst, _tiered_plan(inst))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from shardopt.core.ir import AccessProfile, Shard, Table
-from shardopt.data.pools import load_pool
 from shardopt.core.stats import HISTOGRAM_L1_TOLERANCE, table_stats
 from shardopt.core.traces import shard_trace, table_trace
-from pathlib import Path
+from shardopt.data.pools import load_pool
 
 POOL = Path(__file__).resolve().parents[1] / "instances" / "pools" / "dlrm-synthetic-856-test.json"
 

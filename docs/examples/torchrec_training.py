@@ -22,7 +22,13 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollec
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
-from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, ParameterConstraints, TopologyFactory, TrainerConfig
+from torchrec.distributed.planner.types import (
+    HardwareConfig,
+    KernelConfig,
+    ParameterConstraints,
+    TopologyFactory,
+    TrainerConfig,
+)
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 
 from shardopt.torchrec import ShardoptPlanner

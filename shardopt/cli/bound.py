@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -16,8 +16,8 @@ from shardopt.cli.common import (
     CLIError,
     JsonOpt,
     ModelsOpt,
-    _console,
     _choose_cost_model,
+    _console,
     _cost_model,
     _emit_json,
     _err,
@@ -57,9 +57,9 @@ def _analytic_model(name: str | None, instance: Any, models: Path | None = None)
 
 def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[dict[str, Any], list[str]]:
     """The plan's analytic cost and its gap to the bound, and warnings when the bound does not cover the plan."""
-    from shardopt.measure.evaluate import hash_warning
     from shardopt.core.ir import load_plan
     from shardopt.core.plan_check import check_plan
+    from shardopt.measure.evaluate import hash_warning
     from solvers.bound import plan_gap, uncovered_reason
 
     plan = load_plan(plan_path)
@@ -84,14 +84,14 @@ def _plan_doc(instance: Any, plan_path: Path, model: Any, bound: Any) -> tuple[d
 def bound(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance.", show_default=False)],
     cost_model: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--cost-model", "-c", help="analytic, analytic:PROFILE, auto or a calibrated model (its analytic profile) \\[default: analytic, the topology's profile].", show_default=False),
     ] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.0, help="Seconds HiGHS may work; its dual bound then is the bound.")] = 10.0,
     table_wise: Annotated[bool, typer.Option("--table-wise", help="Bound table-wise plans only (tighter, covers fewer plans).")] = False,
-    plan_path: Annotated[Optional[Path], typer.Option("--plan", metavar="PLAN.json", help="Also print this plan's cost and its gap to the bound.")] = None,
+    plan_path: Annotated[Path | None, typer.Option("--plan", metavar="PLAN.json", help="Also print this plan's cost and its gap to the bound.")] = None,
     out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan the relaxation's best solution describes (a real plan).")
+        Path | None, typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan the relaxation's best solution describes (a real plan).")
     ] = None,
     models: ModelsOpt = None,
     json_out: JsonOpt = False,

@@ -14,7 +14,7 @@ collect` (what the GPU campaign uses).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -23,31 +23,31 @@ from shardopt.cli.common import CLIError, JsonOpt, ModelsOpt, _console, _emit_js
 
 @app.command()
 def calibrate(
-    data: Annotated[Optional[Path], typer.Argument(metavar="[DATA.jsonl]", help="Fit the analytic profile to these samples (`shardopt costmodel collect`) instead of measuring: needs --out.", show_default=False)] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Calibrate this machine on this judge: cpu | cuda.", show_default=False)] = None,
+    data: Annotated[Path | None, typer.Argument(metavar="[DATA.jsonl]", help="Fit the analytic profile to these samples (`shardopt costmodel collect`) instead of measuring: needs --out.", show_default=False)] = None,
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="Calibrate this machine on this judge: cpu | cuda.", show_default=False)] = None,
     budget_minutes: Annotated[float, typer.Option("--budget-minutes", help="With --backend: wall time for everything (collection takes the first 75 %).")] = 15.0,
-    target: Annotated[Optional[Path], typer.Option("--for", metavar="SUITE|INSTANCE", help="With --backend: sample the domain of these instances (their batches, rows, tables per device, memory).", show_default=False)] = None,
+    target: Annotated[Path | None, typer.Option("--for", metavar="SUITE|INSTANCE", help="With --backend: sample the domain of these instances (their batches, rows, tables per device, memory).", show_default=False)] = None,
     models: ModelsOpt = None,
-    model_id: Annotated[Optional[str], typer.Option("--id", help="With --backend: the model's id in the store \\[default: backend, machine, date].", show_default=False)] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", help="With --backend: the hardware profile instances name for this machine \\[default: cpu; a GPU's own profile].", show_default=False)] = None,
-    train_samples: Annotated[Optional[int], typer.Option("--samples", min=10, help="With --backend: at most this many training samples \\[default: as many as the budget allows, up to 6,000].", show_default=False)] = None,
-    test_samples: Annotated[Optional[int], typer.Option("--test-samples", min=3, help="With --backend: at most this many held-out samples \\[default: up to 1,000].", show_default=False)] = None,
-    epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="With --backend: at most this many training epochs \\[default: 150, fewer when the budget is short].", show_default=False)] = None,
-    repeats: Annotated[Optional[int], typer.Option("--repeats", min=1, help="With --backend: timed repeats per sample \\[default: 5, the judge's].", show_default=False)] = None,
-    batches: Annotated[Optional[str], typer.Option("--batches", metavar="B,B,...", help="With --backend: the batches to sample \\[default: the --for instances' and the backend's].", show_default=False)] = None,
-    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="With --backend: cap sampled tables' rows at this \\[default: the --for instances' largest, at least the backend's default].", show_default=False)] = None,
-    max_tables: Annotated[Optional[int], typer.Option("--max-tables", min=1, help="With --backend: at most this many tables per device sample \\[default: twice the --for instances' mean per device, at least the backend's default].", show_default=False)] = None,
-    rounds: Annotated[Optional[int], typer.Option("--rounds", min=0, help="With --for: rounds of the loop (solve the instances with the model, measure the plans, add their devices, retrain), each reporting the plan-level error on held-out instances \\[default: 2 with --for].", show_default=False)] = None,
+    model_id: Annotated[str | None, typer.Option("--id", help="With --backend: the model's id in the store \\[default: backend, machine, date].", show_default=False)] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="With --backend: the hardware profile instances name for this machine \\[default: cpu; a GPU's own profile].", show_default=False)] = None,
+    train_samples: Annotated[int | None, typer.Option("--samples", min=10, help="With --backend: at most this many training samples \\[default: as many as the budget allows, up to 6,000].", show_default=False)] = None,
+    test_samples: Annotated[int | None, typer.Option("--test-samples", min=3, help="With --backend: at most this many held-out samples \\[default: up to 1,000].", show_default=False)] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="With --backend: at most this many training epochs \\[default: 150, fewer when the budget is short].", show_default=False)] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", min=1, help="With --backend: timed repeats per sample \\[default: 5, the judge's].", show_default=False)] = None,
+    batches: Annotated[str | None, typer.Option("--batches", metavar="B,B,...", help="With --backend: the batches to sample \\[default: the --for instances' and the backend's].", show_default=False)] = None,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", min=1, help="With --backend: cap sampled tables' rows at this \\[default: the --for instances' largest, at least the backend's default].", show_default=False)] = None,
+    max_tables: Annotated[int | None, typer.Option("--max-tables", min=1, help="With --backend: at most this many tables per device sample \\[default: twice the --for instances' mean per device, at least the backend's default].", show_default=False)] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=0, help="With --for: rounds of the loop (solve the instances with the model, measure the plans, add their devices, retrain), each reporting the plan-level error on held-out instances \\[default: 2 with --for].", show_default=False)] = None,
     proposers: Annotated[str, typer.Option("--proposers", metavar="S,S,...", help="With --rounds: the solvers whose plans the loop measures.")] = "greedy,neuroshard,cpsat",
     propose_time: Annotated[float, typer.Option("--propose-time-limit", min=0.1, help="With --rounds: seconds each proposing solve may take.")] = 2.0,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PROFILE.json", help="With DATA.jsonl: where to write the calibrated profile.", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", metavar="PROFILE.json", help="With DATA.jsonl: where to write the calibrated profile.", show_default=False)] = None,
     profile: Annotated[str, typer.Option("--profile", help="With DATA.jsonl: base hardware profile (name or PROFILE.json).")] = "v100",
     holdout: Annotated[float, typer.Option("--holdout", help="With DATA.jsonl: share of samples kept out of the fit and judged after it.")] = 0.2,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the samples (--backend) or of the train / hold-out split (DATA.jsonl).")] = 0,
-    name: Annotated[Optional[str], typer.Option("--name", help="With DATA.jsonl: name of the calibrated profile.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="With DATA.jsonl: name of the calibrated profile.")] = None,
     with_policies: Annotated[bool, typer.Option("--with-policies", help="With --for: also train DreamShard's and AutoShard's policies on the calibrated model for those instances (the last quarter of the budget); the card carries each one that beats the shipped policy there, and `solve --solver dreamshard|autoshard` with this model uses it.")] = False,
     policy_episodes: Annotated[int, typer.Option("--policy-episodes", min=16, help="With --with-policies: at most this many rollouts per policy (its time box may end it sooner).")] = 8000,
-    host_link: Annotated[Optional[Path], typer.Option("--host-link", metavar="PROBE.json", help="Also fit the device-host link (UVM reads) of the refitted profile to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
+    host_link: Annotated[Path | None, typer.Option("--host-link", metavar="PROBE.json", help="Also fit the device-host link (UVM reads) of the refitted profile to benchmarks/host_link_probe.py's output: row-gather constants and the bulk-copy bandwidth.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Learn this machine's costs (--backend cpu|cuda), or fit the analytic profile to collected samples (DATA.jsonl)."""
@@ -66,7 +66,7 @@ def calibrate(
                            batches, max_rows, max_tables, with_policies, policy_episodes)
 
 
-def _batches(text: Optional[str]) -> Optional[tuple[int, ...]]:
+def _batches(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -92,12 +92,12 @@ def _targets(path: Path) -> list[Any]:
     return [load_instance(path)]
 
 
-def _calibrate_machine(backend: str, budget_minutes: float, target: Optional[Path], models: Optional[Path], model_id: Optional[str],
-                       hardware: Optional[str], train_samples: Optional[int], test_samples: Optional[int], epochs: Optional[int],
-                       repeats: Optional[int], seed: int, json_out: bool, rounds: Optional[int] = None,
+def _calibrate_machine(backend: str, budget_minutes: float, target: Path | None, models: Path | None, model_id: str | None,
+                       hardware: str | None, train_samples: int | None, test_samples: int | None, epochs: int | None,
+                       repeats: int | None, seed: int, json_out: bool, rounds: int | None = None,
                        proposers: str = "greedy,neuroshard,cpsat", propose_time: float = 2.0,
-                       host_link: Optional[Path] = None, batches: Optional[str] = None, max_rows: Optional[int] = None,
-                       max_tables: Optional[int] = None, with_policies: bool = False,
+                       host_link: Path | None = None, batches: str | None = None, max_rows: int | None = None,
+                       max_tables: int | None = None, with_policies: bool = False,
                        policy_episodes: int = 8000) -> None:
     from shardopt.cli.common import _command_line, _machine_fingerprint, _progress_stages
     from shardopt.core.fingerprint import gpu_profile_name
@@ -242,16 +242,17 @@ def _print_heldout(heldout: dict[str, dict[str, Any]], card: Any) -> None:
     _console().print(table)
 
 
-def _fit_profile(data: Path, out: Path, profile: str, holdout: float, seed: int, name: Optional[str], host_link: Optional[Path],
+def _fit_profile(data: Path, out: Path, profile: str, holdout: float, seed: int, name: str | None, host_link: Path | None,
                  json_out: bool) -> None:
     """The analytic model's profile constants fitted to measured timings; the error before and after."""
     import datetime
     import json
     import sys
 
-    from costmodels.calibrate import CalibrationError, calibrate as fit
-    from shardopt.measure.collect import read_samples
+    from costmodels.calibrate import CalibrationError
+    from costmodels.calibrate import calibrate as fit
     from shardopt.core.hardware import get_profile, load_profile, profile_to_dict
+    from shardopt.measure.collect import read_samples
 
     try:
         base = load_profile(profile) if profile.endswith(".json") else get_profile(profile)

@@ -16,10 +16,11 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -344,7 +345,14 @@ def _progress(description: str, enabled: bool) -> Iterator[Any]:
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=_console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=None)
@@ -362,7 +370,14 @@ def _progress_stages(enabled: bool) -> Iterator[Any]:
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=_console(stderr=True), transient=False) as bar:
@@ -432,11 +447,11 @@ def _model_label(choice: Any, instance: Instance) -> str:
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
 ModelsOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--models", metavar="DIR", help="The calibrated-model store \\[default: $SHARDOPT_MODELS, else ~/.cache/shardopt/models].", show_default=False),
 ]
 CostModelOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--cost-model", "-c", help="Cost model: auto (the model calibrated on the instance's hardware, else analytic), analytic[:PROFILE], neural, a shipped or store model's id, MODEL.npz \\[default: auto].", show_default=False),
 ]
 
@@ -469,7 +484,7 @@ EngineOpt = Annotated[
     typer.Option("--engine", help="Where the work runs: local (this machine) | ray (a Ray cluster; see --address and docs/cluster.md)."),
 ]
 AddressOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--address", metavar="ADDR", help="With --engine ray: the cluster to join ('auto': the one this machine is part of) \\[default: start a local Ray].", show_default=False),
 ]
 

@@ -8,7 +8,25 @@ from typing import Annotated
 
 import typer
 
-from shardopt.cli.common import AddressOpt, CLIError, EXIT_BAD_INPUT, EngineOpt, JsonOpt, RepeatsOpt, _check_engine_name, _engine, _console, _emit_json, _esc, _guard, _load_instance, _print_lines, _progress, _warn, app
+from shardopt.cli.common import (
+    EXIT_BAD_INPUT,
+    AddressOpt,
+    CLIError,
+    EngineOpt,
+    JsonOpt,
+    RepeatsOpt,
+    _check_engine_name,
+    _console,
+    _emit_json,
+    _engine,
+    _esc,
+    _guard,
+    _load_instance,
+    _print_lines,
+    _progress,
+    _warn,
+    app,
+)
 
 
 @app.command()
@@ -41,7 +59,8 @@ def compare(
         judge = dict(repeats=repeats, target=target, time_cap_s=time_cap, warmup=warmup, seed=seed, threads=threads, comm=comm)
         try:
             if engine != "local" and backend != "sim":  # the whole paired session as one task on a cluster worker
-                from shardopt.core.plan_check import PlanError as _PlanError, check_plan
+                from shardopt.core.plan_check import PlanError as _PlanError
+                from shardopt.core.plan_check import check_plan
                 from shardopt.measure.engine import run_one, timing_resources
 
                 for name, plan in zip(names, plans):

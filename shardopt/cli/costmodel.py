@@ -4,11 +4,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from shardopt.cli.common import AddressOpt, CLIError, EngineOpt, JsonOpt, ModelsOpt, PoolChoice, _console, _emit_json, _engine, _esc, _guard, _print_lines, _progress, app
+from shardopt.cli.common import (
+    AddressOpt,
+    CLIError,
+    EngineOpt,
+    JsonOpt,
+    ModelsOpt,
+    PoolChoice,
+    _console,
+    _emit_json,
+    _engine,
+    _esc,
+    _guard,
+    _print_lines,
+    _progress,
+    app,
+)
 
 costmodel_app = typer.Typer(help="Cost data and cost models: collect samples (train / eval come with the neural models).", no_args_is_help=True)
 app.add_typer(costmodel_app, name="costmodel")
@@ -18,24 +33,24 @@ app.add_typer(costmodel_app, name="costmodel")
 def collect_cmd(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge of the samples: sim | cpu | cuda.")] = "sim",
     pool: Annotated[PoolChoice, typer.Option("--pool", help="Which half of the standard pool the tables come from.")] = PoolChoice.train,
-    pool_file: Annotated[Optional[Path], typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool instead.")] = None,
+    pool_file: Annotated[Path | None, typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool instead.")] = None,
     samples: Annotated[int, typer.Option("--samples", "-n", help="Total samples wanted in the file (ids 0..N-1).")] = 1000,
     out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE.jsonl", help="Appended to; a rerun resumes.")] = Path("costdata.jsonl"),
     max_tables: Annotated[int, typer.Option("--max-tables", help="At most this many tables per device sample.")] = 20,
     min_tables: Annotated[int, typer.Option("--min-tables", help="At least this many tables per device sample.")] = 1,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Sample k is drawn from (seed, k).")] = 0,
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile of the samples' topology.")] = "v100",
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Batch of every sample \\[default: the pool's].")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help="Batch of every sample \\[default: the pool's].")] = None,
     vary_batch: Annotated[bool, typer.Option("--vary-batch", help="Draw each sample's batch from 2,048 to 131,072 (or --batch-choices).")] = False,
     pool_histograms: Annotated[bool, typer.Option("--pool-histograms", help="Keep the pool's access histograms at every batch (as collections before 2026-11-24 did) instead of moving them to the sample's batch.")] = False,
-    batch_choices: Annotated[Optional[str], typer.Option("--batch-choices", metavar="B,B,...", help="With --vary-batch: the batches to draw from, e.g. 1024,2048,4096,8192.")] = None,
+    batch_choices: Annotated[str | None, typer.Option("--batch-choices", metavar="B,B,...", help="With --vary-batch: the batches to draw from, e.g. 1024,2048,4096,8192.")] = None,
     augment: Annotated[bool, typer.Option("--augment", help="Also scale tables' rows and pooling factors (not only dims).")] = False,
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd | rowwise_adagrad | adam.")] = "rowwise_adagrad",
-    memory_cap: Annotated[Optional[int], typer.Option("--memory-cap", min=1, help="Bytes per device sample \\[default: the profile's memory].")] = None,
+    memory_cap: Annotated[int | None, typer.Option("--memory-cap", min=1, help="Bytes per device sample \\[default: the profile's memory].")] = None,
     comm_fraction: Annotated[float, typer.Option("--comm-fraction", help="Share of communication samples.")] = 0.2,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats (measured backends).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-ups (measured backends).")] = 2,
-    max_rows: Annotated[Optional[int], typer.Option("--max-rows", min=1, help="Cap every sampled table's rows (a CPU cannot hold production tables); samples record the capped tables.")] = None,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", min=1, help="Cap every sampled table's rows (a CPU cannot hold production tables); samples record the capped tables.")] = None,
     engine: EngineOpt = "local",
     address: AddressOpt = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="With --engine ray: samples per task.")] = 16,
@@ -45,10 +60,10 @@ def collect_cmd(
     with _guard(json_out):
         if out.is_dir():
             raise CLIError(f"--out: {out} is a folder: name the JSONL file the samples go to (e.g. {out / 'costdata.jsonl'})")
-        from shardopt.measure.collect import CollectSettings, collect
         from shardopt.core.hardware import PROFILES
         from shardopt.core.ir import Optimizer
         from shardopt.data.pools import load_pool, standard_pool_path
+        from shardopt.measure.collect import CollectSettings, collect
 
         if hardware not in PROFILES:
             raise CLIError(f"--hardware: {hardware!r} is not a known hardware profile (known: {', '.join(sorted(PROFILES))})")
@@ -284,7 +299,7 @@ def level_cmd(
         ])
 
 
-def _local_copy(card: Any, models: Optional[Path]) -> Any:
+def _local_copy(card: Any, models: Path | None) -> Any:
     """The store's copy of a shipped calibrated model (ID-local: its model files, anchors and card, source user), made
     the first time; the card as loaded from there."""
     import shutil

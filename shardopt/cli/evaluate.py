@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from shardopt.cli.common import (
+    EXIT_BAD_INPUT,
     AddressOpt,
     CLIError,
-    EXIT_BAD_INPUT,
     EngineOpt,
     JsonOpt,
-    _check_engine_name,
-    _engine,
     RepeatsOpt,
+    _check_engine_name,
     _console,
     _cost_summary,
     _device_table,
     _emit_json,
+    _engine,
     _guard,
     _load_instance,
     _print_lines,
@@ -42,10 +42,10 @@ def evaluate(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Index-trace and shuffle seed (measured backends).")] = 0,
     threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for the cpu backend (pinned to as many cores).")] = 1,
     comm: Annotated[str, typer.Option("--comm", help="All-to-all: modelled (analytic) | measured (cpu: gloo, one process per device).")] = "modelled",
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", hidden=True)] = None,
-    max_rows: Annotated[Optional[int], typer.Option("--max-rows", hidden=True)] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", hidden=True)] = None,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", hidden=True)] = None,
     cache: Annotated[
-        Optional[Path], typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache \\[default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
+        Path | None, typer.Option("--cache", metavar="FILE.sqlite", help="Measurement cache \\[default: $SHARDOPT_CACHE or ~/.cache/shardopt].")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Time everything again; store nothing.")] = False,
     engine: EngineOpt = "local",
@@ -54,9 +54,9 @@ def evaluate(
 ) -> None:
     """Check a plan and re-time it on a backend (the judge), per device."""
     with _guard(json_out):
-        from shardopt.measure.evaluate import evaluate_plan, hash_warning
         from shardopt.core.ir import load_plan
         from shardopt.core.plan_check import PlanError
+        from shardopt.measure.evaluate import evaluate_plan, hash_warning
 
         if batch_size is not None or max_rows is not None:
             raise CLIError(

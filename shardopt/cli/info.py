@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -20,7 +20,7 @@ from solvers.catalog import DEFAULT_SOLVER
 
 @app.command("solvers")
 def list_solvers(
-    options_of: Annotated[Optional[str], typer.Option("--options", metavar="NAME", help="List the options (-O KEY=VALUE) of this solver: type, default, allowed values, help.", show_default=False)] = None,
+    options_of: Annotated[str | None, typer.Option("--options", metavar="NAME", help="List the options (-O KEY=VALUE) of this solver: type, default, allowed values, help.", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List the solvers (family, placements, description, whether the cost model decides their plan), or one solver's options."""

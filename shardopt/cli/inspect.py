@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from shardopt.core.ir import Instance, Plan, Shard
 
 from shardopt.cli.common import (
-    CLIError,
     EXIT_BAD_INPUT,
+    CLIError,
     JsonOpt,
     _console,
     _cost_summary,
@@ -37,11 +37,11 @@ from shardopt.cli.common import (
 def inspect(
     path: Annotated[Path, typer.Argument(metavar="FILE.json|DIR", help="An instance, a plan, or a suite directory.", show_default=False)],
     instance_path: Annotated[
-        Optional[Path], typer.Option("--instance", "-i", metavar="INSTANCE.json", help="For a plan: its instance (memory and costs per device).")
+        Path | None, typer.Option("--instance", "-i", metavar="INSTANCE.json", help="For a plan: its instance (memory and costs per device).")
     ] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the largest tables to list.")] = 10,
     draw: Annotated[
-        Optional[Path], typer.Option("--draw", metavar="FILE.svg", help="For an instance: draw its network (graph, or the tree of its levels) to an SVG file.")
+        Path | None, typer.Option("--draw", metavar="FILE.svg", help="For an instance: draw its network (graph, or the tree of its levels) to an SVG file.")
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -126,9 +126,9 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) -> None:
-    import numpy as np
-
     from dataclasses import asdict
+
+    import numpy as np
 
     from shardopt.core.feasibility import infeasibility_reason
     from shardopt.core.hardware import get_profile
@@ -217,17 +217,24 @@ def _inspect_instance(path: Path, instance: Instance, top: int, json_out: bool) 
             summary.add_row(key, _esc(str(instance.metadata[key])))
     console.print(summary)
     if top:
-        big = Table(title=f"largest tables ({min(top, len(instance.tables))} of {len(instance.tables)})", title_justify="left")
-        for head in ("table", "rows", "dim", "pooling", "zipf", "bytes", "% of device"):
-            big.add_column(head, justify="left" if head == "table" else "right")
-        for t in largest:
-            big.add_row(
-                _esc(t["name"]), f"{t['rows']:,}", str(t["dim"]), f"{t['pooling_factor']:.3g}",
-                "-" if t["zipf"] is None else f"{t['zipf']:.3g}", _fmt_bytes(t["bytes"]),
-                f"{100 * t['share_of_largest_device']:.1f}",
-            )
-        console.print(big)
+        console.print(_largest_tables_table(largest, top, len(instance.tables)))
 
+
+
+def _largest_tables_table(largest: list[dict[str, Any]], top: int, n_tables: int) -> Any:
+    """`inspect`'s table of the largest tables (rich)."""
+    from rich.table import Table
+
+    big = Table(title=f"largest tables ({min(top, n_tables)} of {n_tables})", title_justify="left")
+    for head in ("table", "rows", "dim", "pooling", "zipf", "bytes", "% of device"):
+        big.add_column(head, justify="left" if head == "table" else "right")
+    for t in largest:
+        big.add_row(
+            _esc(t["name"]), f"{t['rows']:,}", str(t["dim"]), f"{t['pooling_factor']:.3g}",
+            "-" if t["zipf"] is None else f"{t['zipf']:.3g}", _fmt_bytes(t["bytes"]),
+            f"{100 * t['share_of_largest_device']:.1f}",
+        )
+    return big
 
 def _placement_kinds(plan: Plan) -> dict[str, int]:
     from collections import defaultdict
@@ -283,8 +290,8 @@ def _inspect_plan(path: Path, plan: Plan, instance: Instance | None, json_out: b
         _print_lines(console, _plan_meta_lines(meta, n_tables, len(plan.shards), kinds))
         return
 
-    from shardopt.measure.evaluate import evaluate_plan, hash_warning
     from shardopt.core.plan_check import check_plan
+    from shardopt.measure.evaluate import evaluate_plan, hash_warning
 
     warning = hash_warning(instance, plan)
     if warning:

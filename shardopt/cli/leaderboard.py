@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -17,9 +17,9 @@ from shardopt.cli.common import (
     EngineOpt,
     JsonOpt,
     _command_line,
-    _engine,
     _console,
     _emit_json,
+    _engine,
     _esc,
     _guard,
     _print_lines,
@@ -54,14 +54,14 @@ def run(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Judge backend: sim, cpu, cuda.")] = "sim",
     cost_model: Annotated[str, typer.Option("--cost-model", help="Cost model the solvers optimise: auto (per instance: the model calibrated on its hardware, else analytic), a name or a path (analytic:PROFILE.json, MODEL.npz; see `shardopt solve --help`); with a measured backend, a comma-separated list (each solver searches with each).")] = "auto",
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (simulated judge only: a measured backend solves and times one instance at a time).")] = 1,
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Per-solve time limit in seconds (part of a row's key: a re-run with another limit solves again, into rows of its own) \\[default: each solver's own budget].", show_default=False)] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="Per-solve time limit in seconds (part of a row's key: a re-run with another limit solves again, into rows of its own) \\[default: each solver's own budget].", show_default=False)] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..K-1 per (instance, solver).")] = 1,
     bounds: Annotated[bool, typer.Option("--bounds", help="Also store each instance's certified lower bound of the analytic model (shardopt bound): the reports' gap column. Simulated judge only.")] = False,
     bound_time_limit: Annotated[float, typer.Option("--bound-time-limit", help="Seconds per instance for the bound (its dual bound at the limit is still a bound).")] = 10.0,
     repeats: Annotated[str, typer.Option("--repeats", "-r", help="Measured backends: rounds per instance session, or 'auto'.")] = "auto",
     target: Annotated[float, typer.Option("--target", help="Measured backends, --repeats auto: every plan's CI half-width to reach.")] = 0.02,
     time_cap: Annotated[float, typer.Option("--time-cap", help="Measured backends: seconds of timing per instance at most.")] = 120.0,
-    option: Annotated[Optional[list[str]], typer.Option("--option", "-O", metavar="SOLVER.KEY=VALUE", help="A solver option (repeatable; `shardopt solvers --options NAME` lists them), part of the rows' key.", show_default=False)] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-O", metavar="SOLVER.KEY=VALUE", help="A solver option (repeatable; `shardopt solvers --options NAME` lists them), part of the rows' key.", show_default=False)] = None,
     engine: EngineOpt = "local",
     address: AddressOpt = None,
     json_out: JsonOpt = False,
@@ -118,7 +118,7 @@ def _solver_options(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cost_model: str, time_limit: Optional[float],
+def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cost_model: str, time_limit: float | None,
                   seeds: int, repeats: str, target: float, time_cap: float, bounds: bool, jobs: int, eng: Any, json_out: bool,
                   solver_options: dict[str, dict[str, Any]]) -> None:
     from shardopt.leaderboard.measured import run_measured_leaderboard
@@ -157,17 +157,21 @@ def _run_measured(suite_dir: Path, names: list[str], db: Path, backend: str, cos
 @leaderboard_app.command("report")
 def report(
     db: Annotated[Path, typer.Option("--db", metavar="RESULTS.sqlite", help="The store written by `leaderboard run`.")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Also write leaderboard.md and leaderboard.html here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", metavar="DIR", help="Also write leaderboard.md and leaderboard.html here.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Leaderboard tables per suite (terminal; Markdown and self-contained HTML with plots under --out)."""
     with _lb_guard(json_out):
         from rich.table import Table
 
+        from shardopt.leaderboard.measured import (
+            build_measured_reports,
+            load_measured,
+            measured_markdown,
+            write_measured_report,
+        )
         from shardopt.leaderboard.report import HEADERS, build_reports, caption, table_cells, write_report
         from shardopt.leaderboard.store import LeaderboardError, load_bounds, load_rows
-
-        from shardopt.leaderboard.measured import build_measured_reports, load_measured, measured_markdown, write_measured_report
 
         reports = build_reports(load_rows(db), load_bounds(db)) if _has_rows(db) else []
         measured = build_measured_reports(load_measured(db))

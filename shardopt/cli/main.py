@@ -9,16 +9,16 @@ from typing import Annotated
 
 import typer
 
-from shardopt.cli.common import app
-from solvers.catalog import DEFAULT_SOLVER
+import shardopt.cli.compare  # noqa: E402,F401  (compare)
+import shardopt.cli.evaluate  # noqa: E402,F401  (evaluate)
+import shardopt.cli.info  # noqa: E402,F401  (solvers, schema)
+import shardopt.cli.inspect  # noqa: E402,F401  (inspect)
+import shardopt.cli.scale  # noqa: E402,F401  (scale)
 
 # importing a command module registers its commands on `app`
 import shardopt.cli.solve  # noqa: E402,F401  (solve)
-import shardopt.cli.evaluate  # noqa: E402,F401  (evaluate)
-import shardopt.cli.compare  # noqa: E402,F401  (compare)
-import shardopt.cli.scale  # noqa: E402,F401  (scale)
-import shardopt.cli.inspect  # noqa: E402,F401  (inspect)
-import shardopt.cli.info  # noqa: E402,F401  (solvers, schema)
+from shardopt.cli.common import app
+from solvers.catalog import DEFAULT_SOLVER
 
 
 def _version(value: bool) -> None:
@@ -39,15 +39,15 @@ def _root(
     """Embedding-table sharding as min-max partitioning: solve, judge and inspect plans."""
 
 
-import shardopt.cli.suites  # noqa: E402,F401  (generate, make-pool, import-dlrm)
-import shardopt.cli.costmodel  # noqa: E402,F401  (costmodel collect / train / eval / list)
-import shardopt.cli.calibrate  # noqa: E402,F401  (calibrate)
-import shardopt.cli.rl  # noqa: E402,F401  (rl train)
-import shardopt.cli.torchrec  # noqa: E402,F401  (export, import-torchrec)
-import shardopt.cli.profile  # noqa: E402,F401  (profile)
-import shardopt.cli.leaderboard  # noqa: E402,F401  (leaderboard run / report)
 import shardopt.cli.bound  # noqa: E402,F401  (bound)
+import shardopt.cli.calibrate  # noqa: E402,F401  (calibrate)
+import shardopt.cli.costmodel  # noqa: E402,F401  (costmodel collect / train / eval / list)
 import shardopt.cli.explain  # noqa: E402,F401  (explain)
+import shardopt.cli.leaderboard  # noqa: E402,F401  (leaderboard run / report)
+import shardopt.cli.profile  # noqa: E402,F401  (profile)
+import shardopt.cli.rl  # noqa: E402,F401  (rl train)
+import shardopt.cli.suites  # noqa: E402,F401  (generate, make-pool, import-dlrm)
+import shardopt.cli.torchrec  # noqa: E402,F401  (export, import-torchrec)
 
 
 def main(argv: list[str] | None = None) -> None:

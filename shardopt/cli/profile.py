@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,7 +17,7 @@ def profile_cmd(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance whose tables the batches read.", show_default=False)],
     batches: Annotated[list[Path], typer.Option("--batches", metavar="PATH", help="Saved KeyedJaggedTensors (torch.save: a file, a list in a file, or a folder of files) or a JSON-lines file, one batch per line: {feature: [[ids of a sample], ...]}. Repeatable.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="INSTANCE.json", help="Where to write the profiled instance.", show_default=False)],
-    feature_map: Annotated[Optional[str], typer.Option("--feature-map", metavar="JSON", help="Inline JSON or a file: {feature: table} for features whose table the instance does not name.", show_default=False)] = None,
+    feature_map: Annotated[str | None, typer.Option("--feature-map", metavar="JSON", help="Inline JSON or a file: {feature: table} for features whose table the instance does not name.", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure each table's pooling factor and access histogram on sample batches and write the instance with them."""

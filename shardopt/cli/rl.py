@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -56,7 +56,7 @@ def train_cmd(
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="Adam's learning rate.")] = 1e-3,
     entropy: Annotated[float, typer.Option("--entropy", help="Entropy bonus weight.")] = 0.01,
     hidden: Annotated[int, typer.Option("--hidden", min=4, help="Hidden width of the networks (new checkpoints only).")] = 64,
-    shape: Annotated[Optional[list[str]], typer.Option("--shape", metavar="TxD", help="Train only on instances of TABLES x DEVICES (repeatable), e.g. 50x4.")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", metavar="TxD", help="Train only on instances of TABLES x DEVICES (repeatable), e.g. 50x4.")] = None,
     cost_updates: Annotated[bool, typer.Option("--cost-updates/--no-cost-updates", help="dreamshard + neural cost model: fine-tune the cost network on plans judged by the analytic model.")] = True,
     cost_update_every: Annotated[int, typer.Option("--cost-update-every", min=1, help="Policy updates between cost-network rounds.")] = 25,
     threads: Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")] = 1,

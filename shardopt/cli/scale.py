@@ -4,22 +4,32 @@ original - an explicit new instance, never a hidden option of the judge."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from shardopt.cli.common import CLIError, JsonOpt, _console, _emit_json, _fmt_bytes, _guard, _load_instance, _print_lines, app
+from shardopt.cli.common import (
+    CLIError,
+    JsonOpt,
+    _console,
+    _emit_json,
+    _fmt_bytes,
+    _guard,
+    _load_instance,
+    _print_lines,
+    app,
+)
 
 
 @app.command()
 def scale(
     instance_path: Annotated[Path, typer.Argument(metavar="INSTANCE.json", help="The instance to scale.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="OUT.json", help="Where to write the scaled instance.")],
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="The new global batch (access histograms move with it).")] = None,
-    max_rows: Annotated[Optional[int], typer.Option("--max-rows", help="Cap every table's rows at this.")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="The new global batch (access histograms move with it).")] = None,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", help="Cap every table's rows at this.")] = None,
     memory: Annotated[str, typer.Option("--memory", help="scale: capacities shrink with the model (as tight as before); keep: unchanged.")] = "scale",
-    name: Annotated[Optional[str], typer.Option("--name", help="The new instance's name \\[default: the old one with -b<B>-r<R>].")] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Name this hardware profile instead (the machine the instance will be judged on, e.g. h200 or cpu).", show_default=False)] = None,
+    name: Annotated[str | None, typer.Option("--name", help="The new instance's name \\[default: the old one with -b<B>-r<R>].")] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="Name this hardware profile instead (the machine the instance will be judged on, e.g. h200 or cpu).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a scaled copy of an instance: solve it and judge it (both), so the judge times what the solver optimised."""

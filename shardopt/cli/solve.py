@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from shardopt.cli.common import (
-    CLIError,
     EXIT_INFEASIBLE,
+    CLIError,
     CostModelOpt,
     JsonOpt,
     ModelsOpt,
@@ -24,8 +24,8 @@ from shardopt.cli.common import (
     _model_label,
     _print_lines,
     _solver_with_options,
-    solver_time_limit,
     app,
+    solver_time_limit,
 )
 from shardopt.cli.live import EXIT_INTERRUPTED, live_solve
 from shardopt.cli.pick import check_portfolio, pick, pick_doc, pick_lines, portfolio_candidates
@@ -40,30 +40,30 @@ def solve(
     solver: Annotated[str, typer.Option("--solver", "-s", help="Solver name (see `shardopt solvers`).")] = DEFAULT_SOLVER,
     cost_model: CostModelOpt = None,
     models: ModelsOpt = None,
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.0, help="Seconds the command may take, start-up and loading included (the solver gets at least half; with --pick, each candidate's solve) \\[default: the solver's own budget: neuroshard 2-60 s by instance size, cpsat / milp 60 s, torchrec 300 s; the heuristics run to the end].", show_default=False)] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.0, help="Seconds the command may take, start-up and loading included (the solver gets at least half; with --pick, each candidate's solve) \\[default: the solver's own budget: neuroshard 2-60 s by instance size, cpsat / milp 60 s, torchrec 300 s; the heuristics run to the end].", show_default=False)] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed: same seed, same plan.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", metavar="PLAN.json", help="Write the plan here.")] = None,
     option: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--option", "-O", metavar="KEY=VALUE", help="A solver option (repeatable), e.g. -O max_split=4 -O split_apart=false; values are JSON, else text."),
     ] = None,
     from_plan: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--from", metavar="OLD_PLAN.json", help="Re-plan from this earlier plan: tables matched by name keep their shards where that pays, new ones are placed; the bytes moved are reported.", show_default=False),
     ] = None,
     max_moved_bytes: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--max-moved-bytes", metavar="N|P%", help="With --from: at most N bytes moved, or P% of the model's bytes.", show_default=False),
     ] = None,
     move_weight: Annotated[
-        Optional[float],
+        float | None,
         typer.Option("--move-weight", min=0.0, metavar="MS_PER_GIB", help="With --from: price each GiB moved at this many ms of plan cost.", show_default=False),
     ] = None,
     pick_backend: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--pick", metavar="cpu|cuda", help="Solve with a portfolio (--portfolio, each with the chosen cost model and with analytic), measure the plans together on this judge, and return the measured-fastest.", show_default=False),
     ] = None,
-    candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="With --pick: at most this many candidates (the chosen model's first).", show_default=False)] = None,
+    candidates: Annotated[int | None, typer.Option("--candidates", min=1, help="With --pick: at most this many candidates (the chosen model's first).", show_default=False)] = None,
     portfolio: Annotated[str, typer.Option("--portfolio", metavar="S,S,...", help="With --pick: the solvers of the portfolio.")] = ",".join(PICK_PORTFOLIO),
     json_out: JsonOpt = False,
 ) -> None:

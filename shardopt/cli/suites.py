@@ -5,11 +5,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from shardopt.cli.common import CLIError, EXIT_BAD_INPUT, _command_line, JsonOpt, PoolChoice, _console, _emit_json, _esc, _fmt_bytes, _guard, _print_lines, app
+from shardopt.cli.common import (
+    EXIT_BAD_INPUT,
+    CLIError,
+    JsonOpt,
+    PoolChoice,
+    _command_line,
+    _console,
+    _emit_json,
+    _esc,
+    _fmt_bytes,
+    _guard,
+    _print_lines,
+    app,
+)
+
 
 @app.command()
 def generate(
@@ -19,10 +33,10 @@ def generate(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed: same seed, same suite, byte for byte.")] = 0,
     pool: Annotated[PoolChoice, typer.Option("--pool", help="Which half of the standard pool the tables come from.")] = PoolChoice.train,
     pool_file: Annotated[
-        Optional[Path], typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool file instead of the standard one.")
+        Path | None, typer.Option("--pool-file", metavar="POOL.json", help="Draw from this pool file instead of the standard one.")
     ] = None,
     memory_slack: Annotated[
-        Optional[float], typer.Option("--memory-slack", metavar="X", help="Tight-rule families: device memory = X x the tables' bytes / devices (grown 2 % until first-fit-decreasing packs them) instead of 1.10; room for a planner whose storage model adds buffers (TorchRec's: 2 or more).", show_default=False)
+        float | None, typer.Option("--memory-slack", metavar="X", help="Tight-rule families: device memory = X x the tables' bytes / devices (grown 2 % until first-fit-decreasing packs them) instead of 1.10; room for a planner whose storage model adds buffers (TorchRec's: 2 or more).", show_default=False)
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the suite already in --out (its suite.json and the instances it lists).")] = False,
     json_out: JsonOpt = False,
@@ -108,7 +122,7 @@ def make_pool(
 def import_dlrm_cmd(
     file: Annotated[Path, typer.Argument(metavar="FILE.pt", help="The dataset file: a tuple (indices, offsets, lengths).", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="POOL.json", help="Where to write the pool.")],
-    split_seed: Annotated[Optional[int], typer.Option("--split-seed", help="Also write -train / -test halves split with this seed.")] = None,
+    split_seed: Annotated[int | None, typer.Option("--split-seed", help="Also write -train / -test halves split with this seed.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Build a table pool from Meta's DLRM embedding dataset (fbgemm_t856_bs65536.pt) with the papers' statistics."""

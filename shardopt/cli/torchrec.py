@@ -12,11 +12,23 @@ import sys
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from shardopt.cli.common import EXIT_BAD_INPUT, CLIError, JsonOpt, _console, _emit_json, _esc, _fmt_bytes, _guard, _print_lines, _warn, app
+from shardopt.cli.common import (
+    EXIT_BAD_INPUT,
+    CLIError,
+    JsonOpt,
+    _console,
+    _emit_json,
+    _esc,
+    _fmt_bytes,
+    _guard,
+    _print_lines,
+    _warn,
+    app,
+)
 
 
 class ExportFormat(str, Enum):
@@ -58,17 +70,17 @@ def export_cmd(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="The plan to export.", show_default=False)],
     fmt: Annotated[ExportFormat, typer.Option("--format", help="torchrec: JSON of a TorchRec ShardingPlan (read back with shardopt.data.torchrec_io.load_torchrec_plan); torchrec-text: TorchRec's own printout of it.")],
     instance_path: Annotated[
-        Optional[Path], typer.Option("--instance", "-i", metavar="INSTANCE.json", help="The plan's instance (needed: table sizes and devices per host are not in the plan).")
+        Path | None, typer.Option("--instance", "-i", metavar="INSTANCE.json", help="The plan's instance (needed: table sizes and devices per host are not in the plan).")
     ] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="Write here instead of stdout.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", metavar="FILE", help="Write here instead of stdout.")] = None,
     module_path: Annotated[str, typer.Option("--module-path", help="Path of the EmbeddingBagCollection in the model ('' when it is the model).")] = "",
     compute_device: Annotated[ComputeDevice, typer.Option("--compute-device", help="Placement device: rank:N/cuda:M (M = N % devices per host) or rank:N/cpu; auto: cuda where CUDA is available here, else cpu (load_torchrec_plan(..., compute_device=) overrides it where the plan runs).")] = ComputeDevice.auto,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a plan to TorchRec: one ParameterSharding per table, for DistributedModelParallel(plan=...)."""
     with _guard(json_out):
-        from shardopt.measure.evaluate import hash_warning
         from shardopt.core.ir import dumps_document, load_instance, load_plan
+        from shardopt.measure.evaluate import hash_warning
 
         plan = load_plan(plan_path)
         if instance_path is None:
@@ -187,17 +199,17 @@ def import_torchrec_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", metavar="INSTANCE.json", help="Where to write the instance.")],
     devices: Annotated[int, typer.Option("--devices", min=1, help="Number of devices (world size).")],
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Global batch size per iteration.")],
-    devices_per_host: Annotated[Optional[int], typer.Option("--devices-per-host", min=1, help="Devices per host (local world size) \\[default: all on one host].", show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option("--memory", "-m", metavar="BYTES", help="Memory per device for embeddings: 17179869184, 16GiB, 80GB, or one per device comma-separated \\[default: the hardware profile's].", show_default=False)] = None,
+    devices_per_host: Annotated[int | None, typer.Option("--devices-per-host", min=1, help="Devices per host (local world size) \\[default: all on one host].", show_default=False)] = None,
+    memory: Annotated[str | None, typer.Option("--memory", "-m", metavar="BYTES", help="Memory per device for embeddings: 17179869184, 16GiB, 80GB, or one per device comma-separated \\[default: the hardware profile's].", show_default=False)] = None,
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile (v100, a100, h100, h200).")] = "v100",
     pooling_factors: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--pooling-factors", metavar="JSON", help="File or inline JSON: {name: pooling_factor} or {name: {pooling_factor, zipf, histogram}}, name = table or feature \\[default: 1.0 per feature, zipf 0.9; flagged as assumed].", show_default=False),
     ] = None,
     optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help="Optimizer (decides optimizer-state memory).")] = OptimizerChoice.rowwise_adagrad,
     name: Annotated[str, typer.Option("--name", help="Instance name \\[default: the output file's stem].", show_default=False)] = "",
-    source_cite: Annotated[Optional[str], typer.Option("--source", metavar="TEXT", help="Where the configuration was published, kept as metadata.source \\[default: the configs document's \"source\" field, if any].", show_default=False)] = None,
-    for_torchrec: Annotated[Optional[str], typer.Option("--for-torchrec", metavar="even|uneven", help="The plans are for TorchRec's DistributedModelParallel: constraints.torchrec, so every solver keeps the form TorchRec loads (even: a table's column slices of one width, as TorchRec's own checkpoint reload needs; uneven: any widths) \\[default: no such constraint].", show_default=False)] = None,
+    source_cite: Annotated[str | None, typer.Option("--source", metavar="TEXT", help="Where the configuration was published, kept as metadata.source \\[default: the configs document's \"source\" field, if any].", show_default=False)] = None,
+    for_torchrec: Annotated[str | None, typer.Option("--for-torchrec", metavar="even|uneven", help="The plans are for TorchRec's DistributedModelParallel: constraints.torchrec, so every solver keeps the form TorchRec loads (even: a table's column slices of one width, as TorchRec's own checkpoint reload needs; uneven: any widths) \\[default: no such constraint].", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Make an instance from TorchRec EmbeddingBagConfigs and pooling statistics."""

@@ -638,7 +638,7 @@ def generate_trace_zipf(
     return indices, _bag_offsets(lookups, batch_size, rng)
 
 
-def table_histogram(table: "Table", batch_size: int) -> np.ndarray:
+def table_histogram(table: Table, batch_size: int) -> np.ndarray:
     """A table's 17-bin access histogram at `batch_size` lookups per sample-batch: as given (normalised), or derived
     from its Zipf exponent (histogram_from_zipf). The one place the IR's two access descriptions become a histogram."""
     if table.access.histogram is not None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from shardopt.core.ir import AccessProfile, IRError
-from shardopt.data.pools import PoolTable, TablePool, round_histogram
 from shardopt.core.stats import table_stats
+from shardopt.data.pools import PoolTable, TablePool, round_histogram
 
 
 def _to_numpy(x, what: str, source: str) -> np.ndarray:

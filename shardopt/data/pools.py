@@ -18,8 +18,16 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from shardopt.core.ir import SCHEMA_VERSION, AccessProfile, IRError, IRModel, check_unique_names, read_json, save, validate_document
-
+from shardopt.core.ir import (
+    SCHEMA_VERSION,
+    AccessProfile,
+    IRError,
+    IRModel,
+    check_unique_names,
+    read_json,
+    save,
+    validate_document,
+)
 
 # the pool the standard suites are drawn from, as committed in the repository's instances/pools/
 REPO_INSTANCES = Path(__file__).resolve().parents[2] / "instances"

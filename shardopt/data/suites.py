@@ -384,7 +384,7 @@ def generate_huge_instance(family: Family, pool: TablePool, seed: int, index: in
     row_bytes = [slice_bytes(draft, t, 1, t.dim) for t in huge]
     share = min(sum(ratios), HUGE_HBM_SHARE * devices)
     cap = max(int(sizes.max()), int(np.ceil(TIGHT_SLACK * float(sizes.sum()) / (devices - TIGHT_SLACK * share))))
-    for steps in range(MAX_MEMORY_STEPS):
+    for steps in range(MAX_MEMORY_STEPS):  # noqa: B007 - the count is reported after the loop
         grown = [t.model_copy(update={"rows": int(np.ceil(r * cap / rb))}) for t, r, rb in zip(huge, ratios, row_bytes)]
         host = int(np.ceil(host_ratio * cap))
         inst = draft.model_copy(update={
@@ -453,7 +453,7 @@ def generate_tiered_instance(family: Family, pool: TablePool, seed: int, index: 
     total = int(table_bytes_array(draft).sum())
     cap = max(1, int(total // (rho * devices)))
     host = int(np.ceil(HOST_DRAM_PER_HBM[hardware] * cap))
-    for steps in range(MAX_MEMORY_STEPS):
+    for steps in range(MAX_MEMORY_STEPS):  # noqa: B007 - the count is reported after the loop
         inst = draft.model_copy(update={"topology": topology.model_copy(update={"memory_bytes": cap, "host_memory_bytes": host})})
         plan = _witness(inst)
         if plan is not None:
@@ -592,7 +592,7 @@ def generate_skewed_instance(family: Family, pool: TablePool, seed: int, index: 
     # shrink the hot tables (in proportion) until the model needs at most SKEWED_MAX_FILL of the memory
     total = float(table_bytes_array(assemble(1.0)).sum())
     scale = min(1.0, SKEWED_MAX_FILL * cap * devices / total)
-    for steps in range(SKEWED_MAX_STEPS):
+    for steps in range(SKEWED_MAX_STEPS):  # noqa: B007 - the count is reported after the loop
         inst = assemble(scale)
         plan = _witness(inst)
         if plan is not None:

@@ -3,15 +3,15 @@ statistics, and the configs back from an instance (`embedding_bag_configs`, with
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Mapping
 import importlib
 import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from shardopt.core.hardware import DEFAULT_PROFILE, PROFILES
 from shardopt.core.ir import Dtype, Instance, IRError, Optimizer, instance_from_dict
 from shardopt.data.torchrec_install import require_torchrec
-
 
 DEFAULT_POOLING_FACTOR = 1.0
 

@@ -3,12 +3,10 @@ one import of it (`require_torchrec`), whose error holds the exact pip commands.
 
 from __future__ import annotations
 
-from typing import Any
-import importlib
 import logging
 import sys
 import warnings
-
+from typing import Any
 
 TORCHREC_VERSION = "1.8.0"
 

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from shardopt.core.errors import UserError
 from shardopt.core.hardware import PROFILES
@@ -57,11 +57,22 @@ from shardopt.core.sharding_types import (  # (the names live in the leaf module
     TABLE_WISE,
     sharding_type,
 )
+
 # the form TorchRec loads a table's shards in: rules on a plan, in the core (the plan checker enforces them)
-from shardopt.core.torchrec_form import column_widths, grid_problem, host_ranks, kernel_problem, layout_problem, row_layout, rw_layout, same_rank_problem
+from shardopt.core.torchrec_form import (
+    column_widths,
+    grid_problem,
+    host_ranks,
+    kernel_problem,
+    layout_problem,
+    row_layout,
+    rw_layout,
+    same_rank_problem,
+)
+
 # installing TorchRec and importing it (torchrec_install), and instances from its configs (torchrec_configs): their
 # own modules, their public names handed on here
-from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs, instance_from_configs, load_configs
+from shardopt.data.torchrec_configs import embedding_bag_configs, instance_from_configs, load_configs
 from shardopt.data.torchrec_install import (
     TORCHREC_RUNTIME_PINS,
     TORCHREC_VERSION,

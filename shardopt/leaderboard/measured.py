@@ -20,14 +20,23 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardopt.leaderboard.store import (UNRECORDED_SETTINGS, LeaderboardError, check_db_path, check_time_limit, code_version,
-                                        connect, rekey_with_settings, settings_key, settings_label)
+from shardopt.leaderboard.store import (
+    UNRECORDED_SETTINGS,
+    LeaderboardError,
+    check_db_path,
+    check_time_limit,
+    code_version,
+    connect,
+    rekey_with_settings,
+    settings_key,
+    settings_label,
+)
 
 MEASURED_SCHEMA = """
 CREATE TABLE IF NOT EXISTS measured (
@@ -250,7 +259,7 @@ def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[s
         if p is not None:
             r.update(by_key[r["plan_key"]])
         r.update(suite=job.suite, instance_file=path.name, instance_hash=job.instance_hash, backend=job.backend,
-                 settings=job.settings, code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                 settings=job.settings, code_version=code_version(), created_at=datetime.now(UTC).isoformat(timespec="seconds"))
         out.append(r)
     return out, session
 

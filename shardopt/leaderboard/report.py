@@ -12,8 +12,6 @@ from typing import Any
 
 from shardopt.leaderboard import figures
 
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # reports
 

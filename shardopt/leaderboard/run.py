@@ -12,15 +12,27 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shardopt.measure.engine import Engine
 
-from shardopt.leaderboard.store import (BOUND_COLUMNS, BOUND_KIND, FAILED_STATUSES, SUITE_MANIFEST, LeaderboardError, check_db_path,
-                                        check_time_limit, code_version, connect, finished_keys, insert_row, settings_key)
+from shardopt.leaderboard.store import (
+    BOUND_COLUMNS,
+    BOUND_KIND,
+    FAILED_STATUSES,
+    SUITE_MANIFEST,
+    LeaderboardError,
+    check_db_path,
+    check_time_limit,
+    code_version,
+    connect,
+    finished_keys,
+    insert_row,
+    settings_key,
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # running
@@ -66,8 +78,8 @@ class Task:
 def solve_task(task: Task) -> dict[str, Any]:
     """Solve and judge one (instance, solver, seed): the row to store. Runs in a worker process."""
     from costmodels.auto import model_for
-    from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
     from shardopt.core.ir import load_instance
+    from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
     from solvers.catalog import UnhonouredConstraints, get_solver, spec_of, unhonoured
 
     instance = load_instance(task.path)
@@ -110,7 +122,7 @@ def solve_task(task: Task) -> dict[str, Any]:
                     iv = ev.interval or {}
                     row.update(ci_low_ms=iv.get("low"), ci_high_ms=iv.get("high"), judge_rounds=ev.repeats,
                                machine=json.dumps(ev.machine, sort_keys=True, default=str) if ev.machine else None)
-    row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return row
 
 
@@ -151,8 +163,8 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
                time_limit: float | None, repeats: int | str = "auto", target: float = 0.02,
                time_cap_s: float = 120.0, solver_options: dict[str, dict[str, Any]] | None = None) -> list[Task]:
     from costmodels.auto import check_cost_model_name
-    from shardopt.measure.evaluate import BACKENDS, MEASURED_BACKENDS, stop_rule
     from shardopt.core.ir import load_instance
+    from shardopt.measure.evaluate import BACKENDS, MEASURED_BACKENDS, stop_rule
     from solvers.catalog import spec_of
 
     if not solvers:
@@ -259,7 +271,7 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
         weak = "HiGHS proved nothing in time: the table-cut bound alone (solvers.bound.table_cut_bound)"
         row.update(status=b.status, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
                    reason=b.reason if not ok else (weak if b.source == "table cuts" else None))
-    row["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return row
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from shardopt.core.errors import UserError
 
-
 SUITE_MANIFEST = "suite.json"
 FAILED_STATUSES = ("infeasible", "no_solution", "judge_error", "error")
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardopt.measure.backends.base import KernelTiming, TimingSettings
 from shardopt.core.ir import Instance, Kernel, Shard
+from shardopt.measure.backends.base import KernelTiming, TimingSettings
 
 CACHE_ENV = "SHARDOPT_CACHE"
 

@@ -44,7 +44,8 @@ from shardopt.core.errors import UserError
 from shardopt.core.fingerprint import Fingerprint
 from shardopt.core.ir import Instance
 from shardopt.measure.backends.base import kernel_label
-from shardopt.measure.machine_level import ANCHORS_FILE, LevelReading, at_level, choose_anchors, read_level as read_machine_level, write_anchors
+from shardopt.measure.machine_level import ANCHORS_FILE, LevelReading, at_level, choose_anchors, write_anchors
+from shardopt.measure.machine_level import read_level as read_machine_level
 
 # the recipes behind the shipped measured models (costmodels/weights/*.json): the domain a calibration samples
 # without --for
@@ -494,7 +495,8 @@ class _Calibration:
     def refit_profile(self, host_link: dict[str, Any] | None) -> None:
         """The analytic profile refitted to the same samples (and, with `--host-link`, the device-host link's measured
         constants: what UVM reads cost)."""
-        from costmodels.calibrate import CalibrationError as FitError, calibrate as fit_profile
+        from costmodels.calibrate import CalibrationError as FitError
+        from costmodels.calibrate import calibrate as fit_profile
         from shardopt.core.hardware import get_profile, profile_to_dict
 
         settings = self.settings

@@ -26,6 +26,7 @@ from shardopt.measure.evaluate import (
     stop_rule,
 )
 
+
 @dataclass
 class PlanResult:
     name: str

@@ -23,7 +23,6 @@ the run with an EngineError naming the item; what finished before it is already 
 from __future__ import annotations
 
 import contextlib
-
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -77,7 +76,7 @@ class Engine(ABC):
     def describe(self) -> str:
         return self.name
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: most engines hold nothing to release
         """Release what the engine started (a local Ray it initialised)."""
 
     def __enter__(self) -> Engine:

@@ -19,8 +19,8 @@ Backends:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -232,7 +232,15 @@ def _measure_with_cache(instance: Instance, plan: Plan, backend: str, rule: Stop
     way before (the same rounds for all of them), else timed interleaved and stored."""
     from shardopt.measure.backends.base import BackendUnavailable, summarise
     from shardopt.measure.cache import MeasurementCache, measurement_key
-    from shardopt.measure.plan_timing import MeasureError, comm_label, measure_plans, plan_comm, shards_by_device, timing_backend, timing_settings
+    from shardopt.measure.plan_timing import (
+        MeasureError,
+        comm_label,
+        measure_plans,
+        plan_comm,
+        shards_by_device,
+        timing_backend,
+        timing_settings,
+    )
 
     try:
         timer = timing_backend(backend)

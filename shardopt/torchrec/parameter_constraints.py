@@ -26,7 +26,15 @@ import math
 from typing import Any
 
 from shardopt.core.errors import UserError
-from shardopt.core.ir import CONSTRAINT_SHARDING_TYPES, DIM_ALIGNMENT, IRError, Instance, Kernel, PlacementConstraints, instance_from_dict
+from shardopt.core.ir import (
+    CONSTRAINT_SHARDING_TYPES,
+    DIM_ALIGNMENT,
+    Instance,
+    IRError,
+    Kernel,
+    PlacementConstraints,
+    instance_from_dict,
+)
 
 KERNELS = {k.value: k for k in Kernel}  # TorchRec's compute kernel names for the IR's tiers
 DENSE = "dense"  # TorchRec's kernel for a data-parallel table

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardopt.core.ir import Instance, Plan, PlacementConstraints, TorchRecForm
+from shardopt.core.ir import Instance, PlacementConstraints, Plan, TorchRecForm
 from shardopt.data.torchrec_install import require_torchrec
 
 require_torchrec()  # (an ImportError naming the exact pip commands when TorchRec is not installed)
@@ -169,10 +169,11 @@ class ShardoptPlanner(ShardingPlanner):
     def plan(self, module: Any, sharders: list[Any] | None = None) -> Any:
         """The `ShardingPlan` of every collection in `module` that one of `sharders` (None: TorchRec's default
         sharders) shards."""
+        from torchrec.distributed.sharding_plan import get_default_sharders
+
         from costmodels.auto import choose_cost_model
         from shardopt.core.constraint_proofs import constraint_infeasibility
         from solvers.catalog import check_honoured
-        from torchrec.distributed.sharding_plan import get_default_sharders
 
         t0 = time.perf_counter()
         sharders = list(sharders) if sharders is not None else get_default_sharders()
@@ -345,7 +346,10 @@ def _topology_fields(topology: Any, memory: RankMemory, hardware: str) -> dict[s
     if topology.compute_device not in ("cuda", "cpu"):
         raise PlannerInputError(f"topology.compute_device: {topology.compute_device!r} (this planner plans for cuda or cpu)")
     usable, ddr = memory.memory, memory.host
-    one = (lambda v: v[0] if len(set(v)) == 1 else v)
+
+    def one(v: list[int]) -> int | list[int]:
+        return v[0] if len(set(v)) == 1 else v
+
     out = {"num_devices": world, "devices_per_host": local, "memory_bytes": one(usable), "host_memory_bytes": one(ddr)}
     intra, inter = float(topology.intra_host_bw) * 1000.0, float(topology.inter_host_bw) * 1000.0
     group = int(getattr(topology, "intra_group_size", local) or local)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 import time
-
-import numpy as np
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
@@ -22,6 +22,7 @@ from solvers.bound.solve import _solve_highs, relaxation_plan
 from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
 from solvers.bound.table_cuts import table_cut_bound
 from solvers.bound.terms import BoundError
+
 
 def _group_word(ctx: AnalyticRelaxation) -> str:
     """What a table-row-wise split spans: a host, or an NVLink domain of hosts (Topology.intra_group_size)."""
@@ -284,6 +285,15 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on): {how}",
             info=info, **flags,
         )
+    return _full_relaxation_bound(instance, ctx, table_wise=table_wise, per_type=per_type, symmetric=symmetric,
+                                  time_limit=time_limit, start=start, covers=covers, model_name=model_name, solver=solver, flags=flags)
+
+
+def _full_relaxation_bound(instance: Instance, ctx: AnalyticRelaxation, *, table_wise: bool, per_type: bool, symmetric: bool,
+                           time_limit: float, start: float, covers: str, model_name: str, solver: str,
+                           flags: dict[str, bool]) -> AnalyticBound:
+    """The full relaxation (`build_relaxation`) branched on by HiGHS in the time left since `start`: the bound of the
+    instances small enough to build it whole; `_lower_bound`'s last case."""
     model, layout = build_relaxation(ctx, table_wise, per_type=per_type)
     left = max(0.1, 0.97 * time_limit - 0.1 - (time.perf_counter() - start))  # a reserve for judging the plan
     res = _solve_highs(model, layout, left)

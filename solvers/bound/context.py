@@ -6,8 +6,8 @@ rows add up to at an integral point, for tests and to see where the slack is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -17,9 +17,15 @@ from shardopt.core.hardware import HardwareProfile, get_profile
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.levels import two_level_network
 from solvers.bound.coverage import ReplicaTerms, RowTerms, host_tier_reason, replica_terms, row_terms
-from solvers.bound.inequalities import comm_pieces, hit_slopes, hits_upper_bound, host_receive_terms, knapsack_multipliers, sector_hull
+from solvers.bound.inequalities import (
+    comm_pieces,
+    hit_slopes,
+    hits_upper_bound,
+    host_receive_terms,
+    knapsack_multipliers,
+    sector_hull,
+)
 from solvers.bound.terms import BoundError, _verify_terms, shard_terms
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # per-device bounds for a given set of shards (what the relaxation charges a device at that point)

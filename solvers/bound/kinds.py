@@ -93,24 +93,20 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     on another profile, e.g. a calibrated one, passes it)."""
     bm = ctx.bm
     inst = bm.instance
-    ct = bm.comm_terms()
-    D, L = bm.num_devices, inst.topology.intra_group_size  # (a group: the host, or an NVLink domain of hosts)
     profiles = profiles or {k: get_profile(k) for k in dict.fromkeys(c.kind for c in classes)}
     env = _envelope_context(inst, list(profiles.values()))  # the table cuts: no slower than any kind, so they hold anywhere
     per_kind = {k: AnalyticRelaxation(inst, AnalyticCostModel(p), replicas=replicas, host_memory=host_memory, row_splits=row_splits)
                 for k, p in profiles.items()}
-    may_host, must_host = host_tables(inst)
     m = SparseModel()
     z = m.var(-math.inf, math.inf)
     T = len(ctx.terms.dims)
-    dims = ctx.terms.dims.astype(np.float64)
-    units = ctx.terms.dims.astype(np.int64) // DIM_ALIGNMENT
     rep = ctx.replicas
     with_replicas = replicas and not table_wise
     splits = row_splits and not table_wise
     r = {ti: m.var(1.0 if rep.forced[ti] else 0.0, 1.0) for ti in range(T) if with_replicas and ctx.replicable[ti]}
     g = {ti: m.var(0, 1) for ti in range(T) if splits and ctx.row_split[ti]}
     by_host = [ti for ti in range(T) if splits and ctx.host_row_split[ti]]
+    L = inst.topology.intra_group_size  # (a group: the host, or an NVLink domain of hosts)
     hosts_of = {c.devices[0]: len(c.devices) // L for c in classes}  # H_c: hosts of each class (by its first device)
     tw = {(ti, c.devices[0]): m.var(0, 1) for ti in by_host for c in classes}  # tw_tc
     split = sorted(set(g) | set(by_host))
@@ -120,11 +116,6 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     for ti in range(T):
         if len(others[ti]) > 1:
             m.row(others[ti], -math.inf, 1.0)  # at most one of replicated, split over devices, split within a host
-    fits_all = pair_fits(inst, ctx.terms, table_wise, host_memory)  # [T, D] (memory terms are the kinds' alike)
-    cover: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c n_tc
-    count: list[list[tuple[int, float]]] = [[] for _ in range(T)]  # sum_c D_c x_tc: devices holding t
-    rho_sum: dict[int, list[tuple[int, float]]] = {ti: [] for ti in split}  # sum_c D_c rho_tc
-    block_sum: dict[int, list[tuple[int, float]]] = {ti: [] for ti in split}  # sum_c D_c (xr_tc + qr_tc)
     some = m.var(0.0 if all(others[ti] for ti in range(T)) else 1.0, 1.0)  # the table- / column-wise all-to-all runs
     for ti in range(T):
         if others[ti]:
@@ -132,69 +123,140 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
     by_rows = m.var(0, 1)  # the row-wise all-to-all runs
     for q in g.values():
         m.row({by_rows: 1.0, q: -1.0}, 0.0, math.inf)
+    dims = ctx.terms.dims.astype(np.float64)
     hier = _hierarchical_rows(m, ctx, classes, tw, hosts_of, dims) if tw else {}
-    total = float(dims.sum())
+    lp = _KindsLP(m, ctx, z, table_wise, host_memory, r, g, tw, split, others, some, by_rows, hier,
+                  fits_all=pair_fits(inst, ctx.terms, table_wise, host_memory),  # [T, D] (memory terms are the kinds' alike)
+                  cover=[[] for _ in range(T)], count=[[] for _ in range(T)],
+                  rho_sum={ti: [] for ti in split}, block_sum={ti: [] for ti in split})
     for c in classes:
-        kc = per_kind[c.kind]
-        t, rows = kc.terms, kc.rows
+        lp.add_class(c, per_kind[c.kind])
+    lp.add_shares(classes, env)
+    return m, z
+
+
+@dataclass
+class _KindsLP:
+    """`build_kinds_lp`'s model as it is built: the variables every class shares (z, replicas r_t, row splits g_t
+    and tw_tc, the collectives that run) and the sums over classes (`cover`: sum_c D_c n_tc; `count`: sum_c D_c x_tc,
+    the devices holding t; `rho_sum`: sum_c D_c rho_tc; `block_sum`: sum_c D_c (xr_tc + qr_tc)) that the rows after
+    the classes close."""
+
+    m: SparseModel
+    ctx: AnalyticRelaxation
+    z: int
+    table_wise: bool
+    host_memory: bool
+    r: dict[int, int]
+    g: dict[int, int]
+    tw: dict[tuple[int, int], int]
+    split: list[int]
+    others: dict[int, list[tuple[int, float]]]
+    some: int
+    by_rows: int
+    hier: dict[int, int]
+    fits_all: np.ndarray
+    cover: list[list[tuple[int, float]]]
+    count: list[list[tuple[int, float]]]
+    rho_sum: dict[int, list[tuple[int, float]]]
+    block_sum: dict[int, list[tuple[int, float]]]
+
+    def add_class(self, c: DeviceClass, kc: AnalyticRelaxation) -> None:
+        """One class's average device: its pairs, row blocks, tiers, memory, compute and all-to-all, and z above them."""
+        m, rep = self.m, self.ctx.replicas
+        t = kc.terms
         d0 = c.devices[0]
+        x, n, sv = self._pairs(c, kc)
+        rho, xr, qr = self._row_blocks(c)
+        hu, hr = self._tiers(c, x, n, rho)
+        y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
+        for v in [*x.values(), *self.r.values(), *xr.values()]:
+            m.row({y: 1.0, v: -1.0}, 0.0, math.inf)
+        self._memory(c, kc, x, n, rho, hu, hr)
+        self._compute(kc, x, n, sv, rho, xr, qr, y, f, b)
+        comm = self._comm(d0, x, n, xr, qr)
+        m.row([(self.z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)]
+              + [(q, -float(rep.allreduce_ms[ti])) for ti, q in self.r.items()] + ([(self.hier[d0], -1.0)] if self.hier else []), 0.0, math.inf)
+
+    def _pairs(self, c: DeviceClass, kc: AnalyticRelaxation) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        m, t = self.m, kc.terms
+        units = self.ctx.terms.dims.astype(np.int64) // DIM_ALIGNMENT
         Dc = float(len(c.devices))
-        fit = fits_all[:, d0]
+        fit = self.fits_all[:, c.devices[0]]
         x: dict[int, int] = {}
         n: dict[int, int] = {}
         sv: dict[int, int] = {}
         for ti in np.flatnonzero(fit >= 1).tolist():
             x[ti], n[ti], sv[ti] = m.var(0, 1), m.var(0, int(fit[ti])), m.var(0, math.inf)
-            cover[ti].append((n[ti], Dc))
-            count[ti].append((x[ti], Dc))
-            pair_rows(m, x[ti], n[ti], sv[ti], kc.hulls[ti], int(units[ti]), int(fit[ti]), float(t.elem[ti]), t.sector, table_wise)
-        # row blocks of this class's average device: rho <= xr <= g + tw, xr >= tw, qr <= min(xr, g)
+            self.cover[ti].append((n[ti], Dc))
+            self.count[ti].append((x[ti], Dc))
+            pair_rows(m, x[ti], n[ti], sv[ti], kc.hulls[ti], int(units[ti]), int(fit[ti]), float(t.elem[ti]), t.sector, self.table_wise)
+        return x, n, sv
+
+    def _row_blocks(self, c: DeviceClass) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        """Row blocks of the class's average device: rho <= xr <= g + tw, xr >= tw, qr <= min(xr, g)."""
+        m, g, tw = self.m, self.g, self.tw
+        d0, Dc = c.devices[0], float(len(c.devices))
         rho: dict[int, int] = {}
         xr: dict[int, int] = {}
         qr: dict[int, int] = {}
-        for ti in split:
+        for ti in self.split:
             rho[ti], xr[ti] = m.var(0, 1), m.var(0, 1)
             m.row({rho[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
             m.row([(xr[ti], 1.0)] + ([(g[ti], -1.0)] if ti in g else []) + ([(tw[(ti, d0)], -1.0)] if (ti, d0) in tw else []), -math.inf, 0.0)
             if (ti, d0) in tw:
                 m.row({xr[ti]: 1.0, tw[(ti, d0)]: -1.0}, 0.0, math.inf)
-            rho_sum[ti].append((rho[ti], Dc))
-            block_sum[ti].append((xr[ti], Dc))
+            self.rho_sum[ti].append((rho[ti], Dc))
+            self.block_sum[ti].append((xr[ti], Dc))
             if ti in g:
                 qr[ti] = m.var(0, 1)
                 m.row({qr[ti]: 1.0, xr[ti]: -1.0}, -math.inf, 0.0)
                 m.row({qr[ti]: 1.0, g[ti]: -1.0}, -math.inf, 0.0)
-                block_sum[ti].append((qr[ti], Dc))
-        host = host_memory and c.host_capacity > 0
-        hu = {ti: m.var(0, int(fit[ti])) for ti in x if host and may_host[ti]}  # n's units in host memory
-        hr = {ti: m.var(0, 1) for ti in split if host and may_host[ti]}  # rho's share in host memory
+                self.block_sum[ti].append((qr[ti], Dc))
+        return rho, xr, qr
+
+    def _tiers(self, c: DeviceClass, x: dict[int, int], n: dict[int, int], rho: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+        """n's units (hu) and rho's share (hr) in host memory."""
+        m = self.m
+        may_host, must_host = host_tables(self.ctx.bm.instance)
+        fit = self.fits_all[:, c.devices[0]]
+        host = self.host_memory and c.host_capacity > 0
+        hu = {ti: m.var(0, int(fit[ti])) for ti in x if host and may_host[ti]}
+        hr = {ti: m.var(0, 1) for ti in self.split if host and may_host[ti]}
         for ti, u in hu.items():
             m.row({u: 1.0, n[ti]: -1.0}, 0.0 if must_host[ti] else -math.inf, 0.0)
         for ti, q in hr.items():
             m.row({q: 1.0, rho[ti]: -1.0}, -math.inf, 0.0)
-        y, f, b = m.var(0, 1), m.var(0, math.inf), m.var(0, math.inf)
-        for v in [*x.values(), *r.values(), *xr.values()]:
-            m.row({y: 1.0, v: -1.0}, 0.0, math.inf)
+        return hu, hr
+
+    def _memory(self, c: DeviceClass, kc: AnalyticRelaxation, x: dict[int, int], n: dict[int, int], rho: dict[int, int],
+                hu: dict[int, int], hr: dict[int, int]) -> None:
+        m, t, rows, rep, split = self.m, kc.terms, kc.rows, self.ctx.replicas, self.split
         mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / c.capacity) for ti in x] + [(x[ti], t.mem_fixed[ti] / c.capacity) for ti in x]
-        mem += [(q, rep.mem[ti] / c.capacity) for ti, q in r.items()] + [(rho[ti], rows.mem_rho[ti] / c.capacity) for ti in split]
+        mem += [(q, rep.mem[ti] / c.capacity) for ti, q in self.r.items()] + [(rho[ti], rows.mem_rho[ti] / c.capacity) for ti in split]
         mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / c.capacity) for ti, u in hu.items()]
         mem += [(q, -rows.mem_col_rho[ti] / c.capacity) for ti, q in hr.items()]
         m.row(mem, -math.inf, 1.0 + MEMORY_SLACK)
         if hu or hr:
             m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / c.host_capacity) for ti, u in hu.items()]
                   + [(q, rows.mem_col_rho[ti] / c.host_capacity) for ti, q in hr.items()], -math.inf, 1.0 + MEMORY_SLACK)
+
+    def _compute(self, kc: AnalyticRelaxation, x: dict[int, int], n: dict[int, int], sv: dict[int, int], rho: dict[int, int],
+                 xr: dict[int, int], qr: dict[int, int], y: int, f: int, b: int) -> None:
+        """Cache hits (h), then forward and backward compute at least their pieces' sum and the kernel floor."""
+        m, t, rows, r = self.m, kc.terms, kc.rows, self.r
         use_hits = t.kappa_ms > 0
         h = m.var(0, math.inf if use_hits else 0.0)
         if use_hits:
             for k, lam in enumerate(kc.lams):
                 m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * kc.slopes[ti, k]) for ti in x]
-                      + [(rho[ti], -t.kappa_ms * kc.slopes[ti, k] * rows.sb[ti]) for ti in split], -math.inf, 0.0)
+                      + [(rho[ti], -t.kappa_ms * kc.slopes[ti, k] * rows.sb[ti]) for ti in self.split], -math.inf, 0.0)
         fwd = [(f, 1.0), (h, 1.0)] + [(q, -kc.replicas.fwd_ms[ti]) for ti, q in r.items()]
         bwd = [(b, 1.0)] + [(q, -kc.replicas.bwd_ms[ti]) for ti, q in r.items()]
         for ti in x:
             fwd += [(x[ti], -t.fwd_fixed_ms[ti]), (n[ti], -t.fwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.fwd_sb_ms[ti])]
             bwd += [(x[ti], -t.bwd_fixed_ms[ti]), (n[ti], -t.bwd_col_ms[ti] * DIM_ALIGNMENT), (sv[ti], -t.bwd_sb_ms[ti])]
-        for ti in split:
+        for ti in self.split:
             blocks = [xr[ti]] + ([qr[ti]] if ti in qr else [])
             fwd += [(e, -rows.fwd_block_ms[ti]) for e in blocks] + [(rho[ti], -rows.fwd_rho_ms[ti])]
             bwd += [(e, -rows.bwd_block_ms[ti]) for e in blocks] + [(rho[ti], -rows.bwd_rho_ms[ti])]
@@ -202,51 +264,63 @@ def build_kinds_lp(ctx: AnalyticRelaxation, classes: list[DeviceClass], table_wi
         m.row(bwd, 0.0, math.inf)
         m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
         m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
-        # the all-to-all (x2: backward equals forward) of this class's device d0 with its own links: max of its
-        # NVLink send u nl, receive v - u, network send u nr, receive total - v (v = L u: its host is of this class);
-        # u its column shards' width and its row blocks' (less a split within its host: hierarchical), the total
-        # less the widths of the tables replicated or split within a host (they join no all-to-all)
+
+    def _comm(self, d0: int, x: dict[int, int], n: dict[int, int], xr: dict[int, int], qr: dict[int, int]) -> int:
+        """The all-to-all (x2: backward equals forward) of the class's device d0 with its own links: max of its NVLink
+        send u nl, receive v - u, network send u nr, receive total - v (v = L u: its host is of this class); u its
+        column shards' width and its row blocks' (less a split within its host: hierarchical), the total less the
+        widths of the tables replicated or split within a host (they join no all-to-all). Returns its variable."""
+        m, bm, g, tw, split = self.m, self.ctx.bm, self.g, self.tw, self.split
+        ct = bm.comm_terms()
+        D, L = bm.num_devices, bm.instance.topology.intra_group_size
+        dims = self.ctx.terms.dims.astype(np.float64)
+        total = float(dims.sum())
         comm = m.var(-math.inf, math.inf)
         lat = 2 * ct.latency_ms
         ls, rs = 2 * scale_at(ct.local_scale, d0), 2 * scale_at(ct.remote_scale, d0)  # receives
         ss_l, ss_r = (2 * scale_at(sc, d0) for sc in ct.send_scales)  # sends
         nl, nr = float(ct.local_peers[d0]), float(ct.remote_peers[d0])
-        if D > 1:
-            width = [(n[ti], float(DIM_ALIGNMENT)) for ti in x] + [(xr[ti], dims[ti]) for ti in split] + [(q, dims[ti]) for ti, q in qr.items()]
-            width += [(tw[(ti, d0)], -dims[ti]) for ti in split if (ti, d0) in tw]
-            leave = [(e, wt * dims[ti]) for ti in range(T) for e, wt in others[ti] if not (ti in g and e == g[ti])]
-            pieces = [(ss_l * nl, 0.0)]  # (per unit of u, per unit of the total)
-            if ct.single_host:
-                pieces.append((-ls, ls))
-            else:
-                pieces += [(ls * (L - 1), 0.0), (ss_r * nr, 0.0), (-rs * L, rs)]
-            for per_u, per_total in pieces:
-                row = [(comm, 1.0), (some, -lat), (by_rows, -lat)] + [(v, -per_u * w) for v, w in width]
-                row += [(e, per_total * w) for e, w in leave]
-                m.row(row, per_total * total, math.inf)
-        else:
+        if D <= 1:
             m.row({comm: 1.0}, 0.0, math.inf)
-        m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)]
-              + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()] + ([(hier[d0], -1.0)] if hier else []), 0.0, math.inf)
-    for ti in split:  # the shares add up; two blocks or more; the direct collective's blocks at least g
-        splitting = [(e, -w) for e, w in others[ti] if not (ti in r and e == r[ti])]
-        m.row(rho_sum[ti] + splitting, 0.0, 0.0)
-        m.row(block_sum[ti] + [(e, 2 * w) for e, w in splitting], 0.0, math.inf)
-        if ti in g:
-            nested = [(tw[(ti, c.devices[0])], -float(len(c.devices))) for c in classes if (ti, c.devices[0]) in tw]
-            m.row(block_sum[ti] + nested + [(g[ti], -1.0)], 0.0, math.inf)
-    for ti in range(T):
-        m.row(cover[ti] + [(e, w * float(units[ti])) for e, w in others[ti]], float(units[ti]), float(units[ti]))
-        if not count[ti]:
-            continue
-        m.row(count[ti] + others[ti], 1.0, math.inf)  # the devices holding t: at least one unless it is elsewhere
-        lines = table_cut_lines(env, ti, 1 if table_wise else D)
-        top = 1 if table_wise else min(D, int(units[ti]))
-        for alpha, beta in lines:
-            row = [(z, 1.0)] + [(v, -beta * w) for v, w in count[ti]]
-            row += [(e, w * max(alpha, alpha + beta * top, 0.0)) for e, w in others[ti]]
-            m.row(row, alpha, math.inf)
-    return m, z
+            return comm
+        width = [(n[ti], float(DIM_ALIGNMENT)) for ti in x] + [(xr[ti], dims[ti]) for ti in split] + [(q, dims[ti]) for ti, q in qr.items()]
+        width += [(tw[(ti, d0)], -dims[ti]) for ti in split if (ti, d0) in tw]
+        leave = [(e, wt * dims[ti]) for ti in range(len(dims)) for e, wt in self.others[ti] if not (ti in g and e == g[ti])]
+        pieces = [(ss_l * nl, 0.0)]  # (per unit of u, per unit of the total)
+        if ct.single_host:
+            pieces.append((-ls, ls))
+        else:
+            pieces += [(ls * (L - 1), 0.0), (ss_r * nr, 0.0), (-rs * L, rs)]
+        for per_u, per_total in pieces:
+            row = [(comm, 1.0), (self.some, -lat), (self.by_rows, -lat)] + [(v, -per_u * w) for v, w in width]
+            row += [(e, per_total * w) for e, w in leave]
+            m.row(row, per_total * total, math.inf)
+        return comm
+
+    def add_shares(self, classes: list[DeviceClass], env: AnalyticRelaxation) -> None:
+        """The rows over classes: each table's shares add up (column units, row shares, blocks), and its table cuts
+        (on the kinds' envelope `env`) at the devices holding it."""
+        m, g, tw, r, others, z = self.m, self.g, self.tw, self.r, self.others, self.z
+        units = self.ctx.terms.dims.astype(np.int64) // DIM_ALIGNMENT
+        D = self.ctx.bm.num_devices
+        for ti in self.split:  # the shares add up; two blocks or more; the direct collective's blocks at least g
+            splitting = [(e, -w) for e, w in others[ti] if not (ti in r and e == r[ti])]
+            m.row(self.rho_sum[ti] + splitting, 0.0, 0.0)
+            m.row(self.block_sum[ti] + [(e, 2 * w) for e, w in splitting], 0.0, math.inf)
+            if ti in g:
+                nested = [(tw[(ti, c.devices[0])], -float(len(c.devices))) for c in classes if (ti, c.devices[0]) in tw]
+                m.row(self.block_sum[ti] + nested + [(g[ti], -1.0)], 0.0, math.inf)
+        for ti in range(len(units)):
+            m.row(self.cover[ti] + [(e, w * float(units[ti])) for e, w in others[ti]], float(units[ti]), float(units[ti]))
+            if not self.count[ti]:
+                continue
+            m.row(self.count[ti] + others[ti], 1.0, math.inf)  # the devices holding t: at least one unless it is elsewhere
+            lines = table_cut_lines(env, ti, 1 if self.table_wise else D)
+            top = 1 if self.table_wise else min(D, int(units[ti]))
+            for alpha, beta in lines:
+                row = [(z, 1.0)] + [(v, -beta * w) for v, w in self.count[ti]]
+                row += [(e, w * max(alpha, alpha + beta * top, 0.0)) for e, w in others[ti]]
+                m.row(row, alpha, math.inf)
 
 
 def _hierarchical_rows(m: SparseModel, ctx: AnalyticRelaxation, classes: list[DeviceClass], tw: dict[tuple[int, int], int],

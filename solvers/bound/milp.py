@@ -40,13 +40,13 @@ import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
 from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_WISE
-from solvers.placement.rules import PlacementRules, column_wise_allowed, must_split
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.table_cuts import table_cut_lines
-from solvers.milp import SparseModel
 from solvers.bound.terms import ShardTerms
+from solvers.milp import SparseModel
+from solvers.placement.rules import PlacementRules, column_wise_allowed, must_split
 
 MEMORY_SLACK = 1e-9  # memory rows are divided by the capacity; this keeps float rounding from cutting a plan off
 
@@ -367,10 +367,10 @@ def _add_shard_rows(m: SparseModel, ctx: AnalyticRelaxation, v: _Vars, table_wis
     _, must_host = host_tables(ctx.bm.instance)
     for p, hu in v.hu.items():  # in host memory: at most the pair's units; all of them for a table kept out of HBM
         m.row({hu: 1.0, n[p]: -1.0}, 0.0 if must_host[p[0]] else -math.inf, 0.0)
-    for ti, r in v.r.items():  # a replica makes every device busy
+    for r in v.r.values():  # a replica makes every device busy
         for d in range(len(y)):
             m.row({y[d]: 1.0, r: -1.0}, 0.0, math.inf)
-    for (ti, d), xr in v.xr.items():  # so does a row block
+    for (_, d), xr in v.xr.items():  # so does a row block
         m.row({y[d]: 1.0, xr: -1.0}, 0.0, math.inf)
 
 

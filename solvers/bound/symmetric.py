@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +18,14 @@ from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
+from solvers.bound.table_cuts import (
+    receive_cut_lines,
+    row_block_cut_lines,
+    row_block_cut_values,
+    table_cut_lines,
+    widest_part_compute,
+)
 from solvers.milp import MilpStatus, SparseModel, solve_milp
-from solvers.bound.table_cuts import receive_cut_lines, row_block_cut_lines, row_block_cut_values, table_cut_lines, widest_part_compute
 
 
 def devices_interchangeable(instance: Instance) -> bool:
@@ -85,12 +92,7 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     n_t in its host memory (HBM rows less those columns, a host-memory row). `receive_rows`: the table cuts' receive
     rows too (`_receive_rows`; valid at every plan, they lift the classes of whole tables, and slow the LP: 1.6-3x on
     production-xl), which `classes_lp_bound` adds where it refines a class."""
-    if plans not in PLAN_CLASSES:
-        raise ValueError(f"plans: {plans!r} is not one of {', '.join(PLAN_CLASSES)}")
-    if rows not in ROW_CLASSES:
-        raise ValueError(f"rows: {rows!r} is not one of {', '.join(ROW_CLASSES)}")
-    if (plans == "whole") != table_wise and plans in ("whole", "mixed", "column_wise"):
-        raise ValueError(f"plans: {plans!r} {'needs' if plans == 'whole' else 'excludes'} table-wise mode")
+    _check_classes(plans, rows, table_wise)
     bm, t = ctx.bm, ctx.terms
     inst = bm.instance
     if not devices_interchangeable(inst):
@@ -113,34 +115,8 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     host_cap = inst.topology.host_capacities()[0]
     may_host, must_host = host_tables(inst)
     hu = {ti: m.var(0, nmax[(ti, 0)]) for ti in pairs if ctx.host_memory and may_host[ti] and host_cap > 0}
-    # row splits, every device's (and host's) variables equal (milp._add_row_variables averaged): g_t, tw_t <= 1/H per
-    # host, a device's share of t's rows rho_t = (g + H tw) / D (`rho_of`), and its blocks bl_t = xr + qr in [0, 2]:
-    # bl >= rho, bl <= 2 g + tw, bl >= tw, D (bl - tw) >= g, D bl >= 2 (g + H tw); busy y >= bl / 2 (>= xr)
-    H = inst.topology.num_intra_groups  # (table-row-wise groups: hosts, or NVLink domains)
-    row_terms = ctx.rows
-    g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti] and rows in ("any", "over_devices")}
-    tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti] and rows != "none"}
-    if rows == "over_devices":  # (some table is split by rows over devices: its g_t is 1)
-        m.row([(v, 1.0) for v in g.values()], 1.0, math.inf)
-    if rows == "within_hosts":  # (some table is split within a host: H tw_t is 1)
-        m.row([(v, float(H)) for v in tw.values()], 1.0, math.inf)
-    split = sorted(set(g) | set(tw))
-    bl = {ti: m.var(0, 2) for ti in split}
-    hr = {ti: m.var(0, 1) for ti in split if ctx.host_memory and may_host[ti] and host_cap > 0}
-
-    def rho_of(ti: int, scale: float = 1.0) -> list[tuple[int, float]]:
-        return ([(g[ti], scale / n_dev)] if ti in g else []) + ([(tw[ti], scale * H / n_dev)] if ti in tw else [])
-
-    for ti in split:
-        m.row([(bl[ti], 1.0)] + rho_of(ti, -1.0), 0.0, math.inf)
-        m.row([(bl[ti], 1.0)] + ([(g[ti], -2.0)] if ti in g else []) + ([(tw[ti], -1.0)] if ti in tw else []), -math.inf, 0.0)
-        if ti in tw:
-            m.row({bl[ti]: 1.0, tw[ti]: -1.0}, 0.0, math.inf)
-        if ti in g:
-            m.row([(bl[ti], float(n_dev)), (g[ti], -1.0)] + ([(tw[ti], -float(n_dev))] if ti in tw else []), 0.0, math.inf)
-        m.row([(bl[ti], float(n_dev))] + rho_of(ti, -2.0 * n_dev), 0.0, math.inf)
-        if ti in hr:
-            m.row([(hr[ti], 1.0)] + rho_of(ti, -1.0), -math.inf, 0.0)
+    rv = _row_split_variables(m, ctx, rows, with_replicas, n_dev, bool(ctx.host_memory and host_cap > 0), may_host)
+    H, g, tw, bl, split = rv.H, rv.g, rv.tw, rv.bl, rv.split
 
     def others(ti: int) -> list[tuple[int, float]]:
         """(variable, weight): the share of table t replicated or split by rows (0 or 1 in a plan's average)."""
@@ -162,6 +138,94 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
             m.row({y: 1.0, r[ti]: -1.0}, 0.0, math.inf)
         if ti in hu:
             m.row({hu[ti]: 1.0, n[ti]: -1.0}, 0.0 if must_host[ti] else -math.inf, 0.0)
+    _memory_rows(m, ctx, rv, pairs, x, n, hu, r)
+    for ti in split:
+        m.row({y: 1.0, bl[ti]: -0.5}, 0.0, math.inf)
+    if use_hits:
+        _hit_rows(m, ctx, rv, pairs, sv, h, y)
+    _compute_rows(m, ctx, rv, pairs, x, n, sv, r, f, b, h, y)
+    mixed = plans == "mixed"  # (both collectives run: two start-ups)
+    leave, start_up = _comm_rows(m, ctx, rv, plans, rows, comm, pairs, n, others, per_host, mixed)
+    hier = _hierarchical_lp(m, ctx, tw, runs=rows == "within_hosts")
+    m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
+          + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
+    receive = ctx.receive if receive_rows else None
+    if receive is not None:
+        # the start-ups every device pays at every plan of the class: its all-to-alls' and the hierarchical collectives'
+        known = start_up * ({"whole": 1, "column_wise": 1, "mixed": 2}.get(plans, 0) + (rows == "over_devices"))
+        _receive_rows(m, ctx, z, receive, x, g, tw, bl, leave, others, table_wise, known, rows == "within_hosts")
+    _table_cut_rows(m, ctx, z, x, pairs, others, table_wise, n_dev)
+    return m, z
+
+
+def _check_classes(plans: str, rows: str, table_wise: bool) -> None:
+    """`build_symmetric_lp`'s plan class, or a ValueError that names it."""
+    if plans not in PLAN_CLASSES:
+        raise ValueError(f"plans: {plans!r} is not one of {', '.join(PLAN_CLASSES)}")
+    if rows not in ROW_CLASSES:
+        raise ValueError(f"rows: {rows!r} is not one of {', '.join(ROW_CLASSES)}")
+    if (plans == "whole") != table_wise and plans in ("whole", "mixed", "column_wise"):
+        raise ValueError(f"plans: {plans!r} {'needs' if plans == 'whole' else 'excludes'} table-wise mode")
+
+
+@dataclass
+class _RowSplitVariables:
+    """The symmetric LP's row-split variables: g_t (over devices), tw_t (within hosts, <= 1/H each), the blocks
+    bl_t and the host-memory share hr_t, of the tables in `split`."""
+
+    g: dict[int, int]
+    tw: dict[int, int]
+    bl: dict[int, int]
+    hr: dict[int, int]
+    split: list[int]
+    H: int
+    n_dev: int
+
+    def rho_of(self, ti: int, scale: float = 1.0) -> list[tuple[int, float]]:
+        """A device's share of t's rows, rho_t = (g + H tw) / D, as (variable, weight) pairs times `scale`."""
+        return (([(self.g[ti], scale / self.n_dev)] if ti in self.g else [])
+                + ([(self.tw[ti], scale * self.H / self.n_dev)] if ti in self.tw else []))
+
+
+def _row_split_variables(m: SparseModel, ctx: AnalyticRelaxation, rows: str, with_replicas: bool, n_dev: int, host: bool,
+                         may_host: np.ndarray) -> _RowSplitVariables:
+    """`build_symmetric_lp`'s row splits, their variables and rows."""
+    inst, t = ctx.bm.instance, ctx.terms
+    # row splits, every device's (and host's) variables equal (milp._add_row_variables averaged): g_t, tw_t <= 1/H per
+    # host, a device's share of t's rows rho_t = (g + H tw) / D (`rho_of`), and its blocks bl_t = xr + qr in [0, 2]:
+    # bl >= rho, bl <= 2 g + tw, bl >= tw, D (bl - tw) >= g, D bl >= 2 (g + H tw); busy y >= bl / 2 (>= xr)
+    H = inst.topology.num_intra_groups  # (table-row-wise groups: hosts, or NVLink domains)
+    g = {ti: m.var(0, 1) for ti in range(len(t.dims)) if with_replicas and ctx.row_split[ti] and rows in ("any", "over_devices")}
+    tw = {ti: m.var(0, 1.0 / H) for ti in range(len(t.dims)) if with_replicas and ctx.host_row_split[ti] and rows != "none"}
+    if rows == "over_devices":  # (some table is split by rows over devices: its g_t is 1)
+        m.row([(v, 1.0) for v in g.values()], 1.0, math.inf)
+    if rows == "within_hosts":  # (some table is split within a host: H tw_t is 1)
+        m.row([(v, float(H)) for v in tw.values()], 1.0, math.inf)
+    split = sorted(set(g) | set(tw))
+    bl = {ti: m.var(0, 2) for ti in split}
+    hr = {ti: m.var(0, 1) for ti in split if host and may_host[ti]}
+    rv = _RowSplitVariables(g, tw, bl, hr, split, H, n_dev)
+    rho_of = rv.rho_of
+
+    for ti in split:
+        m.row([(bl[ti], 1.0)] + rho_of(ti, -1.0), 0.0, math.inf)
+        m.row([(bl[ti], 1.0)] + ([(g[ti], -2.0)] if ti in g else []) + ([(tw[ti], -1.0)] if ti in tw else []), -math.inf, 0.0)
+        if ti in tw:
+            m.row({bl[ti]: 1.0, tw[ti]: -1.0}, 0.0, math.inf)
+        if ti in g:
+            m.row([(bl[ti], float(n_dev)), (g[ti], -1.0)] + ([(tw[ti], -float(n_dev))] if ti in tw else []), 0.0, math.inf)
+        m.row([(bl[ti], float(n_dev))] + rho_of(ti, -2.0 * n_dev), 0.0, math.inf)
+        if ti in hr:
+            m.row([(hr[ti], 1.0)] + rho_of(ti, -1.0), -math.inf, 0.0)
+    return rv
+
+
+def _memory_rows(m: SparseModel, ctx: AnalyticRelaxation, rv: _RowSplitVariables, pairs: list[int], x: dict[int, int],
+                 n: dict[int, int], hu: dict[int, int], r: dict[int, int]) -> None:
+    """`build_symmetric_lp`'s memory: a device's HBM (and its host-memory share) holds its average load."""
+    inst, t, rep, row_terms = ctx.bm.instance, ctx.terms, ctx.replicas, ctx.rows
+    split, hr, rho_of = rv.split, rv.hr, rv.rho_of
+    host_cap = inst.topology.host_capacities()[0]
     cap = inst.topology.capacities()[0]
     mem = [(n[ti], t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti in pairs] + [(x[ti], t.mem_fixed[ti] / cap) for ti in pairs]
     mem += [(u, -t.mem_col[ti] * DIM_ALIGNMENT / cap) for ti, u in hu.items()] + [(q, rep.mem[ti] / cap) for ti, q in r.items()]
@@ -170,12 +234,22 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     if hu or hr:
         m.row([(u, t.mem_col[ti] * DIM_ALIGNMENT / host_cap) for ti, u in hu.items()] + [(q, row_terms.mem_col_rho[ti] / host_cap) for ti, q in hr.items()],
               -math.inf, 1.0 + MEMORY_SLACK)
-    for ti in split:
-        m.row({y: 1.0, bl[ti]: -0.5}, 0.0, math.inf)
-    if use_hits:
-        for k, lam in enumerate(ctx.lams):
-            m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in pairs]
-                  + [e for ti in split for e in rho_of(ti, -t.kappa_ms * ctx.slopes[ti, k] * row_terms.sb[ti])], -math.inf, 0.0)
+
+
+def _hit_rows(m: SparseModel, ctx: AnalyticRelaxation, rv: _RowSplitVariables, pairs: list[int], sv: dict[int, int],
+              h: int, y: int) -> None:
+    """`build_symmetric_lp`'s cache hits: h above each tangent of the shared cache's hit curve."""
+    t, row_terms, split, rho_of = ctx.terms, ctx.rows, rv.split, rv.rho_of
+    for k, lam in enumerate(ctx.lams):
+        m.row([(h, 1.0), (y, -t.kappa_ms * lam * t.cache_bytes)] + [(sv[ti], -t.kappa_ms * ctx.slopes[ti, k]) for ti in pairs]
+              + [e for ti in split for e in rho_of(ti, -t.kappa_ms * ctx.slopes[ti, k] * row_terms.sb[ti])], -math.inf, 0.0)
+
+
+def _compute_rows(m: SparseModel, ctx: AnalyticRelaxation, rv: _RowSplitVariables, pairs: list[int], x: dict[int, int],
+                  n: dict[int, int], sv: dict[int, int], r: dict[int, int], f: int, b: int, h: int, y: int) -> None:
+    """`build_symmetric_lp`'s forward and backward compute: f and b at least their pieces' sum and the kernel floor."""
+    t, rep, row_terms = ctx.terms, ctx.replicas, ctx.rows
+    split, bl, rho_of = rv.split, rv.bl, rv.rho_of
     fwd = [(f, 1.0), (h, 1.0)]
     bwd = [(b, 1.0)]
     for ti in pairs:
@@ -191,11 +265,19 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
     m.row(bwd, 0.0, math.inf)
     m.row({f: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
     m.row({b: 1.0, y: -t.min_kernel_ms}, 0.0, math.inf)
-    mixed = plans == "mixed"  # (both collectives run: two start-ups)
-    # one all-to-all of every width (row blocks' included), its start-ups those of the collectives that run: the
-    # table- / column-wise one unless every table is replicated or split by rows (`some`), the row-wise one where a
-    # table is split by rows over devices (`by_rows`; a sum of maxes is at least the max of the sums); its total less
-    # the widths of the tables that join none (a row split over devices counted once: at most)
+
+
+def _comm_rows(m: SparseModel, ctx: AnalyticRelaxation, rv: _RowSplitVariables, plans: str, rows: str, comm: int,
+               pairs: list[int], n: dict[int, int], others: Callable[[int], list[tuple[int, float]]], per_host: int,
+               mixed: bool) -> tuple[dict[int, list[tuple[int, float]]], float]:
+    """`build_symmetric_lp`'s all-to-all: comm at least each piece of one all-to-all of every width (row blocks'
+    included), its start-ups those of the collectives that run: the table- / column-wise one unless every table is
+    replicated or split by rows (`some`), the row-wise one where a table is split by rows over devices (`by_rows`; a
+    sum of maxes is at least the max of the sums); its total less the widths of the tables that join none (a row
+    split over devices counted once: at most). Returns each table's variables of the shares that join no
+    collective, and one all-to-all's start-ups."""
+    bm, t = ctx.bm, ctx.terms
+    g, tw, bl, split = rv.g, rv.tw, rv.bl, rv.split
     leave = {ti: [(e, w) for e, w in others(ti) if ti not in g or e != g[ti]] for ti in range(len(t.dims))}
     if plans == "rows_and_replicas":
         some = m.var(0.0, 0.0)
@@ -216,14 +298,13 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
         row += [(bl[ti], -w * float(t.dims[ti])) for ti in split] + [(q, w * float(t.dims[ti])) for ti, q in tw.items()]
         row += [(e, per_total * float(t.dims[ti]) * wt) for ti, es in leave.items() for e, wt in es]
         m.row(row, per_total * total + (start_up if mixed else 0.0), math.inf)
-    hier = _hierarchical_lp(m, ctx, tw, runs=rows == "within_hosts")
-    m.row([(z, 1.0), (y, -t.launch_ms), (f, -1.0), (b, -1.0), (comm, -1.0)] + [(q, -float(rep.allreduce_ms[ti])) for ti, q in r.items()]
-          + ([(hier, -1.0)] if hier is not None else []), 0.0, math.inf)
-    receive = ctx.receive if receive_rows else None
-    if receive is not None:
-        # the start-ups every device pays at every plan of the class: its all-to-alls' and the hierarchical collectives'
-        known = start_up * ({"whole": 1, "column_wise": 1, "mixed": 2}.get(plans, 0) + (rows == "over_devices"))
-        _receive_rows(m, ctx, z, receive, x, g, tw, bl, leave, others, table_wise, known, rows == "within_hosts")
+    return leave, start_up
+
+
+def _table_cut_rows(m: SparseModel, ctx: AnalyticRelaxation, z: int, x: dict[int, int], pairs: list[int],
+                    others: Callable[[int], list[tuple[int, float]]], table_wise: bool, n_dev: int) -> None:
+    """`build_symmetric_lp`'s table cuts: z at least each table's cut lines at its piece count k_t = D x_t."""
+    t = ctx.terms
     for ti in pairs:
         lines = table_cut_lines(ctx, ti, 1 if table_wise else n_dev)
         other = others(ti)
@@ -237,7 +318,6 @@ def build_symmetric_lp(ctx: AnalyticRelaxation, table_wise: bool = False, plans:
             for e, wt in other:
                 row[e] = wt * max(alpha, alpha + beta * top, 0.0)
             m.row(row, alpha, math.inf)
-    return m, z
 
 
 # the tables that get receive rows: those whose compute on one device is at least this share of the mean device's

@@ -100,7 +100,7 @@ class _State:
             return np.zeros(np.broadcast(d, u, v).shape)
         return self.lin.plane_values(c, d, u, v, float(self.T[c]))
 
-    def view(self, c: int) -> "_CollectiveView":
+    def view(self, c: int) -> _CollectiveView:
         return _CollectiveView(self, c)
 
 
@@ -274,7 +274,7 @@ def linear_local_search(
         M = float(s.cost.max())
         scale = max(tau * abs(M), 1e-12)
 
-        def F(c: np.ndarray) -> np.ndarray:
+        def F(c: np.ndarray, M: float = M, scale: float = scale) -> np.ndarray:
             return np.exp(np.minimum((c - M) / scale, _EXP_CAP))
 
         Fc = F(s.cost)

@@ -23,9 +23,7 @@ import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.constraint_proofs import constraint_infeasibility
-from shardopt.core.feasibility import infeasibility_reason
-from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
-from shardopt.core.memory import slice_bytes, table_bytes_array
+from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
 from solvers.base import Budget, ProvenBound, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
 from solvers.exact import constants
@@ -43,20 +41,28 @@ from solvers.exact.formulation import (
     table_cut_bound,
     table_lower_bounds,
 )
-from solvers.exact.milp import solve_cbc, solve_highs
-from solvers.exact.neural_head import neural_head_extra
-from solvers.heuristics.constructive import DimSolver, GreedySolver, LookupSolver, RoundRobinSolver, SizeLookupSolver, SizeSolver
 from solvers.exact.linear_search import linear_local_search
 from solvers.exact.linearize import Linearization, linearize
-from solvers.placement.polish import polish_placements
-from solvers.placement.rules import column_wise_allowed, even_columns, must_split, tiers_first, whole_only
-from solvers.options import OptionError
-from solvers.progress import report
-from solvers.placement.split_items import Items, build_items, split_candidates, split_counts
+from solvers.exact.milp import solve_cbc, solve_highs
+from solvers.exact.neural_head import neural_head_extra
+from solvers.exact.offer import next_neighbourhood, offered_items, split_infeasibility
 from solvers.exact.options import WARM_START_RESERVE, ExactNeuralOptions, ExactOptions
-from solvers.exact.state import _Loop, _Run
 from solvers.exact.starts import relaxation_start
+from solvers.exact.state import _Loop, _Run
+from solvers.heuristics.constructive import (
+    DimSolver,
+    GreedySolver,
+    LookupSolver,
+    RoundRobinSolver,
+    SizeLookupSolver,
+    SizeSolver,
+)
+from solvers.options import OptionError
 from solvers.placement.collectives import join_one_collective
+from solvers.placement.polish import polish_placements
+from solvers.placement.rules import tiers_first
+from solvers.placement.split_items import Items
+from solvers.progress import report
 
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
 WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
@@ -631,10 +637,10 @@ class ExactSolver(Solver):
         its expansion point, and the polish moves what the judge (not the linearisation) says pays. Kept only where
         the judge says it is cheaper. (plan, moves, its cost)."""
         from solvers.neuroshard.config import NeuroShardConfig
-        from solvers.neuroshard.search import _device_polish
+        from solvers.neuroshard.finish import device_polish
 
         before = float(run.bm.plan_costs(shards).max_cost)
-        polished, n = _device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.time)
+        polished, n = device_polish(run.instance, run.bm, shards, NeuroShardConfig(), run.time)
         if n and constraint_violations(run.instance, polished):  # (the polish moves pieces anywhere they fit)
             return shards, 0, before
         after = float(run.bm.plan_costs(polished).max_cost) if n else before
@@ -726,7 +732,7 @@ class ExactSolver(Solver):
                 if found is not None:
                     best, best_cost = found
                     continue
-            chosen, free_tables, allowed = _neighbourhood(lin, items, run.fits, best, k, fails)
+            chosen, free_tables, allowed = next_neighbourhood(lin, items, run.fits, best, k, fails)
             prob = Problem(run.instance, items, items.size, caps, allowed, [], rank, best, None, self.options.tiebreak, False, None, run.groups)
             share = min(search.left() - 0.3, max(1.0, 0.1 * search.deadline))
             res = self._neighbourhood_solve(prob, lin, run.bm, best, max(0.2, share), run.seed + fails)
@@ -756,76 +762,15 @@ class ExactSolver(Solver):
         return self.linear_solve(prob, lin, bm, best, time_limit, seed)
 
     def items(self, instance: Instance, bm: BoundCostModel, start: list[Shard] | None = None) -> Items:
-        """The pieces offered: whole tables, and column pieces (dim/2, dim/4, ... >= dim/max_split) of the
-        `split_tables` tables with the highest compute alone and of any table too big for every device whole, and
-        the pieces the warm start `start` cuts tables into (any 4-aligned widths: NeuroShard's uneven halves)."""
-        split = split_candidates(bm, self.max_split, self.options.split_tables)
-        caps = instance.topology.capacities()
-        too_big = [i for i, b in enumerate(table_bytes_array(instance)) if b > max(caps)]
-        if self.max_split > 1 and too_big:
-            split = np.union1d(split, np.array(too_big, dtype=np.int64))
-        if self.max_split > 1 and must_split(instance):  # (placement constraints: tables that may only be column-wise)
-            split = np.union1d(split, np.array(sorted(must_split(instance)), dtype=np.int64))
-        whole = whole_only(instance)  # (... and tables that must stay whole)
-        split = np.array([t for t in split if int(t) not in whole], dtype=np.int64)
-        deeper: dict[int, int] = {}
-        widths: dict[int, set[int]] = {}
-        index = instance.table_index()
-        for sh in start or []:
-            t = index[sh.table]
-            if t in whole:
-                continue
-            w = sh.width(instance.tables[t])
-            if w != instance.tables[t].dim:
-                deeper[t] = max(deeper.get(t, 1), instance.tables[t].dim // w)  # (the dyadic pieces down to it too)
-                widths.setdefault(t, set()).add(w)
-        # (join_collectives: a whole table may join the column-wise all-to-all, marked column_wise, where others are cut)
-        joins = column_wise_allowed(instance) if self.options.join_collectives and self.max_split > 1 else None
-        return build_items(instance, bm, split, self.max_split, self.options.split_apart, deeper, widths, joins, even=even_columns(instance))
+        """The pieces offered (solvers/exact/offer.py)."""
+        return offered_items(instance, bm, self.options, self.max_split, start)
 
     def _placements(self) -> str:
         kinds = "table-wise and column-wise in HBM" if self.max_split >= 2 else "table-wise in HBM"
         return kinds + ("" if self.options.exact_neural or not self.options.tiered else ", or within a tiered start plan")
 
     def _infeasibility(self, instance: Instance) -> str | None:
-        """Necessary conditions: shardopt.core.feasibility's for whole tables; with splits, a table too big for every
-        device must fit once cut into max_split shards."""
-        if self.max_split < 2:
-            return infeasibility_reason(instance)
-        caps = instance.topology.capacities()
-        sizes = table_bytes_array(instance)
-        if int(sizes.sum()) > sum(caps):
-            return infeasibility_reason(instance)
-        for t, size in zip(instance.tables, sizes):
-            if size <= max(caps):
-                continue
-            ks = split_counts(t.dim, self.max_split)
-            if not ks:
-                return (f"table {t.name!r} needs {int(size):,} bytes but the largest device holds {max(caps):,} bytes, and its dim "
-                        f"{t.dim} cannot be cut into equal {DIM_ALIGNMENT}-aligned column shards (max_split {self.max_split})")
-            piece = slice_bytes(instance, t, t.rows, t.dim // ks[-1])
-            if piece > max(caps):
-                return (f"table {t.name!r} needs {int(size):,} bytes; even cut into {ks[-1]} column shards of {t.dim // ks[-1]} each, "
-                        f"a shard needs {piece:,} bytes, more than the largest device's {max(caps):,} (max_split {self.max_split})")
-        return None
-
-
-def _neighbourhood(lin: Linearization, items: Items, fits: np.ndarray, best: np.ndarray, k: int, fails: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The next neighbourhood (`ExactSolver._neighbourhoods`): (its devices -- the k slowest and k light ones, the
-    lightest first, the next ones after each failure --, the tables free to move, the allowed (item, device) pairs)."""
-    order = np.argsort(-lin.device_costs(best), kind="stable")
-    light = order[k:][::-1]  # lightest first
-    start = (fails * k) % max(1, len(light))
-    chosen = np.unique(np.concatenate([order[:k], np.roll(light, -start)[:k]]))
-    # free: the tables whose every piece is on a chosen device (a table also elsewhere stays as it is)
-    inside = np.bincount(items.table, weights=best[:, chosen].sum(axis=1), minlength=items.num_tables)
-    total = np.bincount(items.table, weights=best.sum(axis=1), minlength=items.num_tables)
-    free_tables = np.flatnonzero((inside > 0) & (inside == total))
-    free = np.isin(items.table, free_tables)
-    allowed = best > 0  # fixed pieces stay where they are
-    allowed[free] = False
-    allowed[np.ix_(np.flatnonzero(free), chosen)] = fits[np.ix_(np.flatnonzero(free), chosen)]
-    return chosen, free_tables, allowed
+        return split_infeasibility(instance, self.max_split)
 
 
 class CpSatSolver(ExactSolver):

@@ -38,8 +38,9 @@ each where both its HBM bytes and its host bytes have room.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,10 +50,10 @@ from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.sharding_types import TABLE_WISE
-from solvers.base import Budget, FallbackUse, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.base import Budget, FallbackUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.options import option
 from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.completion import completion_mask
-from solvers.options import option
 from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 

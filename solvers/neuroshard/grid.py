@@ -21,7 +21,6 @@ from solvers.placement.completion import completion_mask
 from solvers.placement.rules import PlacementRules, column_wise_allowed
 from solvers.placement.tiering import TieredLayout
 
-
 Piece = tuple[int, int, int]  # (table index, column offset, columns)
 
 

@@ -22,39 +22,51 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
     each against every device (moves) and then every piece elsewhere (swaps) in order, the first that lowers the plan
     cost taken - or, where no piece's does, the first that keeps it with fewer devices at it (`_better_rows`); all of
     one piece's moves (or swaps) are costed in one batched call from the devices' summed states."""
-    bm = pm.bm
     if not pieces:
         return device_of.copy(), 0
-    states, widths, sizes, _ = pm.info(pieces)
-    hsizes = pm.host_sizes(pieces)
-    owner = np.array([p[0] for p in pieces])
-    device_of = device_of.copy()
-    rules = pm.rules if pm.rules.active else None
-    n_dev = bm.num_devices
-    idx = np.arange(len(pieces))
-    used = np.bincount(device_of, weights=sizes, minlength=n_dev).astype(np.int64)
-    hused = np.bincount(device_of, weights=hsizes, minlength=n_dev).astype(np.int64)
-    fixed = pm.base_extra  # [D]: the fixed shards' comm outside the all-to-all, a constant per device
-    rows = pm.rows(pieces)  # each piece's output dist: widths are kept apart per collective ([G, D])
+    return _Polish(pm, pieces, device_of, cfg).run(budget)
 
-    def summed() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+
+class _Polish:
+    """One `polish`: the pieces, where they are, each device's memory used and summed state, and the plan's totals,
+    changed in place by the moves and swaps it takes."""
+
+    def __init__(self, pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig):
+        self.pm, self.bm, self.cfg, self.pieces = pm, pm.bm, cfg, pieces
+        self.states, self.widths, self.sizes, _ = pm.info(pieces)
+        self.hsizes = pm.host_sizes(pieces)
+        self.owner = np.array([p[0] for p in pieces])
+        self.device_of = device_of.copy()
+        self.rules = pm.rules if pm.rules.active else None
+        n_dev = self.bm.num_devices
+        self.used = np.bincount(self.device_of, weights=self.sizes, minlength=n_dev).astype(np.int64)
+        self.hused = np.bincount(self.device_of, weights=self.hsizes, minlength=n_dev).astype(np.int64)
+        self.fixed = pm.base_extra  # [D]: the fixed shards' comm outside the all-to-all, a constant per device
+        self.rows = pm.rows(pieces)  # each piece's output dist: widths are kept apart per collective ([G, D])
+        self.summed()
+
+    def summed(self) -> None:
+        """The devices' summed states and output widths, compute and totals, and the plan cost with its ties."""
+        pm, bm = self.pm, self.bm
         S = pm.base_states.copy()
         dims = pm.base_dists.copy()
-        np.add.at(S, device_of, states)
-        np.add.at(dims, (rows, device_of), widths)
+        np.add.at(S, self.device_of, self.states)
+        np.add.at(dims, (self.rows, self.device_of), self.widths)
         compute = bm.compute_costs(S, bm.devices).sum(axis=-1)
-        return S, dims, compute, compute + bm.dist_comm_totals(dims) + fixed
+        self.S, self.dims, self.compute = S, dims, compute
+        self.totals = compute + bm.dist_comm_totals(dims) + self.fixed
+        self.cost, self.ties = _max_and_ties(self.totals)
 
-    S, dims, compute, totals = summed()
-    cost, ties = _max_and_ties(totals)
-
-    def move(p: int, hot: int, siblings: np.ndarray, plateau: bool) -> bool:
+    def move(self, p: int, hot: int, siblings: np.ndarray, plateau: bool) -> bool:
         """Move piece p off `hot` to the first device in order that the polish takes (`_better_rows`)."""
+        pm, bm, rules = self.pm, self.bm, self.rules
+        states, widths, sizes, hsizes, rows = self.states, self.widths, self.sizes, self.hsizes, self.rows
+        S, dims, compute, used, hused = self.S, self.dims, self.compute, self.used, self.hused
         ok = (used + sizes[p] <= pm.caps) & (hused + hsizes[p] <= pm.host_caps)
         ok[hot] = False
         ok[siblings] = False
         if rules is not None:
-            ok &= rules.pins[owner[p]]
+            ok &= rules.pins[self.owner[p]]
         cands = np.flatnonzero(ok)
         if not len(cands):
             return False
@@ -63,12 +75,12 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         dk = np.repeat(dims[None], len(cands), axis=0)  # [k, G, D]
         dk[:, rows[p], hot] -= widths[p]
         dk[k, rows[p], cands] += widths[p]
-        tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
+        tot = bm.dist_comm_totals(dk) + compute[None, :] + self.fixed[None, :]
         tot[:, hot] += new[0] - compute[hot]
         tot[k, cands] += new[1:] - compute[cands]
-        better = _better_rows(tot, cost, ties, plateau)
+        better = _better_rows(tot, self.cost, self.ties, plateau)
         if rules is not None and rules.grouped:
-            better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(cands[k])})]
+            better = [k for k in better if _groups_kept(rules, self.owner, self.device_of, {int(p): int(cands[k])})]
         if not len(better):
             return False
         target = int(cands[better[0]])
@@ -76,15 +88,18 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         used[target] += sizes[p]
         hused[hot] -= hsizes[p]
         hused[target] += hsizes[p]
-        device_of[p] = target
+        self.device_of[p] = target
         return True
 
-    def swap(p: int, hot: int, siblings: np.ndarray, hot_owners: set[int], plateau: bool) -> bool:
+    def swap(self, p: int, hot: int, siblings: np.ndarray, hot_owners: set[int], plateau: bool) -> bool:
         """Swap piece p on `hot` with the first piece elsewhere in order that the polish takes."""
+        pm, bm, rules, owner, device_of = self.pm, self.bm, self.rules, self.owner, self.device_of
+        states, widths, sizes, hsizes, rows = self.states, self.widths, self.sizes, self.hsizes, self.rows
+        S, dims, compute, used, hused = self.S, self.dims, self.compute, self.used, self.hused
         qs = np.flatnonzero(device_of != hot)
         dq = device_of[qs]
         ok = np.ones(len(qs), dtype=bool)
-        if cfg.split_apart:
+        if self.cfg.split_apart:
             ok &= ~np.isin(dq, siblings) & (owner[qs] != owner[p]) & ~np.isin(owner[qs], list(hot_owners))
         ok &= (used[dq] - sizes[qs] + sizes[p] <= pm.caps[dq]) & (used[hot] - sizes[p] + sizes[qs] <= pm.caps[hot])
         ok &= (hused[dq] - hsizes[qs] + hsizes[p] <= pm.host_caps[dq]) & (hused[hot] - hsizes[p] + hsizes[qs] <= pm.host_caps[hot])
@@ -101,10 +116,10 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         dk[k, rows[qs], hot] += widths[qs]
         dk[k, rows[p], dq] += widths[p]
         dk[k, rows[qs], dq] -= widths[qs]
-        tot = bm.dist_comm_totals(dk) + compute[None, :] + fixed[None, :]
+        tot = bm.dist_comm_totals(dk) + compute[None, :] + self.fixed[None, :]
         tot[:, hot] += new[: len(qs)] - compute[hot]
         tot[k, dq] += new[len(qs):] - compute[dq]
-        better = _better_rows(tot, cost, ties, plateau)
+        better = _better_rows(tot, self.cost, self.ties, plateau)
         if rules is not None and rules.grouped:
             better = [k for k in better if _groups_kept(rules, owner, device_of, {int(p): int(dq[k]), int(qs[k]): hot})]
         if not len(better):
@@ -117,29 +132,32 @@ def polish(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: Neur
         device_of[p], device_of[q] = d, hot
         return True
 
-    tied_passes = (True,) if len(pieces) * n_dev > PLATEAU_FIRST_CELLS else (False, True)
-    moves = 0
-    improved = True
-    while improved and not budget.spent():
-        improved = False
-        hot = int(np.argmax(totals))
-        hot_owners = set(owner[device_of == hot].tolist())
-        # a lower plan cost first, over every piece on the bottleneck; only where none gives one, the same cost with
-        # fewer devices at it (a plateau move, `_better_rows`): where the polish was not stuck it ends where it did.
-        # Where costing a piece's swaps is large, the first step of either kind (`PLATEAU_FIRST_CELLS`)
-        for plateau in (False,) if ties == 1 else tied_passes:
-            for p in np.flatnonzero(device_of == hot):
-                siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
-                improved = move(p, hot, siblings, plateau) or swap(p, hot, siblings, hot_owners, plateau)
+    def run(self, budget: Budget) -> tuple[np.ndarray, int]:
+        """Steps until none lowers the cost (or the budget is spent). Returns the placement and the steps taken."""
+        owner, device_of, cfg = self.owner, self.device_of, self.cfg
+        idx = np.arange(len(self.pieces))
+        tied_passes = (True,) if len(self.pieces) * self.bm.num_devices > PLATEAU_FIRST_CELLS else (False, True)
+        moves = 0
+        improved = True
+        while improved and not budget.spent():
+            improved = False
+            hot = int(np.argmax(self.totals))
+            hot_owners = set(owner[device_of == hot].tolist())
+            # a lower plan cost first, over every piece on the bottleneck; only where none gives one, the same cost with
+            # fewer devices at it (a plateau move, `_better_rows`): where the polish was not stuck it ends where it did.
+            # Where costing a piece's swaps is large, the first step of either kind (`PLATEAU_FIRST_CELLS`)
+            for plateau in (False,) if self.ties == 1 else tied_passes:
+                for p in np.flatnonzero(device_of == hot):
+                    siblings = np.unique(device_of[(owner == owner[p]) & (idx != p)]) if cfg.split_apart else np.zeros(0, dtype=np.int64)
+                    improved = self.move(p, hot, siblings, plateau) or self.swap(p, hot, siblings, hot_owners, plateau)
+                    if improved or budget.spent():
+                        break
                 if improved or budget.spent():
                     break
-            if improved or budget.spent():
-                break
-        if improved:
-            moves += 1
-            S, dims, compute, totals = summed()
-            cost, ties = _max_and_ties(totals)
-    return device_of, moves
+            if improved:
+                moves += 1
+                self.summed()
+        return device_of, moves
 
 
 # pieces x devices from which the polish takes the first step that lowers the cost or leaves fewer devices at it,

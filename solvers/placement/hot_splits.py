@@ -3,7 +3,7 @@
 Why its own module: the placement polish (solvers.placement.polish) judges one move at a time on a fixed plan, and
 a row split never pays that way: it adds the table's partial sums to every device it lands on, while the devices
 that held the table's column pieces stay where the other tables were balanced around them. The split pays only
-once the other tables are moved again around it, so NeuroShard (solvers.neuroshard.search, `_hot_row_splits`)
+once the other tables are moved again around it, so NeuroShard (solvers.neuroshard.finish, `hot_row_splits`)
 takes each option offered here, runs its device polish around it and keeps the cheapest plan. Column pieces alone
 cannot balance such a table: every piece still runs every one of the table's lookups (a 4-column piece of a
 pooling-100 table on 512 H100s costs 1.24 ms of compute, simulated, against 1.86 for a 16-column one), while a

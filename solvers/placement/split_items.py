@@ -24,8 +24,8 @@ import numpy as np
 from costmodels.base import BoundCostModel
 from costmodels.hierarchical import DIST_ROW, OUTPUT_DIST_ORDER
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard
-from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 from shardopt.core.memory import slice_bytes
+from shardopt.core.sharding_types import COLUMN_WISE, TABLE_WISE
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from costmodels.hierarchical import OUTPUT_DIST_ORDER
 from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
 from shardopt.core.plan_check import check_plan, constraint_violations
-from solvers.base import Budget, ReplanReport, SolveResult, SolveStatus, Solver, Stopwatch, fail, finish
+from solvers.base import Budget, ReplanReport, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
 from solvers.placement.polish import comm_totals, table_contribution
 
 GIB = float(2**30)

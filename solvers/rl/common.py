@@ -40,10 +40,10 @@ from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
 from solvers.base import Budget, PolicyUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
-from solvers.placement.completion import completion_mask
-from solvers.placement.collectives import mark_column_wise_only
-from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.options import existing_file, option
+from solvers.placement.collectives import mark_column_wise_only
+from solvers.placement.completion import completion_mask
+from solvers.placement.rules import PlacementRules, placement_conflict
 
 CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "checkpoints"  # solvers/checkpoints
 FEATURE_VERSION = 1

@@ -294,7 +294,8 @@ def train_policies_for(algos: Sequence[str], targets: Sequence[Instance], model:
     import json
 
     from solvers.catalog import solver_class
-    from solvers.rl.common import CHECKPOINT_DIR, TrainSettings as PolicySettings, evaluate_policy, load_policy
+    from solvers.rl.common import CHECKPOINT_DIR, evaluate_policy, load_policy
+    from solvers.rl.common import TrainSettings as PolicySettings
 
     out_dir.mkdir(parents=True, exist_ok=True)
     named = [(f"target-{i:03d}", inst) for i, inst in enumerate(targets)]

@@ -17,7 +17,6 @@ from typing import Any
 from shardopt.core.ir import Instance, Shard
 
 
-
 def kernel_label(label: str) -> str:
     """A kernel label without its per-device call count: 'torch embedding_bag, one fused call per distinct dim
     (4 calls), ...' and the same with (5 calls) are one kernel to a reader of a judge line or a model card."""

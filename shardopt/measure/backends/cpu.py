@@ -10,9 +10,9 @@ every result's label says so.
 
 from __future__ import annotations
 
-from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingBackend, TimingSettings
-from shardopt.measure.backends.timing import FBGEMM_CPU_KERNEL, PreparedKernel, time_prepared, cpu_name, prepare_kernel
 from shardopt.core.ir import Instance, Optimizer, Shard
+from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingBackend, TimingSettings
+from shardopt.measure.backends.timing import FBGEMM_CPU_KERNEL, PreparedKernel, cpu_name, prepare_kernel, time_prepared
 
 NO_ADAM = "fbgemm's CPU TBE has no fused adam"
 

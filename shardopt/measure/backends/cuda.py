@@ -13,13 +13,22 @@ NCCL all-to-all; this backend times one device's shards at a time and the evalua
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
-from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingBackend, TimingSettings
-from shardopt.measure.backends.timing import EPS, FBGEMM_KERNEL, LEARNING_RATE, PreparedKernel, _fbgemm_module, time_prepared, device_name, prepare_kernel
 from shardopt.core.fingerprint import Fingerprint
 from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
+from shardopt.measure.backends.base import BackendUnavailable, KernelTiming, TimingBackend, TimingSettings
+from shardopt.measure.backends.timing import (
+    EPS,
+    FBGEMM_KERNEL,
+    LEARNING_RATE,
+    PreparedKernel,
+    _fbgemm_module,
+    device_name,
+    prepare_kernel,
+    time_prepared,
+)
 
 TORCH_FALLBACK_NOTE = "fbgemm-gpu with CUDA not installed"
 NO_CUDA = (
@@ -43,7 +52,7 @@ def cuda_unavailable() -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def fbgemm_cuda_unavailable(device: str = "cuda") -> str | None:
     """None when fbgemm-gpu's training TBE runs on `device` (a one-row probe); otherwise why not. Imports fbgemm
     (seconds), so it is asked only once CUDA is known to be there."""

@@ -324,7 +324,7 @@ def assemble(records: list[dict[str, Any]], layout: RankLayout, instance: Instan
     return {
         "kind": "cuda_dist_timing",
         "command": command,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "instance": args.instance,
         "plan": args.plan,
         "instance_hash": instance.content_hash(),

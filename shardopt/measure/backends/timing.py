@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from shardopt.measure.backends.base import KernelTiming, TimingSettings, summarise
 from shardopt.core.fingerprint import cpu_fingerprint
 from shardopt.core.ir import Dtype, Instance, Optimizer, Shard
 from shardopt.core.traces import shard_trace
+from shardopt.measure.backends.base import KernelTiming, TimingSettings, summarise
 from shardopt.measure.backends.dense_replicas import DenseReplicas, GroupBatch, KernelGroup, local_batch
 
 LEARNING_RATE = 0.01
@@ -61,10 +61,12 @@ def device_name(device: Any) -> str:
 def _fbgemm_module(rows, dims, dtype: Dtype, optimizer: Optimizer, lr: float, eps: float, device):
     """fbgemm's training TBE: DEVICE / CUDA on a GPU, HOST / CPU on the CPU (where fbgemm has no fused adam)."""
     import torch
-
     from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-    from fbgemm_gpu.split_table_batched_embeddings_ops_training import ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
 
     optim = {
         Optimizer.sgd: EmbOptimType.EXACT_SGD,
