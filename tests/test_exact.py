@@ -276,7 +276,7 @@ def test_bin_packing_of_its_placements_proven_impossible(name: str) -> None:
 def test_packs_what_the_heuristics_cannot(name: str) -> None:
     """Bins of 10 and items 5, 5, 4, 4, 3, 3, 3, 3: first-, best- and worst-fit decreasing all fail; a perfect
     packing exists ({5, 5}, {4, 3, 3}, {4, 3, 3}). The start is the empty plan, where the three devices are
-    interchangeable, so symmetry breaking is on. (Since session 4 greedy's completion-checked retry packs it too:
+    interchangeable, so symmetry breaking is on. (greedy's completion-checked retry packs it too:
     the start is forced empty here, and the heuristics are asked without that retry.)"""
     unit = 4000  # rows: x 4 cols x 4 bytes (sgd, fp32) = 64,000 bytes
     inst = instance_doc([(k * unit, 4, 1.0) for k in (5, 5, 4, 4, 3, 3, 3, 3)], [10 * unit * 16] * 3)

@@ -60,7 +60,7 @@ def default_budget(instance: Instance) -> float:
     growing linearly to 10 s at 100,000 (a production model, 856 x 128, gets 10 s), 10 s up to 300,000, then 1 s per
     30,000 pairs up to 60 s (3,424 x 512, the production-xl family, gets 58 s: in 10 s its greedy seed and first grid
     state were not done, and the answer was greedy's plan, 40.9 % above the bound against 5.5 % at 58 s; docs/benchmarks.md,
-    "Seventeenth session"); and at least 1 s per DEVICES_PER_BUDGET_SECOND devices, whatever the tables (every grid
+    "Bound gaps on production and production-xl"); and at least 1 s per DEVICES_PER_BUDGET_SECOND devices, whatever the tables (every grid
     state costs a pass over the devices, and a few hot tables on many devices need the hot-table grids, which come
     after the search: MLPerf DLRMv2, 26 tables on 512 H100s, gets 16 s; in 2 s they never ran and its plan cost 2.63
     times the one found in 16 s, simulated, docs/benchmarks.md "Real models"). Small instances end well before it (the beam stops after `patience` steps without a cheaper
