@@ -39,9 +39,11 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+import numpy as np  # noqa: E402
 from bench_tiered import make_solver, random_instance  # noqa: E402
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
+from shardopt.core.ir import Instance, IRError, instance_from_dict  # noqa: E402
 from shardopt.core.plan_check import check_plan  # noqa: E402
 from solvers.catalog import solver_names  # noqa: E402
 
@@ -64,9 +66,76 @@ def seed_range(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def run_one(label: str, seed: int, time_limit: float, judge: AnalyticCostModel, size: str = "small") -> dict:
+SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
+
+
+def with_random_constraints(inst: Instance, seed: int) -> Instance:
+    """`inst` with seeded random placement constraints on some of its tables and, sometimes, network levels or mixed
+    hardware: what a user's ParameterConstraints and cluster bring. Each draw is kept only where the IR accepts it, so
+    the instance is always a valid document (whether it has a plan is the solvers' to find)."""
+    rng = np.random.default_rng(10_000 + seed)
+    doc = json.loads(inst.model_dump_json())
+    topo = doc["topology"]
+    n_dev, per_host = topo["num_devices"], topo["devices_per_host"]
+    names = [t["name"] for t in doc["tables"]]
+    if rng.random() < 0.25 and n_dev >= 4 and per_host < n_dev and n_dev % (2 * per_host) == 0:
+        topo["levels"] = [{"name": "host", "devices": per_host, "bandwidth": 4e11}] if per_host > 1 else []
+        topo["levels"] += [{"name": "nvlink_domain", "devices": 2 * per_host, "bandwidth": 2e11, "latency_s": 2e-6},
+                           {"name": "network", "devices": n_dev, "bandwidth": 2.5e10, "latency_s": 1e-5}]
+    elif rng.random() < 0.2 and n_dev >= 2 and per_host < n_dev:
+        hosts = n_dev // per_host
+        kinds = [str(rng.choice(["a100", "h200"])) for _ in range(hosts)]
+        topo["device_hardware"] = [k for k in kinds for _ in range(per_host)]
+        topo["hardware"] = kinds[0]
+        mem = topo["memory_bytes"]
+        topo["memory_bytes"] = [int(mem * (1.6 if k == "h200" else 1.0)) for k in topo["device_hardware"]]
+    tables = []
+    for name, t in zip(names, doc["tables"]):
+        if rng.random() > 0.4:
+            continue
+        tc: dict = {"table": name}
+        if rng.random() < 0.5:
+            k = int(rng.integers(1, len(SHARDING_TYPES) + 1))
+            tc["sharding_types"] = sorted(rng.choice(SHARDING_TYPES, size=k, replace=False).tolist())
+        if rng.random() < 0.3:
+            tc["devices"] = list(range(n_dev)) if rng.random() < 0.3 else sorted(rng.choice(n_dev, size=int(rng.integers(1, n_dev + 1)), replace=False).tolist())
+        if rng.random() < 0.3:
+            tc["min_partition"] = int(4 * rng.integers(1, max(2, t["dim"] // 2)))  # (up to twice the dim)
+        if rng.random() < 0.15 and "host_memory_bytes" in topo:
+            tc["kernels"] = sorted(rng.choice(["fused", "fused_uvm_caching", "fused_uvm"], size=int(rng.integers(1, 3)), replace=False).tolist())
+        if len(tc) > 1:
+            tables.append(tc)
+    constraints: dict = {"tables": tables}
+    if len(names) >= 4 and rng.random() < 0.3:
+        constraints["colocate"] = [sorted(rng.choice(names, size=2, replace=False).tolist())]
+    if len(names) >= 4 and rng.random() < 0.3:
+        taken = {n for g in constraints.get("colocate", []) for n in g}
+        free = [n for n in names if n not in taken]
+        if len(free) >= 2:
+            constraints["separate"] = [sorted(rng.choice(free, size=min(len(free), int(rng.integers(2, 4))), replace=False).tolist())]
+    doc["constraints"] = constraints
+    doc["name"] += "-constrained"
+    try:
+        return instance_from_dict(doc)
+    except IRError:
+        doc["topology"] = json.loads(inst.model_dump_json())["topology"]
+        try:
+            return instance_from_dict(doc)
+        except IRError:
+            return inst
+
+
+def sweep_instance(seed: int, size: str = "small", constraints: bool = False) -> Instance:
+    """The sweep's instance of `seed`: bench_tiered's random instance, with random constraints on every other seed
+    when `constraints`."""
     inst = random_instance(seed, **SIZES[size])
-    row: dict = {"seed": seed, "solver": label, "tables": len(inst.tables), "devices": inst.topology.num_devices}
+    return with_random_constraints(inst, seed) if constraints and seed % 2 == 0 else inst
+
+
+def run_one(label: str, seed: int, time_limit: float, judge: AnalyticCostModel, size: str = "small", constraints: bool = False) -> dict:
+    inst = sweep_instance(seed, size, constraints)
+    row: dict = {"seed": seed, "solver": label, "tables": len(inst.tables), "devices": inst.topology.num_devices,
+                 "constraints": sorted(inst.constraint_kinds())}
     t0 = time.perf_counter()
     try:
         solver = make_solver(label)
@@ -120,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--solvers", default=None, help="comma-separated (default: every registered solver)")
     ap.add_argument("--covering", default=",".join(COVERING), help="solvers that must place what any other solver places")
+    ap.add_argument("--constraints", action="store_true", help="random placement constraints and topologies on every other seed")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     try:
@@ -138,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--solvers: unknown {', '.join(unknown)} (known: {', '.join(sorted(solver_names()))})")
     judge = AnalyticCostModel()
     t0 = time.perf_counter()
-    rows = [run_one(name, seed, args.time_limit, judge, args.size) for seed in seeds for name in names]
+    rows = [run_one(name, seed, args.time_limit, judge, args.size, args.constraints) for seed in seeds for name in names]
     found = findings(rows, tuple(args.covering.split(",")), args.time_limit)
     statuses = {name: dict(Counter(r["status"] for r in rows if r["solver"] == name)) for name in names}
     doc = {"command": "python benchmarks/sweep_random.py " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -43,6 +43,15 @@ class Solver(ABC):
         base = options if options is not None else type(self).default_options
         self.options = build_options(type(self).Options, overrides, solver=self.name, base=base)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every solver's `solve` first asks the placement constraints' counting proofs
+        (shardopt.core.constraint_proofs): where no plan can meet them, the answer is `infeasible` with the reason, from
+        every solver alike, and no search ever returns a plan that breaks them (a data_parallel-only table pinned off
+        some device has no plan, and a packer that placed its replicas anyway handed the checker an invalid plan)."""
+        super().__init_subclass__(**kwargs)
+        if "solve" in cls.__dict__:
+            cls.solve = _proofs_first(cls.__dict__["solve"])  # type: ignore[method-assign]
+
     @abstractmethod
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult: ...
 
@@ -53,6 +62,23 @@ class Solver(ABC):
     def prepare(self) -> None:  # noqa: B027 - a hook: most solvers need no set-up
         """One-time set-up of this process (an expensive import), outside any solve's time limit: a batch of solves
         (the leaderboard, a sweep) calls it before the first; a single solve need not, and then pays it inside."""
+
+
+def _proofs_first(solve: Any) -> Any:
+    import functools
+
+    @functools.wraps(solve)
+    def guarded(self: Solver, instance: Instance, cost_model: CostModel, *args: Any, **kwargs: Any) -> SolveResult:
+        if instance.constraints is not None:
+            from shardopt.core.constraint_proofs import constraint_infeasibility
+
+            proof = constraint_infeasibility(instance)
+            if proof is not None:
+                return fail(self, SolveStatus.infeasible, f"no plan can meet the placement constraints: {proof}", Stopwatch(),
+                            {"proof": "constraints"})
+        return solve(self, instance, cost_model, *args, **kwargs)
+
+    return guarded
 
 
 # how far past every deadline a Stopwatch reads once a stop was requested (solvers.progress): far enough that any
@@ -139,7 +165,11 @@ def finish(
     `lower_bound`: a certified bound of the plan cost under `cost_model` (solvers.results), recorded in the plan;
     `model_bound`: a bound of the solver's own model only; `bound`: the cost model already bound to this instance,
     when the solver has it (binding is not free); `extra_params`: settings decided during this solve (recorded in the
-    plan beside the solver's own); `facts`: the result's other typed fields (fallback, replan, policy)."""
+    plan beside the solver's own); `facts`: the result's other typed fields (fallback, replan, policy). A whole shard
+    of a column_wise-only table is marked column-wise first (`with_required_marks`: the layout unchanged)."""
+    from solvers.placement.rules import with_required_marks
+
+    shards = with_required_marks(instance, shards)
     assert_valid_plan(instance, shards)
     predicted = (bound or cost_model.bind(instance)).plan_costs(shards)
     plan = Plan(

@@ -458,6 +458,7 @@ class TorchRecSolver(Solver):
         gap = self.constraint_gap(instance)
         if gap is not None:
             return fail(self, SolveStatus.no_solution, f"{self.name}: {gap}; the instance is not proven infeasible", clock, {"constraints": "not met"})
+        torchrec_pod_size(instance.topology)  # (a topology TorchRec's planner cannot take is refused by name before it plans)
         if time_limit is None:  # (the default budget: without one the planner runs every proposer, 30 min on production)
             time_limit = self.options.default_time_limit
         timeout = None if time_limit is None else max(1, math.floor(TIMEOUT_SHARE * time_limit))

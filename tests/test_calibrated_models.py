@@ -486,3 +486,21 @@ def test_an_rl_solver_uses_the_policy_its_cost_models_card_carries(tmp_path: Pat
     (folder / "policies" / "dreamshard.npz").unlink()
     with pytest.raises(CardError, match="policies.dreamshard"):
         load_card(folder / "card.json")
+
+
+def test_costmodel_list_fits_100_columns_and_show_gives_the_card(tmp_path: Path):
+    """One line per model on a terminal of normal width; the whole card behind `costmodel show ID`."""
+    _store_model(tmp_path, "mine-with-a-long-store-id", cpu_fingerprint())
+    r = run("costmodel", "list", "--models", tmp_path, env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for model_id in ("mine-with-a-long-store-id", "calibrated-cpu-epyc-f25m17", "neural-h200-torch"):
+        assert sum(model_id in line for line in lines) == 1, model_id  # (its id whole, on one line)
+    r = run("costmodel", "show", "calibrated-cpu-epyc-f25m17", "--models", tmp_path, env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    assert "family 25 model 17" in r.stdout and "tables per device" in r.stdout and "shardopt calibrate" in r.stdout
+    doc = json.loads(run("costmodel", "show", "neural-cpu-zen5", "--models", tmp_path, "--json").stdout)
+    assert doc["id"] == "neural-cpu-zen5" and doc["source"] == "shipped"
+    r = run("costmodel", "show", "no-such-model", "--models", tmp_path)
+    assert r.exit_code == 2 and "no calibrated model 'no-such-model'" in r.stderr

@@ -206,7 +206,8 @@ def list_cmd(
     models: ModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The calibrated cost models, shipped and in the store: hardware, backend, domain, date and held-out accuracy."""
+    """The calibrated cost models, shipped and in the store: machine, kernel, date, held-out accuracy and level, one
+    line each (`shardopt costmodel show ID`: a model's whole card)."""
     with _guard(json_out):
         from costmodels.store import all_cards, user_store_dir
         from shardopt.core.fingerprint import cpu_fingerprint
@@ -218,24 +219,66 @@ def list_cmd(
                         "models": [{**c.to_dict(), "source": c.source, "path": str(c.path),
                                     "this_machine": c.backend == "cpu" and c.fingerprint.matches(here)} for c in cards]})
             return
+        from rich import box
         from rich.table import Table as RichTable
 
-        table = RichTable(title=f"calibrated cost models (store: {_esc(str(user_store_dir(models)))})", title_justify="left")
-        for col in ("id", "source", "hardware", "measured on", "backend / kernel", "domain", "date", "samples", "held-out MAPE / tau", "level"):
-            table.add_column(col, overflow="fold")
+        # (one line per model in 100 columns: the domain, samples, command and source are the card's, `show`)
+        table = RichTable(title="calibrated cost models", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("id", "measured on", "kernel", "date", "MAPE", "tau", "level"):
+            table.add_column(col, no_wrap=col in ("id", "date"), overflow="fold", justify="right" if col in ("MAPE", "tau", "level") else "left")
         for c in cards:
             acc = c.device_accuracy() or {}
-            mine = " (this machine)" if c.backend == "cpu" and c.fingerprint.matches(here) else ""
-            fig = f"{acc['mape']:.1%} / {acc['kendall_tau']:.3f} ({c.preferred})" if "mape" in acc else "-"
-            plan = c.accuracy.get("plan_level")
-            if isinstance(plan, dict) and "mape" in plan:
-                fig += f"; plans {plan['mape']:.1%}"
-            table.add_row(_esc(c.id), c.source, c.hardware, _esc(c.fingerprint.describe() + mine), f"{c.backend}: {c.kernel_short}",
-                          _esc(c.domain.describe()), c.date, f"{c.samples.get('train', 0):,} / {c.samples.get('test', 0):,}", fig,
-                          f"{c.level_factor:.3f} ({c.level.get('date', '?')})" if c.level else "-")
+            mine = " *" if c.backend == "cpu" and c.fingerprint.matches(here) else ""
+            table.add_row(_esc(c.id), _esc(c.fingerprint.short() + mine), c.kernel_short, c.date,
+                          f"{acc['mape']:.1%}" if "mape" in acc else "-", f"{acc['kendall_tau']:.3f}" if "kendall_tau" in acc else "-",
+                          f"{c.level_factor:.3f}" if c.level else "-")
         console = _console()
         console.print(table)
-        _print_lines(console, [f"this machine: {here.describe()}", "data-sheet models (no card): analytic, analytic:PROFILE (shardopt solve --help)"])
+        _print_lines(console, [f"store: {user_store_dir(models)}", f"this machine (*): {here.describe()}",
+                               "MAPE, tau: the preferred model on held-out devices; a model's card: shardopt costmodel show ID",
+                               "data-sheet models (no card): analytic, analytic:PROFILE (shardopt solve --help)"])
+
+
+@costmodel_app.command("show")
+def show_cmd(
+    model_id: Annotated[str, typer.Argument(metavar="ID", help="A calibrated model, shipped or in the store (shardopt costmodel list).", show_default=False)],
+    models: ModelsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """A calibrated model's whole card: the machine it was measured on, its kernel and libraries, the training domain,
+    sample counts, held-out accuracy per model, its level, and the command that made it."""
+    with _guard(json_out):
+        from costmodels.store import find_card
+        from shardopt.core.fingerprint import cpu_fingerprint
+
+        card = find_card(model_id, models)
+        if card is None:
+            raise CLIError(f"ID: no calibrated model {model_id!r} (shardopt costmodel list shows them)")
+        if json_out:
+            _emit_json({**card.to_dict(), "source": card.source, "path": str(card.path)})
+            return
+        from rich.table import Table as RichTable
+
+        here = cpu_fingerprint()
+        table = RichTable(title=f"cost model {_esc(card.id)}", title_justify="left", show_header=False)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")
+        mine = " (this machine)" if card.backend == "cpu" and card.fingerprint.matches(here) else ""
+        rows = [("source", f"{card.source}: {card.path}"), ("hardware", card.hardware), ("measured on", card.fingerprint.describe() + mine),
+                ("backend / kernel", f"{card.backend}: {card.kernel}"),
+                ("libraries", ", ".join(f"{k} {v}" for k, v in card.libraries.items()) or "-"),
+                ("domain", card.domain.describe()), ("date", card.date),
+                ("samples", f"{card.samples.get('train', 0):,} train / {card.samples.get('test', 0):,} held out"),
+                ("preferred", card.preferred)]
+        for kind, acc in card.accuracy.items():
+            if isinstance(acc, dict) and "mape" in acc:
+                tau = f", Kendall tau {acc['kendall_tau']:.3f}" if "kendall_tau" in acc else ""
+                rows.append((f"held out: {kind}", f"MAPE {acc['mape']:.1%}{tau}" + (f" ({acc['n']:,} samples)" if "n" in acc else "")))
+        rows.append(("level", f"{card.level_factor:.3f} ({card.level.get('date', '?')})" if card.level else "- (none read)"))
+        rows += [("command", card.command or "-"), ("description", card.description or "-")]
+        for k, v in rows:
+            table.add_row(k, _esc(str(v)))
+        _console().print(table)
 
 
 @costmodel_app.command("level")

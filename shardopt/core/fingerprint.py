@@ -59,6 +59,13 @@ class Fingerprint:
         cores = f", {self.cores} cores" if self.cores else ""
         return f"{self.name}{fam}{cores}"
 
+    def short(self) -> str:
+        """A few words for a table cell: the GPU's name, or the CPU's name with its family and model (f25m17)."""
+        if self.kind == "gpu":
+            return self.name
+        fam = f" f{self.family}m{self.model}" if self.family is not None and self.model is not None else ""
+        return f"{self.name}{fam}"
+
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 

@@ -170,6 +170,11 @@ class TableConstraint(IRModel):
     def kinds(self) -> set[str]:
         return {k for k in ("sharding_types", "kernels", "devices", "min_partition", "cache_load_factor") if getattr(self, k) is not None}
 
+    def min_piece_width(self, dim: int) -> int | None:
+        """The narrowest column piece of a table of `dim` columns: min(min_partition, dim), as TorchRec reads it (a
+        min_partition wider than the table means the table is never cut by columns); None when free."""
+        return None if self.min_partition is None else min(self.min_partition, dim)
+
 
 class TorchRecForm(IRModel):
     """The plan is for TorchRec's DistributedModelParallel, so it keeps the form TorchRec loads

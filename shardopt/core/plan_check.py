@@ -17,7 +17,7 @@ import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes
-from shardopt.core.sharding_types import ROW_WISE, TABLE_ROW_WISE, sharding_type
+from shardopt.core.sharding_types import layouts_it_is, sharding_type
 from shardopt.core.torchrec_form import form_problems
 
 
@@ -205,8 +205,7 @@ def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> 
             continue  # (coverage says so)
         if tc.sharding_types is not None:
             kind = sharding_type(instance.topology, t, shards)
-            one_host = instance.topology.num_intra_groups == 1  # (then table_row_wise over the host is the row_wise layout)
-            if kind not in tc.sharding_types and not (kind == ROW_WISE and one_host and TABLE_ROW_WISE in tc.sharding_types):
+            if not layouts_it_is(instance.topology, t, shards) & set(tc.sharding_types):
                 out.append(PlanViolation("constraint", f"table {t.name!r} is placed {kind}; its constraint allows {', '.join(tc.sharding_types)}", t.name, None))
         for s in shards:
             if tc.kernels is not None and s.kernel not in tc.kernels:
@@ -215,7 +214,7 @@ def _check_constraints(instance: Instance, by_table: dict[str, list[Shard]]) -> 
             if tc.devices is not None and s.device not in tc.devices:
                 out.append(PlanViolation("constraint", f"table {t.name!r} has a shard on device {s.device}; its constraint allows devices {tc.devices}",
                                          t.name, s.device))
-            if tc.min_partition is not None and not s.replicated and tc.min_partition <= t.dim and s.width(t) < tc.min_partition:
+            if (narrowest := tc.min_piece_width(t.dim)) is not None and not s.replicated and s.width(t) < narrowest:
                 out.append(PlanViolation("constraint", f"table {t.name!r} on device {s.device}: a column piece {s.width(t)} wide, narrower than "
                                          f"its min_partition {tc.min_partition}", t.name, s.device))
             if tc.cache_load_factor is not None and s.kernel is Kernel.fused_uvm_caching and s.cache_load_factor != tc.cache_load_factor:

@@ -72,7 +72,7 @@ from shardopt.core.torchrec_form import (
 
 # installing TorchRec and importing it (torchrec_install), and instances from its configs (torchrec_configs): their
 # own modules, their public names handed on here
-from shardopt.data.torchrec_configs import embedding_bag_configs, instance_from_configs, load_configs
+from shardopt.data.torchrec_configs import apply_optimizer, embedding_bag_configs, instance_from_configs, load_configs
 from shardopt.data.torchrec_install import (
     TORCHREC_RUNTIME_PINS,
     TORCHREC_VERSION,
@@ -705,6 +705,7 @@ def dumps_json(doc: dict[str, Any]) -> str:
 
 
 __all__ = [
+    "apply_optimizer",
     "SUPPORTED_SHARDING_TYPES",
     "TORCHREC_DEFAULT_CACHE_LOAD_FACTOR",
     "TORCHREC_RUNTIME_PINS",

@@ -15,7 +15,7 @@ import numpy as np
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Plan, Shard
-from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE, allowed_types
 from solvers.bound.context import AnalyticRelaxation, mixed_envelope, network_pooling
 from solvers.bound.milp import build_relaxation, pair_fits
 from solvers.bound.solve import _solve_highs, relaxation_plan
@@ -353,7 +353,7 @@ def _constraint_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: 
         if tc.kernels is not None and Kernel.fused not in tc.kernels and not ctx.host_memory:
             return (f"table {tc.table!r} may not be in HBM (its constraint allows {', '.join(k.value for k in tc.kernels)}), and the bound "
                     f"covers HBM plans here ({ctx.host_reason})")
-        types = tc.sharding_types
+        types = allowed_types(instance.topology, tc.sharding_types)
         t = instance.table_index()[tc.table]
         if types is None or TABLE_WISE in types or (COLUMN_WISE in types and not table_wise):
             continue

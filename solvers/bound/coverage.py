@@ -35,7 +35,7 @@ from costmodels.analytic import (
 )
 from shardopt.core.ir import Instance, Kernel
 from shardopt.core.memory import table_bytes_array
-from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE, allowed_types
 from solvers.bound.terms import _VERIFY_RTOL, BoundError, ShardTerms
 from solvers.placement.rules import TierRules
 
@@ -88,7 +88,7 @@ def replicable(instance: Instance, table_mem: np.ndarray) -> tuple[np.ndarray, n
     D = instance.topology.num_devices
     for tc in c.tables:
         t = index[tc.table]
-        types = tc.sharding_types
+        types = allowed_types(instance.topology, tc.sharding_types)
         if types is not None and DATA_PARALLEL not in types:
             allowed[t] = False
         if tc.kernels is not None and Kernel.fused not in tc.kernels:
@@ -213,7 +213,7 @@ def row_split_kinds(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
     index = instance.table_index()
     for tc in c.tables:
         t = index[tc.table]
-        types = tc.sharding_types
+        types = allowed_types(instance.topology, tc.sharding_types)
         if types is not None:
             rw[t] &= bool({ROW_WISE, TABLE_ROW_WISE} & set(types))
             twrw[t] &= TABLE_ROW_WISE in types

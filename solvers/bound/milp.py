@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance
-from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, ROW_WISE, TABLE_WISE, allowed_types
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.coverage import host_tables
 from solvers.bound.inequalities import comm_pieces
@@ -587,10 +587,10 @@ def _add_constraint_rows(m: SparseModel, instance: Instance, v: _Vars) -> None:
         t = index[tc.table]
         units = instance.tables[t].dim // DIM_ALIGNMENT
         for p in v.by_table[t]:
-            if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types:
+            if (types := allowed_types(instance.topology, tc.sharding_types)) is not None and COLUMN_WISE not in types:
                 m.row({n[p]: 1.0, x[p]: -float(units)}, 0.0, 0.0)
-            elif tc.min_partition is not None and tc.min_partition <= instance.tables[t].dim:
-                m.row({n[p]: 1.0, x[p]: -float(tc.min_partition // DIM_ALIGNMENT)}, 0.0, math.inf)
+            elif tc.min_partition is not None:
+                m.row({n[p]: 1.0, x[p]: -float(tc.min_piece_width(instance.tables[t].dim) // DIM_ALIGNMENT)}, 0.0, math.inf)
     for d in range(instance.topology.num_devices):
         for group in c.colocate:  # on d: x[t, d] + r[t] (a replica is on every device)
             ids = [index[name] for name in group]

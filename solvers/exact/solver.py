@@ -58,7 +58,7 @@ from solvers.heuristics.constructive import (
     SizeSolver,
 )
 from solvers.options import OptionError
-from solvers.placement.collectives import join_one_collective
+from solvers.placement.collectives import allow_whole_column_wise, column_wise_whole, join_one_collective
 from solvers.placement.polish import polish_placements
 from solvers.placement.rules import tiers_first
 from solvers.placement.split_items import Items
@@ -214,8 +214,12 @@ class ExactSolver(Solver):
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         clock = Stopwatch()
         budget = self.options.default_time_limit if time_limit is None else float(time_limit)
-        conflict = exact_conflict(instance, self.max_split, tiers=self.options.tiered and not self.options.exact_neural)
+        tiers = self.options.tiered and not self.options.exact_neural
+        conflict = exact_conflict(instance, self.max_split, tiers=tiers)
         if conflict is not None:
+            relaxed = allow_whole_column_wise(instance)  # (a column_wise-only table it cannot cut: placed whole, marked)
+            if relaxed is not None and exact_conflict(relaxed, self.max_split, tiers=tiers) is None:
+                return column_wise_whole(self, instance, cost_model, self.solve(relaxed, cost_model, time_limit=budget, seed=seed), clock, seed)
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         proof = constraint_infeasibility(instance)
         if proof is not None:  # (the cheap arguments first: no model needs to prove what they do)

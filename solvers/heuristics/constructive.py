@@ -38,22 +38,21 @@ each where both its HBM bytes and its host bytes have room.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from costmodels.hierarchical import DIST_ROW
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
-from shardopt.core.sharding_types import TABLE_WISE
 from solvers.base import Budget, FallbackUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.heuristics.device_rules import DeviceRule, FitRule, GreedyCostRule, ProxyRule, RandomRule, RoundRobinRule
 from solvers.options import option
 from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.completion import completion_mask
+from solvers.placement.exact_packing import EXACT_PACKING_MAX_S
 from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
 
@@ -72,142 +71,6 @@ FALLBACK_STAGES = {
 
 # ---------------------------------------------------------------------------------------------------------------
 # the shared packing loop
-
-
-class DeviceRule:
-    """Chooses a device for each table among those with room; may keep state across one pass."""
-
-    def reset(self) -> None:  # called before every pass
-        pass
-
-    def choose(self, table: int, candidates: np.ndarray) -> int:
-        """A device from `candidates` (ascending device indices, all with room for `table`)."""
-        raise NotImplementedError
-
-    def commit(self, table: int, device: int) -> None:
-        pass
-
-
-class ProxyRule(DeviceRule):
-    """Lowest accumulated proxy among devices with room; ties by lowest device index."""
-
-    def __init__(self, proxy: np.ndarray, num_devices: int):
-        self.proxy = np.asarray(proxy, dtype=np.float64)
-        self.loads = np.zeros(num_devices)
-
-    def reset(self) -> None:
-        self.loads[:] = 0.0
-
-    def choose(self, table: int, candidates: np.ndarray) -> int:
-        return int(candidates[np.argmin(self.loads[candidates])])  # argmin: first minimum = lowest index
-
-    def commit(self, table: int, device: int) -> None:
-        self.loads[device] += self.proxy[table]
-
-
-class RandomRule(DeviceRule):
-    def __init__(self, seed: int):
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
-
-    def reset(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
-
-    def choose(self, table: int, candidates: np.ndarray) -> int:
-        return int(candidates[self.rng.integers(len(candidates))])
-
-
-class RoundRobinRule(DeviceRule):
-    def __init__(self, num_devices: int):
-        self.num_devices = num_devices
-        self.cursor = 0
-
-    def reset(self) -> None:
-        self.cursor = 0
-
-    def choose(self, table: int, candidates: np.ndarray) -> int:
-        # the first candidate at or after the cursor, wrapping around
-        k = int(np.searchsorted(candidates, self.cursor))
-        return int(candidates[k % len(candidates)])
-
-    def commit(self, table: int, device: int) -> None:
-        self.cursor = (device + 1) % self.num_devices
-
-
-class FitRule(DeviceRule):
-    """Memory-only rules on the packer's free space: `worst` = most free memory, `best` = least that still fits."""
-
-    def __init__(self, kind: str, sizes: np.ndarray, free: Callable[[], np.ndarray]):
-        self.kind = kind
-        self.sizes = sizes
-        self.free = free
-
-    def choose(self, table: int, candidates: np.ndarray) -> int:
-        left = self.free()[candidates]
-        k = np.argmax(left) if self.kind == "worst" else np.argmin(left)
-        return int(candidates[k])
-
-
-class GreedyCostRule(DeviceRule):
-    """The device that minimises the predicted plan cost after the move, ties by its own cost, then index."""
-
-    def __init__(self, bm: BoundCostModel, layout: TieredLayout | None = None):
-        self.bm = bm
-        self.D = bm.num_devices
-        self.states = np.array(bm.table_states, dtype=np.float64)
-        self.dims = np.asarray(bm.table_dims, dtype=np.float64)
-        self.S0 = np.zeros((self.D, self.states.shape[1]))
-        self.dims0 = np.zeros(self.D)
-        if layout is not None:  # UVM tables priced by their cache; the row-wise tables' shards are there from the start
-            instance = bm.instance
-            for i in layout.packed:
-                if layout.tiers[i].kernel is not Kernel.fused:
-                    _, self.states[i], _ = bm.shard_contribution(layout.shard(instance, int(i), 0))
-            # the fixed shards' own output dists (row-wise, ...) are collectives apart from the table-wise all-to-all
-            # this greedy fills: their comm is a constant per device (costmodels.hierarchical.output_dist_rows)
-            self.S0, dists, self.extra0 = bm.background(layout.fixed)
-            tw = DIST_ROW[TABLE_WISE]
-            self.dims0 = dists[tw].copy()
-            dists[tw] = 0.0
-            self.extra0 = self.extra0 + bm.dist_comm_totals(dists)
-        else:
-            self.extra0 = np.zeros(self.D)  # fixed shards' comm outside the all-to-all (a constant per device)
-        self.compute0 = np.asarray(bm.compute_costs(self.S0, bm.devices)).sum(axis=1) if layout is not None else np.zeros(self.D)
-        self.reset()
-
-    def reset(self) -> None:
-        self.S = self.S0.copy()
-        self.dim_sums = self.dims0.copy()
-        self.compute = self.compute0.copy()  # fwd + bwd compute of each device's current state (empty state: 0)
-        self._last: tuple[int, float] | None = None
-        self._rows = np.arange(self.D)
-
-    def choose(self, table: int, candidates: np.ndarray) -> int:
-        k = len(candidates)
-        rows = self._rows[:k]
-        # compute of each candidate device with the table added: one batched call ([k, 2] -> fwd + bwd)
-        c2 = np.asarray(self.bm.compute_costs(self.S[candidates] + self.states[table], candidates))
-        new_compute = c2[:, 0] + c2[:, 1]
-        # comm of every device for each candidate placement ([k, D]; the cost model answers it incrementally)
-        totals = self.bm.comm_totals_after_adding(self.dim_sums, self.dims[table], candidates)  # [k, D] fwd + bwd
-        totals += self.compute + self.extra0
-        totals[rows, candidates] += new_compute - self.compute[candidates]
-        plan_cost = totals.max(axis=1)
-        own = totals[rows, candidates]
-        best = plan_cost.min()
-        tied = plan_cost <= best + 1e-12 * abs(best) + 1e-15  # float noise only
-        i = int(np.argmin(np.where(tied, own, np.inf)))  # first minimum = lowest device index
-        self._last = (int(candidates[i]), float(new_compute[i]))
-        return int(candidates[i])
-
-    def commit(self, table: int, device: int) -> None:
-        self.S[device] += self.states[table]
-        self.dim_sums[device] += self.dims[table]
-        if self._last is not None and self._last[0] == device:
-            self.compute[device] = self._last[1]
-        else:
-            self.compute[device] = float(np.asarray(self.bm.compute_costs(self.S[device], device)).sum())
-        self._last = None
 
 
 @dataclass
@@ -272,6 +135,24 @@ class Packer:
 
     def bytes_order(self) -> np.ndarray:
         return self.placed_only(np.argsort(-self.sizes, kind="stable"))
+
+    def exact(self, time_limit: float) -> np.ndarray | PackFailure:
+        """The tables to pack assigned by the exact feasibility MILP (solvers.placement.exact_packing), within their
+        pins and groups, where every order has failed."""
+        from solvers.placement.exact_packing import exact_packing
+
+        packed = self.placed_only(np.arange(len(self.sizes)))
+        index = {int(t): k for k, t in enumerate(packed)}
+        groups = {kind: [{index[j] for j in getattr(self.rules, kind)[int(t)] if j in index} for t in packed]
+                  for kind in ("apart", "together")}
+        got = exact_packing(self.sizes[packed], self.caps, allowed=self.rules.pins[packed], host_sizes=self.host_sizes[packed],
+                            host_caps=self.host_caps, apart=groups["apart"], together=groups["together"], time_limit=time_limit)
+        if got is None:
+            biggest = int(packed[np.argmax(self.sizes[packed])]) if len(packed) else 0
+            return PackFailure("exact_packing", biggest, int(self.sizes[biggest]), int(self.caps.max()), 0)
+        device_of = np.full(len(self.sizes), -1, dtype=np.int64)
+        device_of[packed] = got
+        return device_of
 
     def placed_only(self, order: np.ndarray) -> np.ndarray:
         """`order` without the row-wise tables (placed before packing)."""
@@ -387,6 +268,14 @@ class HeuristicSolver(Solver):
             got.placed.append((name, out))
             if name == "primary":
                 break
+        if self._exact and not got.placed and not got.timed_out and not budget.spent():
+            # every order failed: the assignment solved exactly (a packing the first-fit orders missed, most often on
+            # devices that differ in memory)
+            left = budget.left()
+            out = packer.exact(EXACT_PACKING_MAX_S if left is None else min(EXACT_PACKING_MAX_S, left))
+            got.tried.append("exact_packing")
+            if not isinstance(out, PackFailure):  # (where it fails too, the first order's failure says best what is short)
+                got.placed.append(("exact_packing", out))
         return got
 
     def _tiered_pack(self, instance: Instance, cost_model: CostModel, seed: int, budget: Budget, within_host: bool, lean: bool = False,
@@ -508,8 +397,27 @@ class HeuristicSolver(Solver):
         return failed if best is None else _ranked(best, packed_layouts)
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
+        """Pack with the solver's order and the memory-first fallbacks; where every order of every layout gives up,
+        once more with the exact packing as each packing's last stage (solvers.placement.exact_packing): the
+        first-fit answers are kept wherever they exist, and a heuristic says "no plan" only where the assignment
+        itself has none either (or it ran out of time)."""
         clock = Stopwatch()
         budget = Budget.of(clock, time_limit)
+        result = self._solve_once(instance, cost_model, time_limit, seed, clock, budget)
+        if result.plan is None and result.status is SolveStatus.no_solution and self.options.fallback and not budget.spent():
+            self._exact = True
+            try:
+                retry = self._solve_once(instance, cost_model, time_limit, seed, clock, budget)
+            finally:
+                self._exact = False
+            if retry.plan is not None:
+                return retry
+        return result
+
+    _exact = False  # (set during `solve`'s retry: each packing's last stage is the exact one)
+
+    def _solve_once(self, instance: Instance, cost_model: CostModel, time_limit: float | None, seed: int, clock: Stopwatch,
+                    budget: Budget) -> SolveResult:
         tiered: TieredChoice | None = None
         # (whole tables, a column_wise-only one marked so; the tiered layouts honour kernels, cache load factors and which
         # tables may be split by rows: solvers.placement.rules.TierRules)

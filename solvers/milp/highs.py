@@ -52,7 +52,7 @@ def _result(res: Any) -> MilpResult:
 
 def solve_milp(model: SparseModel, c: np.ndarray, *, time_limit: float, integrality: np.ndarray | bool = True,
                lb: np.ndarray | None = None, ub: np.ndarray | None = None, mip_rel_gap: float | None = None,
-               presolve: bool | None = None) -> MilpResult:
+               presolve: bool | None = None, node_limit: int | None = None) -> MilpResult:
     """Minimise c x over the model. `integrality`: True for the model's own, False for its LP relaxation, or an
     array; `lb` / `ub` replace the model's variable bounds (a point fixed, the caller's bounds)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -68,6 +68,8 @@ def solve_milp(model: SparseModel, c: np.ndarray, *, time_limit: float, integral
         options["mip_rel_gap"] = mip_rel_gap
     if presolve is not None:
         options["presolve"] = presolve
+    if node_limit is not None:  # (a deterministic stop: the same answer on any machine, where the time limit is not hit)
+        options["node_limit"] = int(node_limit)
     res = milp(c, integrality=integ,
                bounds=Bounds(np.array(model.lb) if lb is None else lb, np.array(model.ub) if ub is None else ub),
                constraints=LinearConstraint(model.matrix(), np.array(model.row_lo), np.array(model.row_hi)),

@@ -75,7 +75,7 @@ from solvers.neuroshard.finish import polish_searched_plan
 from solvers.neuroshard.grid import BATCH_STATES, LANE_DEVICES, GridResult, Piece, PieceModel, grid_greedy
 from solvers.neuroshard.pieces import cut_state, one_collective_pieces, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
-from solvers.placement.collectives import join_one_collective
+from solvers.placement.collectives import allow_whole_column_wise, column_wise_whole, join_one_collective
 from solvers.placement.polish import describe_placements
 from solvers.placement.rules import (
     even_columns,
@@ -485,6 +485,9 @@ class NeuroShardSolver(Solver):
         cfg = self.config
         conflict = self._constraint_conflict(instance)
         if conflict is not None:
+            relaxed = allow_whole_column_wise(instance)  # (a column_wise-only table it cannot cut: placed whole, marked)
+            if relaxed is not None and self._constraint_conflict(relaxed) is None:
+                return column_wise_whole(self, instance, cost_model, self._solve_on(relaxed, cost_model, budget, seed), clock, seed)
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         # its seed, computed once: the HBM search starts from it, the tiered layouts are read off it, and it is the
         # answer where the search ends without a plan (a search that is not seeded with it computes it on demand)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costmodels.base import BoundCostModel
+from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
+from solvers.base import Solver, SolveResult, Stopwatch, finish
 from solvers.placement.rules import column_wise_allowed, must_split
 
 
@@ -71,3 +72,33 @@ def mark_column_wise_only(instance: Instance, shards: list[Shard], judge: Callab
     out = [s.model_copy(update={"column_wise": True}) if s.table in must and s.is_whole and not s.replicated else s for s in shards]
     out, _, _ = join_one_collective(instance, judge(), out)
     return out, sorted(must)
+
+
+def allow_whole_column_wise(instance: Instance) -> Instance | None:
+    """The instance with each column_wise-only table (`column_wise_only`) allowed table_wise too; None where there is
+    none. Why: a search that cannot cut such a table (4 columns, a min_partition as wide as it, no even cut) or that
+    keeps the tables of co-locate / separate groups whole can still place it whole, as greedy does; its whole shard
+    marked column-wise (`column_wise_whole`) then meets the original constraint - TorchRec's column_wise with one
+    shard. The search runs on this instance, and the plan is checked against the original one."""
+    must = column_wise_only(instance)
+    if not must or instance.constraints is None:
+        return None
+    tables = [tc.model_copy(update={"sharding_types": [*tc.sharding_types, "table_wise"]}) if tc.table in must and tc.sharding_types else tc
+              for tc in instance.constraints.tables]
+    return instance.model_copy(update={"constraints": instance.constraints.model_copy(update={"tables": tables})})
+
+
+def column_wise_whole(solver: Solver, instance: Instance, cost_model: CostModel, result: SolveResult, clock: Stopwatch,
+                      seed: int) -> SolveResult:
+    """`result` of a search on `allow_whole_column_wise(instance)` as a result for `instance`: the whole shards of its
+    column_wise-only tables marked column-wise (`mark_column_wise_only`), the plan checked against `instance`, its
+    status and stop reason kept."""
+    if result.plan is None:
+        return result
+    shards, marked = mark_column_wise_only(instance, list(result.plan.shards), lambda: cost_model.bind(instance))
+    out = finish(solver, instance, cost_model, shards, clock, seed=seed, status=result.status,
+                 info={**result.info, "column_wise_whole": marked})
+    if result.stopped is not None and out.stopped is not result.stopped:
+        out.stopped = result.stopped
+        out.plan = out.plan.model_copy(update={"stopped": result.stopped.value}) if out.plan is not None else None
+    return out

@@ -8,7 +8,7 @@ must agree on what each asks of a plan of whole tables and column pieces:
   a device each; pieces would only multiply the cases), and a table that may not be column-wise too;
 - a table that may not be table-wise is cut into at least two pieces, kept on different devices (two pieces on one
   device would be merged back into the whole table);
-- no column piece narrower than the table's `min_partition` (where that is not wider than the table);
+- no column piece narrower than the table's `min_partition` (one wider than the table keeps it whole in columns);
 - for a plan meant for TorchRec with `even_columns` (shardopt.core.torchrec_form), a table is cut into pieces of one
   width: a search cuts the whole table again (`even_cut`), never one piece of it.
 Row-wise splits, replicas and memory tiers are not among these placements: a stage that makes them keeps its plan
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Kernel, Shard, Table
-from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
+from shardopt.core.sharding_types import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE, allowed_types
 
 
 def grouped_tables(instance: Instance) -> set[int]:
@@ -42,6 +42,23 @@ def whole_only(instance: Instance) -> set[int]:
     return grouped_tables(instance) | {int(t) for t in np.flatnonzero(~column_wise_allowed(instance))}
 
 
+def with_required_marks(instance: Instance, shards: list[Shard]) -> list[Shard]:
+    """`shards` with each whole, unmarked shard of a column_wise-only table (its sharding types leave out table_wise
+    and allow column_wise) marked column-wise: the layout is the same, and only the mark says that it is TorchRec's
+    column_wise with one shard rather than table_wise. Why here: an exact model's counts, a re-plan or a tiered start
+    that keeps such a table whole loses the mark its seed had, and the plan checker refused the plan."""
+    must = must_split(instance)
+    if not must:
+        return shards
+    allowed = column_wise_allowed(instance)
+    names = {instance.tables[t].name for t in must if allowed[t]}
+    count: dict[str, int] = {}
+    for s in shards:
+        count[s.table] = count.get(s.table, 0) + 1
+    return [s.model_copy(update={"column_wise": True}) if s.table in names and count[s.table] == 1 and s.is_whole and not s.replicated
+            and not s.column_wise else s for s in shards]
+
+
 def column_wise_allowed(instance: Instance) -> np.ndarray:
     """[T] whether each table may be column-wise (its constraint's sharding types, if any, include column_wise): then
     its whole shard may be marked so (`Shard.column_wise`) and join the column-wise all-to-all."""
@@ -51,7 +68,8 @@ def column_wise_allowed(instance: Instance) -> np.ndarray:
         return out
     index = instance.table_index()
     for tc in c.tables:
-        if tc.sharding_types is not None and COLUMN_WISE not in tc.sharding_types:
+        types = allowed_types(instance.topology, tc.sharding_types)
+        if types is not None and COLUMN_WISE not in types:
             out[index[tc.table]] = False
     return out
 
@@ -62,12 +80,13 @@ def must_split(instance: Instance) -> set[int]:
     if c is None:
         return set()
     index = instance.table_index()
-    return {index[tc.table] for tc in c.tables if tc.sharding_types is not None and TABLE_WISE not in tc.sharding_types}
+    return {index[tc.table] for tc in c.tables
+            if (types := allowed_types(instance.topology, tc.sharding_types)) is not None and TABLE_WISE not in types}
 
 
 def min_widths(instance: Instance) -> np.ndarray:
-    """[T] the narrowest column piece each table may be cut into (0: any; a min_partition wider than the table
-    binds nothing, as in TorchRec)."""
+    """[T] the narrowest column piece each table may be cut into (0: any; `TableConstraint.min_piece_width`: a
+    min_partition wider than the table keeps it whole in columns, as TorchRec reads it)."""
     out = np.zeros(len(instance.tables), dtype=np.int64)
     c = instance.constraints
     if c is None:
@@ -75,8 +94,9 @@ def min_widths(instance: Instance) -> np.ndarray:
     index = instance.table_index()
     for tc in c.tables:
         t = index[tc.table]
-        if tc.min_partition is not None and tc.min_partition <= instance.tables[t].dim:
-            out[t] = tc.min_partition
+        narrowest = tc.min_piece_width(instance.tables[t].dim)
+        if narrowest is not None:
+            out[t] = narrowest
     return out
 
 
@@ -116,7 +136,7 @@ def placement_conflict(instance: Instance, who: str, can_split: Callable[[int, T
         t = index[tc.table]
         if tc.kernels is not None and Kernel.fused not in tc.kernels and not tiers:
             return f"table {tc.table!r} may not be in HBM (constraint: {', '.join(k.value for k in tc.kernels)}), and {who} place every table there"
-        types = tc.sharding_types
+        types = allowed_types(instance.topology, tc.sharding_types)
         if types is None or TABLE_WISE in types:
             continue
         if COLUMN_WISE not in types:
@@ -161,7 +181,7 @@ def preplaced_tables(instance: Instance) -> dict[int, str]:
     if c is None:
         return {}
     index = instance.table_index()
-    return {index[tc.table]: k for tc in c.tables if (k := preplaced_kind(tc.sharding_types)) is not None}
+    return {index[tc.table]: k for tc in c.tables if (k := preplaced_kind(allowed_types(instance.topology, tc.sharding_types))) is not None}
 
 
 def _preplaced_conflict(instance: Instance, t: int, kind: str) -> str | None:
@@ -294,6 +314,9 @@ class TierRules:
         self.hosts: list[list[int] | None] = [None] * T
         self.preplaced: dict[int, str] = preplaced_tables(instance)
         c = instance.constraints
+        # the tables a data-parallel replica may hold (their sharding types, if any, include it): a pre-placed table
+        # whose row splits cannot go is replicated instead where it may be
+        self.replicable: set[int] = set(range(T))
         self.active = bool(instance.constraint_kinds())
         if c is None:
             return
@@ -304,23 +327,29 @@ class TierRules:
             if tc.kernels is not None:
                 self.kernels[t] = set(tc.kernels)
             self.factor[t] = tc.cache_load_factor
-            if tc.sharding_types is not None:
-                self.rows[t] &= set(tc.sharding_types)
+            types = allowed_types(topo, tc.sharding_types)
+            if types is not None:
+                if DATA_PARALLEL not in types:
+                    self.replicable.discard(t)
+                self.rows[t] &= set(types)
                 if topo.num_intra_groups == 1 and TABLE_ROW_WISE in self.rows[t]:
                     self.rows[t].add(ROW_WISE)  # (one host: table_row_wise over it is the row_wise layout)
             if tc.devices is not None:
                 pinned = set(tc.devices)
                 if len(pinned) < topo.num_devices:
                     self.rows[t].discard(ROW_WISE)
+                    self.replicable.discard(t)
                 self.hosts[t] = [h for h, devs in enumerate(groups) if set(devs) <= pinned]
                 if not self.hosts[t]:
                     self.rows[t].discard(TABLE_ROW_WISE)
         for group in c.colocate:
             for name in group:
                 self.rows[index[name]] = set()
+                self.replicable.discard(index[name])
         for group in c.separate:
             for name in group:
                 self.rows[index[name]].discard(ROW_WISE)
+                self.replicable.discard(index[name])
                 if topo.num_intra_groups == 1:
                     self.rows[index[name]].discard(TABLE_ROW_WISE)
 

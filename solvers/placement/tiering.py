@@ -270,11 +270,16 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
         to_host = i in oversized_to_host if isinstance(oversized_to_host, frozenset) else bool(oversized_to_host)
         if (to_host or not st.rules.rows[i]) and i not in rowwise and i not in forced and _whole_to_host(instance, st, i, lean, headroom):
             continue
+        replica = i in forced and i in st.rules.replicable  # (its constraint allows a replica too: the other way to place it)
         if not st.rules.rows[i]:
+            if replica and _replicate(instance, st, i) is None:
+                continue
             return (f"table {tables[i].name!r} ({int(full[i]):,} bytes) needs a row split or host memory, and its placement constraints "
                     "allow neither (pinned or grouped, its sharding types, or its kernels)")
         why = _split_by_rows(instance, st, i, lean, within_host, oversized_to_host is True and i not in rowwise, headroom)
         if why is not None:
+            if replica and _replicate(instance, st, i) is None:
+                continue
             return why
     why = _uncache_row_blocks(instance, st, headroom)
     if why is not None:
@@ -408,21 +413,29 @@ def _split_by_rows(instance: Instance, st: _TierState, i: int, lean: bool, withi
 def _replicas_first(instance: Instance, st: _TierState) -> str | None:
     """The tables the placement constraints allow only data-parallel replicas: a copy on every device, in HBM,
     before anything else. Returns why one does not fit (None: they went)."""
-    D = instance.topology.num_devices
     for i, kind in sorted(st.rules.preplaced.items()):
         if kind != PREPLACED_REPLICA:
             continue
-        t = instance.tables[i]
-        copy = Shard(table=t.name, device=0, replicated=True)
-        need = shard_bytes(instance, t, copy)
-        if (st.fixed_hbm + need > st.caps).any():
-            d = int(np.argmax(st.fixed_hbm + need - st.caps))
-            return (f"table {t.name!r} may only be data_parallel (its constraint), but its copy ({need:,} bytes) does not fit "
-                    f"in device {d}'s HBM ({int(st.caps[d] - st.fixed_hbm[d]):,} bytes left)")
-        st.tiers[i] = TableTier(replicated=True)
-        st.hbm[i] = st.host[i] = 0
-        st.fixed += [Shard(table=t.name, device=d, replicated=True) for d in range(D)]
-        st.fixed_hbm += need
+        why = _replicate(instance, st, i)
+        if why is not None:
+            return why
+    return None
+
+
+def _replicate(instance: Instance, st: _TierState, i: int) -> str | None:
+    """Table i as a data-parallel replica, a copy on every device in HBM. Returns why it does not fit (None: it went)."""
+    D = instance.topology.num_devices
+    t = instance.tables[i]
+    copy = Shard(table=t.name, device=0, replicated=True)
+    need = shard_bytes(instance, t, copy)
+    if (st.fixed_hbm + need > st.caps).any():
+        d = int(np.argmax(st.fixed_hbm + need - st.caps))
+        return (f"table {t.name!r} may only be data_parallel (its constraint), but its copy ({need:,} bytes) does not fit "
+                f"in device {d}'s HBM ({int(st.caps[d] - st.fixed_hbm[d]):,} bytes left)")
+    st.tiers[i] = TableTier(replicated=True)
+    st.hbm[i] = st.host[i] = 0
+    st.fixed += [Shard(table=t.name, device=d, replicated=True) for d in range(D)]
+    st.fixed_hbm += need
     return None
 
 
