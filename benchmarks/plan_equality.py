@@ -11,8 +11,8 @@ neuroshard's default budget is a work budget, so its plan does not depend on the
 A solver is in SOLVERS only if two records in a row agree on it (`record --twice` checks that), and a plan whose
 search the wall-clock safety cap stopped (`stopped: wall_cap`) is refused as a reference. cpsat and the MILPs stop on
 wall-clock limits, so their plans may differ from one run to the next; TorchRec's planner breaks ties between
-equal-cost plans by iterating Python sets, so its plan depends on the process's PYTHONHASHSEED (the same cost, other
-devices: 18 of 30 instances differed between two processes); neither is compared here.
+equal-cost plans by iterating Python sets, so its plan depends on the process's PYTHONHASHSEED (docs/benchmarks.md,
+"The same plans before and after a refactor"); neither is compared here.
 """
 
 from __future__ import annotations

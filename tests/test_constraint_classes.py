@@ -94,25 +94,16 @@ def test_torchrec_refuses_three_levels_before_it_plans() -> None:
             get_solver("torchrec").solve(inst, AnalyticCostModel(), time_limit=limit, seed=0)
 
 
-def _tight_unequal(seed: int, n_dev: int = 16, fill: float = 0.995) -> Instance:
-    """Tables cut from each device's capacity (devices of 0.4-1.41 GB, 2-5 tables each, `fill` of it): a table-wise
-    packing exists by construction, and the first-fit orders miss it on some seeds."""
-    import numpy as np
+def _tight_unequal(seed: int) -> Instance:
+    """benchmarks/bench_exact_packing.py's instance: tables cut from devices of unequal memory, 99.5 % full."""
+    import importlib.util
+    from pathlib import Path
 
-    rng = np.random.default_rng(seed)
-    caps = rng.choice([40, 60, 80, 141], size=n_dev) * 10**9 // 100
-    tables = []
-    for d in range(n_dev):
-        k = int(rng.integers(2, 6))
-        for share in rng.dirichlet(np.ones(k) * 0.7) * caps[d] * fill:
-            dim = int(4 * rng.integers(4, 33))
-            tables.append({"dim": dim, "rows": max(1, int(share // (dim * 4 + 4))), "pooling_factor": float(round(rng.uniform(1, 30), 2)),
-                           "access": {"zipf": float(round(rng.uniform(0.3, 1.2), 2))}})
-    rng.shuffle(tables)
-    return instance_from_dict({
-        "name": f"tight-unequal-{seed}", "tables": [{"name": f"t{i}", **t} for i, t in enumerate(tables)],
-        "topology": {"num_devices": n_dev, "devices_per_host": 4, "memory_bytes": [int(c) for c in caps], "hardware": "a100"},
-        "workload": {"batch_size": 16384, "optimizer": "rowwise_adagrad"}})
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_exact_packing.py"
+    spec = importlib.util.spec_from_file_location("bench_exact_packing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tight_unequal_instance(seed)
 
 
 def test_the_packer_solves_the_assignment_where_every_first_fit_order_misses_it() -> None:
