@@ -276,11 +276,11 @@ def test_bin_packing_of_its_placements_proven_impossible(name: str) -> None:
 def test_packs_what_the_heuristics_cannot(name: str) -> None:
     """Bins of 10 and items 5, 5, 4, 4, 3, 3, 3, 3: first-, best- and worst-fit decreasing all fail; a perfect
     packing exists ({5, 5}, {4, 3, 3}, {4, 3, 3}). The start is the empty plan, where the three devices are
-    interchangeable, so symmetry breaking is on. (greedy's completion-checked retry packs it too:
-    the start is forced empty here, and the heuristics are asked without that retry.)"""
+    interchangeable, so symmetry breaking is on. (greedy's completion-checked retry and the heuristics' exact packing
+    pack it too: the start is forced empty here, and the heuristics are asked without their fallbacks.)"""
     unit = 4000  # rows: x 4 cols x 4 bytes (sgd, fp32) = 64,000 bytes
     inst = instance_doc([(k * unit, 4, 1.0) for k in (5, 5, 4, 4, 3, 3, 3, 3)], [10 * unit * 16] * 3)
-    assert all(get_solver(h, safe_fallback=False).solve(inst, CM).plan is None for h in HEURISTICS)
+    assert all(get_solver(h, fallback=False).solve(inst, CM).plan is None for h in HEURISTICS)
     safe = get_solver("greedy").solve(inst, CM)
     assert safe.info["stage"] == "primary_safe" and check_plan(inst, safe.plan).ok
     r = get_solver(name, warm_start=False).solve(inst, CM, time_limit=20)

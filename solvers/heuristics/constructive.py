@@ -38,6 +38,7 @@ each where both its HBM bytes and its host bytes have room.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,11 +269,13 @@ class HeuristicSolver(Solver):
             got.placed.append((name, out))
             if name == "primary":
                 break
-        if self._exact and not got.placed and not got.timed_out and not budget.spent():
+        if self._exact and self._exact_left > 0.05 and not got.placed and not got.timed_out and not budget.spent():
             # every order failed: the assignment solved exactly (a packing the first-fit orders missed, most often on
             # devices that differ in memory)
             left = budget.left()
-            out = packer.exact(EXACT_PACKING_MAX_S if left is None else min(EXACT_PACKING_MAX_S, left))
+            t0 = time.perf_counter()
+            out = packer.exact(self._exact_left if left is None else min(self._exact_left, left))
+            self._exact_left -= time.perf_counter() - t0
             got.tried.append("exact_packing")
             if not isinstance(out, PackFailure):  # (where it fails too, the first order's failure says best what is short)
                 got.placed.append(("exact_packing", out))
@@ -405,7 +408,7 @@ class HeuristicSolver(Solver):
         budget = Budget.of(clock, time_limit)
         result = self._solve_once(instance, cost_model, time_limit, seed, clock, budget)
         if result.plan is None and result.status is SolveStatus.no_solution and self.options.fallback and not budget.spent():
-            self._exact = True
+            self._exact, self._exact_left = True, EXACT_PACKING_MAX_S  # (one cap for all of the retry's layouts)
             try:
                 retry = self._solve_once(instance, cost_model, time_limit, seed, clock, budget)
             finally:
@@ -414,7 +417,8 @@ class HeuristicSolver(Solver):
                 return retry
         return result
 
-    _exact = False  # (set during `solve`'s retry: each packing's last stage is the exact one)
+    _exact = False  # (set during `solve`'s retry: each packing's last stage is the exact one ...)
+    _exact_left = 0.0  # (... within this many seconds in all)
 
     def _solve_once(self, instance: Instance, cost_model: CostModel, time_limit: float | None, seed: int, clock: Stopwatch,
                     budget: Budget) -> SolveResult:
