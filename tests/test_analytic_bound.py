@@ -599,7 +599,9 @@ def test_production_bound_counts_the_collectives_a_plan_runs() -> None:
     from solvers.bound.symmetric import symmetric_lp_bound
 
     inst = load_instance(ROOT / "instances" / "suites" / "production" / "production-all-s0-0000.json")
-    b = analytic_lower_bound(inst, CM, time_limit=30)
+    # (a limit the LPs never reach: about 20 s quiet on a 2-core VM; with 30 s, two CPU burners on a slower VM left a
+    # plan class unsolved, and the test asserts what every class gives, not how fast)
+    b = analytic_lower_bound(inst, CM, time_limit=180)
     classes = b.info["plan_classes"]
     assert b.source == "symmetric LP" and set(classes) == {"table_wise", "mixed", "column_wise", "rows_and_replicas"}
     assert b.value_ms == min(classes.values()) > b.lp_bound_ms
@@ -609,7 +611,7 @@ def test_production_bound_counts_the_collectives_a_plan_runs() -> None:
     assert all(set(rows) == {"none", "over_devices", "within_hosts"} for rows in refined.values())
     row_class = min(refined[lowest], key=refined[lowest].__getitem__)
     ctx = AnalyticRelaxation(inst, CM, replicas=True, host_memory=False, row_splits=True)
-    without = symmetric_lp_bound(ctx, lowest == "table_wise", 30.0, {"table_wise": "whole"}.get(lowest, lowest), replicas=True, rows=row_class)
+    without = symmetric_lp_bound(ctx, lowest == "table_wise", 180.0, {"table_wise": "whole"}.get(lowest, lowest), replicas=True, rows=row_class)
     assert without is not None and without < refined[lowest][row_class] - 1e-3  # (measured 9.927 -> 9.941)
 
 
