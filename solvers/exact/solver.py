@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.core.constraint_proofs import constraint_infeasibility
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
 from solvers.base import Budget, ProvenBound, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
@@ -221,9 +220,6 @@ class ExactSolver(Solver):
             if relaxed is not None and exact_conflict(relaxed, self.max_split, tiers=tiers) is None:
                 return column_wise_whole(self, instance, cost_model, self.solve(relaxed, cost_model, time_limit=budget, seed=seed), clock, seed)
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
-        proof = constraint_infeasibility(instance)
-        if proof is not None:  # (the cheap arguments first: no model needs to prove what they do)
-            return fail(self, SolveStatus.infeasible, f"no plan can meet the placement constraints: {proof}", clock, {"proof": "constraints"})
         reason = self._infeasibility(instance) or tiers_first(instance)
         if reason is not None:
             return self._solve_tiered(instance, cost_model, budget, seed, clock, reason)

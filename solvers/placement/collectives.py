@@ -20,7 +20,7 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
 from solvers.base import Solver, SolveResult, Stopwatch, finish
-from solvers.placement.rules import column_wise_allowed, must_split
+from solvers.placement.rules import column_wise_allowed, column_wise_only, with_required_marks
 
 
 def mark_column_wise(instance: Instance, shards: list[Shard]) -> tuple[list[Shard], int]:
@@ -55,13 +55,6 @@ def join_one_collective(instance: Instance, bm: BoundCostModel, shards: list[Sha
     return shards, 0, before
 
 
-def column_wise_only(instance: Instance) -> set[str]:
-    """The tables whose constraint leaves out table_wise but allows column_wise: a solver that places whole tables
-    meets it with the table's one shard marked column-wise (TorchRec's column_wise with one rank)."""
-    allowed = column_wise_allowed(instance)
-    return {instance.tables[t].name for t in must_split(instance) if allowed[t]}
-
-
 def mark_column_wise_only(instance: Instance, shards: list[Shard], judge: Callable[[], BoundCostModel]) -> tuple[list[Shard], list[str]]:
     """A whole-table plan that meets its column_wise-only constraints: those tables' whole shards marked column-wise
     (`column_wise_only`); the other whole tables then join that collective too where the judge (asked only then) says
@@ -69,8 +62,7 @@ def mark_column_wise_only(instance: Instance, shards: list[Shard], judge: Callab
     must = column_wise_only(instance)
     if not must:
         return shards, []
-    out = [s.model_copy(update={"column_wise": True}) if s.table in must and s.is_whole and not s.replicated else s for s in shards]
-    out, _, _ = join_one_collective(instance, judge(), out)
+    out, _, _ = join_one_collective(instance, judge(), with_required_marks(instance, shards))
     return out, sorted(must)
 
 

@@ -6,8 +6,9 @@ choice on those devices decides what is left - each of them can miss a packing t
 up where a table-wise plan exists hands the user "no plan" for a bin-packing question that an exact model answers in
 a second for tens of tables on tens of devices. So when every order fails, the assignment itself is solved exactly:
 a binary x[t, d] per allowed (table, device) pair, each table on one device, each device's HBM (and host memory) at
-most its capacity, pins, co-located tables on the same device and separated ones apart; a feasibility model, the
-first packing found returned (`spread` also minimises the largest device fill, at a price in time).
+most its capacity, pins, co-located tables on the same device and separated ones apart; a feasibility model (no
+objective), the first packing found returned: minimising the largest fill as well found packings of tight instances
+far later.
 
 It answers only whether and how the tables fit; what the plan costs is the searches' question.
 """
@@ -32,11 +33,10 @@ EXACT_PACKING_MAX_PAIRS = 200_000
 def exact_packing(sizes: np.ndarray, caps: np.ndarray, *, allowed: np.ndarray | None = None,
                   host_sizes: np.ndarray | None = None, host_caps: np.ndarray | None = None,
                   apart: list[set[int]] | None = None, together: list[set[int]] | None = None,
-                  time_limit: float = EXACT_PACKING_MAX_S, spread: bool = False) -> np.ndarray | None:
+                  time_limit: float = EXACT_PACKING_MAX_S) -> np.ndarray | None:
     """[T] a device per table such that every device's bytes fit its capacity (and host bytes its host capacity),
     every table on an allowed device ([T, D] `allowed`), the tables of `together[t]` on t's device and those of
-    `apart[t]` off it; None where HiGHS proves there is none or finds none within `time_limit` seconds. `spread`: the
-    largest device fill minimised too (a pure feasibility model finds a packing of a tight instance far sooner)."""
+    `apart[t]` off it; None where HiGHS proves there is none or finds none within `time_limit` seconds."""
     sizes = np.asarray(sizes, dtype=np.float64)
     caps = np.asarray(caps, dtype=np.float64)
     T, D = len(sizes), len(caps)
@@ -51,7 +51,6 @@ def exact_packing(sizes: np.ndarray, caps: np.ndarray, *, allowed: np.ndarray | 
     x: dict[tuple[int, int], int] = {}
     for t, d in zip(*np.nonzero(ok)):
         x[(int(t), int(d))] = m.var(0, 1, integer=True)
-    fill = m.var(0, 1)  # the largest device fill (bytes / capacity)
     for t in range(T):
         m.row({x[(t, d)]: 1.0 for d in range(D) if (t, d) in x}, 1.0, 1.0)
     scale = max(caps.max(), 1.0)
@@ -59,7 +58,6 @@ def exact_packing(sizes: np.ndarray, caps: np.ndarray, *, allowed: np.ndarray | 
         row = {x[(t, d)]: sizes[t] / scale for t in range(T) if (t, d) in x}
         if row:
             m.row(row, -math.inf, caps[d] / scale)
-            m.row({**{v: -w / max(caps[d] / scale, 1e-12) for v, w in row.items()}, fill: 1.0}, 0.0, math.inf)
         if host_sizes is not None and host_caps is not None:
             hrow = {x[(t, d)]: float(host_sizes[t]) / scale for t in range(T) if (t, d) in x and host_sizes[t] > 0}
             if hrow:
@@ -82,8 +80,6 @@ def exact_packing(sizes: np.ndarray, caps: np.ndarray, *, allowed: np.ndarray | 
                     if (t, d) in x and (j, d) in x:
                         m.row({x[(t, d)]: 1.0, x[(j, d)]: 1.0}, -math.inf, 1.0)
     c = np.zeros(m.n_vars)
-    if spread:
-        c[fill] = 1.0
     res = solve_milp(m, c, time_limit=max(0.1, float(time_limit)), mip_rel_gap=0.05, node_limit=EXACT_PACKING_NODES)
     if res.x is None or res.status not in (MilpStatus.optimal, MilpStatus.limit):
         return None

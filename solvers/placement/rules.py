@@ -47,16 +47,21 @@ def with_required_marks(instance: Instance, shards: list[Shard]) -> list[Shard]:
     and allow column_wise) marked column-wise: the layout is the same, and only the mark says that it is TorchRec's
     column_wise with one shard rather than table_wise. Why here: an exact model's counts, a re-plan or a tiered start
     that keeps such a table whole loses the mark its seed had, and the plan checker refused the plan."""
-    must = must_split(instance)
-    if not must:
+    names = column_wise_only(instance)
+    if not names:
         return shards
-    allowed = column_wise_allowed(instance)
-    names = {instance.tables[t].name for t in must if allowed[t]}
     count: dict[str, int] = {}
     for s in shards:
         count[s.table] = count.get(s.table, 0) + 1
     return [s.model_copy(update={"column_wise": True}) if s.table in names and count[s.table] == 1 and s.is_whole and not s.replicated
             and not s.column_wise else s for s in shards]
+
+
+def column_wise_only(instance: Instance) -> set[str]:
+    """The tables whose constraint leaves out table_wise but allows column_wise: a solver that places whole tables
+    meets it with the table's one shard marked column-wise (TorchRec's column_wise with one rank)."""
+    allowed = column_wise_allowed(instance)
+    return {instance.tables[t].name for t in must_split(instance) if allowed[t]}
 
 
 def column_wise_allowed(instance: Instance) -> np.ndarray:
