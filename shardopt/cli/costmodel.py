@@ -201,6 +201,11 @@ def eval_cmd(
         _console().print(table)
 
 
+# the ID argument of `level` and `show`
+ModelIdArg = Annotated[str, typer.Argument(metavar="ID", help="A calibrated model, shipped or in the store (shardopt costmodel list).",
+                                           show_default=False)]
+
+
 @costmodel_app.command("list")
 def list_cmd(
     models: ModelsOpt = None,
@@ -241,7 +246,7 @@ def list_cmd(
 
 @costmodel_app.command("show")
 def show_cmd(
-    model_id: Annotated[str, typer.Argument(metavar="ID", help="A calibrated model, shipped or in the store (shardopt costmodel list).", show_default=False)],
+    model_id: ModelIdArg,
     models: ModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -283,7 +288,7 @@ def show_cmd(
 
 @costmodel_app.command("level")
 def level_cmd(
-    model_id: Annotated[str, typer.Argument(metavar="ID", help="A calibrated model, shipped or in the store (shardopt costmodel list).", show_default=False)],
+    model_id: ModelIdArg,
     models: ModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
