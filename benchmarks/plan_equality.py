@@ -106,9 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, default=BASELINE)
     ap.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated subset of the compared solvers")
     ap.add_argument("--twice", action="store_true", help="record: solve twice and refuse a solver whose plans differ")
+    ap.add_argument("--only", default="", help="check: only the instances whose path contains this")
+    ap.add_argument("--accept", metavar="WHY", default=None,
+                    help="check: write the moved plans into the baseline, with WHY (a change meant to move them)")
     args = ap.parse_args(argv)
     solvers = tuple(s for s in args.solvers.split(",") if s)
-    paths = instances()
+    paths = [p for p in instances() if args.only in str(p.relative_to(ROOT))]
+    if args.mode == "check":
+        doc = json.loads(args.baseline.read_text())
+        skipped = [s for s in solvers if s not in doc["solvers"]]
+        if skipped:  # (no reference for them: solving them would only report "only in after")
+            print(f"not in the baseline, not solved: {', '.join(skipped)}", file=sys.stderr)
+        solvers = tuple(s for s in solvers if s in doc["solvers"])
     rows = solve_all(paths, solvers)
     if args.mode == "record":
         capped = [k for k, r in rows.items() if r.get("stopped") == "wall_cap"]
@@ -126,12 +135,20 @@ def main(argv: list[str] | None = None) -> int:
         args.baseline.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         print(f"{len(rows)} plans recorded in {args.baseline}")
         return 0
-    base = json.loads(args.baseline.read_text())["rows"]
-    base = {k: v for k, v in base.items() if k.split("::")[1] in solvers}
+    checked = {str(p.relative_to(ROOT)) for p in paths}
+    base = {k: v for k, v in doc["rows"].items() if k.split("::")[1] in solvers and k.split("::")[0] in checked}
     moved = differences(base, rows)
     print(f"{len(rows) - len(moved)} of {len(rows)} plans unchanged")
     for line in moved:
         print("  moved: " + line)
+    if moved and args.accept is not None:
+        keys = [k for k in rows if base.get(k) != rows[k] and rows[k].get("stopped") != "wall_cap"]
+        for k in keys:
+            doc["rows"][k] = rows[k]
+        doc.setdefault("accepted", []).append({"date": time.strftime("%Y-%m-%d"), "why": args.accept, "rows": keys})
+        args.baseline.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"{len(keys)} moved plans written into {args.baseline}")
+        return 0
     return 1 if moved else 0
 
 

@@ -71,7 +71,7 @@ from shardopt.core.work import metered
 from solvers.base import Budget, Solver, SolveResult, SolveStatus, StopReason, Stopwatch, fail, finish, unplaceable
 from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
-from solvers.neuroshard.finish import polish_searched_plan
+from solvers.neuroshard.finish import polish_searched_plan, rebalanced_replica_sets
 from solvers.neuroshard.grid import BATCH_STATES, LANE_DEVICES, GridResult, Piece, PieceModel, grid_greedy
 from solvers.neuroshard.pieces import cut_state, one_collective_pieces, polish, presplit_pieces, split, start_pieces
 from solvers.options import options_as_dict
@@ -92,6 +92,7 @@ LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's se
 REPLICA_PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # replica sets searched around (replica_order prefixes)
 WALL_CAP_FACTOR = 5.0  # a default (work) budget's wall-clock safety cap: this many times its work seconds ...
 WALL_CAP_EXTRA_S = 30.0  # ... plus this many seconds
+REPLICA_REFINE_SHARE = 0.1  # of the budget the replica searches start with: the rebalanced replica sets around the best
 REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the replica searches stop
 # an HBM plan that packed only with the completion check is compared with a tiered one only where this share of the
 # budget is left: the tiered layouts' search and placement polish need it (on production, with 7 % left, they overran
@@ -559,8 +560,9 @@ class NeuroShardSolver(Solver):
         best, best_cost = result, float(result.predicted.max_cost)
         tried: list[dict[str, Any]] = []
         worse = 0
+        searches = budget.share(1.0 - REPLICA_REFINE_SHARE)  # (the rest: the replica sets around the best, rebalanced)
         for j, k in enumerate(sizes):
-            if budget.spent():
+            if searches.spent():
                 break
             names = sorted(instance.tables[i].name for i in order[:k])
             if names == have:
@@ -568,7 +570,7 @@ class NeuroShardSolver(Solver):
             layout = replica_layout(instance, order[:k])
             if layout is None:  # (the copies no longer fit on every device: no longer prefix does)
                 break
-            got = self._search(instance, cost_model, layout, budget.share(1.0 / (len(sizes) - j)), seed)
+            got = self._search(instance, cost_model, layout, searches.share(1.0 / (len(sizes) - j)), seed)
             cost = float(got.predicted.max_cost) if got.plan is not None and got.predicted is not None else float("inf")
             tried.append({"replicas": k, "cost": cost})
             if cost < best_cost:
@@ -578,7 +580,24 @@ class NeuroShardSolver(Solver):
                 if worse >= REPLICA_PATIENCE:
                     break
         best.info["replica_searches"] = {"searched_cost": float(result.predicted.max_cost), "prefixes": tried}
-        return best
+        return self._rebalanced_replicas(instance, cost_model, best, budget, seed)
+
+    def _rebalanced_replicas(self, instance: Instance, cost_model: CostModel, result: SolveResult, budget: Budget, seed: int) -> SolveResult:
+        """The plan with the replica sets a few tables shorter and longer than its own, each judged with the other
+        tables moved again around it (solvers.neuroshard.finish, `rebalanced_replica_sets`): the prefix searches
+        try sizes REPLICA_PREFIXES apart, and the placement polish's replica sweep prices each prefix with the other
+        tables where they sit. `result` where none is cheaper."""
+        if result.plan is None or result.predicted is None or budget.spent() or not self.config.polish:
+            return result
+        bm = cost_model.bind(instance)
+        shards, moves, n = rebalanced_replica_sets(instance, bm, list(result.plan.shards), self.config, budget)
+        if not moves:
+            return result
+        info = dict(result.info, rebalanced_replicas={"moves": moves, "device_moves": n, "cost_before": float(result.predicted.max_cost)})
+        extra: dict[str, Any] = {}
+        extra["placements"], info["tiers"] = describe_placements(instance, shards)
+        status = SolveStatus.timeout if result.status is SolveStatus.timeout or budget.spent() else SolveStatus.feasible
+        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
 
     def _solve_tiered(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, reason: str,
                       greedy: SolveResult | None = None) -> SolveResult:
