@@ -23,6 +23,7 @@ class NeuroShardConfig:
     comm_aware: bool = option(True, "refine the cheapest states with the all-to-all in the greedy's rule")
     dedup: bool = option(True, "score each distinct beam state once")
     polish: bool = option(True, "local-search polish of the best plan")
+    wide_splits: bool = option(True, "after the polish, cut the bottleneck's widest pieces while that pays (the all-to-all's send)")
     anytime: bool = option(True, "honour a time budget (the published search has none)")
     seed_with_greedy: bool = option(True, "the cost-model greedy's table-wise plan competes with the grid plans")
     seed_with_presplit: bool = option(True, "the pre-split state (tables heavier than a device's share halved) joins the first beam")
@@ -46,7 +47,7 @@ class NeuroShardConfig:
 
 
 FAITHFUL = NeuroShardConfig(
-    split_apart=False, comm_aware=False, dedup=False, polish=False, seed_with_greedy=False, seed_with_presplit=False, one_collective=False,
+    split_apart=False, comm_aware=False, dedup=False, polish=False, wide_splits=False, seed_with_greedy=False, seed_with_presplit=False, one_collective=False,
     join_collectives=False, refine_extra=0, patience=None, placement_polish=False, data_parallel=False, row_wise=False, safe_fallback=False,
     uneven_halves=False, soft_dim_cap=False,
 )  # (anytime: the published search has no budget; here it honours --time-limit and the default budget)

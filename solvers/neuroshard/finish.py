@@ -15,7 +15,7 @@ from shardopt.core.plan_check import constraint_violations
 from solvers.base import Budget
 from solvers.neuroshard.config import NeuroShardConfig
 from solvers.neuroshard.grid import PieceModel
-from solvers.neuroshard.pieces import polish
+from solvers.neuroshard.pieces import polish, split_wide_bottlenecks
 from solvers.placement.polish import layout_of, polish_placements
 
 
@@ -55,6 +55,10 @@ def polish_searched_plan(instance: Instance, bm: BoundCostModel, shards: list[Sh
         shards, hot_moves, n = hot_row_splits(instance, bm, shards, cfg, budget)
         moves += hot_moves
         device_moves += n
+    if cfg.wide_splits and not out_of_time():
+        shards, n = wide_splits_of_plan(instance, bm, shards, cfg, budget)
+        if n:
+            moves.append({"table": None, "move": f"{n} wide pieces cut", "cost_ms": float(bm.plan_costs(shards).max_cost)})
     timed_out = timed_out or out_of_time()
     after = float(bm.plan_costs(shards).max_cost)
     return shards, {"moves": moves, "device_moves": device_moves, "cost_before": before, "cost_after": after}, timed_out
@@ -170,3 +174,18 @@ def device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], c
     pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
     device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, budget)
     return pm.to_shards(pieces, device_of), n
+
+
+def wide_splits_of_plan(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Shard], int]:
+    """`split_wide_bottlenecks` on a plan, around its row-split and replicated tables, which stay where they are
+    (as in `device_polish`): the row splits of the hot tables relieve their devices' compute, and the bottleneck
+    is then often a device's all-to-all send, the width of its pieces. Returns the plan and the cuts made."""
+    pm = PieceModel(instance, bm, layout_of(instance, shards), whole_column_wise=cfg.join_collectives)
+    packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
+    index = instance.table_index()
+    mine = [s for s in shards if index[s.table] in packed]
+    if not mine:
+        return shards, 0
+    pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
+    pieces, device_of, n = split_wide_bottlenecks(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, budget)
+    return (pm.to_shards(pieces, device_of), n) if n else (shards, 0)

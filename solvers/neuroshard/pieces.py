@@ -1,5 +1,6 @@
 """Pieces of a NeuroShard state: halving a piece (`split`), the pre-split state (tables heavier than a device's
-share halved up front, `presplit_pieces` / `presplit_plan`) and the device polish of a plan (`polish`)."""
+share halved up front, `presplit_pieces` / `presplit_plan`), the device polish of a plan (`polish`) and the cuts
+of the bottleneck's widest pieces after it (`split_wide_bottlenecks`)."""
 
 from __future__ import annotations
 
@@ -354,3 +355,85 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
             todo = [h for k, q in enumerate(todo) for h in (halves[k] if k in cut else (q,))]  # type: ignore[union-attr]
         pieces += todo
     return sorted(pieces)
+
+
+WIDE_SPLITS_MAX = 256  # cuts the wide-piece phase makes at most
+
+
+def cut_off(pm: PieceModel, piece: Piece, width: int) -> tuple[Piece, Piece] | None:
+    """The piece less its last `width` columns, and those columns; None where the cut is not 4-aligned or the
+    placement constraints do not let the table be cut into those widths."""
+    t, off, cols = piece
+    if width % DIM_ALIGNMENT or not 0 < width < cols or not pm.rules.may_split(t, (cols - width, width)):
+        return None
+    return (t, off, cols - width), (t, off + cols - width, width)
+
+
+def split_wide_bottlenecks(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig,
+                           budget: Budget) -> tuple[list[Piece], np.ndarray, int]:
+    """Columns cut off the bottleneck device's widest pieces - half of one, else a quarter, an eighth... - onto the
+    device the plan prices lowest with room for them, while the plan gets cheaper or keeps its cost with fewer
+    devices at it (`_better_rows`); then the polish. Why: where the all-to-all sets the cost, a device's send is the
+    width of its pieces, and the beam splits the largest and the most expensive pieces (`candidates_by_size`,
+    `_by_cost`): a piece that is neither - a wide table of small pooling - stays whole, and where several such pieces
+    sit on devices at the maximum, no single cut lowers the plan, so the beam stops as stale (skewed-test-s1-0005,
+    256 H100s: two 256-column tables left in 128-column halves, each device 4x the receive floor). Less than a half
+    because the device with the least load often has no room for a half's send (skewed-test-s1-0003: 64 columns took
+    the lightest device from 0.99 to 1.68 ms, above the plan's 1.48). Kept only where the plan ends cheaper, not
+    merely with fewer devices at its cost. Returns the pieces, their devices and the cuts made. Tables cut evenly
+    (`pm.rules.even`) are left as they are."""
+    if pm.rules.even or not pieces:
+        return pieces, device_of, 0
+    info = pm.info(pieces)
+    cost, totals = pm.plan_cost(*info[:2], device_of, pm.rows(pieces))
+    start, start_pieces, start_devices = cost, pieces, device_of
+    ties = int(np.count_nonzero(totals >= cost - TIE_SHARE * abs(cost)))
+    cuts = 0
+    while cuts < WIDE_SPLITS_MAX and not budget.spent():
+        got = _cut_one_wide(pm, pieces, device_of, cfg, totals, cost, ties)
+        if got is None:
+            break
+        pieces, device_of, cost, totals = got
+        ties = int(np.count_nonzero(totals >= cost - TIE_SHARE * abs(cost)))
+        cuts += 1
+    if cuts and cfg.polish and not budget.spent():
+        device_of, _ = polish(pm, pieces, device_of, cfg, budget)
+        cost = pm.plan_cost(*pm.info(pieces)[:2], device_of, pm.rows(pieces))[0]
+    if cost >= start * (1 - 1e-9):  # (cuts that only thinned the plateau: more shards for nothing)
+        return start_pieces, start_devices, 0
+    return pieces, device_of, cuts
+
+
+def _cut_one_wide(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig, totals: np.ndarray,
+                  cost: float, ties: int) -> tuple[list[Piece], np.ndarray, float, np.ndarray] | None:
+    """One cut of `split_wide_bottlenecks` that the polish would take, or None."""
+    hot = int(np.argmax(totals))
+    _, widths, _, _ = pm.info(pieces)
+    on_hot = sorted((k for k in range(len(pieces)) if device_of[k] == hot), key=lambda k: (-widths[k], k))
+    for k in on_hot[:2]:  # (the widest two: the next may cut where the widest may not)
+        width = pieces[k][2] // 2
+        while width >= DIM_ALIGNMENT:
+            cut = cut_off(pm, pieces[k], width - width % DIM_ALIGNMENT)
+            width //= 2
+            if cut is None:
+                continue
+            trial = pieces[:k] + pieces[k + 1:] + list(cut)
+            devices = np.concatenate([np.delete(device_of, k), [hot, -1]])
+            _, _, sizes, _ = pm.info(trial)
+            hsizes = pm.host_sizes(trial)
+            used = np.bincount(devices[:-1], weights=sizes[:-1], minlength=len(totals))
+            hused = np.bincount(devices[:-1], weights=hsizes[:-1], minlength=len(totals))
+            ok = (used + sizes[-1] <= pm.caps) & (hused + hsizes[-1] <= pm.host_caps)
+            ok[hot] = False
+            if pm.rules.active:
+                ok &= pm.rules.pins[cut[1][0]]
+            if not ok.any():
+                continue
+            devices[-1] = int(np.flatnonzero(ok)[np.argmin(totals[ok])])
+            if pm.rules.active and pm.rules.grouped and not _groups_kept(pm.rules, np.array([p[0] for p in trial]), devices,
+                                                                         {len(trial) - 1: int(devices[-1])}):
+                continue
+            t_cost, t_totals = pm.plan_cost(*pm.info(trial)[:2], devices, pm.rows(trial))
+            if len(_better_rows(t_totals[None], cost, ties)):
+                return trial, devices, t_cost, t_totals
+    return None

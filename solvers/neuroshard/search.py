@@ -73,7 +73,15 @@ from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.finish import polish_searched_plan, rebalanced_replica_sets
 from solvers.neuroshard.grid import BATCH_STATES, LANE_DEVICES, GridResult, Piece, PieceModel, grid_greedy
-from solvers.neuroshard.pieces import cut_state, one_collective_pieces, polish, presplit_pieces, split, start_pieces
+from solvers.neuroshard.pieces import (
+    cut_state,
+    one_collective_pieces,
+    polish,
+    presplit_pieces,
+    split,
+    split_wide_bottlenecks,
+    start_pieces,
+)
 from solvers.options import options_as_dict
 from solvers.placement.collectives import allow_whole_column_wise, column_wise_whole, join_one_collective
 from solvers.placement.polish import describe_placements
@@ -678,6 +686,9 @@ class NeuroShardSolver(Solver):
             return fail(self, SolveStatus.no_solution, f"no dimension-cap scale gave a plan that fits in memory, {where}; the instance is not proven infeasible", clock, {"states": scorer.evaluated})
         polished = cfg.polish and not budget.spent()
         pieces, device_of, moves = _polish_the_better(pm, cfg, budget, (list(search.best_state), best.device_of, best.cost), one)
+        wide_cuts = 0
+        if cfg.wide_splits and layout is None and not budget.spent():  # (in a tiered layout: after its placement phase)
+            pieces, device_of, wide_cuts = split_wide_bottlenecks(pm, pieces, device_of, cfg, budget)
         timed_out = search.timed_out or (polished and budget.spent())
         shards = pm.to_shards(pieces, device_of)
         # (for TorchRec without even widths, slices of one table on one device must share a shape: merged whatever the
@@ -705,6 +716,7 @@ class NeuroShardSolver(Solver):
             "best_scale": best.scale,
             "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
             "polish_moves": moves,
+            "wide_cuts": wide_cuts,
             "comm_refined": search.comm_refined,
             "marked_column_wise": joined,
         }
