@@ -102,8 +102,8 @@ def hot_row_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard], 
     return shards, moves, device_moves
 
 
-REPLICA_SET_STEPS_DOWN = 8  # replica sets tried below the swept one: its prefix shortened by 1..8 tables
-REPLICA_SET_STEPS_UP = 2  # and lengthened by 1..2
+REPLICA_SET_STEPS_DOWN = 8  # replica sets tried: the kept plan's prefix shortened by 1..8 tables
+REPLICA_SET_STEPS_UP = 8  # and lengthened by 1..8
 
 
 def rebalanced_replica_sets(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig,

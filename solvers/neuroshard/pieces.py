@@ -380,9 +380,9 @@ def split_wide_bottlenecks(pm: PieceModel, pieces: list[Piece], device_of: np.nd
     256 H100s: two 256-column tables left in 128-column halves, each device 4x the receive floor). Less than a half
     because the device with the least load often has no room for a half's send (skewed-test-s1-0003: 64 columns took
     the lightest device from 0.99 to 1.68 ms, above the plan's 1.48). Kept only where the plan ends cheaper, not
-    merely with fewer devices at its cost. Returns the pieces, their devices and the cuts made. Tables cut evenly
-    (`pm.rules.even`) are left as they are."""
-    if pm.rules.even or not pieces:
+    merely with fewer devices at its cost. Where tables are cut evenly (TorchRec's form), a cut re-cuts the whole
+    table (`_wide_cuts`). Returns the pieces, their devices and the cuts made."""
+    if not pieces:
         return pieces, device_of, 0
     info = pm.info(pieces)
     cost, totals = pm.plan_cost(*info[:2], device_of, pm.rows(pieces))
@@ -411,29 +411,69 @@ def _cut_one_wide(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cf
     _, widths, _, _ = pm.info(pieces)
     on_hot = sorted((k for k in range(len(pieces)) if device_of[k] == hot), key=lambda k: (-widths[k], k))
     for k in on_hot[:2]:  # (the widest two: the next may cut where the widest may not)
-        width = pieces[k][2] // 2
-        while width >= DIM_ALIGNMENT:
-            cut = cut_off(pm, pieces[k], width - width % DIM_ALIGNMENT)
-            width //= 2
-            if cut is None:
-                continue
-            trial = pieces[:k] + pieces[k + 1:] + list(cut)
-            devices = np.concatenate([np.delete(device_of, k), [hot, -1]])
-            _, _, sizes, _ = pm.info(trial)
-            hsizes = pm.host_sizes(trial)
-            used = np.bincount(devices[:-1], weights=sizes[:-1], minlength=len(totals))
-            hused = np.bincount(devices[:-1], weights=hsizes[:-1], minlength=len(totals))
-            ok = (used + sizes[-1] <= pm.caps) & (hused + hsizes[-1] <= pm.host_caps)
-            ok[hot] = False
-            if pm.rules.active:
-                ok &= pm.rules.pins[cut[1][0]]
-            if not ok.any():
-                continue
-            devices[-1] = int(np.flatnonzero(ok)[np.argmin(totals[ok])])
-            if pm.rules.active and pm.rules.grouped and not _groups_kept(pm.rules, np.array([p[0] for p in trial]), devices,
-                                                                         {len(trial) - 1: int(devices[-1])}):
-                continue
+        for trial, devices in _wide_cuts(pm, pieces, device_of, k, totals, hot):
+            if pm.rules.active and pm.rules.grouped:
+                moved = {j: int(devices[j]) for j in range(len(trial)) if j >= len(pieces) - 1 or trial[j][0] == pieces[k][0]}
+                if not _groups_kept(pm.rules, np.array([p[0] for p in trial]), devices, moved):
+                    continue
             t_cost, t_totals = pm.plan_cost(*pm.info(trial)[:2], devices, pm.rows(trial))
             if len(_better_rows(t_totals[None], cost, ties)):
                 return trial, devices, t_cost, t_totals
     return None
+
+
+def _wide_cuts(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, k: int, totals: np.ndarray, hot: int):  # type: ignore[no-untyped-def]
+    """The cuts of piece k (on device `hot`) to try, as (pieces, devices): its last half, quarter, eighth... of
+    columns onto the device the plan prices lowest with room for them; where tables are cut evenly, its whole table
+    cut to the next even width (`even_pieces`), each old piece's device keeping the first new piece within it, the
+    others onto the lowest-priced devices with room that hold none of the table."""
+    t, _, cols = pieces[k]
+    if pm.rules.even:
+        again = even_pieces(pm, t, cols)
+        if again is None:
+            return
+        rest = [j for j in range(len(pieces)) if pieces[j][0] != t]
+        trial = [pieces[j] for j in rest] + again
+        devices = np.concatenate([device_of[rest], np.full(len(again), -1)])
+        holder = {pieces[j][1]: int(device_of[j]) for j in range(len(pieces)) if pieces[j][0] == t}
+        for j, (_, off, _) in enumerate(again):
+            if off in holder:
+                devices[len(rest) + j] = holder[off]
+        free = _free_devices(pm, trial, devices, totals, exclude=set(holder.values()))
+        todo = [j for j in range(len(rest), len(trial)) if devices[j] < 0]
+        if len(free) < len(todo):
+            return
+        devices[todo] = free[: len(todo)]
+        yield trial, devices
+        return
+    width = cols // 2
+    while width >= DIM_ALIGNMENT:
+        cut = cut_off(pm, pieces[k], width - width % DIM_ALIGNMENT)
+        width //= 2
+        if cut is None:
+            continue
+        trial = pieces[:k] + pieces[k + 1:] + list(cut)
+        devices = np.concatenate([np.delete(device_of, k), [hot, -1]])
+        free = _free_devices(pm, trial, devices, totals, exclude={hot})
+        if not len(free):
+            continue
+        devices[-1] = free[0]
+        yield trial, devices
+
+
+def _free_devices(pm: PieceModel, trial: list[Piece], devices: np.ndarray, totals: np.ndarray, exclude: set[int]) -> np.ndarray:
+    """The devices, the lowest-priced first, with room for every unplaced piece of `trial` (devices -1) at once, as
+    far as its pins allow, but `exclude`."""
+    _, _, sizes, _ = pm.info(trial)
+    hsizes = pm.host_sizes(trial)
+    known = devices >= 0
+    used = np.bincount(devices[known], weights=sizes[known], minlength=len(totals))
+    hused = np.bincount(devices[known], weights=hsizes[known], minlength=len(totals))
+    need, hneed = sizes[~known].max(initial=0), hsizes[~known].max(initial=0)
+    ok = (used + need <= pm.caps) & (hused + hneed <= pm.host_caps)
+    ok[list(exclude)] = False
+    if pm.rules.active:
+        for p in np.flatnonzero(~known):
+            ok &= pm.rules.pins[trial[p][0]]
+    cands = np.flatnonzero(ok)
+    return cands[np.argsort(totals[cands], kind="stable")]

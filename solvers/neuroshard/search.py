@@ -559,7 +559,8 @@ class NeuroShardSolver(Solver):
         smallest tables (`replica_order`) are pre-placed as replicas, prefixes of growing size (REPLICA_PREFIXES), and
         the other tables searched around them, each prefix an equal share of the time left, until REPLICA_PATIENCE
         prefixes in a row are not cheaper or the copies no longer fit."""
-        if (self.config.data_parallel is False or result.plan is None or result.predicted is None or constrained(instance)
+        if (self.config.data_parallel is False or result.plan is None or result.predicted is None
+                or instance.constraint_kinds() - {"torchrec"}  # (TorchRec's form loads replicas: data_parallel)
                 or not cost_model.bind(instance).replicas):  # (a model that cannot price replicas: none proposed)
             return result
         order = replica_order(instance)
