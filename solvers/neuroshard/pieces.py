@@ -360,15 +360,6 @@ def presplit_pieces(pm: PieceModel, max_pieces: int = 8, uneven: bool = True) ->
 WIDE_SPLITS_MAX = 256  # cuts the wide-piece phase makes at most
 
 
-def cut_off(pm: PieceModel, piece: Piece, width: int) -> tuple[Piece, Piece] | None:
-    """The piece less its last `width` columns, and those columns; None where the cut is not 4-aligned or the
-    placement constraints do not let the table be cut into those widths."""
-    t, off, cols = piece
-    if width % DIM_ALIGNMENT or not 0 < width < cols or not pm.rules.may_split(t, (cols - width, width)):
-        return None
-    return (t, off, cols - width), (t, off + cols - width, width)
-
-
 def split_wide_bottlenecks(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cfg: NeuroShardConfig,
                            budget: Budget) -> tuple[list[Piece], np.ndarray, int]:
     """Columns cut off the bottleneck device's widest pieces - half of one, else a quarter, an eighth... - onto the
@@ -411,7 +402,7 @@ def _cut_one_wide(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cf
     _, widths, _, _ = pm.info(pieces)
     on_hot = sorted((k for k in range(len(pieces)) if device_of[k] == hot), key=lambda k: (-widths[k], k))
     for k in on_hot[:2]:  # (the widest two: the next may cut where the widest may not)
-        for trial, devices in _wide_cuts(pm, pieces, device_of, k, totals, hot):
+        for trial, devices in _wide_cuts(pm, pieces, device_of, k, totals, hot, cfg.uneven_halves):
             if pm.rules.active and pm.rules.grouped:
                 moved = {j: int(devices[j]) for j in range(len(trial)) if j >= len(pieces) - 1 or trial[j][0] == pieces[k][0]}
                 if not _groups_kept(pm.rules, np.array([p[0] for p in trial]), devices, moved):
@@ -422,9 +413,10 @@ def _cut_one_wide(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, cf
     return None
 
 
-def _wide_cuts(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, k: int, totals: np.ndarray, hot: int):  # type: ignore[no-untyped-def]
+def _wide_cuts(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, k: int, totals: np.ndarray, hot: int, uneven: bool):  # type: ignore[no-untyped-def]
     """The cuts of piece k (on device `hot`) to try, as (pieces, devices): its last half, quarter, eighth... of
-    columns onto the device the plan prices lowest with room for them; where tables are cut evenly, its whole table
+    columns (halving it, then its right half, ...: the pieces stay dyadic, so the plan can warm-start the exact
+    solvers) onto the device the plan prices lowest with room for them; where tables are cut evenly, its whole table
     cut to the next even width (`even_pieces`), each old piece's device keeping the first new piece within it, the
     others onto the lowest-priced devices with room that hold none of the table."""
     t, _, cols = pieces[k]
@@ -446,19 +438,19 @@ def _wide_cuts(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, k: in
         devices[todo] = free[: len(todo)]
         yield trial, devices
         return
-    width = cols // 2
-    while width >= DIM_ALIGNMENT:
-        cut = cut_off(pm, pieces[k], width - width % DIM_ALIGNMENT)
-        width //= 2
-        if cut is None:
-            continue
-        trial = pieces[:k] + pieces[k + 1:] + list(cut)
-        devices = np.concatenate([np.delete(device_of, k), [hot, -1]])
+    others = pieces[:k] + pieces[k + 1:]
+    stay: list[Piece] = []  # (halving: every piece stays one of the halving tree's, as the exact solvers' items are)
+    current = pieces[k]
+    while (halves := cuttable(pm, current, uneven)) is not None:
+        left, right = halves
+        trial = others + stay + [left, right]
+        devices = np.concatenate([np.delete(device_of, k), np.full(len(stay) + 1, hot), [-1]])
         free = _free_devices(pm, trial, devices, totals, exclude={hot})
-        if not len(free):
-            continue
-        devices[-1] = free[0]
-        yield trial, devices
+        if len(free):
+            devices[-1] = free[0]
+            yield trial, devices
+        stay.append(left)
+        current = right
 
 
 def _free_devices(pm: PieceModel, trial: list[Piece], devices: np.ndarray, totals: np.ndarray, exclude: set[int]) -> np.ndarray:
