@@ -86,13 +86,9 @@ def hot_row_splits(instance: Instance, bm: BoundCostModel, shards: list[Shard], 
         for what, split_shards in options:
             if budget.spent():
                 break
-            trial = rest + split_shards
-            if not fits_memory(instance, trial) or constraint_violations(instance, trial):
-                continue
-            trial, n = device_polish(instance, bm, trial, cfg, budget)
-            c = float(bm.plan_costs(trial).max_cost)
-            if c < cost * (1 - 1e-9) and (best is None or c < best[0]):
-                best = (c, trial, what, n)
+            got = _rebalanced(instance, bm, rest + split_shards, cfg, budget)
+            if got is not None and got[0] < cost * (1 - 1e-9) and (best is None or got[0] < best[0]):
+                best = (got[0], got[1], what, got[2])
         if best is not None:
             cost, shards = best[0], best[1]
             moves.append({"table": name, "move": f"{best[2]} (hot, rebalanced)", "cost_ms": cost})
@@ -141,17 +137,24 @@ def rebalanced_replica_sets(instance: Instance, bm: BoundCostModel, shards: list
         for t in sorted(replicated - keep, key=lambda t: (-instance.tables[t].rows, t)):
             device = int(np.argmin(bm.plan_costs(trial).total))
             trial.append(Shard(table=instance.tables[t].name, device=device))
-        if not fits_memory(instance, trial) or constraint_violations(instance, trial):
-            continue
-        trial, n = device_polish(instance, bm, trial, cfg, budget)
-        c = float(bm.plan_costs(trial).max_cost)
-        if c < cost * (1 - 1e-9) and (best is None or c < best[0]):
-            best = (c, trial, k, n)
+        got = _rebalanced(instance, bm, trial, cfg, budget)
+        if got is not None and got[0] < cost * (1 - 1e-9) and (best is None or got[0] < best[0]):
+            best = (got[0], got[1], k, got[2])
     if best is None:
         return shards, [], 0
     changed = set(order[:best[2]]) ^ replicated
     what = "replicate (rebalanced)" if best[2] > k0 else "unreplicate (rebalanced)"
     return best[1], [{"table": instance.tables[t].name, "move": what, "cost_ms": best[0]} for t in sorted(changed)], best[3]
+
+
+def _rebalanced(instance: Instance, bm: BoundCostModel, trial: list[Shard], cfg: NeuroShardConfig,
+                budget: Budget) -> tuple[float, list[Shard], int] | None:
+    """(cost, plan, device polish moves) of `trial` with the other tables moved again around its fixed shards;
+    None where it does not fit memory or breaks a placement constraint."""
+    if not fits_memory(instance, trial) or constraint_violations(instance, trial):
+        return None
+    polished, n = device_polish(instance, bm, trial, cfg, budget)
+    return float(bm.plan_costs(polished).max_cost), polished, n
 
 
 def fits_memory(instance: Instance, shards: list[Shard]) -> bool:
@@ -165,14 +168,10 @@ def fits_memory(instance: Instance, shards: list[Shard]) -> bool:
 def device_polish(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig, budget: Budget) -> tuple[list[Shard], int]:
     """The device polish (moves and swaps of the packed tables' pieces) around the plan's row-split and replicated
     tables, which stay where they are. Returns the plan and the number of moves."""
-    pm = PieceModel(instance, bm, layout_of(instance, shards), whole_column_wise=cfg.join_collectives)
-    packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
-    index = instance.table_index()
-    mine = [s for s in shards if index[s.table] in packed]
-    if not mine:  # every table is row-wise or replicated now: nothing left for the device polish to move
+    pm, pieces, device_of = _packed_pieces(instance, bm, shards, cfg)
+    if not pieces:  # every table is row-wise or replicated now: nothing left for the device polish to move
         return shards, 0
-    pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
-    device_of, n = polish(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, budget)
+    device_of, n = polish(pm, pieces, device_of, cfg, budget)
     return pm.to_shards(pieces, device_of), n
 
 
@@ -180,12 +179,19 @@ def wide_splits_of_plan(instance: Instance, bm: BoundCostModel, shards: list[Sha
     """`split_wide_bottlenecks` on a plan, around its row-split and replicated tables, which stay where they are
     (as in `device_polish`): the row splits of the hot tables relieve their devices' compute, and the bottleneck
     is then often a device's all-to-all send, the width of its pieces. Returns the plan and the cuts made."""
+    pm, pieces, device_of = _packed_pieces(instance, bm, shards, cfg)
+    if not pieces:
+        return shards, 0
+    pieces, device_of, n = split_wide_bottlenecks(pm, pieces, device_of, cfg, budget)
+    return (pm.to_shards(pieces, device_of), n) if n else (shards, 0)
+
+
+def _packed_pieces(instance: Instance, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig) -> tuple[PieceModel, list, np.ndarray]:
+    """The plan as the device polish sees it: its PieceModel (the row-split and replicated tables fixed), the packed
+    tables' pieces and their devices."""
     pm = PieceModel(instance, bm, layout_of(instance, shards), whole_column_wise=cfg.join_collectives)
     packed = set(int(i) for i in pm.layout.packed)  # type: ignore[union-attr]
     index = instance.table_index()
     mine = [s for s in shards if index[s.table] in packed]
-    if not mine:
-        return shards, 0
     pieces = [(index[s.table], s.col_offset, s.width(instance.tables[index[s.table]])) for s in mine]
-    pieces, device_of, n = split_wide_bottlenecks(pm, pieces, np.array([s.device for s in mine], dtype=np.int64), cfg, budget)
-    return (pm.to_shards(pieces, device_of), n) if n else (shards, 0)
+    return pm, pieces, np.array([s.device for s in mine], dtype=np.int64)
