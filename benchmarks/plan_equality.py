@@ -30,11 +30,11 @@ sys.path.insert(0, str(ROOT))
 
 from costmodels.analytic import AnalyticCostModel  # noqa: E402
 from shardopt.core.ir import Plan, load_instance  # noqa: E402
-from solvers.catalog import get_solver  # noqa: E402
+from solvers.catalog import get_solver, specs  # noqa: E402
 
 BASELINE = ROOT / "benchmarks" / "results" / "plan-equality.json"
-SOLVERS = ("greedy", "random", "round_robin", "size", "dim", "lookup", "size_lookup", "neuroshard",
-           "neuroshard_faithful", "dreamshard", "autoshard")
+# the catalog's deterministic solvers (SolverSpec.deterministic: no wall clock decides their plan at the defaults)
+SOLVERS = tuple(s.name for s in specs() if s.deterministic)
 # 30 instances across the families: small to mid-sized ones, so that a check takes minutes, not hours
 SUITES = {
     "instances/examples": ("small.json", "tight.json"),

@@ -28,6 +28,7 @@ from solvers.results import (  # noqa: F401  (the result types, importable from 
     SolveResult,
     SolveStatus,
     StopReason,
+    TieredLayoutChoice,
 )
 
 
@@ -153,6 +154,7 @@ def finish(
     *,
     seed: int,
     status: SolveStatus = SolveStatus.feasible,
+    stopped: StopReason | None = None,
     lower_bound: ProvenBound | None = None,
     model_bound: ProvenBound | None = None,
     info: dict[str, Any] | None = None,
@@ -162,7 +164,7 @@ def finish(
 ) -> SolveResult:
     """Check the plan (raising PlanError on a solver bug: never hand out an invalid plan), cost it, wrap it.
 
-    `lower_bound`: a certified bound of the plan cost under `cost_model` (solvers.results), recorded in the plan;
+    `stopped`: why the search stopped (None: inferred from the status, SolveResult); `lower_bound`: a certified bound of the plan cost under `cost_model` (solvers.results), recorded in the plan;
     `model_bound`: a bound of the solver's own model only; `bound`: the cost model already bound to this instance,
     when the solver has it (binding is not free); `extra_params`: settings decided during this solve (recorded in the
     plan beside the solver's own); `facts`: the result's other typed fields (fallback, replan, policy). A whole shard
@@ -186,15 +188,16 @@ def finish(
     )
     report(best_cost=predicted.max_cost, bound=lower_bound.value if lower_bound is not None else None)
     return SolveResult(solver.name, status, plan, None, clock.wall, lower_bound.value if lower_bound is not None else None, predicted,
-                       info or {}, _stop_reason(status), lower_bound_of=lower_bound.of if lower_bound is not None else None,
+                       info or {}, _stop_reason(status, stopped), lower_bound_of=lower_bound.of if lower_bound is not None else None,
                        model_bound=model_bound, **facts)
 
 
-def _stop_reason(status: SolveStatus) -> StopReason | None:
-    """Interrupted where the user asked the search to stop and it was not finished by proof; else from the status."""
+def _stop_reason(status: SolveStatus, stopped: StopReason | None = None) -> StopReason | None:
+    """Interrupted where the user asked the search to stop and it was not finished by proof (an interrupted search
+    also reads its clock as past the deadline); else the solver's own reason, or None (from the status)."""
     if stop_requested() and status not in (SolveStatus.optimal, SolveStatus.infeasible):
         return StopReason.interrupted
-    return None
+    return stopped
 
 
 def fail(solver: Solver, status: SolveStatus, reason: str, clock: Stopwatch, info: dict[str, Any] | None = None) -> SolveResult:

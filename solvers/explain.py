@@ -164,14 +164,15 @@ def _change_text(ps: PlanShards, c: Change) -> str:
 
 def _bound_note(instance: Instance, cost_model: CostModel, plan: Plan, cost: float, time_limit: float) -> BoundNote:
     from solvers.bound import BoundError, analytic_lower_bound, plan_gap, uncovered_reason
+    from solvers.status import BoundStatus
 
     try:
         b = analytic_lower_bound(instance, cost_model, time_limit=time_limit)
     except BoundError as exc:
         return BoundNote(None, None, False, None, f"no certified bound: {exc}")
-    if b.status == "infeasible":
+    if not b.status.proves_bound:
         return BoundNote(None, b.covers, False, None, f"no certified bound: no plan of the kinds it covers fits ({b.reason}); the bound covers no plan of this instance")
-    how = {"optimal": "the relaxation solved", "bound": f"HiGHS's dual bound at its {time_limit:g} s limit"}.get(b.status, b.status)
+    how = "the relaxation solved" if b.status is BoundStatus.optimal else f"HiGHS's dual bound at its {time_limit:g} s limit"
     if b.source != "relaxation":
         how = f"the {b.source} bound"
     why = uncovered_reason(plan.shards, bound=b)

@@ -11,47 +11,16 @@ cost."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import Any
 
 from costmodels.base import DeviceCosts
 from shardopt.core.ir import Plan, PlanStatus
+from solvers.status import STOP_WORDS, SolveStatus, StopReason
+
+__all__ = ["NOT_PROVEN", "STOP_WORDS", "FallbackUse", "PolicyUse", "ProvenBound", "ReplanReport", "SolveResult", "SolveStatus", "StopReason", "TieredLayoutChoice"]
 
 # what every result without a plan and without a proof says (fail() adds it where a reason does not)
 NOT_PROVEN = "the instance is not proven infeasible"
-
-
-class SolveStatus(str, Enum):
-    """What the result is. Why the search stopped is a separate field (StopReason): a plan found when the time limit
-    ended the search is `feasible`, stopped by `time_limit`."""
-
-    optimal = "optimal"
-    feasible = "feasible"
-    # a solver's shorthand for "feasible, stopped by the time limit": a SolveResult records it as exactly that
-    timeout = "timeout"
-    infeasible = "infeasible"  # proven: no plan exists (the reason says why)
-    no_solution = "no_solution"  # this solver found no plan; the instance is not proven infeasible
-
-    @property
-    def has_plan(self) -> bool:
-        return self in (SolveStatus.optimal, SolveStatus.feasible, SolveStatus.timeout)
-
-
-class StopReason(str, Enum):
-    """Why a search stopped, whatever it found."""
-
-    time_limit = "time_limit"  # the limit ended it: the result is the best found by then
-    converged = "converged"  # it ran its whole course (a constructive heuristic, a search that converged)
-    proven = "proven"  # optimality or infeasibility was proven
-    interrupted = "interrupted"  # the user stopped it (Ctrl-C): the result is the best found by then
-    work_budget = "work_budget"  # its default work budget ended it (shardopt.core.work): the same plan on any machine
-    wall_cap = "wall_cap"  # the wall-clock safety cap of a work budget ended it: the plan depends on the machine's speed
-
-
-# a stop reason in a status line: "feasible in 2.0 s, stopped by the time limit"
-STOP_WORDS = {StopReason.time_limit: "stopped by the time limit", StopReason.converged: "search converged",
-              StopReason.proven: "proven", StopReason.interrupted: "interrupted by the user",
-              StopReason.work_budget: "stopped by its work budget", StopReason.wall_cap: "stopped by the wall-clock safety cap"}
 
 
 @dataclass(frozen=True)
@@ -99,6 +68,23 @@ class ReplanReport:
 
 
 @dataclass(frozen=True)
+class TieredLayoutChoice:
+    """One tiered layout a heuristic packed (the arguments of solvers.placement.tiering.plan_tiers) and its plan's
+    cost there: what greedy hands the search that starts from it (neuroshard searches in each), as a typed value
+    rather than through `info`."""
+
+    within_host: bool  # the oversized tables' row splits stay within a host (else over all devices)
+    lean: bool  # the lean layout (the fewest tables row-wise / in host memory)
+    rowwise: tuple[str, ...]  # the tables retried row-wise, by name
+    oversized_to_host: bool | tuple[str, ...]  # the oversized tables put in host memory whole: all (True), none, or these
+    cost: float | None  # the heuristic's plan cost in it (None: a default layout to try, not packed)
+    headroom: float  # the share of each device's HBM the layout may fill
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class PolicyUse:
     """The trained policy an RL solver rolled out, and the calibrated model card it was trained on (None: the shipped
     policy)."""
@@ -123,11 +109,9 @@ class SolveResult:
     fallback: FallbackUse | None = None
     replan: ReplanReport | None = None
     policy: PolicyUse | None = None
+    layouts: tuple[TieredLayoutChoice, ...] = ()  # the tiered layouts it packed, cheapest first (greedy's, for a search after it)
 
     def __post_init__(self) -> None:
-        if self.status is SolveStatus.timeout:  # (an interrupted search also reads its clock as past the deadline)
-            self.status = SolveStatus.feasible
-            self.stopped = self.stopped or StopReason.time_limit
         if self.stopped is None:
             self.stopped = StopReason.proven if self.status in (SolveStatus.optimal, SolveStatus.infeasible) else StopReason.converged
         if self.plan is not None and (self.plan.status.value != self.status.value or self.plan.stopped != self.stopped.value):

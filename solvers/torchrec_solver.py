@@ -77,7 +77,7 @@ from shardopt.data.torchrec_io import (
     topology_bandwidths,
     torchrec_pod_size,
 )
-from solvers.base import Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.base import Solver, SolveResult, SolveStatus, StopReason, Stopwatch, fail, finish
 from solvers.errors import UnknownSolverError
 from solvers.options import option
 
@@ -547,7 +547,7 @@ class TorchRecSolver(Solver):
             return fail(self, SolveStatus.no_solution, reason, clock, info)
         return finish(
             self, instance, cost_model, shards, clock, seed=seed,
-            status=SolveStatus.timeout if timed_out else SolveStatus.feasible,
+            stopped=StopReason.time_limit if timed_out else None,
             info=info, bound=bound[0] if bound else None,
             extra_params={"batch_size_per_rank": batch, "timeout_seconds": timeout, "compute_kernels": self.compute_kernels(instance)},
         )

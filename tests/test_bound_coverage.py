@@ -548,7 +548,8 @@ def test_the_row_split_classes_keep_the_relaxations_optimum(inst: Instance) -> N
     optimum, the lesser of the two (every plan's point is in one class), and no class is below the whole LP."""
     from solvers.bound.milp import build_relaxation
     from solvers.bound.solve import _solve_highs
-    from solvers.milp import MilpStatus, solve_milp
+    from solvers.milp import solve_milp
+    from solvers.status import SolveStatus
 
     ctx = AnalyticRelaxation(inst, CM)
     model, layout = build_relaxation(ctx)
@@ -557,27 +558,28 @@ def test_the_row_split_classes_keep_the_relaxations_optimum(inst: Instance) -> N
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     whole = solve_milp(model, c, time_limit=60.0, mip_rel_gap=1e-6)
-    assert classed["status"] == "optimal" and whole.status is MilpStatus.optimal
+    assert classed["status"] == "optimal" and whole.status is SolveStatus.optimal
     assert classed["bound"] == pytest.approx(whole.objective, rel=2e-4)
     assert classed["bound"] >= classed["lp_bound"] * (1 - 1e-9)
     for value in (0.0, 1.0):  # each class alone: at or above the whole optimum
         lb, ub = np.array(model.lb, dtype=float), np.array(model.ub, dtype=float)
         lb[layout.split_by_rows] = ub[layout.split_by_rows] = value
         one = solve_milp(model, c, time_limit=60.0, lb=lb, ub=ub, mip_rel_gap=1e-6)
-        assert one.status is MilpStatus.infeasible or one.objective >= whole.objective * (1 - 2e-4)
+        assert one.status is SolveStatus.infeasible or one.objective >= whole.objective * (1 - 2e-4)
 
 
 def test_a_class_search_stops_where_its_dual_bound_reaches_the_target() -> None:
     """`stop_at_dual` (how `_solve_row_classes` leaves a class whose bound has passed the other's): HiGHS stops once
     its dual bound reaches the value, here the LP's bound, which it holds from the root; left alone, it proves more."""
     from solvers.bound.milp import build_relaxation
-    from solvers.milp import MilpStatus, solve_milp, solve_milp_with_dual
+    from solvers.milp import solve_milp, solve_milp_with_dual
+    from solvers.status import SolveStatus, StopReason
 
     model, layout = build_relaxation(AnalyticRelaxation(make_instance(5, 4, seed=51, mem_factor=1.5, batch_size=16384), CM))
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     lp = solve_milp(model, c, time_limit=30.0, integrality=False).objective
     stopped = solve_milp_with_dual(model, c, time_limit=30.0, stop_at_dual=lp)
-    assert stopped.status is MilpStatus.limit and stopped.dual_bound >= lp * (1 - 1e-9)
+    assert stopped.stopped is StopReason.time_limit and stopped.dual_bound >= lp * (1 - 1e-9)
     full = solve_milp_with_dual(model, c, time_limit=30.0)
-    assert full.status is MilpStatus.optimal and full.dual_bound > stopped.dual_bound * (1 + 1e-3)
+    assert full.status is SolveStatus.optimal and full.dual_bound > stopped.dual_bound * (1 + 1e-3)

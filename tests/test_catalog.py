@@ -152,7 +152,7 @@ def test_an_installed_plugin_reaches_the_catalog(tmp_path: Path, monkeypatch: py
 
 
 def test_a_solver_spec_must_name_its_class() -> None:
-    register(SolverSpec("not_greedy", "solvers.heuristics.constructive", "GreedySolver", "heuristic", "x", "y"))
+    register(SolverSpec("not_greedy", "solvers.heuristics.constructive", "GreedySolver", "heuristic", "x", frozenset({"table_wise"})))
     try:
         with pytest.raises(TypeError, match="named 'greedy'"):
             get_solver("not_greedy")

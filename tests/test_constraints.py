@@ -249,7 +249,7 @@ def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constr
     pytest.importorskip("torchrec")
     from costmodels.registry import get_cost_model
     from shardopt.core.sharding_types import sharding_type
-    from solvers.catalog import UnhonouredConstraints, check_honoured, get_solver
+    from solvers.catalog import UnhonouredConstraints, check_accepts, get_solver
 
     base = make_instance(10, 4, seed=3, mem_factor=3.0)
     wide = max(base.tables, key=lambda t: t.dim)
@@ -257,7 +257,7 @@ def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constr
     doc["constraints"] = {"tables": [{"table": wide.name, "sharding_types": ["column_wise"], "min_partition": 8},
                                      {"table": base.tables[0].name, "sharding_types": ["row_wise"]}]}
     inst = instance_from_dict(doc)
-    check_honoured("torchrec_all", inst)
+    check_accepts("torchrec_all", inst)
     r = get_solver("torchrec_all").solve(inst, get_cost_model("analytic"), time_limit=60)
     assert r.plan is not None, r.reason
     by: dict[str, list[Shard]] = {}
@@ -267,7 +267,7 @@ def test_torchrec_planner_honours_types_and_min_partition_through_its_own_constr
     assert sharding_type(inst.topology, base.tables[0], by[base.tables[0].name]) == "row_wise"
     doc["constraints"] = {"separate": [[base.tables[1].name, base.tables[2].name]]}
     with pytest.raises(UnhonouredConstraints, match="separate"):
-        check_honoured("torchrec", instance_from_dict(doc))
+        check_accepts("torchrec", instance_from_dict(doc))
 
 
 @pytest.mark.parametrize("solver", ["greedy", "neuroshard", "cpsat"])

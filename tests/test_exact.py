@@ -300,7 +300,7 @@ def test_time_limit_returns_a_valid_plan_quickly(name: str) -> None:
     r = get_solver(name).solve(inst, CM, time_limit=2.0)
     wall = time.perf_counter() - t0
     assert wall < 2.0 + 10.0  # the limit plus start-up and the final judging, generously (measured 2.0 s here)
-    assert r.status in (SolveStatus.timeout, SolveStatus.optimal, SolveStatus.feasible)
+    assert r.status in (SolveStatus.optimal, SolveStatus.feasible)
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= heuristic + 1e-12
     assert r.plan.wall_time_s == pytest.approx(r.wall_time_s, abs=0.05)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.milp import MilpStatus, SparseModel, solve_lp, solve_milp, solve_milp_with_dual, solve_model_lp_ipm
+from solvers.milp import SparseModel, solve_lp, solve_milp, solve_milp_with_dual, solve_model_lp_ipm
+from solvers.status import SolveStatus, StopReason
 
 
 def knapsack() -> tuple[SparseModel, np.ndarray]:
@@ -19,10 +20,10 @@ def knapsack() -> tuple[SparseModel, np.ndarray]:
 def test_an_integer_optimum_and_its_relaxation() -> None:
     m, c = knapsack()
     res = solve_milp(m, c, time_limit=10)
-    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-9.0)
+    assert res.status is SolveStatus.optimal and res.objective == pytest.approx(-9.0)
     assert np.allclose(res.x, [1, 1, 0]) and res.dual_bound == pytest.approx(-9.0)
     lp = solve_milp(m, c, time_limit=10, integrality=False)
-    assert lp.status is MilpStatus.optimal and lp.objective <= res.objective  # the relaxation bounds the MILP
+    assert lp.status is SolveStatus.optimal and lp.objective <= res.objective  # the relaxation bounds the MILP
 
 
 def test_fixed_bounds_and_array_rows() -> None:
@@ -30,7 +31,7 @@ def test_fixed_bounds_and_array_rows() -> None:
     first = m.reserve(1)  # a fourth variable, bounds set by the caller below
     m.add(np.array([first, 0]), np.array([1.0, -1.0]), 0.0, 0.0)  # x3 = a
     res = solve_milp(m, np.append(c, 0.0), time_limit=10, lb=np.zeros(4), ub=np.array([0, 1, 1, 1]))  # a fixed to 0
-    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-7.0) and res.x[first] == pytest.approx(0.0)
+    assert res.status is SolveStatus.optimal and res.objective == pytest.approx(-7.0) and res.x[first] == pytest.approx(0.0)
 
 
 def test_infeasible_and_unbounded_are_named() -> None:
@@ -38,16 +39,16 @@ def test_infeasible_and_unbounded_are_named() -> None:
     x = m.var(0, 1)
     m.row({x: 1.0}, 2.0, np.inf)  # x >= 2 with x <= 1
     res = solve_milp(m, np.array([1.0]), time_limit=10)
-    assert res.status is MilpStatus.infeasible and res.x is None and res.objective is None
+    assert res.status is SolveStatus.infeasible and res.x is None and res.objective is None
     free = SparseModel()
     y = free.var(-np.inf, np.inf)
     free.row({y: 1.0}, -np.inf, 0.0)
-    assert solve_milp(free, np.array([1.0]), time_limit=10, integrality=False).status is MilpStatus.unbounded
+    assert solve_milp(free, np.array([1.0]), time_limit=10, integrality=False).stopped is StopReason.error
 
 
 def test_the_lp_form() -> None:
     res = solve_lp(np.array([1.0, 1.0]), np.array([[-1.0, -2.0]]), np.array([-4.0]), np.array([[0, 10], [0, 10]]))
-    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(2.0) and res.code == 0
+    assert res.status is SolveStatus.optimal and res.objective == pytest.approx(2.0) and res.code == 0
 
 
 def test_the_interior_point_gives_the_simplex_optimum() -> None:
@@ -64,11 +65,11 @@ def test_the_interior_point_gives_the_simplex_optimum() -> None:
     c = np.append(-rng.uniform(0.5, 1.5, size=6), 1.0)
     simplex = solve_milp(m, c, time_limit=10, integrality=False)
     ipm = solve_model_lp_ipm(m, c, time_limit=10)
-    assert simplex.status is ipm.status is MilpStatus.optimal and ipm.objective == pytest.approx(simplex.objective, rel=1e-9, abs=1e-9)
+    assert simplex.status is ipm.status is SolveStatus.optimal and ipm.objective == pytest.approx(simplex.objective, rel=1e-9, abs=1e-9)
     bad = SparseModel()
     x = bad.var(0, 1)
     bad.row({x: 1.0}, 2.0, np.inf)
-    assert solve_model_lp_ipm(bad, np.array([1.0]), time_limit=10).status is MilpStatus.infeasible
+    assert solve_model_lp_ipm(bad, np.array([1.0]), time_limit=10).status is SolveStatus.infeasible
 
 
 def test_the_highspy_adapter_reads_as_the_scipy_one() -> None:
@@ -76,15 +77,15 @@ def test_the_highspy_adapter_reads_as_the_scipy_one() -> None:
     point) gives the scipy adapter's optimum, fixed bounds and statuses on the same models."""
     m, c = knapsack()
     res = solve_milp_with_dual(m, c, time_limit=10)
-    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-9.0) and res.dual_bound == pytest.approx(-9.0)
+    assert res.status is SolveStatus.optimal and res.objective == pytest.approx(-9.0) and res.dual_bound == pytest.approx(-9.0)
     assert np.allclose(res.x, [1, 1, 0])
     fixed = solve_milp_with_dual(m, c, time_limit=10, lb=np.zeros(3), ub=np.array([0.0, 1.0, 1.0]))
-    assert fixed.status is MilpStatus.optimal and fixed.objective == pytest.approx(-7.0)
+    assert fixed.status is SolveStatus.optimal and fixed.objective == pytest.approx(-7.0)
     bad = SparseModel()
     x = bad.var(0, 1, integer=True)
     bad.row({x: 1.0}, 2.0, np.inf)
     out = solve_milp_with_dual(bad, np.array([1.0]), time_limit=10)
-    assert out.status is MilpStatus.infeasible and out.x is None and out.objective is None
+    assert out.status is SolveStatus.infeasible and out.x is None and out.objective is None
     rng = np.random.default_rng(3)
     for _ in range(5):  # random covering MILPs: the two adapters agree on the optimum
         m = SparseModel()
@@ -94,7 +95,7 @@ def test_the_highspy_adapter_reads_as_the_scipy_one() -> None:
             m.row({xs[int(j)]: float(rng.integers(1, 5)) for j in cols}, float(rng.integers(2, 9)), np.inf)
         cost = rng.uniform(1, 3, size=6)
         a, b = solve_milp(m, cost, time_limit=10), solve_milp_with_dual(m, cost, time_limit=10)
-        assert a.status is b.status is MilpStatus.optimal and b.objective == pytest.approx(a.objective, rel=2e-4)  # (HiGHS's gap)
+        assert a.status is b.status is SolveStatus.optimal and b.objective == pytest.approx(a.objective, rel=2e-4)  # (HiGHS's gap)
 
 
 def test_without_highspy_the_scipy_adapter_answers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,4 +105,4 @@ def test_without_highspy_the_scipy_adapter_answers(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "highspy", None)  # (import highspy raises ImportError)
     m, c = knapsack()
     res = solve_milp_with_dual(m, c, time_limit=10)
-    assert res.status is MilpStatus.optimal and res.objective == pytest.approx(-9.0) and "highspy" not in res.message
+    assert res.status is SolveStatus.optimal and res.objective == pytest.approx(-9.0) and "highspy" not in res.message

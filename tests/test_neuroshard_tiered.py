@@ -216,8 +216,8 @@ def test_every_layout_greedy_packed_is_searched_and_the_cheapest_plan_kept() -> 
     # (a generous limit: greedy packs its extra layouts only within a quarter of it, and the searches end early anyway;
     # the two solves below need not pack the same extra layouts on a loaded machine, so neither is compared with the other)
     greedy = get_solver("greedy").solve(inst, cm, seed=0, time_limit=60)
-    ranked = greedy.info["layouts_ranked"]
-    assert len(ranked) >= 3 and [r["cost"] for r in ranked] == sorted(r["cost"] for r in ranked)
+    ranked = greedy.layouts  # (typed: what greedy hands neuroshard)
+    assert len(ranked) >= 3 and [r.cost for r in ranked] == sorted(r.cost for r in ranked)
     r = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=60)
     assert r.status.has_plan, r.reason
     independent_memory_check(inst, r.plan)

@@ -153,7 +153,7 @@ def test_neuroshard_is_not_seeded_with_a_row_wise_greedy_plan() -> None:
     start = tuple(sorted((i, 0, t.dim) for i, t in enumerate(inst.tables)))
     assert _greedy_seed(inst, cm, PieceModel(inst, cm.bind(inst)), start, 0) is None
     r = get_solver("neuroshard").solve(inst, cm, time_limit=5, seed=0)
-    assert r.status.value in ("feasible", "timeout", "no_solution"), r.status
+    assert r.status.value in ("feasible", "no_solution"), r.status
     if r.plan is not None:
         assert check_plan(inst, r.plan).ok
 

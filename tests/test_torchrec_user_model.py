@@ -226,7 +226,7 @@ def test_the_users_script_plans_trains_and_checkpoints_on_4_gloo_ranks(tmp_path:
     plan = reports[0]["plan"]
     assert all(rep["plan"] == plan for rep in reports)  # rank 0's plan everywhere, whatever each rank's seed
     last = reports[0]["last"]
-    assert last["solver"] == "neuroshard" and last["status"] in ("feasible", "optimal", "timeout") and last["even_columns"] is True
+    assert last["solver"] == "neuroshard" and last["status"] in ("feasible", "optimal") and last["even_columns"] is True
     # every constraint, read off the plan DMP sharded by
     assert plan[COLUMN_ONLY][0] == "column_wise" and len(plan[COLUMN_ONLY][1]) >= 2
     assert plan[ROW_ONLY] == ["row_wise", [0, 1, 2, 3]]

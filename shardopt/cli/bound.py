@@ -109,7 +109,7 @@ def bound(
             raise CLIError(str(exc), EXIT_BAD_INPUT, "unsupported_cost_model") from None
         label = cost_model_label(model, instance)
         head = {"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()}, "cost_model": label}
-        if result.status == "infeasible":
+        if not result.status.proves_bound:
             what = "table-wise HBM" if table_wise else "table- or column-wise HBM"
             raise CLIError(f"no {what} plan fits in memory: {result.reason}", EXIT_INFEASIBLE, "infeasible",
                            extra={**head, "bound": result.to_dict()})
@@ -136,9 +136,11 @@ def bound(
 
 
 def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str, Any] | None) -> list[str]:
+    from solvers.status import BoundStatus
+
     how = {
-        "optimal": f"the relaxation solved (HiGHS gap <= {1e-4:g}); the bound is its dual bound",
-        "bound": f"HiGHS's dual bound when the {time_limit:g} s limit came; a bound, not the relaxation's optimum",
+        BoundStatus.optimal: f"the relaxation solved (HiGHS gap <= {1e-4:g}); the bound is its dual bound",
+        BoundStatus.bound: f"HiGHS's dual bound when the {time_limit:g} s limit came; a bound, not the relaxation's optimum",
     }[result.status]
     if result.source == "symmetric LP":
         how = ("the relaxation's LP bound, solved with every device's variables equal (the devices are interchangeable, "

@@ -41,6 +41,7 @@ def explain(
     """Why the bottleneck device is the bottleneck: its cost columns, its heaviest shards, how far it is above the mean
     and above the certified bound, and the best single moves or swaps with their predicted effect."""
     with _guard(json_out):
+        from costmodels.analytic import AnalyticCostModel
         from shardopt.core.ir import load_plan
         from shardopt.core.plan_check import check_plan
         from shardopt.measure.evaluate import cost_model_label, hash_warning
@@ -59,7 +60,7 @@ def explain(
             raise CLIError(f"{plan_path}: invalid plan: {len(violations)} violation(s):\n" + "\n".join("  " + v for v in violations[:20]),
                            EXIT_BAD_INPUT, "invalid_plan", extra={"violations": violations})
         label = cost_model_label(model, instance)
-        is_analytic = getattr(model, "name", None) == "analytic"
+        is_analytic = isinstance(model, AnalyticCostModel)
         ex = explain_plan(instance, model, plan, top=top, changes=changes, bound_time_limit=time_limit if bound and is_analytic else None,
                           cost_model_label=label)
         if bound and not is_analytic:

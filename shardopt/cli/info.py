@@ -30,8 +30,13 @@ def list_solvers(
         if options_of is not None:
             _list_options(spec_of(options_of), json_out)
             return
-        rows = [{"name": s.name, "family": s.family, "placements": s.placements, "description": s.description,
-                 "uses_cost_model": s.uses_cost_model, "needs": s.needs or None, "constraints": list(s.constraints)} for s in specs()]
+        from shardopt.core.sharding_types import SHARDING_TYPES
+
+        rows = [{"name": s.name, "family": s.family, "placements": [t for t in SHARDING_TYPES if s.places(t)],
+                 "placement_note": s.placement_note, "host_memory": s.host_memory, "description": s.description,
+                 "uses_cost_model": s.uses_cost_model, "anytime": s.anytime, "deterministic": s.deterministic,
+                 "needs": s.needs or None, "constraints": sorted(s.constraints), "max_tables": s.max_tables,
+                 "max_devices": s.max_devices} for s in specs()]
         if json_out:
             _emit_json({"solvers": rows, "default": DEFAULT_SOLVER})
             return
@@ -47,11 +52,16 @@ def list_solvers(
         for r in rows:
             name = r["name"] + (" (default)" if r["name"] == DEFAULT_SOLVER else "")
             about = r["description"] + ("" if r["uses_cost_model"] else "; its plan does not depend on the cost model")
+            about += "; anytime" if r["anytime"] else ""
+            about += "" if r["deterministic"] else "; stops on a wall clock (the plan can depend on the machine's speed)"
+            if r["max_tables"] or r["max_devices"]:
+                about += f"; at most {r['max_tables'] or 'any'} tables on {r['max_devices'] or 'any'} devices"
             about += f"; needs the [{r['needs']}] extra" if r["needs"] else ""
             if r["constraints"]:
                 every = set(r["constraints"]) >= set(CONSTRAINT_KINDS)
                 about += "; honours every placement constraint" if every else f"; honours placement constraints: {', '.join(r['constraints'])}"
-            table.add_row(_esc(name), _esc(r["family"]), _esc(r["placements"]), _esc(about))
+            placed = r["placement_note"] or ", ".join(r["placements"]) + ("; host memory" if r["host_memory"] else "")
+            table.add_row(_esc(name), _esc(r["family"]), _esc(placed), _esc(about))
         _console().print(table)
 
 

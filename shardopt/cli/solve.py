@@ -71,13 +71,13 @@ def solve(
     measured-fastest plan of a portfolio)."""
     with _guard(json_out):
         from shardopt.core.ir import save
-        from solvers.catalog import check_honoured
+        from solvers.catalog import check_accepts
 
         solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
         pick_backend, portfolio_names = _check_flags(pick_backend, candidates, portfolio, from_plan, max_moved_bytes, move_weight)
         instance = _load_instance(instance_path)
         for name in portfolio_names if pick_backend is not None else [solver]:
-            check_honoured(name, instance)  # (exit 2 naming the constraints a solver would break, and who honours them)
+            check_accepts(name, instance)  # (exit 2 naming the constraints a solver would break, and who honours them)
         _no_constraint_proof(instance, instance_path)
         choice = _choose_cost_model(cost_model, instance, models)
         model = choice.model
@@ -194,7 +194,7 @@ class _Shown:
             "lower_bound": result.lower_bound,
             "lower_bound_of": result.lower_bound_of,
             **({} if result.lower_bound is not None else
-               {"lower_bound_note": _no_bound_note(getattr(self.model, "name", None) == "analytic", _topology_refusal(self.instance))}),
+               {"lower_bound_note": _no_bound_note(_is_analytic(self.model), _topology_refusal(self.instance))}),
             **({"solver_bound": result.model_bound.to_dict()} if result.model_bound is not None else {}),
             "predicted": self.costs.to_dict(),
             "memory": _memory_doc(self.instance, self.memory),
@@ -216,7 +216,7 @@ class _Shown:
         if result.policy is not None and result.policy.from_card:
             status += f" · policy trained on {result.policy.from_card} (calibrate --with-policies)"
         lines.append(status)
-        lines += _bound_lines(instance, result, costs.max_cost, getattr(self.model, "name", None) == "analytic", self.instance_path)
+        lines += _bound_lines(instance, result, costs.max_cost, _is_analytic(self.model), self.instance_path)
         if result.replan is not None:
             lines.append(_replan_line(result.replan))
         lines += self.pick_text
@@ -290,6 +290,13 @@ def _no_bound_note(analytic: bool, network: str | None = None) -> str:
         return f"no certified bound for this topology: {network}"
     return ("no certified bound computed: the analytic model's comes from `shardopt bound`, or within the solve from cpsat / milp "
             "with -O certified_bound=true" if analytic else "no certified bound for this cost model: the certified bound is the analytic model's")
+
+
+def _is_analytic(model: Any) -> bool:
+    """Whether the certified bound (of the analytic formulas, any profile) speaks of this model's costs."""
+    from costmodels.analytic import AnalyticCostModel
+
+    return isinstance(model, AnalyticCostModel)
 
 
 def _replan_line(r: ReplanReport) -> str:

@@ -19,6 +19,7 @@ TABLE_ROW_WISE = "table_row_wise"
 TABLE_COLUMN_WISE = "table_column_wise"
 DATA_PARALLEL = "data_parallel"
 GRID_SHARD = "grid_shard"
+SHARDING_TYPES = (TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, TABLE_COLUMN_WISE, DATA_PARALLEL, GRID_SHARD)
 
 
 def sharding_type(topology: Topology, table: Table, shards: Sequence[Shard]) -> str:

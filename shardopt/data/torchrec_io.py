@@ -685,6 +685,16 @@ def torchrec_pod_size(topology: Topology) -> int | None:
     return inner.devices // topology.devices_per_host
 
 
+def topology_refusal(instance: Instance) -> str | None:
+    """Why TorchRec's planner cannot take the instance's topology (`torchrec_pod_size`'s refusal), or None: the
+    catalog asks before any solve starts (solvers.catalog.SolverSpec.accepts)."""
+    try:
+        torchrec_pod_size(instance.topology)
+    except TorchRecTopologyError as exc:
+        return str(exc)
+    return None
+
+
 def topology_bandwidths(topology: Topology) -> dict[str, float]:
     """The hardware profile's bandwidths (topology overrides first) in TorchRec's unit, bytes per millisecond:
     HBM, intra-host (NVLink), inter-host (network) and the device-host link that UVM reads cross (TorchRec's

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from shardopt.leaderboard.entries import PortfolioEntry, portfolio_entry
 from shardopt.leaderboard.store import (
     UNRECORDED_SETTINGS,
     LeaderboardError,
@@ -71,10 +72,6 @@ CREATE TABLE IF NOT EXISTS measured (
 MEASURED_COLUMNS = ("suite", "instance_file", "instance_hash", "solver", "cost_model", "seed", "backend", "status",
                     "reason", "solve_time_s", "predicted_ms", "measured_ms", "ci_low_ms", "ci_high_ms", "device_ms",
                     "plan_key", "rounds", "session_s", "judge", "machine", "rule", "code_version", "created_at", "settings")
-# `solve --pick` as a leaderboard entry (measured backends): per cost model, the portfolio's plans (each solver with
-# that model and with the analytic model) measured in a session of their own, the fastest kept - and then measured
-# again with every other plan of the instance, so that its row carries no winner's luck from the session that chose it
-PICK = "pick"
 
 
 def open_measured(db: Path) -> Any:
@@ -122,7 +119,8 @@ def models_for(solver: str, cost_models: list[str]) -> list[str]:
     the model (its catalog spec says so; it is reported beside every model)."""
     from solvers.catalog import spec_of
 
-    if solver == PICK or spec_of(solver).uses_cost_model:
+    entry = portfolio_entry(solver)
+    if (entry.uses_cost_model if entry is not None else spec_of(solver).uses_cost_model):
         return cost_models
     return cost_models[:1]
 
@@ -135,7 +133,7 @@ def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed
     inst = load_instance(path)
     rows, plans = [], []
     for solver in solvers:
-        if solver == PICK:
+        if portfolio_entry(solver) is not None:  # (its rows are drawn from the others': `_portfolio_rows`)
             continue
         for cm in models_for(solver, cost_models):
             row, plan = _solve_pair(inst, solver, cm, seed, time_limit, (options or {}).get(solver))
@@ -144,30 +142,32 @@ def _solve_instance(path: Path, solvers: list[str], cost_models: list[str], seed
     return inst, rows, plans
 
 
-def _pick_rows(inst: Any, rows: list[dict[str, Any]], plans: list[Any], job: InstanceSession) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The `pick` entry's row and plan per cost model (PICK): the portfolio's plans (reusing the instance's rows of
-    the same pairs) measured in sessions of their own (shardopt.measure.pick: the close ones twice), the
-    measured-fastest kept."""
+def _portfolio_rows(entry: PortfolioEntry, inst: Any, rows: list[dict[str, Any]], plans: list[Any],
+                    job: InstanceSession) -> tuple[list[dict[str, Any]], list[Any]]:
+    """A portfolio entry's row and plan per cost model (`pick`, shardopt.leaderboard.entries): its portfolio's plans
+    (reusing the instance's rows of the same pairs) measured in sessions of their own (shardopt.measure.pick: the
+    close ones twice), the measured-fastest kept - and then measured again with every other plan of the instance, so
+    that its row carries no winner's luck from the session that chose it."""
     from costmodels.auto import model_for
     from shardopt.core.ir import plan_key
-    from shardopt.measure.pick import PICK_PORTFOLIO, pick_fastest, portfolio_pairs
+    from shardopt.measure.pick import pick_fastest, portfolio_pairs
     from solvers.catalog import DEFAULT_SOLVER, spec_of
 
     solved = {(r["solver"], r["cost_model"]): (r, p) for r, p in zip(rows, plans)}
     out_rows, out_plans = [], []
     for cm in job.cost_models:
-        if (PICK, cm) in job.have:
+        if (entry.name, cm) in job.have:
             continue
         candidates: dict[str, tuple[str, dict[str, Any], Any]] = {}  # plan key -> (label, row, plan): distinct plans
         spent = 0.0
-        for solver, model in portfolio_pairs(PICK_PORTFOLIO, cm, lambda s: spec_of(s).uses_cost_model):
+        for solver, model in portfolio_pairs(entry.portfolio, cm, lambda s: spec_of(s).uses_cost_model):
             if (solver, model) not in solved:
                 solved[(solver, model)] = _solve_pair(inst, solver, model, job.seed, job.time_limit, job.solver_options.get(solver))
             r, p = solved[(solver, model)]
             spent += r.get("solve_time_s") or 0.0
             if p is not None:
                 candidates.setdefault(plan_key(p), (f"{solver} / {model}", r, p))
-        row: dict[str, Any] = {"solver": PICK, "cost_model": cm, "seed": job.seed}
+        row: dict[str, Any] = {"solver": entry.name, "cost_model": cm, "seed": job.seed}
         if not candidates:
             row.update(status="no_solution", reason="no solver of the portfolio found a plan", solve_time_s=spent)
             out_rows.append(row)
@@ -227,8 +227,8 @@ def measure_instance(job: InstanceSession) -> tuple[list[dict[str, Any]], dict[s
 
     path = Path(job.path)
     inst, rows, plans = _solve_instance(path, list(job.solvers), list(job.cost_models), job.seed, job.time_limit, job.solver_options)
-    if PICK in job.solvers:
-        picked_rows, picked_plans = _pick_rows(inst, rows, plans, job)
+    for entry in filter(None, map(portfolio_entry, job.solvers)):
+        picked_rows, picked_plans = _portfolio_rows(entry, inst, rows, plans, job)
         rows, plans = rows + picked_rows, plans + picked_plans
     keep = [(r, p) for r, p in zip(rows, plans) if (r["solver"], r["cost_model"]) not in job.have]
     distinct: dict[str, Any] = {}
@@ -297,7 +297,7 @@ def run_measured_leaderboard(
     if not solvers or not cost_models:
         raise LeaderboardError("--solvers / --cost-model: name at least one of each")
     for s in solvers:
-        if s != PICK:
+        if portfolio_entry(s) is None:
             spec_of(s)  # (UnknownSolverError for a name the catalog does not have)
     for cm in cost_models:
         check_cost_model_name(cm)

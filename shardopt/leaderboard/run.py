@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shardopt.measure.engine import Engine
 
+from shardopt.leaderboard.entries import portfolio_entry
 from shardopt.leaderboard.store import (
     BOUND_COLUMNS,
     BOUND_KIND,
@@ -80,7 +81,7 @@ def solve_task(task: Task) -> dict[str, Any]:
     from costmodels.auto import model_for
     from shardopt.core.ir import load_instance
     from shardopt.measure.evaluate import MEASURED_BACKENDS, evaluate_plan
-    from solvers.catalog import UnhonouredConstraints, get_solver, spec_of, unhonoured
+    from solvers.catalog import NotAccepted, get_solver, spec_of
 
     instance = load_instance(task.path)
     row: dict[str, Any] = {
@@ -94,12 +95,12 @@ def solve_task(task: Task) -> dict[str, Any]:
     solver.prepare()  # (one-time imports: not part of any row's solve time)
     row["params"] = json.dumps(solver.params(), sort_keys=True, default=str)
     start = time.perf_counter()
-    refused = unhonoured(spec_of(task.solver), instance)
+    refused = spec_of(task.solver).accepts(instance)
     try:
-        if refused is not None:  # (the solver would break constraints it does not honour: a failed row, named)
-            raise UnhonouredConstraints(refused)
+        if refused is not None:  # (constraints it would break, an instance beyond it: a failed row, named)
+            raise NotAccepted(refused)
         result = solver.solve(instance, model, time_limit=task.time_limit, seed=task.seed)
-    except UnhonouredConstraints as exc:
+    except NotAccepted as exc:
         row.update(status="no_solution", reason=str(exc), solve_time_s=0.0)
     except Exception as exc:  # noqa: BLE001 - a crashing solver is a failed row, never a lost one
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", solve_time_s=time.perf_counter() - start)
@@ -148,7 +149,8 @@ def solver_options_key(solvers: list[str], solver_options: dict[str, dict[str, A
             raise LeaderboardError(f"--option: {name!r} is not one of --solvers ({', '.join(solvers)})")
     out: dict[str, dict[str, Any]] = {}
     for name in solvers:
-        if name == "pick":
+        entry = portfolio_entry(name)
+        if entry is not None and not entry.takes_options:
             continue
         klass = spec_of(name).solver_class()
         try:
@@ -170,8 +172,9 @@ def plan_tasks(suite_dir: Path, solvers: list[str], seeds: int, backend: str, co
     if not solvers:
         raise LeaderboardError("--solvers: no solver named")
     for s in solvers:
-        if s == "pick":
-            raise LeaderboardError("--solvers: 'pick' measures its candidates: it is an entry of the measured leaderboard "
+        entry = portfolio_entry(s)
+        if entry is not None and entry.measured_only:
+            raise LeaderboardError(f"--solvers: {s!r} measures its candidates: it is an entry of the measured leaderboard "
                                    "(--backend cpu|cuda), not of the simulated one")
         spec_of(s)  # (UnknownSolverError for a name the catalog does not have)
     if backend not in BACKENDS:
@@ -267,9 +270,9 @@ def bound_row(suite: str, path: str, instance_hash: str, cost_model: str, time_l
     except Exception as exc:  # noqa: BLE001 - a failed bound is a row saying why, never a lost run
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}", time_s=time.perf_counter() - start)
     else:
-        ok = b.status != "infeasible"
+        ok = b.status.proves_bound
         weak = "HiGHS proved nothing in time: the table-cut bound alone (solvers.bound.table_cut_bound)"
-        row.update(status=b.status, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
+        row.update(status=b.status.value, value_ms=b.value_ms if ok else None, covers=b.covers, time_s=b.time_s,
                    reason=b.reason if not ok else (weak if b.source == "table cuts" else None))
     row["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return row

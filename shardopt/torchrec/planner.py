@@ -173,7 +173,7 @@ class ShardoptPlanner(ShardingPlanner):
 
         from costmodels.auto import choose_cost_model
         from shardopt.core.constraint_proofs import constraint_infeasibility
-        from solvers.catalog import check_honoured
+        from solvers.catalog import check_accepts
 
         t0 = time.perf_counter()
         sharders = list(sharders) if sharders is not None else get_default_sharders()
@@ -181,7 +181,7 @@ class ShardoptPlanner(ShardingPlanner):
         memory = rank_memory(self.topology, self.storage_reservation, self.batch_size, module, sharders, self.constraints)
         planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, memory, self.placement,
                             even_columns=even)
-        check_honoured(self.solver_name, planned.instance)
+        check_accepts(self.solver_name, planned.instance)
         proof = constraint_infeasibility(planned.instance)
         if proof is not None:
             raise PlannerInputError(f"no plan can meet the placement constraints: {proof}")

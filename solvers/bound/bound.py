@@ -22,6 +22,7 @@ from solvers.bound.solve import _solve_highs, relaxation_plan
 from solvers.bound.symmetric import classes_lp_bound, devices_interchangeable, symmetric_lp_bound
 from solvers.bound.table_cuts import table_cut_bound
 from solvers.bound.terms import BoundError
+from solvers.status import BoundStatus
 
 
 def _group_word(ctx: AnalyticRelaxation) -> str:
@@ -84,9 +85,9 @@ MAX_FULL_PAIRS = 200_000  # nor is the full relaxation built for devices that di
 class AnalyticBound:
     """A certified lower bound of the analytic plan cost (ms) over the plans `covers` names.
 
-    status: "optimal" (the relaxation was solved to HiGHS's gap MIP_REL_GAP; value = its dual bound), "bound" (the
-    time limit came first; value = the dual bound proven by then, still a bound), "infeasible" (the relaxation has no
-    solution: no covered plan fits in memory; `reason` says why; value = +inf).
+    status (solvers.status.BoundStatus): `optimal` (the relaxation was solved to HiGHS's gap MIP_REL_GAP; value = its
+    dual bound), `bound` (the time limit came first; value = the dual bound proven by then, still a bound),
+    `infeasible` (the relaxation has no solution: no covered plan fits in memory; `reason` says why; value = +inf).
     source: "relaxation" (HiGHS's bound of the relaxation), "symmetric LP" (its LP bound solved with the devices'
     variables equal, `build_symmetric_lp`: for interchangeable devices, when the full relaxation is too large or its
     LP ran out of time), "class LP" (the same with one copy per class of devices that differ in memory, host by host:
@@ -95,7 +96,7 @@ class AnalyticBound:
     """
 
     value_ms: float
-    status: str
+    status: BoundStatus
     table_wise: bool
     solver: str
     time_s: float
@@ -117,9 +118,13 @@ class AnalyticBound:
     covers_host_memory: bool = False  # so are shards in host memory (UVM kernels)
     covers_row_splits: bool = False  # so are tables split by rows (row_wise, table_row_wise)
 
+    def __post_init__(self) -> None:
+        self.status = BoundStatus(self.status)  # (a status outside the vocabulary is a bug, here rather than in a caller)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("plan")
+        d["status"] = self.status.value
         if not math.isfinite(self.value_ms):
             d["value_ms"] = None
         return d
@@ -171,7 +176,7 @@ def _mixed_kinds_bound(instance: Instance, cost_model: CostModel | None, *, time
                        host_memory=host_memory, row_splits=row_splits)
     out.time_s = time.perf_counter() - start
     classes = device_classes(instance)
-    if kinds is None or not math.isfinite(kinds) or kinds <= out.value_ms or out.status == "infeasible":
+    if kinds is None or not math.isfinite(kinds) or kinds <= out.value_ms or out.status is BoundStatus.infeasible:
         why = (classes if isinstance(classes, str) else "HiGHS did not finish it in time" if kinds is None
                else "no covered plan fits" if not math.isfinite(kinds) else f"{kinds:.6g} ms, no higher")
         out.info["per_kind_lp"] = why
@@ -193,7 +198,7 @@ def _mixed_kinds_bound(instance: Instance, cost_model: CostModel | None, *, time
               f"kinds' envelope bound, {out.value_ms:.6g} ms, is looser"
               + (" and covers host-memory shards too)" if out.covers_host_memory and not host else ")"))
     info = dict(out.info, envelope_bound_ms=out.value_ms, envelope_covers=out.covers, envelope_source=out.source)
-    return AnalyticBound(kinds, "bound", table_wise, "HiGHS (scipy.optimize.milp)", time.perf_counter() - start, covers, out.cost_model,
+    return AnalyticBound(kinds, BoundStatus.bound, table_wise, "HiGHS (scipy.optimize.milp)", time.perf_counter() - start, covers, out.cost_model,
                          source="per-kind LP", info=info, covers_replicas=reps, covers_host_memory=host, covers_row_splits=rows,
                          solver_message="the LP relaxation with one copy of the device variables per class of devices (kind, HBM, host "
                          "memory), each class on its kind's profile")
@@ -220,7 +225,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
                  covers_row_splits=bool(ctx.row_split.any() or ctx.host_row_split.any()) and not table_wise)
     reason = _memory_reason(instance, ctx, table_wise) or _constraint_reason(instance, ctx, table_wise)
     if reason is not None:
-        return AnalyticBound(math.inf, "infeasible", table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
+        return AnalyticBound(math.inf, BoundStatus.infeasible, table_wise, "a counting argument (no solver needed)", time.perf_counter() - start, covers,
                              model_name, reason=reason, **flags)
     if instance.constraint_kinds():
         free = instance.model_copy(update={"constraints": None})
@@ -243,7 +248,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
         # nothing in 60); where it does not hold or did not finish, the full relaxation as before
         classes = _class_lp(instance, cost_model, ctx, table_wise, replicas, row_splits, max(0.1, 0.8 * time_limit))
         if classes is not None:
-            return AnalyticBound(classes, "bound", table_wise, solver, time.perf_counter() - start, covers, model_name, source="class LP", **flags,
+            return AnalyticBound(classes, BoundStatus.bound, table_wise, solver, time.perf_counter() - start, covers, model_name, source="class LP", **flags,
                                  solver_message=f"{n_pairs:,} (table, device) pairs on devices that differ in memory: the LP relaxation "
                                  "with one copy of the device variables per class of devices (HBM, host memory)")
     if symmetric and n_pairs > FULL_RELAXATION_MAX_PAIRS:
@@ -253,13 +258,13 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             # relaxation's, and without an answer in time the bound that needs no solver stands
             elapsed = time.perf_counter() - start
             if sym is not None:
-                return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, source="symmetric LP", **flags,
+                return AnalyticBound(math.inf, BoundStatus.infeasible, table_wise, solver, elapsed, covers, model_name, source="symmetric LP", **flags,
                                      reason="no plan of the covered kinds fits in the devices' memory (HiGHS proved the LP relaxation infeasible)")
-            return AnalyticBound(table_cut_bound(ctx, table_wise), "bound", table_wise, solver, elapsed, covers, model_name, source="table cuts",
+            return AnalyticBound(table_cut_bound(ctx, table_wise), BoundStatus.bound, table_wise, solver, elapsed, covers, model_name, source="table cuts",
                                  solver_message=f"the symmetric LP did not finish within {0.8 * time_limit:g} s ({n_pairs:,} pairs: too large "
                                  "for the full relaxation); a longer --time-limit gives its bound", **flags)
     elif n_pairs > MAX_FULL_PAIRS:  # devices that differ, and too many pairs to build the relaxation in memory
-        return AnalyticBound(table_cut_bound(ctx, table_wise), "bound", table_wise, solver, time.perf_counter() - start, covers, model_name,
+        return AnalyticBound(table_cut_bound(ctx, table_wise), BoundStatus.bound, table_wise, solver, time.perf_counter() - start, covers, model_name,
                              source="table cuts", **flags,
                              solver_message=f"{n_pairs:,} (table, device) pairs on devices that differ: beyond what the full relaxation "
                              f"is built for ({MAX_FULL_PAIRS:,}); the bound that needs no solver")
@@ -280,7 +285,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
                 value, how = found.value, ("the least over plan classes (by the collectives they run: table-wise only, column-wise only, "
                                            "both, neither; with or without row splits)")
         return AnalyticBound(
-            value_ms=value, status="bound", table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
+            value_ms=value, status=BoundStatus.bound, table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
             cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
             solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on): {how}",
             info=info, **flags,
@@ -299,11 +304,11 @@ def _full_relaxation_bound(instance: Instance, ctx: AnalyticRelaxation, *, table
     res = _solve_highs(model, layout, left)
     elapsed = time.perf_counter() - start
     sizes = dict(variables=model.n_vars, rows=model.n_rows, integer_variables=int(sum(model.integer)), multipliers=len(ctx.lams))
-    if res["status"] == "infeasible":
+    if res["status"] is BoundStatus.infeasible:
         why = ("no assignment of whole tables fits in the devices' memory (HiGHS proved the bin packing infeasible)" if table_wise else
                "no split of the tables into column shards (widths multiples of 4) fits in the devices' memory "
                "(HiGHS proved the memory rows of the relaxation infeasible)")
-        return AnalyticBound(math.inf, "infeasible", table_wise, solver, elapsed, covers, model_name, reason=why,
+        return AnalyticBound(math.inf, BoundStatus.infeasible, table_wise, solver, elapsed, covers, model_name, reason=why,
                              solver_message=res["message"], **sizes, **flags)
     plan = relaxation_plan(ctx, layout, res["x"], model_name) if res["x"] is not None else None
     plan_cost = ctx.bm.plan_costs(plan).max_cost if plan is not None else None

@@ -38,7 +38,8 @@ from solvers.bound.inequalities import scale_at
 from solvers.bound.milp import MEMORY_SLACK, pair_fits
 from solvers.bound.symmetric import pair_rows
 from solvers.bound.table_cuts import table_cut_lines
-from solvers.milp import MilpStatus, SparseModel, solve_milp
+from solvers.milp import SparseModel, solve_milp
+from solvers.status import SolveStatus
 
 
 @dataclass(frozen=True)
@@ -380,8 +381,8 @@ def kinds_lp_bound(instance: Instance, table_wise: bool = False, time_limit: flo
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)
-    if res.status is MilpStatus.infeasible:
+    if res.status is SolveStatus.infeasible:
         return math.inf, host
-    if res.status is not MilpStatus.optimal or res.objective is None:
+    if res.status is not SolveStatus.optimal or res.objective is None:
         return None, host
     return float(res.objective), host

@@ -16,8 +16,9 @@ from costmodels.base import CostModel
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Plan
 from solvers.bound.context import AnalyticRelaxation
 from solvers.bound.milp import _Layout, _symmetry_classes, build_relaxation
-from solvers.milp import MilpStatus, SparseModel, solve_milp, solve_milp_with_dual
+from solvers.milp import SparseModel, solve_milp, solve_milp_with_dual
 from solvers.placement.collectives import join_one_collective
+from solvers.status import BoundStatus, SolveStatus, StopReason
 
 MIP_REL_GAP = 1e-4  # HiGHS stops when its primal and dual bounds are this close ("optimal")
 
@@ -31,20 +32,20 @@ def _solve_highs(model: SparseModel, layout: _Layout, time_limit: float) -> dict
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     lp = solve_milp(model, c, time_limit=max(time_limit, 0.05), integrality=False)
-    if lp.status is MilpStatus.infeasible:
-        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "lp_bound": None, "message": lp.message}
-    if lp.status is MilpStatus.limit:  # the limit came during the LP: the MILP (its presolve alone) would only overrun it
-        return {"status": "bound", "bound": -math.inf, "primal": None, "x": None, "lp_bound": None, "message": f"LP relaxation: {lp.message}"}
-    lp_bound = lp.objective if lp.status is MilpStatus.optimal and lp.objective is not None else -math.inf
+    if lp.status is SolveStatus.infeasible:
+        return {"status": BoundStatus.infeasible, "bound": math.inf, "primal": None, "x": None, "lp_bound": None, "message": lp.message}
+    if lp.stopped is StopReason.time_limit:  # the limit came during the LP: the MILP (its presolve alone) would only overrun it
+        return {"status": BoundStatus.bound, "bound": -math.inf, "primal": None, "x": None, "lp_bound": None, "message": f"LP relaxation: {lp.message}"}
+    lp_bound = lp.objective if lp.status is SolveStatus.optimal and lp.objective is not None else -math.inf
     left = time_limit - (time.perf_counter() - start)
     if layout.split_by_rows is not None:
         out = _solve_row_classes(model, layout, c, left)
     else:
         out = _solve_class(model, c, None, None, left)
     out["lp_bound"] = lp_bound if math.isfinite(lp_bound) else None
-    if out["status"] != "infeasible":
+    if out["status"] is not BoundStatus.infeasible:
         out["bound"] = max(out["bound"], lp_bound)
-        if out["status"] == "optimal" and out["primal"] is not None:
+        if out["status"] is BoundStatus.optimal and out["primal"] is not None:
             out["bound"] = min(out["bound"], out["primal"])
     return out
 
@@ -56,12 +57,12 @@ def _solve_class(model: SparseModel, c: np.ndarray, lb: np.ndarray | None, ub: n
     value. `stop_at`: stop once the dual bound reaches it (`solve_milp_with_dual`)."""
     res = solve_milp_with_dual(model, c, time_limit=max(time_limit, 0.05), lb=lb, ub=ub, mip_rel_gap=MIP_REL_GAP, stop_at_dual=stop_at)
     out = {"primal": res.objective, "x": res.x, "message": res.message}
-    if res.status is MilpStatus.infeasible:
-        return {**out, "status": "infeasible", "bound": math.inf}
+    if res.status is SolveStatus.infeasible:
+        return {**out, "status": BoundStatus.infeasible, "bound": math.inf}
     bound = res.dual_bound if res.dual_bound is not None else -math.inf
-    if res.status is MilpStatus.optimal and res.objective is not None:
-        return {**out, "status": "optimal", "bound": min(bound, res.objective)}
-    return {**out, "status": "bound", "bound": bound}
+    if res.status is SolveStatus.optimal and res.objective is not None:
+        return {**out, "status": BoundStatus.optimal, "bound": min(bound, res.objective)}
+    return {**out, "status": BoundStatus.bound, "bound": bound}
 
 
 ROW_CLASS_ROUNDS = 4  # solves of the two classes at most (each restarts HiGHS's search)
@@ -85,10 +86,10 @@ def _solve_row_classes(model: SparseModel, layout: _Layout, c: np.ndarray, time_
     bound, done, best, notes = [-math.inf, -math.inf], [False, False], [None, None], [[], []]
     for k, (lb, ub) in enumerate(box):  # each class's LP: its bound before any branching
         lp = solve_milp(model, c, time_limit=max(time_limit - (time.perf_counter() - start), 0.05), integrality=False, lb=lb, ub=ub)
-        if lp.status is MilpStatus.infeasible:
+        if lp.status is SolveStatus.infeasible:
             bound[k], done[k] = math.inf, True
             notes[k].append("infeasible (LP)")
-        elif lp.status is MilpStatus.optimal and lp.objective is not None:
+        elif lp.status is SolveStatus.optimal and lp.objective is not None:
             bound[k] = lp.objective
     for _ in range(ROW_CLASS_ROUNDS):
         k = 0 if bound[0] <= bound[1] else 1
@@ -98,19 +99,19 @@ def _solve_row_classes(model: SparseModel, layout: _Layout, c: np.ndarray, time_
         other = bound[1 - k]
         res = _solve_class(model, c, *box[k], left, stop_at=other if math.isfinite(other) else None)
         bound[k] = max(bound[k], res["bound"])
-        done[k] = res["status"] in ("optimal", "infeasible")
+        done[k] = res["status"] in (BoundStatus.optimal, BoundStatus.infeasible)
         notes[k].append(res["message"])
         if res["primal"] is not None and (best[k] is None or res["primal"] < best[k]["primal"]):
             best[k] = res
     k = 0 if bound[0] <= bound[1] else 1
     if math.isinf(bound[k]) and bound[k] > 0:
-        return {"status": "infeasible", "bound": math.inf, "primal": None, "x": None, "message": "both row-split classes infeasible"}
+        return {"status": BoundStatus.infeasible, "bound": math.inf, "primal": None, "x": None, "message": "both row-split classes infeasible"}
     found = [r for r in best if r is not None]
     point = min(found, key=lambda r: r["primal"]) if found else None
     proven = done[k] and best[k] is not None
     words = ["without a row split", "with a row split"]
     message = "; ".join(f"{words[j]}: {bound[j]:.6g} ms ({', '.join(notes[j]) or 'its LP'})" for j in range(2))
-    return {"status": "optimal" if proven else "bound", "bound": bound[k], "primal": point["primal"] if point else None,
+    return {"status": BoundStatus.optimal if proven else BoundStatus.bound, "bound": bound[k], "primal": point["primal"] if point else None,
             "x": point["x"] if point else None, "message": message}
 
 
@@ -221,7 +222,7 @@ def relaxation_value_at(instance: Instance, shards: Sequence[tuple[int, int, int
     c = np.zeros(model.n_vars)
     c[layout.z] = 1.0
     res = solve_milp(model, c, time_limit=time_limit, lb=lb, ub=ub, mip_rel_gap=1e-9)
-    return res.objective if res.status is MilpStatus.optimal and res.objective is not None else math.inf
+    return res.objective if res.status is SolveStatus.optimal and res.objective is not None else math.inf
 
 
 def _symmetry_order(instance: Instance, width: dict[tuple[int, int], int]) -> dict[int, int]:

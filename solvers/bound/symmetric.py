@@ -25,7 +25,8 @@ from solvers.bound.table_cuts import (
     table_cut_lines,
     widest_part_compute,
 )
-from solvers.milp import MilpStatus, SparseModel, solve_milp
+from solvers.milp import SparseModel, solve_milp
+from solvers.status import SolveStatus
 
 
 def devices_interchangeable(instance: Instance) -> bool:
@@ -420,9 +421,9 @@ def symmetric_lp_bound(ctx: AnalyticRelaxation, table_wise: bool = False, time_l
     c = np.zeros(m.n_vars)
     c[z] = 1.0
     res = solve_milp(m, c, time_limit=max(time_limit, 0.05), integrality=False)  # (the simplex: benchmarks/bench_class_lp_methods.py)
-    if res.status is MilpStatus.infeasible:
+    if res.status is SolveStatus.infeasible:
         return math.inf
-    if res.status is not MilpStatus.optimal or res.objective is None:
+    if res.status is not SolveStatus.optimal or res.objective is None:
         return None
     return res.objective
 

@@ -21,6 +21,17 @@ from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.exact.linearize import Linearization
+from solvers.status import SolveStatus, StatusMap, StopReason
+
+# CP-SAT's statuses (by CpSolver.status_name) onto the one vocabulary: FEASIBLE and UNKNOWN both mean a limit ended the
+# search (its time limit, or the deterministic time / conflicts it was given), with a point or without
+CPSAT_STATUS = StatusMap("CP-SAT", {
+    "OPTIMAL": (SolveStatus.optimal, StopReason.proven),
+    "FEASIBLE": (SolveStatus.feasible, StopReason.time_limit),
+    "INFEASIBLE": (SolveStatus.infeasible, StopReason.proven),
+    "UNKNOWN": (SolveStatus.feasible, StopReason.time_limit),
+    "MODEL_INVALID": (SolveStatus.no_solution, StopReason.error),
+})
 
 
 @dataclass
@@ -400,21 +411,22 @@ def _read_solution(
         "hint_objective": hint_z / S if hint_z is not None else None,
         "table_cuts": cuts,
     }
-    if code == cp_model.INFEASIBLE:
-        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        if code == cp_model.MODEL_INVALID:
-            raise RuntimeError(f"CP-SAT rejected the model: {cm.model.validate()}")
+    name = solver.status_name(code)
+    if code == cp_model.MODEL_INVALID:  # (a bug of the formulation, never a user's mistake)
+        raise RuntimeError(f"CP-SAT rejected the model: {cm.model.validate()}")
+    out = CPSAT_STATUS.read(name, code in (cp_model.OPTIMAL, cp_model.FEASIBLE))
+    if out.status is SolveStatus.infeasible:
+        return LinearSolve(out.status, out.stopped, None, None, None, build_s, solve_s, info)
+    if not out.has_point:
         bound = (_z_bound(solver.best_objective_bound, N, tie) - 1) / S if math.isfinite(solver.best_objective_bound) else None
-        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+        return LinearSolve(out.status, out.stopped, None, None, bound, build_s, solve_s, info)
     counts = np.zeros((prob.num_items, prob.num_devices), dtype=np.int64)
     for (i, d), v in cm.x.items():
         counts[i, d] = int(solver.value(v))
-    status = "optimal" if code == cp_model.OPTIMAL else "feasible"
     # the integer model never over-states a cost (coefficients rounded down) except for m_d's own integrality
     # (< 1 unit): one unit below its bound is a bound of the real-coefficient linear model
     bound = (_z_bound(solver.best_objective_bound, N, tie) - 1) / S
-    return LinearSolve(status, counts, solver.value(cm.z) / S, bound, build_s, solve_s, info)
+    return LinearSolve(out.status, out.stopped, counts, solver.value(cm.z) / S, bound, build_s, solve_s, info)
 
 
 def solve_cpsat(

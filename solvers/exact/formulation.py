@@ -25,8 +25,9 @@ from shardopt.core.ir import Instance
 from shardopt.core.memory import table_bytes_array
 from solvers.exact.constraints import TableGroups
 from solvers.exact.linearize import Linearization
-from solvers.milp import MilpStatus, solve_lp
+from solvers.milp import solve_lp
 from solvers.placement.split_items import Items
+from solvers.status import SolveStatus, StopReason
 
 
 class _Bound(CostModel):
@@ -84,7 +85,8 @@ class Problem:
 class LinearSolve:
     """One backend call on one linearised model."""
 
-    status: str  # optimal | feasible (time limit, solution found) | infeasible | unknown (time limit, none)
+    status: SolveStatus  # optimal | feasible (a limit, a solution found) | infeasible | no_solution (a limit, none)
+    stopped: StopReason
     counts: np.ndarray | None  # [I, D] shards of each item on each device
     objective: float | None  # linearised cost of the solution (ms)
     bound: float | None  # best bound of the linearised problem (ms)
@@ -251,7 +253,7 @@ def comm_floor(
     hi[2::4] = np.maximum(np.tile(vmax, len(widths)), hi[1::4])
     hi[3::4] = np.maximum(total, hi[2::4])
     res = solve_lp(c, A, np.array(rhs), np.stack([lo, hi], axis=1))
-    if res.status is not MilpStatus.optimal or res.x is None:  # (never seen) fall back to the weakest valid bound: 0
+    if res.status is not SolveStatus.optimal or res.x is None:  # (never seen) fall back to the weakest valid bound: 0
         out = np.zeros((len(widths), D))
     else:
         out = res.x[0::4].reshape(len(widths), D)

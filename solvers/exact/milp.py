@@ -20,7 +20,8 @@ from shardopt.core.ir import DIM_ALIGNMENT
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.exact.linearize import Linearization
-from solvers.milp import MilpStatus, SparseModel, solve_milp, solve_milp_cbc
+from solvers.milp import SparseModel, solve_milp, solve_milp_cbc
+from solvers.status import SolveStatus, StopReason
 
 MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
 
@@ -295,17 +296,18 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
     solve_s = time.perf_counter() - t1
     info = {"variables": rows.n_vars, "rows": rows.n_rows, "table_cuts": b.get("cuts", 0), "highs_status": res.code, "highs_message": res.message, "planes": lin.num_planes}
     bound = res.dual_bound
-    if res.status is MilpStatus.infeasible:
+    if res.status is SolveStatus.infeasible:
         if hint is not None:  # only the cutoff z <= the hint's cost makes it so: nothing better than the hint exists
-            return LinearSolve("optimal", hint.copy(), hint_cost, hint_cost, build_s, solve_s, {**info, "cutoff_proof": True})
-        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+            return LinearSolve(SolveStatus.optimal, StopReason.proven, hint.copy(), hint_cost, hint_cost, build_s, solve_s, {**info, "cutoff_proof": True})
+        return LinearSolve(res.status, res.stopped, None, None, None, build_s, solve_s, info)
     if res.x is None:
-        return LinearSolve("unknown", None, None, bound, build_s, solve_s, info)
+        return LinearSolve(SolveStatus.no_solution, res.stopped, None, None, bound, build_s, solve_s, info)
     counts = _counts_from(rows, res.x, prob.num_items, prob.num_devices)
     info["solution"] = res.x
-    status = "optimal" if res.status is MilpStatus.optimal else "feasible"
+    status = SolveStatus.optimal if res.status is SolveStatus.optimal else SolveStatus.feasible
     zval = float(res.x[b["Z"]])
-    return LinearSolve(status, counts, zval, bound if bound is not None else (zval if status == "optimal" else None), build_s, solve_s, info)
+    return LinearSolve(status, res.stopped, counts, zval, bound if bound is not None else (zval if status is SolveStatus.optimal else None),
+                       build_s, solve_s, info)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -336,13 +338,13 @@ def solve_cbc(prob: Problem, lin: Linearization, hint: np.ndarray | None, time_l
                          threads=1 if deterministic else max(1, int(workers)))
     solve_s = time.perf_counter() - t1
     info = {"variables": rows.n_vars, "rows": len(rows.row_lo), "table_cuts": b.get("cuts", 0), "cbc_result": res.message, "planes": lin.num_planes}
-    if res.status is MilpStatus.infeasible:
-        return LinearSolve("infeasible", None, None, None, build_s, solve_s, info)
+    if res.status is SolveStatus.infeasible:
+        return LinearSolve(res.status, res.stopped, None, None, None, build_s, solve_s, info)
     if res.x is None:
-        return LinearSolve("unknown", None, None, res.dual_bound, build_s, solve_s, info)
+        return LinearSolve(SolveStatus.no_solution, res.stopped, None, None, res.dual_bound, build_s, solve_s, info)
     counts = _counts_from(rows, res.x, prob.num_items, prob.num_devices)
     info["solution"] = res.x
     objective = float(res.x[b["Z"]])
-    proven = res.status is MilpStatus.optimal
+    proven = res.status is SolveStatus.optimal
     bound = res.dual_bound if res.dual_bound is not None else (objective if proven else None)
-    return LinearSolve("optimal" if proven else "feasible", counts, objective, bound, build_s, solve_s, info)
+    return LinearSolve(SolveStatus.optimal if proven else SolveStatus.feasible, res.stopped, counts, objective, bound, build_s, solve_s, info)

@@ -15,11 +15,32 @@ from typing import Any
 import numpy as np
 
 from costmodels.base import BoundCostModel
+from costmodels.neural import BoundNeural
+from shardopt.core.ir import Instance
 from solvers.exact.formulation import Problem
 from solvers.exact.milp import _Rows
 
 SOFTPLUS_STEP = 0.15  # tangent spacing of the softplus under-approximation: error <= STEP^2 / 32 (+ 1e-5) ms
 SOFTPLUS_RANGE = 12.0  # tangents at points in [-12, 12] (beyond, softplus is 0 or its argument to within 6e-6)
+
+# the largest instance of exact neural mode (its catalog spec's max_tables / max_devices say the same: a test holds them equal)
+EXACT_NEURAL_MAX_TABLES = 12
+EXACT_NEURAL_MAX_DEVICES = 4
+
+
+def exact_neural_refusal(solver: str, instance: Instance, bm: BoundCostModel) -> str | None:
+    """Why exact neural mode cannot take this instance or cost model (None: it can): the head's ReLUs cost up to 192
+    binaries per device, and only the neural model has a head to encode (told apart by its type)."""
+    T, D = len(instance.tables), instance.topology.num_devices
+    if T > EXACT_NEURAL_MAX_TABLES or D > EXACT_NEURAL_MAX_DEVICES:
+        return (
+            f"{solver}: exact neural mode is for small instances only (at most {EXACT_NEURAL_MAX_TABLES} tables on "
+            f"at most {EXACT_NEURAL_MAX_DEVICES} devices: the head's ReLUs cost up to 192 binaries per device); this "
+            f"instance has {T} tables on {D} devices. Use milp / cpsat (linearised) instead."
+        )
+    if not (isinstance(bm, BoundNeural) and bm.w.layers("head")):
+        return f"{solver}: exact neural mode needs the neural cost model (--cost-model neural or a MODEL.npz), not {type(bm).__name__}"
+    return None
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:

@@ -24,7 +24,18 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
-from solvers.base import Budget, ProvenBound, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
+from solvers.base import (
+    Budget,
+    ProvenBound,
+    Solver,
+    SolveResult,
+    SolveStatus,
+    StopReason,
+    Stopwatch,
+    fail,
+    finish,
+    unplaceable,
+)
 from solvers.exact import constants
 from solvers.exact.constraints import constraint_mask, exact_conflict, table_groups
 from solvers.exact.cpsat import solve_cpsat
@@ -43,7 +54,7 @@ from solvers.exact.formulation import (
 from solvers.exact.linear_search import linear_local_search
 from solvers.exact.linearize import Linearization, linearize
 from solvers.exact.milp import solve_cbc, solve_highs
-from solvers.exact.neural_head import neural_head_extra
+from solvers.exact.neural_head import exact_neural_refusal, neural_head_extra
 from solvers.exact.offer import next_neighbourhood, offered_items, split_infeasibility
 from solvers.exact.options import WARM_START_RESERVE, ExactNeuralOptions, ExactOptions
 from solvers.exact.starts import relaxation_start
@@ -65,8 +76,6 @@ from solvers.progress import report
 
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
 WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
-EXACT_NEURAL_MAX_TABLES = 12
-EXACT_NEURAL_MAX_DEVICES = 4
 # analytic cost model, `certified_bound=True`: the certified bound's share of the time limit. Off by default: on the
 # largest models it costs the search seconds of its limit for a bound that `shardopt bound` gives outside the solve's time.
 CERTIFIED_BOUND_SHARE = 0.15
@@ -133,18 +142,7 @@ class ExactSolver(Solver):
     # -- pieces a subclass may change ------------------------------------------------------------------------
     def check(self, instance: Instance, bm: BoundCostModel) -> str | None:
         """A reason to refuse this instance / cost model (None: go ahead)."""
-        if not self.options.exact_neural:
-            return None
-        T, D = len(instance.tables), instance.topology.num_devices
-        if T > EXACT_NEURAL_MAX_TABLES or D > EXACT_NEURAL_MAX_DEVICES:
-            return (
-                f"{self.name}: exact neural mode is for small instances only (at most {EXACT_NEURAL_MAX_TABLES} tables on "
-                f"at most {EXACT_NEURAL_MAX_DEVICES} devices: the head's ReLUs cost up to 192 binaries per device); this "
-                f"instance has {T} tables on {D} devices. Use milp / cpsat (linearised) instead."
-            )
-        if not (hasattr(bm, "w") and hasattr(bm.w, "layers") and bm.w.layers("head")):
-            return f"{self.name}: exact neural mode needs the neural cost model (--cost-model neural or a MODEL.npz), not {type(bm).__name__}"
-        return None
+        return exact_neural_refusal(self.name, instance, bm) if self.options.exact_neural else None
 
     def linear_solve(self, prob: Problem, lin: Linearization, bm: BoundCostModel, hint: np.ndarray | None, time_limit: float, seed: int) -> LinearSolve:
         fn = BACKENDS[self.backend]
@@ -387,16 +385,16 @@ class ExactSolver(Solver):
         remaining = run.search.left()
         n_center = int(st.best.sum()) if st.best is not None else len(run.instance.tables)  # shards of the plan in hand
         res = self.linear_solve(prob, lin, run.bm, prob.center, max(0.05, remaining * self._time_share(run, st)), run.seed)
-        st.tried[st.radius] = res.status in ("optimal", "infeasible")
+        st.tried[st.radius] = res.stopped is StopReason.proven
         row = self._row(it, st, res, lin_s, len(classes))
         run.info["iterations"].append(row)
-        if not restricted and res.status in ("optimal", "feasible", "unknown"):
+        if not restricted and res.status is not SolveStatus.infeasible:
             self._keep_bound(st, res)
-        if res.status == "infeasible":
+        if res.status is SolveStatus.infeasible:
             if st.best is None:
                 st.proven_infeasible = True
                 return False
-            res = LinearSolve("optimal", st.best.copy(), lin.cost(st.best), None, res.build_s, res.solve_s)  # (cutoff)
+            res = LinearSolve(SolveStatus.optimal, StopReason.proven, st.best.copy(), lin.cost(st.best), None, res.build_s, res.solve_s)  # (cutoff)
         why = _unusable(run.items, res.counts, run.caps)
         if res.counts is not None and why is not None:  # (never seen) never use such a plan
             row["rejected"] = why
@@ -485,8 +483,8 @@ class ExactSolver(Solver):
         proven."""
         value = max(res.bound if res.bound is not None else -math.inf, st.cut_bound)
         same = st.bound is not None and np.array_equal(st.bound["point"], st.point)
-        if math.isfinite(value) and (not same or value > st.bound["value"] or res.status == "optimal"):
-            st.bound = {"value": value, "point": st.point.copy(), "proven": res.status == "optimal" or (same and st.bound["proven"])}
+        if math.isfinite(value) and (not same or value > st.bound["value"] or res.status is SolveStatus.optimal):
+            st.bound = {"value": value, "point": st.point.copy(), "proven": res.status is SolveStatus.optimal or (same and st.bound["proven"])}
 
     @staticmethod
     def _judge(run: _Run, st: _Loop, res: LinearSolve, row: dict[str, Any], n_center: int) -> tuple[float, int, bool]:
@@ -549,13 +547,13 @@ class ExactSolver(Solver):
                      f"{BACKEND_LABEL[self.backend]} found no assignment of its own in time")
             info["returned_warm_start"] = (f"{start_plan['solver']}'s plan: it fits, but the items offered (whole tables and "
                                            f"dyadic column pieces) cannot express it and {found}")
-            status = SolveStatus.timeout if run.time.spent() or st.timed_out else SolveStatus.feasible
+            stopped = StopReason.time_limit if run.time.spent() or st.timed_out else None
             shards = list(start_plan["shards"])
             if run.tiered is not None:
                 assert run.whole is not None
-                return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, status=status, info=info,
+                return finish(self, run.whole, run.cost_model, shards + run.tiered.fixed, clock, seed=run.seed, stopped=stopped, info=info,
                               extra_params={"placements": self._tiered_placements(run)})
-            return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, info=info, bound=run.bm)
+            return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, stopped=stopped, info=info, bound=run.bm)
         if best is None:
             packed = [name for name, cost in (info.get("warm_starts") or {}).items() if cost is not None]
             starts = (f"the plans of {', '.join(packed)} fit but none is expressible in its items (whole tables and "
@@ -584,12 +582,11 @@ class ExactSolver(Solver):
             info["gap_to_linear_bound"] = (st.best_cost - linear.value) / st.best_cost
         over = run.time.spent()
         around_best = bound is not None and np.array_equal(bound["point"], best)
+        stopped = StopReason.time_limit if st.timed_out or over else None
         if st.converged and not over and around_best and bound is not None and bound["proven"]:
             status = SolveStatus.optimal
-        elif st.timed_out or over:
-            status = SolveStatus.timeout
         else:
-            status = SolveStatus.feasible  # max_iterations reached, or no proven linear optimum around the plan
+            status = SolveStatus.feasible  # the limit, max_iterations reached, or no proven linear optimum around the plan
         shards = items.shards(best, instance)
         if run.tiered is None and info["split_tables_used"] and not run.time.spent():
             shards, moved, after = self._per_type_polish(run, shards)
@@ -616,12 +613,12 @@ class ExactSolver(Solver):
                     info["returned_warm_start"] = (f"{start['solver']}'s tiered start ({start['cost']:.6g} ms): the exact loop's plan "
                                                    f"costs {got:.6g} ms on the whole instance")
                     whole = list(start["shards"])
-            return finish(self, run.whole, run.cost_model, whole, clock, seed=run.seed, status=status, model_bound=fixed, info=info,
+            return finish(self, run.whole, run.cost_model, whole, clock, seed=run.seed, status=status, stopped=stopped, model_bound=fixed, info=info,
                           extra_params={"placements": self._tiered_placements(run)})
         if self.options.row_wise and not run.time.spent():
             shards, status, lower = self._row_splits(run, shards, status, lower)
-        return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, lower_bound=lower, model_bound=linear,
-                      info=info, bound=run.bm)
+        return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, status=status, stopped=stopped, lower_bound=lower,
+                      model_bound=linear, info=info, bound=run.bm)
 
     @staticmethod
     def _tiered_placements(run: _Run) -> str:
@@ -696,7 +693,7 @@ class ExactSolver(Solver):
             res = analytic_lower_bound(instance, cost_model, time_limit=min(CERTIFIED_BOUND_MAX_S, CERTIFIED_BOUND_SHARE * budget))
         except BoundError:  # (not the analytic model: nothing to certify with)
             return None
-        ok = res.status in ("optimal", "bound") and math.isfinite(res.value_ms)
+        ok = res.status.proves_bound and math.isfinite(res.value_ms)
         info["certified_bound"] = {"value": res.value_ms if ok else None, "status": res.status, "source": res.source,
                                    "seconds": clock.elapsed - t0}
         return res.value_ms if ok else None

@@ -48,7 +48,18 @@ from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import Instance, Kernel, Shard
 from shardopt.core.memory import table_bytes_array
-from solvers.base import Budget, FallbackUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.base import (
+    Budget,
+    FallbackUse,
+    Solver,
+    SolveResult,
+    SolveStatus,
+    StopReason,
+    Stopwatch,
+    TieredLayoutChoice,
+    fail,
+    finish,
+)
 from solvers.heuristics.device_rules import DeviceRule, FitRule, GreedyCostRule, ProxyRule, RandomRule, RoundRobinRule
 from solvers.options import option
 from solvers.placement.collectives import mark_column_wise_only
@@ -364,7 +375,7 @@ class HeuristicSolver(Solver):
         best: TieredChoice | None = None
         seen: set[tuple] = set()
         started: set[tuple] = set()
-        packed_layouts: list[dict[str, Any]] = []  # every distinct layout that packed, with its plan's cost
+        packed_layouts: list[TieredLayoutChoice] = []  # every distinct layout that packed, with its plan's cost
         failed = ""
         for headroom in (HEADROOM, 1.0):
             for n, (attempt, lean_first, to_host, retry_to_host) in enumerate(variants):
@@ -388,9 +399,8 @@ class HeuristicSolver(Solver):
                 cost = (min((float(packed.bound.plan_costs(packed.packer.shards(d)).max_cost) for _, d in packed.placed), default=np.inf)
                         if packed.bound is not None else 0.0)
                 if packed.placed:
-                    packed_layouts.append({"within_host": attempt, "lean": got.lean, "rowwise": sorted(instance.tables[i].name for i in got.rowwise),
-                                           "oversized_to_host": _to_host_names(instance, got.to_host), "cost": cost,
-                                           **({"headroom": headroom} if headroom != HEADROOM else {})})
+                    packed_layouts.append(TieredLayoutChoice(attempt, got.lean, tuple(sorted(instance.tables[i].name for i in got.rowwise)),
+                                                             _to_host_names(instance, got.to_host), cost, headroom))
                 if best is None or (packed.placed and (not best.placed or cost < best.cost)):
                     best = TieredChoice(bool(packed.placed), cost, attempt, got)
                 if packed.timed_out or (packed.placed and packed.bound is None):
@@ -472,13 +482,16 @@ class HeuristicSolver(Solver):
         over = time_limit is not None and clock.elapsed > time_limit
         info["time_limit_exceeded"] = bool(over)
         extra: dict[str, Any] = {"fallback_used": used if used != "primary" else None}
+        layouts: tuple[TieredLayoutChoice, ...] = ()
         if tiered is not None:
             assert layout is not None
             extra["placements"] = layout.summary()
             info["lean_tiers"] = tiered.packing.lean
-            info["oversized_to_host"] = _to_host_names(instance, tiered.packing.to_host)
+            to_host = _to_host_names(instance, tiered.packing.to_host)
+            info["oversized_to_host"] = list(to_host) if isinstance(to_host, tuple) else to_host
             # the other layouts that packed, cheapest first: a search after greedy (neuroshard) may start from several
-            info["layouts_ranked"] = tiered.ranked
+            layouts = tuple(tiered.ranked)
+            info["layouts_ranked"] = [c.to_dict() for c in layouts]
             info["row_splits_within_host"] = tiered.within_host
             info["rowwise_retried"] = sorted(instance.tables[i].name for i in tiered.packing.rowwise)
             info["tiers"] = {instance.tables[i].name: t.describe() for i, t in enumerate(layout.tiers) if t.preplaced or t.kernel is not Kernel.fused}
@@ -488,8 +501,8 @@ class HeuristicSolver(Solver):
                                    placed_before=failures[0].placed, compared=compared)
         return finish(
             self, instance, cost_model, shards, clock, seed=seed,
-            status=SolveStatus.timeout if over else SolveStatus.feasible, info=info, bound=bound,
-            extra_params=extra, fallback=fallback,
+            stopped=StopReason.time_limit if over else None, info=info, bound=bound,
+            extra_params=extra, fallback=fallback, layouts=layouts,
         )
 
     def _no_room_reason(self, instance: Instance, packed: Packing, layout: TieredLayout | None, time_limit: float | None) -> str:
@@ -542,19 +555,19 @@ class TieredChoice:
     cost: float
     within_host: bool
     packing: TieredPacking
-    ranked: list[dict[str, Any]] = field(default_factory=list)
+    ranked: list[TieredLayoutChoice] = field(default_factory=list)
 
 
-def _ranked(best: TieredChoice | None, packed_layouts: list[dict[str, Any]]) -> TieredChoice | str:
+def _ranked(best: TieredChoice | None, packed_layouts: list[TieredLayoutChoice]) -> TieredChoice | str:
     if best is None:  # (cannot happen: called only once a layout was packed)
         return "no tiered layout packed"
-    best.ranked = sorted(packed_layouts, key=lambda d: d["cost"])
+    best.ranked = sorted(packed_layouts, key=lambda d: float(d.cost or 0.0))
     return best
 
 
-def _to_host_names(instance: Instance, to_host: bool | frozenset[int]) -> bool | list[str]:
-    """plan_tiers' `oversized_to_host` as greedy's info says it: the flag, or the names of the tables."""
-    return sorted(instance.tables[i].name for i in to_host) if isinstance(to_host, frozenset) else bool(to_host)
+def _to_host_names(instance: Instance, to_host: bool | frozenset[int]) -> bool | tuple[str, ...]:
+    """plan_tiers' `oversized_to_host` by name: the flag, or the names of the tables."""
+    return tuple(sorted(instance.tables[i].name for i in to_host)) if isinstance(to_host, frozenset) else bool(to_host)
 
 
 class ProxySolver(HeuristicSolver):

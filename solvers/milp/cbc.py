@@ -17,8 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from solvers.milp.highs import MilpResult, MilpStatus
+from solvers.milp.highs import MilpResult
 from solvers.milp.model import SparseModel
+from solvers.status import SolveStatus, StatusMap, StopReason
+
+# what a CBC run came to, as `_solve` reads it from PuLP's statuses and CBC's own "Result - ..." line
+CBC_STATUS = StatusMap("CBC", {
+    "optimal": (SolveStatus.optimal, StopReason.proven),  # PuLP's LpSolutionOptimal and CBC's line "Optimal solution found"
+    "stopped": (SolveStatus.feasible, StopReason.time_limit),  # its time limit (in whole seconds) ended it
+    "infeasible": (SolveStatus.infeasible, StopReason.proven),
+    "failed": (SolveStatus.no_solution, StopReason.error),  # CBC died (PuLP's PulpSolverError)
+})
 
 _CBC_RESULT = re.compile(r"Result - (.+)")
 _CBC_BOUND = re.compile(r"Lower bound:\s+(-?[\d.eE+-]+)")
@@ -29,10 +38,10 @@ def solve_milp_cbc(model: SparseModel, c: np.ndarray, *, time_limit: float, inte
     """Minimise c x over the model with CBC. `integrality`, `lb`, `ub`: per variable (an integer variable with bounds
     0..1 is a binary); `start`: a value per variable as CBC's mipstart (rounded for the integer ones, clipped to the
     bounds); `names`: the variables' names (CBC orders columns by them, so a caller that wants the same search every
-    time keeps them). CBC's time limit is in whole seconds: under one second it does not start (status `limit`, no
-    point). The status is `optimal` only when CBC proved it; the dual bound is the one its log reports."""
+    time keeps them). CBC's time limit is in whole seconds: under one second it does not start (stopped by
+    the time limit, no point). The status is `optimal` only when CBC proved it (`CBC_STATUS`); the dual bound is the one its log reports."""
     if time_limit < 1.0:
-        return MilpResult(MilpStatus.limit, None, None, None, "under 1 s left", -1)
+        return _cbc_result("stopped", None, None, None, "under 1 s left", -1)
     with warnings.catch_warnings():  # PuLP 3.3 announces its 4.0 API on every variable
         warnings.simplefilter("ignore", DeprecationWarning)
         return _solve(model, c, time_limit, integrality, lb, ub, start, seed, threads, names)
@@ -50,7 +59,7 @@ def _solve(model: SparseModel, c: np.ndarray, time_limit: float, integrality: np
             var.setInitialValue(float(round(val)) if var.cat != pulp.LpContinuous else val)
     time_limit -= time.perf_counter() - t0
     if time_limit < 1.0:
-        return MilpResult(MilpStatus.limit, None, None, None, "under 1 s left", -1)
+        return _cbc_result("stopped", None, None, None, "under 1 s left", -1)
     with tempfile.TemporaryDirectory(prefix="shardopt-cbc-") as tmp:
         log = Path(tmp) / "cbc.log"
         cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.floor(time_limit))), threads=max(1, int(threads)),
@@ -59,7 +68,7 @@ def _solve(model: SparseModel, c: np.ndarray, time_limit: float, integrality: np
         try:
             problem.solve(cmd)
         except pulp.PulpSolverError as exc:  # CBC died: this solve found nothing
-            return MilpResult(MilpStatus.error, None, None, None, f"CBC failed: {str(exc)[:300]}", -1)
+            return _cbc_result("failed", None, None, None, f"CBC failed: {str(exc)[:300]}", -1)
         text = log.read_text() if log.exists() else ""
     result = _CBC_RESULT.findall(text)
     line = result[-1].strip() if result else ""
@@ -67,12 +76,17 @@ def _solve(model: SparseModel, c: np.ndarray, time_limit: float, integrality: np
     bound = float(bound_m[-1]) if bound_m else None
     message = f"{line or 'no result line'} (PuLP: {pulp.LpStatus.get(problem.status)})"
     if problem.status == pulp.LpStatusInfeasible or "infeasible" in line.lower():
-        return MilpResult(MilpStatus.infeasible, None, None, None, message, int(problem.status))
+        return _cbc_result("infeasible", None, None, None, message, int(problem.status))
     if problem.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return MilpResult(MilpStatus.limit, None, None, bound, message, int(problem.status))
+        return _cbc_result("stopped", None, None, bound, message, int(problem.status))
     x = np.array([v.varValue if v.varValue is not None else 0.0 for v in variables])
     proven = problem.sol_status == pulp.LpSolutionOptimal and line.startswith("Optimal")
-    return MilpResult(MilpStatus.optimal if proven else MilpStatus.limit, x, float(np.dot(c, x)), bound, message, int(problem.status))
+    return _cbc_result("optimal" if proven else "stopped", x, float(np.dot(c, x)), bound, message, int(problem.status))
+
+
+def _cbc_result(reading: str, x: np.ndarray | None, objective: float | None, bound: float | None, message: str, code: int) -> MilpResult:
+    out = CBC_STATUS.read(reading, x is not None)
+    return MilpResult(out.status, out.stopped, x, objective, bound, message, code)
 
 
 def _pulp_model(model: SparseModel, c: np.ndarray, integrality: np.ndarray, lb: np.ndarray, ub: np.ndarray,

@@ -1,53 +1,70 @@
 """HiGHS through scipy (`scipy.optimize.milp`, `linprog(method="highs")`): the one place that reads its status codes.
 
-A caller gets a `MilpResult`: what HiGHS found (`MilpStatus`), the point, the objective and, for a MILP, the dual
-bound where HiGHS reports a finite one. Why one adapter: five call sites each read scipy's integer codes by hand, and
-a code read differently in one of them is a bound or a plan read wrongly."""
+A caller gets a `MilpResult`: what HiGHS found (its status read through `HIGHS_STATUS` onto solvers.status), the
+point, the objective and, for a MILP, the dual bound where HiGHS reports a finite one. Why one adapter: five call
+sites each read scipy's integer codes by hand, and a code read differently in one of them is a bound or a plan read
+wrongly."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from solvers.milp.model import SparseModel
+from solvers.status import SolveStatus, StatusMap, StopReason
 
-
-class MilpStatus(str, Enum):
-    optimal = "optimal"  # solved to the gap asked for
-    limit = "limit"  # a time / iteration / node limit ended it: `x` is the best solution found, if any
-    infeasible = "infeasible"
-    unbounded = "unbounded"
-    error = "error"  # anything else HiGHS reports (numerical trouble)
-
-
-# scipy's codes, the same for milp and linprog's HiGHS methods: 0 optimal, 1 a limit, 2 infeasible, 3 unbounded
-_STATUS = {0: MilpStatus.optimal, 1: MilpStatus.limit, 2: MilpStatus.infeasible, 3: MilpStatus.unbounded}
+# scipy's codes, the same for milp and linprog's HiGHS methods: 0 optimal, 1 a limit (time, iterations, nodes),
+# 2 infeasible, 3 unbounded; anything else is numerical trouble
+HIGHS_STATUS = StatusMap("HiGHS", {
+    0: (SolveStatus.optimal, StopReason.proven),
+    1: (SolveStatus.feasible, StopReason.time_limit),
+    2: (SolveStatus.infeasible, StopReason.proven),
+    3: (SolveStatus.no_solution, StopReason.error),  # (every model here is bounded below: an unbounded one is a bug)
+})
+# highspy's HighsModelStatus, by member name
+HIGHSPY_STATUS = StatusMap("HiGHS (highspy)", {
+    "kOptimal": (SolveStatus.optimal, StopReason.proven),
+    "kInfeasible": (SolveStatus.infeasible, StopReason.proven),
+    "kUnbounded": (SolveStatus.no_solution, StopReason.error),
+    "kUnboundedOrInfeasible": (SolveStatus.no_solution, StopReason.error),
+    **{name: (SolveStatus.feasible, StopReason.time_limit)
+       for name in ("kTimeLimit", "kIterationLimit", "kSolutionLimit", "kMemoryLimit", "kInterrupt", "kHighsInterrupt",
+                    "kObjectiveBound", "kObjectiveTarget")},
+})
 
 
 @dataclass(frozen=True)
 class MilpResult:
-    status: MilpStatus
+    """What HiGHS (or CBC, solvers.milp.cbc) found: `status` / `stopped` in the one vocabulary (solvers.status; a limit
+    with a point is `feasible`, without one `no_solution`), the point where there is one, its objective and the dual
+    bound."""
+
+    status: SolveStatus
+    stopped: StopReason
     x: np.ndarray | None
     objective: float | None
     dual_bound: float | None  # a MILP's dual bound where HiGHS reports a finite one
     message: str
-    code: int  # scipy's status code, for the record
+    code: int  # the backend's status code, for the record
 
     @property
     def has_point(self) -> bool:
         return self.x is not None
 
 
-def _result(res: Any) -> MilpResult:
+def _result(res: Any, node_limit: int | None = None) -> MilpResult:
     code = int(res.status)
     dual = getattr(res, "mip_dual_bound", None)
     dual = float(dual) if dual is not None and math.isfinite(dual) else None
     objective = float(res.fun) if getattr(res, "fun", None) is not None and res.x is not None else None
-    return MilpResult(_STATUS.get(code, MilpStatus.error), res.x, objective, dual, str(res.message), code)
+    out = HIGHS_STATUS.read(code, res.x is not None)
+    stopped = out.stopped
+    if stopped is StopReason.time_limit and node_limit is not None and int(getattr(res, "mip_node_count", 0) or 0) >= node_limit:
+        stopped = StopReason.work_budget  # the node limit, a deterministic budget, ended it
+    return MilpResult(out.status, stopped, res.x, objective, dual, str(res.message), code)
 
 
 def solve_milp(model: SparseModel, c: np.ndarray, *, time_limit: float, integrality: np.ndarray | bool = True,
@@ -74,7 +91,7 @@ def solve_milp(model: SparseModel, c: np.ndarray, *, time_limit: float, integral
                bounds=Bounds(np.array(model.lb) if lb is None else lb, np.array(model.ub) if ub is None else ub),
                constraints=LinearConstraint(model.matrix(), np.array(model.row_lo), np.array(model.row_hi)),
                options=options)
-    return _result(res)
+    return _result(res, node_limit)
 
 
 def solve_lp(c: np.ndarray, a_ub: Any, b_ub: np.ndarray, bounds: np.ndarray) -> MilpResult:
@@ -146,13 +163,8 @@ def solve_milp_with_dual(model: SparseModel, c: np.ndarray, *, time_limit: float
     dual = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else None
     x = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None  # 2: a feasible point
     objective = float(info.objective_function_value) if x is not None else None
-    S = highspy.HighsModelStatus
-    if status == S.kOptimal:
-        return MilpResult(MilpStatus.optimal, x, objective, dual, text, 0)
-    if status == S.kInfeasible:
-        return MilpResult(MilpStatus.infeasible, None, None, None, text, 2)
-    if status in (S.kUnbounded, S.kUnboundedOrInfeasible):
-        return MilpResult(MilpStatus.unbounded, None, None, None, text, 3)
-    if status in (S.kTimeLimit, S.kIterationLimit, S.kSolutionLimit, S.kInterrupt, S.kObjectiveBound, S.kObjectiveTarget):
-        return MilpResult(MilpStatus.limit, x, objective, dual, text, 1)
-    return MilpResult(MilpStatus.error, x, objective, dual, text, 4)
+    name = getattr(status, "name", str(status))
+    if name in ("kInfeasible", "kUnbounded", "kUnboundedOrInfeasible"):  # (no point, nor a bound, to read)
+        x, objective, dual = None, None, None
+    out = HIGHSPY_STATUS.read(name, x is not None)
+    return MilpResult(out.status, out.stopped, x, objective, dual, text, int(getattr(status, "value", -1)))

@@ -68,7 +68,18 @@ from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes
 from shardopt.core.plan_check import constraint_violations
 from shardopt.core.work import metered
-from solvers.base import Budget, Solver, SolveResult, SolveStatus, StopReason, Stopwatch, fail, finish, unplaceable
+from solvers.base import (
+    Budget,
+    Solver,
+    SolveResult,
+    SolveStatus,
+    StopReason,
+    Stopwatch,
+    TieredLayoutChoice,
+    fail,
+    finish,
+    unplaceable,
+)
 from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.finish import polish_searched_plan, rebalanced_replica_sets
@@ -374,10 +385,10 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, b
             break
 
 
-def _to_host_of(instance: Instance, chosen: bool | list[str]) -> bool | frozenset[int]:
-    """greedy's `info["oversized_to_host"]` (a flag, or the names of the oversized tables it put in host memory) as
+def _to_host_of(instance: Instance, chosen: bool | tuple[str, ...]) -> bool | frozenset[int]:
+    """A layout's `oversized_to_host` (a flag, or the names of the oversized tables greedy put in host memory) as
     plan_tiers' argument."""
-    if isinstance(chosen, list):
+    if isinstance(chosen, tuple):
         index = instance.table_index()
         return frozenset(index[name] for name in chosen)
     return bool(chosen)
@@ -417,41 +428,40 @@ def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list
     return out if force or bm.plan_costs(out).max_cost <= bm.plan_costs(shards).max_cost else shards
 
 
-def _search_order(layouts: list[tuple[dict[str, Any], TieredLayout]]) -> list[tuple[dict[str, Any], TieredLayout]]:
+def _search_order(layouts: list[tuple[TieredLayoutChoice, TieredLayout]]) -> list[tuple[TieredLayoutChoice, TieredLayout]]:
     """`layouts` (cheapest packed first) with the cheapest one that splits the oversized tables the other way
     (within one host / over all devices) moved second: the two ways differ most (the old pair of searches)."""
     if len(layouts) < 3:
         return layouts
-    other = next((i for i, (a, _) in enumerate(layouts) if a["within_host"] != layouts[0][0]["within_host"]), None)
+    other = next((i for i, (a, _) in enumerate(layouts) if a.within_host != layouts[0][0].within_host), None)
     if other is None or other == 1:
         return layouts
     return [layouts[0], layouts[other]] + [x for i, x in enumerate(layouts) if i not in (0, other)]
 
 
-def tiered_layouts(instance: Instance, greedy: SolveResult) -> list[tuple[dict[str, Any], TieredLayout]] | str:
-    """The tiered layouts to search, each with what made it (greedy's `layouts_ranked` entry: row splits within a
-    host or over all devices, lean, the tables retried row-wise, the tables sent to host memory whole, and the cost of
-    greedy's plan in it), in greedy's order, cheapest packed plan first, distinct; where greedy packed none, the
-    default layout (split within a host, else over all devices). A string: why no layout could be made."""
+def tiered_layouts(instance: Instance, greedy: SolveResult) -> list[tuple[TieredLayoutChoice, TieredLayout]] | str:
+    """The tiered layouts to search, each with what made it (greedy's `layouts`: row splits within a host or over all
+    devices, lean, the tables retried row-wise, the tables sent to host memory whole, and the cost of greedy's plan in
+    it), in greedy's order, cheapest packed plan first, distinct; where greedy packed none, the default layout (split
+    within a host, else over all devices). A string: why no layout could be made."""
     index = instance.table_index()
-    ranked = greedy.info.get("layouts_ranked") or [
-        {"within_host": w, "lean": False, "rowwise": [], "oversized_to_host": False, "cost": None, "headroom": h}
+    ranked = list(greedy.layouts) or [
+        TieredLayoutChoice(within_host=w, lean=False, rowwise=(), oversized_to_host=False, cost=None, headroom=h)
         for h in (HEADROOM, 1.0) for w in (True, False)]  # (HEADROOM a preference: all of the HBM where nothing fits within it)
-    out: list[tuple[dict[str, Any], TieredLayout]] = []
+    out: list[tuple[TieredLayoutChoice, TieredLayout]] = []
     seen: set[tuple] = set()
     why = ""
     for about in ranked:
-        layout = plan_tiers(instance, frozenset(index[n] for n in about["rowwise"]), lean=bool(about["lean"]),
-                            within_host=bool(about["within_host"]), oversized_to_host=_to_host_of(instance, about["oversized_to_host"]),
-                            headroom=float(about.get("headroom", HEADROOM)))
+        layout = plan_tiers(instance, frozenset(index[n] for n in about.rowwise), lean=about.lean, within_host=about.within_host,
+                            oversized_to_host=_to_host_of(instance, about.oversized_to_host), headroom=about.headroom)
         if isinstance(layout, str):
             why = why or layout
             continue
         if layout.key() in seen:
             continue
         seen.add(layout.key())
-        out.append((dict(about), layout))
-        if about["cost"] is None:  # (greedy packed no layout: the first that can be made is the one)
+        out.append((about, layout))
+        if about.cost is None:  # (greedy packed no layout: the first that can be made is the one)
             break
     return out or why
 
@@ -507,7 +517,7 @@ class NeuroShardSolver(Solver):
         info = {"fallback": "the search ended without a plan: greedy's plan, its seed, is the answer", "search_reason": result.reason,
                 "greedy": greedy.info}
         return finish(self, instance, cost_model, list(greedy.plan.shards), clock, seed=seed, info=info,
-                      status=SolveStatus.timeout if budget.spent() else SolveStatus.feasible)
+                      stopped=StopReason.time_limit if budget.spent() else None)
 
     def _solve(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, greedy: SolveResult | None) -> SolveResult:
         clock = budget.clock
@@ -605,8 +615,8 @@ class NeuroShardSolver(Solver):
         info = dict(result.info, rebalanced_replicas={"moves": moves, "device_moves": n, "cost_before": float(result.predicted.max_cost)})
         extra: dict[str, Any] = {}
         extra["placements"], info["tiers"] = describe_placements(instance, shards)
-        status = SolveStatus.timeout if result.status is SolveStatus.timeout or budget.spent() else SolveStatus.feasible
-        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
+        stopped = StopReason.time_limit if result.stopped is StopReason.time_limit or budget.spent() else None
+        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra)
 
     def _solve_tiered(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int, reason: str,
                       greedy: SolveResult | None = None) -> SolveResult:
@@ -625,7 +635,7 @@ class NeuroShardSolver(Solver):
         # needs it), the rest equal shares of the remainder (on small
         # instances every search ends long before its deadline and the next gets the time it left)
         layouts = _search_order(layouts)
-        searched: list[tuple[dict[str, Any], SolveResult]] = []
+        searched: list[tuple[TieredLayoutChoice, SolveResult]] = []
         n = len(layouts)
         for k, (about, layout) in enumerate(layouts):
             if k > 0 and budget.spent():
@@ -636,8 +646,8 @@ class NeuroShardSolver(Solver):
         k = int(np.argmin(costs))  # (ties: the layout greedy packed cheaper)
         about, chosen = searched[k]
         if len(layouts) > 1:
-            chosen.info["row_splits_within_host"] = about["within_host"]
-            chosen.info["layouts_compared"] = [dict(a, searched_cost=c) for (a, _), c in zip(searched, costs)]
+            chosen.info["row_splits_within_host"] = about.within_host
+            chosen.info["layouts_compared"] = [dict(a.to_dict(), searched_cost=c) for (a, _), c in zip(searched, costs)]
             chosen.info["layouts_not_searched"] = len(layouts) - len(searched)
         return chosen
 
@@ -726,12 +736,12 @@ class NeuroShardSolver(Solver):
             info["placement_polish"] = placed
         if layout is not None or any(s.replicated or s.rows is not None or s.row_offset for s in shards):
             extra["placements"], info["tiers"] = describe_placements(instance, shards)
-        status = SolveStatus.timeout if timed_out else SolveStatus.feasible
+        stopped = StopReason.time_limit if timed_out else None
         broken = constraint_violations(instance, shards)
         if broken:  # (never expected: every stage keeps to them) never a plan that breaks one
             return fail(self, SolveStatus.no_solution, f"{self.name}: its plan breaks a placement constraint ({broken[0].message}); "
                         "the instance is not proven infeasible", clock, info)
-        return finish(self, instance, cost_model, shards, clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra or None)
+        return finish(self, instance, cost_model, shards, clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra or None)
 
 
     def _polished_plan(self, instance: Instance, cost_model: CostModel, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig,
@@ -748,8 +758,8 @@ class NeuroShardSolver(Solver):
             info["placement_polish"] = placed
         extra: dict[str, Any] = {}
         extra["placements"], info["tiers"] = describe_placements(instance, shards)
-        status = SolveStatus.timeout if timed_out else SolveStatus.feasible
-        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, status=status, info=info, bound=bm, extra_params=extra)
+        stopped = StopReason.time_limit if timed_out else None
+        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra)
 
 
 class NeuroShardFaithfulSolver(NeuroShardSolver):

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from solvers.milp import MilpStatus, SparseModel, solve_milp
+from solvers.milp import SparseModel, solve_milp
 
 # the most seconds the packing MILP may take (its safety cap; a 50-table x 16-device instance at 99.5 % fill: ~2 s)
 EXACT_PACKING_MAX_S = 5.0
@@ -81,7 +81,7 @@ def exact_packing(sizes: np.ndarray, caps: np.ndarray, *, allowed: np.ndarray | 
                         m.row({x[(t, d)]: 1.0, x[(j, d)]: 1.0}, -math.inf, 1.0)
     c = np.zeros(m.n_vars)
     res = solve_milp(m, c, time_limit=max(0.1, float(time_limit)), mip_rel_gap=0.05, node_limit=EXACT_PACKING_NODES)
-    if res.x is None or res.status not in (MilpStatus.optimal, MilpStatus.limit):
+    if res.x is None or not res.status.has_plan:
         return None
     device_of = np.full(T, -1, dtype=np.int64)
     for (t, d), v in x.items():

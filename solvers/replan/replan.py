@@ -40,7 +40,7 @@ from costmodels.hierarchical import OUTPUT_DIST_ORDER
 from shardopt.core.ir import Instance, Plan, Shard, Table
 from shardopt.core.memory import shard_bytes, shard_host_bytes, table_bytes
 from shardopt.core.plan_check import check_plan, constraint_violations
-from solvers.base import Budget, ReplanReport, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish
+from solvers.base import Budget, ReplanReport, Solver, SolveResult, SolveStatus, StopReason, Stopwatch, fail, finish
 from solvers.placement.polish import comm_totals, table_contribution
 
 GIB = float(2**30)
@@ -672,6 +672,6 @@ def replan(
                           model_bytes=int(sum(table_bytes(instance, t) for t in instance.tables)), carried_over=carried.report(),
                           scratch=scratch_info, starts=tried)
     timed_out = time.spent()
-    return finish(solver, instance, cost_model, shards, clock, seed=seed, status=SolveStatus.timeout if timed_out else SolveStatus.feasible,
+    return finish(solver, instance, cost_model, shards, clock, seed=seed, stopped=StopReason.time_limit if timed_out else None,
                   info={"replan": moves.to_dict()}, bound=bm, replan=moves,
                   extra_params={"replanned_from": old.instance or "?", "max_moved_bytes": max_moved_bytes, "move_weight_ms_per_gib": move_weight})

@@ -39,7 +39,18 @@ from shardopt.core.feasibility import infeasibility_reason
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.memory import table_bytes_array
 from shardopt.core.npz_meta import load_npz_meta, save_npz_meta
-from solvers.base import Budget, PolicyUse, Solver, SolveResult, SolveStatus, Stopwatch, fail, finish, unplaceable
+from solvers.base import (
+    Budget,
+    PolicyUse,
+    Solver,
+    SolveResult,
+    SolveStatus,
+    StopReason,
+    Stopwatch,
+    fail,
+    finish,
+    unplaceable,
+)
 from solvers.options import existing_file, option
 from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.completion import completion_mask
@@ -549,7 +560,7 @@ class PolicySolver(Solver):
         info["fallback_used"] = tried[-1] != "primary"
         return finish(
             self, instance, cost_model, shards, clock, seed=seed, bound=bm, info=info,
-            status=SolveStatus.timeout if over else SolveStatus.feasible,
+            stopped=StopReason.time_limit if over else None,
             extra_params={"fallback_used": tried[-1] if tried[-1] != "primary" else None},
             policy=PolicyUse(str(self.checkpoint), policy_card),
         )
