@@ -119,7 +119,8 @@ def test_every_registered_solver_says_which_placements_it_produces() -> None:
     import json
 
     rows = {r["name"]: r for r in json.loads(result.stdout)["solvers"]}
-    assert "row-wise" in rows["greedy"]["placements"] and "UVM" in rows["greedy"]["placements"]
+    assert "row_wise" in rows["greedy"]["placements"] and rows["greedy"]["host_memory"] is True
+    assert "row-wise" in rows["greedy"]["placement_note"] and "UVM" in rows["greedy"]["placement_note"]
 
 
 @pytest.mark.parametrize("suite", ["huge-test", "tiered-test"])

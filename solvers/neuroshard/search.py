@@ -84,6 +84,7 @@ from solvers.heuristics.constructive import GreedySolver
 from solvers.neuroshard.config import FAITHFUL, NeuroShardConfig, default_budget
 from solvers.neuroshard.finish import polish_searched_plan, rebalanced_replica_sets
 from solvers.neuroshard.grid import BATCH_STATES, LANE_DEVICES, GridResult, Piece, PieceModel, grid_greedy
+from solvers.neuroshard.layouts import search_order, tiered_layouts
 from solvers.neuroshard.pieces import (
     cut_state,
     one_collective_pieces,
@@ -104,8 +105,9 @@ from solvers.placement.rules import (
     tiers_first,
     torchrec_form,
 )
-from solvers.placement.tiering import HEADROOM, TieredLayout, plan_tiers, replica_layout, replica_order
+from solvers.placement.tiering import TieredLayout, replica_layout, replica_order
 from solvers.progress import report
+from solvers.protocols import LayoutProposer, PlanPolisher, SeedSolver
 
 LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's search, what the layouts beyond the second share
 REPLICA_PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # replica sets searched around (replica_order prefixes)
@@ -184,7 +186,7 @@ class _Search:
 
 def _seeded_search(
     instance: Instance, cost_model: CostModel, pm: PieceModel, scorer: _StateScorer, start: tuple[Piece, ...], first: GridResult, seed: int,
-    greedy: SolveResult | None = None,
+    greedy: SolveResult | None = None, seed_solver: SeedSolver | None = None,
 ) -> tuple[_Search, float | None, float | None]:
     """The first beam: the unsplit state, its best plan the grid's (`first`) or the greedy's when cheaper
     (`seed_with_greedy`), and beside it the pre-split state (`seed_with_presplit`), which becomes the best when
@@ -193,7 +195,7 @@ def _seeded_search(
     best, best_state = first, start
     greedy_cost = None
     if cfg.seed_with_greedy:
-        seeded = _greedy_seed(instance, cost_model, pm, start, seed, greedy)
+        seeded = _greedy_seed(instance, cost_model, pm, start, seed, greedy, seed_solver)
         if seeded is not None:
             greedy_cost = seeded.cost
             if greedy_cost < best.cost:
@@ -261,12 +263,12 @@ def _polish_the_better(pm: PieceModel, cfg: NeuroShardConfig, budget: Budget, be
 
 
 def _greedy_seed(instance: Instance, cost_model: CostModel, pm: PieceModel, start: tuple[Piece, ...], seed: int,
-                 seeded: SolveResult | None = None) -> GridResult | None:
-    """The cost-model greedy's table-wise plan as a result for the unsplit state `start`, judged by the full cost
-    model (no scale: it is not a grid plan); None when the greedy finds no plan. Why: the search then never ends
-    worse than the greedy solver."""
+                 seeded: SolveResult | None = None, seed_solver: SeedSolver | None = None) -> GridResult | None:
+    """The seed's plan (the cost-model greedy's table-wise plan by default) as a result for the unsplit state `start`,
+    judged by the full cost model (no scale: it is not a grid plan); None when the seed finds no plan. Why: the search
+    then never ends worse than its seed solver."""
     if seeded is None:
-        seeded = GreedySolver().solve(instance, cost_model, seed=seed)
+        seeded = (seed_solver or GreedySolver()).solve(instance, cost_model, seed=seed)
     if seeded.plan is None:
         return None
     device_of = seed_devices(pm, seeded.plan.shards, start)
@@ -385,15 +387,6 @@ def _refine_comm_aware(search: _Search, pm: PieceModel, cfg: NeuroShardConfig, b
             break
 
 
-def _to_host_of(instance: Instance, chosen: bool | tuple[str, ...]) -> bool | frozenset[int]:
-    """A layout's `oversized_to_host` (a flag, or the names of the oversized tables greedy put in host memory) as
-    plan_tiers' argument."""
-    if isinstance(chosen, tuple):
-        index = instance.table_index()
-        return frozenset(index[name] for name in chosen)
-    return bool(chosen)
-
-
 def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list[Shard], force: bool = False) -> list[Shard]:
     """`shards` with each table's column pieces on one device merged into one shard, the table's columns laid out
     again so that each device's share is one contiguous range (columns are interchangeable in the cost model), where
@@ -428,54 +421,29 @@ def merge_colocated_columns(instance: Instance, bm: BoundCostModel, shards: list
     return out if force or bm.plan_costs(out).max_cost <= bm.plan_costs(shards).max_cost else shards
 
 
-def _search_order(layouts: list[tuple[TieredLayoutChoice, TieredLayout]]) -> list[tuple[TieredLayoutChoice, TieredLayout]]:
-    """`layouts` (cheapest packed first) with the cheapest one that splits the oversized tables the other way
-    (within one host / over all devices) moved second: the two ways differ most (the old pair of searches)."""
-    if len(layouts) < 3:
-        return layouts
-    other = next((i for i, (a, _) in enumerate(layouts) if a.within_host != layouts[0][0].within_host), None)
-    if other is None or other == 1:
-        return layouts
-    return [layouts[0], layouts[other]] + [x for i, x in enumerate(layouts) if i not in (0, other)]
-
-
-def tiered_layouts(instance: Instance, greedy: SolveResult) -> list[tuple[TieredLayoutChoice, TieredLayout]] | str:
-    """The tiered layouts to search, each with what made it (greedy's `layouts`: row splits within a host or over all
-    devices, lean, the tables retried row-wise, the tables sent to host memory whole, and the cost of greedy's plan in
-    it), in greedy's order, cheapest packed plan first, distinct; where greedy packed none, the default layout (split
-    within a host, else over all devices). A string: why no layout could be made."""
-    index = instance.table_index()
-    ranked = list(greedy.layouts) or [
-        TieredLayoutChoice(within_host=w, lean=False, rowwise=(), oversized_to_host=False, cost=None, headroom=h)
-        for h in (HEADROOM, 1.0) for w in (True, False)]  # (HEADROOM a preference: all of the HBM where nothing fits within it)
-    out: list[tuple[TieredLayoutChoice, TieredLayout]] = []
-    seen: set[tuple] = set()
-    why = ""
-    for about in ranked:
-        layout = plan_tiers(instance, frozenset(index[n] for n in about.rowwise), lean=about.lean, within_host=about.within_host,
-                            oversized_to_host=_to_host_of(instance, about.oversized_to_host), headroom=about.headroom)
-        if isinstance(layout, str):
-            why = why or layout
-            continue
-        if layout.key() in seen:
-            continue
-        seen.add(layout.key())
-        out.append((about, layout))
-        if about.cost is None:  # (greedy packed no layout: the first that can be made is the one)
-            break
-    return out or why
-
-
 class NeuroShardSolver(Solver):
+    """NeuroShard's search, composed from injected parts (solvers.protocols), each with its default: `seed_solver`
+    (GreedySolver: the plan the search starts from, reads its tiered layouts off and falls back to), `layouts` (the
+    tiered layout proposer, solvers.neuroshard.layouts.tiered_layouts) and `polisher` (polish_searched_plan)."""
+
     name = "neuroshard"
     Options = NeuroShardConfig
+
+    def __init__(self, options: Any = None, *, seed_solver: SeedSolver | None = None, layouts: LayoutProposer | None = None,
+                 polisher: PlanPolisher | None = None, **overrides: Any) -> None:
+        super().__init__(options, **overrides)
+        self.seed_solver: SeedSolver = seed_solver if seed_solver is not None else GreedySolver()
+        self.propose_layouts: LayoutProposer = layouts if layouts is not None else tiered_layouts
+        self.polisher: PlanPolisher = polisher if polisher is not None else polish_searched_plan
+        self._custom_parts = {k: getattr(v, "name", None) or getattr(v, "__qualname__", type(v).__name__)
+                              for k, v in (("seed_solver", seed_solver), ("layouts", layouts), ("polisher", polisher)) if v is not None}
 
     @property
     def config(self) -> NeuroShardConfig:
         return self.options
 
     def params(self) -> dict[str, Any]:
-        return options_as_dict(self.options)
+        return {**options_as_dict(self.options), **({"parts": self._custom_parts} if self._custom_parts else {})}
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
         """The search over table-wise and column-wise placements in HBM; where those cannot hold the instance (or
@@ -510,7 +478,7 @@ class NeuroShardSolver(Solver):
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         # its seed, computed once: the HBM search starts from it, the tiered layouts are read off it, and it is the
         # answer where the search ends without a plan (a search that is not seeded with it computes it on demand)
-        greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget.left()) if cfg.seed_with_greedy else None
+        greedy = self.seed_solver.solve(instance, cost_model, seed=seed, time_limit=budget.left()) if cfg.seed_with_greedy else None
         result = self._solve(instance, cost_model, budget, seed, greedy)
         if result.plan is not None or result.status is SolveStatus.infeasible or greedy is None or greedy.plan is None:
             return result
@@ -623,8 +591,8 @@ class NeuroShardSolver(Solver):
         """The search within greedy's tiered layouts (`reason`: why the HBM search gave no plan, for the messages;
         `greedy`: greedy's result when the caller has it)."""
         if greedy is None:
-            greedy = GreedySolver().solve(instance, cost_model, seed=seed, time_limit=budget.left())
-        layouts = tiered_layouts(instance, greedy)
+            greedy = self.seed_solver.solve(instance, cost_model, seed=seed, time_limit=budget.left())
+        layouts = self.propose_layouts(instance, greedy)
         if isinstance(layouts, str):
             return fail(self, SolveStatus.no_solution, f"{reason}; and no tiered layout: {layouts}. The instance is not proven infeasible", budget.clock,
                         {"tiers": "failed"})
@@ -634,7 +602,7 @@ class NeuroShardSolver(Solver):
         # the time left, the second all but LATER_LAYOUTS_SHARE of what is then left (on large instances the polish
         # needs it), the rest equal shares of the remainder (on small
         # instances every search ends long before its deadline and the next gets the time it left)
-        layouts = _search_order(layouts)
+        layouts = search_order(layouts)
         searched: list[tuple[TieredLayoutChoice, SolveResult]] = []
         n = len(layouts)
         for k, (about, layout) in enumerate(layouts):
@@ -675,7 +643,7 @@ class NeuroShardSolver(Solver):
         if first is None:
             return fail(self, SolveStatus.no_solution, f"the time limit ended the search before the first grid plan was scored ({clock.wall:.2g} s "
                         f"into the solve, its deadline {budget.deadline:g} s)", clock)
-        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy)
+        search, greedy_cost, presplit_cost = _seeded_search(instance, cost_model, pm, scorer, start, first, seed, greedy, self.seed_solver)
         one = (_one_collective_lane(pm, cfg, search_budget, ONE_COLLECTIVE_SHARE)
                if cfg.one_collective and layout is None and not search_budget.spent() else None)
         if one is not None:
@@ -714,7 +682,7 @@ class NeuroShardSolver(Solver):
         dp = cfg.data_parallel if cfg.data_parallel is not None else layout is not None
         placed: dict[str, Any] | None = None
         if (cfg.placement_polish and layout is not None) or dp or cfg.row_wise:
-            shards, placed, timed_out = polish_searched_plan(instance, bm, shards, cfg, dp, budget, timed_out)
+            shards, placed, timed_out = self.polisher(instance, bm, shards, cfg, dp, budget, timed_out)
         info: dict[str, Any] = {
             "states_scored": scorer.evaluated,
             "states_rescored_safe": scorer.rescored_safe,
@@ -752,7 +720,7 @@ class NeuroShardSolver(Solver):
         timed_out = False
         dp = cfg.data_parallel if cfg.data_parallel is not None else True  # (a tiered layout: replicas offered, as in _search)
         if cfg.placement_polish or dp or cfg.row_wise:
-            shards, placed, timed_out = polish_searched_plan(instance, bm, shards, cfg, dp, budget, False)
+            shards, placed, timed_out = self.polisher(instance, bm, shards, cfg, dp, budget, False)
         info: dict[str, Any] = {"states_scored": scored, "note": note}
         if placed is not None:
             info["placement_polish"] = placed
