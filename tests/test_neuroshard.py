@@ -158,6 +158,10 @@ def test_a_search_out_of_time_before_its_first_state_returns_its_greedy_seed():
     assert r.plan is not None and check_plan(inst, r.plan).ok
     assert r.stopped is StopReason.time_limit and "greedy's plan" in r.info["fallback"]
     assert r.predicted_cost <= greedy.predicted_cost * (1 + 1e-9)
+    # the published search has no seed: cut before its first plan, it answers with greedy's plan made then
+    faithful = get_solver("neuroshard_faithful").solve(inst, AnalyticCostModel(), time_limit=0.0)
+    assert faithful.plan is not None and check_plan(inst, faithful.plan).ok
+    assert "made when the search ran out of time" in faithful.info["fallback"] and faithful.stopped is StopReason.time_limit
 
 
 def many_devices_instance():  # noqa: ANN201

@@ -480,10 +480,14 @@ class NeuroShardSolver(Solver):
         # answer where the search ends without a plan (a search that is not seeded with it computes it on demand)
         greedy = self.seed_solver.solve(instance, cost_model, seed=seed, time_limit=budget.left()) if cfg.seed_with_greedy else None
         result = self._solve(instance, cost_model, budget, seed, greedy)
+        made_late = greedy is None and result.plan is None and result.status is not SolveStatus.infeasible and budget.spent()
+        if made_late:  # (a search without a seed, the published one, cut before its first plan: the seed's plan is still an answer)
+            greedy = self.seed_solver.solve(instance, cost_model, seed=seed)
         if result.plan is not None or result.status is SolveStatus.infeasible or greedy is None or greedy.plan is None:
             return result
-        info = {"fallback": "the search ended without a plan: greedy's plan, its seed, is the answer", "search_reason": result.reason,
-                "greedy": greedy.info}
+        made = "made when the search ran out of time" if made_late else "its seed"
+        info = {"fallback": f"the search ended without a plan: {self.seed_solver.name}'s plan, {made}, is the answer",
+                "search_reason": result.reason, "greedy": greedy.info}
         return finish(self, instance, cost_model, list(greedy.plan.shards), clock, seed=seed, info=info,
                       stopped=StopReason.time_limit if budget.spent() else None)
 
