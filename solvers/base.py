@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Plan, PlanStatus, Shard
 from shardopt.core.plan_check import assert_valid_plan
-from shardopt.core.work import WORK_UNITS_PER_S, current_meter
+from shardopt.core.work import WORK_UNITS_PER_S, current_meter, metered, work_cap_s
 from solvers.options import NoOptions, build_options, options_as_dict
 from solvers.progress import report, stop_requested
 from solvers.results import (  # noqa: F401  (the result types, importable from here as from solvers.results)
@@ -143,6 +144,23 @@ class Budget:
 
     def unlimited(self) -> Budget:
         return Budget(self.clock, None)
+
+
+def on_work_budget(work_s: float, solve: Callable[[], SolveResult]) -> SolveResult:
+    """Run `solve` on a budget of `work_s` work seconds (shardopt.core.work): its clocks read the work done, so the same
+    instance and seed give the same plan on any machine; the wall-clock cap (`work_cap_s`) stays as the safety net.
+    The result says which ended it: `work_budget` for the budget, `wall_cap` for the cap. Inside a solve already on
+    a budget (a warm start of another solver's default), the outer budget's meter is shared."""
+    with metered(cap_s=work_cap_s(work_s)) as meter:
+        result = solve()
+    if meter.cap_fired:
+        result.stopped = StopReason.wall_cap
+    elif result.stopped is StopReason.time_limit:
+        result.stopped = StopReason.work_budget
+    if result.plan is not None and result.stopped is not None and result.plan.stopped != result.stopped.value:
+        result.plan = result.plan.model_copy(update={"stopped": result.stopped.value})
+    result.info["work_budget"] = {"work_s": work_s, "wall_cap_s": meter.cap_s, "wall_cap_fired": meter.cap_fired}
+    return result
 
 
 def finish(

@@ -270,7 +270,7 @@ for _spec in (
                host_memory=True, anytime=True, constraints=_ALL),
     SolverSpec("cpsat", "solvers.exact.solver", "CpSatSolver", "exact",
                f"OR-Tools CP-SAT {_EXACT_COMMON}; warm start from the best heuristic / pre-split plan; reports the linear model's bound",
-               _EXACT_PLACEMENTS, _EXACT_NOTE, host_memory=True, anytime=True, deterministic=False, constraints=_ALL),
+               _EXACT_PLACEMENTS, _EXACT_NOTE, host_memory=True, anytime=True, constraints=_ALL),
     SolverSpec("milp", "solvers.exact.solver", "MilpSolver", "exact",
                f"MILP (PuLP + CBC) {_EXACT_COMMON}; warm start; reports the linear model's bound", _EXACT_PLACEMENTS, _EXACT_NOTE,
                host_memory=True, anytime=True, deterministic=False, constraints=_ALL),

@@ -48,10 +48,10 @@ def test_an_explicit_time_limit_stays_wall_clock(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_wall_clock_cap_fires_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import solvers.neuroshard.search as search
+    import shardopt.core.work as work
 
-    monkeypatch.setattr(search, "WALL_CAP_FACTOR", 0.0)
-    monkeypatch.setattr(search, "WALL_CAP_EXTRA_S", 0.05)
+    monkeypatch.setattr(work, "WALL_CAP_FACTOR", 0.0)
+    monkeypatch.setattr(work, "WALL_CAP_EXTRA_S", 0.05)
     inst = load_instance(DLRMV2_8)
     _slowed(monkeypatch, 20.0)
     r = get_solver("neuroshard").solve(inst, CM, seed=0)
@@ -74,3 +74,23 @@ def test_meters_count_per_thread_and_nest() -> None:
             bm.compute_costs(bm.table_states)
         assert outer.units == pytest.approx(2 * once)
     assert current_meter() is None
+
+
+def test_cpsat_default_gives_the_same_plan_on_a_slower_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpsat without a time limit runs on a work budget: CP-SAT on its deterministic time, the local searches and
+    warm starts on their counted work, a fixed worker count; a machine 4 times slower gives the same plan."""
+    inst = load_instance(DLRMV2_8)
+    first = get_solver("cpsat", default_time_limit=2.0).solve(inst, CM, seed=0)
+    _slowed(monkeypatch, 4.0)
+    second = get_solver("cpsat", default_time_limit=2.0).solve(inst, CM, seed=0)
+    assert first.plan is not None and second.plan is not None
+    assert second.plan.shards == first.plan.shards and second.predicted_cost == first.predicted_cost
+    assert first.stopped is second.stopped and first.stopped in (StopReason.work_budget, StopReason.converged, StopReason.proven)
+    assert first.info["work_budget"]["work_s"] == 2.0 and not second.info["work_budget"]["wall_cap_fired"]
+    assert first.plan.params["workers"] == 2 and first.plan.params["relaxation_share"] == 0.0
+
+
+def test_cpsat_with_a_time_limit_stays_wall_clock() -> None:
+    inst = load_instance(ROOT / "instances/examples/small.json")
+    r = get_solver("cpsat").solve(inst, CM, seed=0, time_limit=3.0)
+    assert r.plan is not None and "work_budget" not in r.info

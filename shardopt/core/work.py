@@ -26,13 +26,19 @@ from dataclasses import dataclass, field
 WORK_PER_CALL = 1.0  # units per cost-model evaluation call
 WORK_PER_ELEMENT = 1.0e-4  # units per number in the states or widths it evaluates
 WORK_UNITS_PER_S = 12_500.0  # units per work second
+WALL_CAP_FACTOR = 5.0  # a work budget's wall-clock safety cap: this many times its work seconds ...
+WALL_CAP_EXTRA_S = 30.0  # ... plus this many seconds
 
 _LOCAL = threading.local()
 
 
 @dataclass
 class Meter:
-    """The work done on one thread inside `metered`, and the wall-clock cap of the solve that opened it."""
+    """The work done on one thread inside `metered`, and the wall-clock cap of the solve that opened it.
+
+    A backend that keeps its own deterministic count (CP-SAT's deterministic time, HiGHS's simplex iterations) is
+    given its share of a work budget in that count and charges back what it used (`charge_seconds`); it is given the
+    time to the cap (`wall_left`) as its wall-clock limit, so that the cap stays the one safety net."""
 
     units: float = 0.0
     cap_s: float | None = None
@@ -44,6 +50,17 @@ class Meter:
         if self.cap_s is not None and time.perf_counter() - self.started > self.cap_s:
             self.cap_fired = True
         return self.cap_fired
+
+    def wall_left(self, floor: float = 0.05) -> float:
+        """Wall seconds until the cap (at least `floor`; a large number without a cap): a backend's wall-clock limit."""
+        if self.cap_s is None:
+            return 1.0e6
+        return max(floor, self.cap_s - (time.perf_counter() - self.started))
+
+
+def work_cap_s(work_s: float) -> float:
+    """The wall-clock safety cap of a solve on a budget of `work_s` work seconds."""
+    return WALL_CAP_FACTOR * work_s + WALL_CAP_EXTRA_S
 
 
 def current_meter() -> Meter | None:
@@ -71,3 +88,10 @@ def charge(elements: int) -> None:
     meter = getattr(_LOCAL, "meter", None)
     if meter is not None:
         meter.units += WORK_PER_CALL + WORK_PER_ELEMENT * elements
+
+
+def charge_seconds(work_s: float) -> None:
+    """Work a backend counted in its own deterministic units, converted by the caller to work seconds."""
+    meter = getattr(_LOCAL, "meter", None)
+    if meter is not None and work_s > 0:
+        meter.units += work_s * WORK_UNITS_PER_S

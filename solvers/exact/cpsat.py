@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT
+from shardopt.core.work import charge_seconds, current_meter
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.exact.linearize import Linearization
@@ -25,6 +26,10 @@ from solvers.status import SolveStatus, StatusMap, StopReason
 
 # CP-SAT's statuses (by CpSolver.status_name) onto the one vocabulary: FEASIBLE and UNKNOWN both mean a limit ended the
 # search (its time limit, or the deterministic time / conflicts it was given), with a point or without
+# CP-SAT's deterministic time per work second: with two interleaved workers on the 2-core VM a wall second of its
+# search is 1.4-1.6 deterministic seconds (neuroshard-test-s1-0000, dreamshard-test-s1-0000, MLPerf DLRMv2 on
+# 8 x H100; docs/benchmarks.md "Work budgets"), so a default budget keeps its meaning in wall time there
+CPSAT_DETERMINISTIC_PER_WORK_S = 1.5
 CPSAT_STATUS = StatusMap("CP-SAT", {
     "OPTIMAL": (SolveStatus.optimal, StopReason.proven),
     "FEASIBLE": (SolveStatus.feasible, StopReason.time_limit),
@@ -375,7 +380,14 @@ def _set_objective(cm: _Model, prob: Problem) -> tuple[bool, int]:
 def _set_parameters(
     prm: Any, n_pairs: int, time_limit: float, build_s: float, seed: int, workers: int, deterministic: bool, log: bool, params: dict[str, Any] | None
 ) -> None:
-    prm.max_time_in_seconds = max(0.01, float(time_limit) - build_s)  # the limit covers building the model too
+    meter = current_meter()
+    if meter is not None:
+        # on a work budget (shardopt.core.work): the limit in CP-SAT's deterministic time, so that the same model and
+        # seed give the same answer on any machine; the wall clock only as the budget's safety cap
+        prm.max_deterministic_time = max(0.01, float(time_limit)) * CPSAT_DETERMINISTIC_PER_WORK_S
+        prm.max_time_in_seconds = meter.wall_left()
+    else:
+        prm.max_time_in_seconds = max(0.01, float(time_limit) - build_s)  # the limit covers building the model too
     if n_pairs > constants.LARGE_MODEL:
         prm.cp_model_presolve = False  # presolve of ~1e5 Booleans takes tens of seconds before the hint is used
     prm.num_workers = max(1, int(workers))
@@ -408,6 +420,7 @@ def _read_solution(
         "cpsat_status": solver.status_name(code),
         "branches": solver.num_branches,
         "conflicts": solver.num_conflicts,
+        "deterministic_s": solver.deterministic_time,
         "hint_objective": hint_z / S if hint_z is not None else None,
         "table_cuts": cuts,
     }
@@ -470,6 +483,7 @@ def solve_cpsat(
     t1 = time.perf_counter()
     code = solver.solve(cm.model)
     solve_s = time.perf_counter() - t1
+    charge_seconds(solver.deterministic_time / CPSAT_DETERMINISTIC_PER_WORK_S)  # (on a work budget: what it used)
     return _read_solution(solver, code, cm, prob, lin, sc, h.z if h is not None else None, tie, N, cuts, build_s, solve_s)
 
 

@@ -18,14 +18,23 @@ cuts it first.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from shardopt.core.work import charge_seconds
+from solvers.base import Stopwatch
+from solvers.exact.formulation import _unusable, plan_cost
 from solvers.exact.linearize import Linearization
+from solvers.exact.state import _Run
 
+# on a work budget (shardopt.core.work), each pass charges this many work seconds per number of its move and swap
+# deltas (pieces considered x (devices + pieces)): 420-510 ns on the 2-core VM, over 33 x 4 to 856 x 128 pieces
+STEP_WORK_S_PER_ELEMENT = 4.5e-7
+SEARCH_STALL = 30  # the exact loop's searches (judged_local_search) stop after this many kicks in a row without a new best
 DEFAULT_STALL = 30  # kicks in a row without a better plan before the search stops
 DEFAULT_TAU = 1e-3  # softmax temperature, as a share of the current max cost
 _EXP_CAP = 60.0  # exp() arguments are capped here (a device far above the max cannot be: only far below)
@@ -248,8 +257,10 @@ def linear_local_search(
     """Improve the plan `counts` ([I, D] pieces of item i on device d, a complete plan that fits) under `lin`; with
     `allowed` ([I, D]), no step puts a piece where it is False (the placement constraints' pins).
 
-    Returns the best plan seen (never worse than `counts` in the linear model; the same plan when nothing helps)."""
+    Returns the best plan seen (never worse than `counts` in the linear model; the same plan when nothing helps).
+    `time_limit` is read on a solve's clock (`Stopwatch`): work seconds on a work budget, else wall seconds."""
     t0 = time.perf_counter()
+    clock = Stopwatch()
     counts = np.asarray(counts, dtype=np.int64)
     caps = np.asarray(caps, dtype=np.float64)
     rng = np.random.default_rng(seed)
@@ -265,7 +276,7 @@ def linear_local_search(
         return LocalSearchResult(counts.copy(), start_cost, start_cost, 0, 0, time.perf_counter() - t0, "nothing to move")
     units = np.arange(n)
     while True:
-        if time.perf_counter() - t0 > time_limit:
+        if clock.elapsed > time_limit:
             stopped = "time_limit"
             break
         if max_steps is not None and steps >= max_steps:
@@ -284,6 +295,7 @@ def linear_local_search(
             hot = np.argsort(-s.cost, kind="stable")[: max(_HOT_DEVICES, D // 16)]
             rows = np.flatnonzero(np.isin(s.dev, hot))
         dmove, dswap = step_deltas(s, rows, F, caps)
+        charge_seconds(STEP_WORK_S_PER_ELEMENT * len(rows) * (D + n))
         mi, mq = np.unravel_index(int(np.argmin(dmove)), dmove.shape)
         best_move = float(dmove[mi, mq])
         si, sj = np.unravel_index(int(np.argmin(dswap)), dswap.shape)
@@ -329,3 +341,28 @@ def linear_local_search(
         plans.append(out)
     best = plans[-1] if plans else counts.copy()
     return LocalSearchResult(best, best_cost, start_cost, steps, kicks, time.perf_counter() - t0, stopped, tuple(plans))
+
+
+def judged_local_search(
+    run: _Run, lin: Linearization, best: np.ndarray, best_cost: float, seed: int, time_limit: float, iteration: int,
+) -> tuple[np.ndarray, float] | None:
+    """A local search of the linear model around `best` (solvers.exact.linear_search), its steps within the pairs the
+    constraints allow; the plans along its path judged by the full model (those that part co-located tables or
+    join separate ones left out). Returns a better plan and its full cost, or None. Each search is a row of
+    info["local_searches"]."""
+    bm, items, caps, info = run.bm, run.items, run.caps, run.info
+    res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL,
+                              allowed=run.fits if run.instance.constraints is not None else None)
+    t0 = time.perf_counter()
+    plans = res.plans()
+    judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(plans) if _unusable(items, c, caps) is None and run.groups.met_by(c)]
+    full, k = min(judged) if judged else (math.inf, -1)
+    improved = bool(judged) and full < best_cost - 1e-9 * max(1.0, abs(best_cost))
+    plan = plans[k] if improved else None
+    info.setdefault("local_searches", []).append({
+        "before_iteration": iteration, "expansion_cost": best_cost, "linear_start": res.start_cost, "linear_best": res.cost,
+        "full_cost": full if judged else None, "improved": improved, "plans_judged": len(judged), "steps": res.steps, "kicks": res.kicks,
+        "stopped": res.stopped, "search_s": round(res.seconds, 4), "judge_s": round(time.perf_counter() - t0, 4),
+        "moved_shards": int(np.maximum(best - plan, 0).sum()) if plan is not None else 0,
+    })
+    return (plan, full) if plan is not None else None

@@ -24,6 +24,7 @@ import numpy as np
 from costmodels.base import BoundCostModel, CostModel
 from shardopt.core.ir import Instance, Shard
 from shardopt.core.plan_check import constraint_violations
+from shardopt.core.work import current_meter
 from solvers.base import (
     Budget,
     ProvenBound,
@@ -34,6 +35,7 @@ from solvers.base import (
     Stopwatch,
     fail,
     finish,
+    on_work_budget,
     unplaceable,
 )
 from solvers.exact import constants
@@ -51,7 +53,7 @@ from solvers.exact.formulation import (
     table_cut_bound,
     table_lower_bounds,
 )
-from solvers.exact.linear_search import linear_local_search
+from solvers.exact.linear_search import judged_local_search
 from solvers.exact.linearize import Linearization, linearize
 from solvers.exact.milp import solve_cbc, solve_highs
 from solvers.exact.neural_head import exact_neural_refusal, neural_head_extra
@@ -83,7 +85,7 @@ CERTIFIED_BOUND_MAX_S = 15.0
 # each heuristic warm start may use this share of the limit: they finish in milliseconds on most instances, but packing a
 # tight tiered instance of 100-160 tables on 16 devices took greedy 3.5 s, twice, where the limit was 2 s
 HEURISTIC_START_SHARE = 0.2
-SEARCH_STALL = 30  # ... which stops after this many kicks in a row without a new best
+WORK_BUDGET_WORKERS = 2  # CP-SAT's workers on a work budget, unless -O workers says otherwise: the same plan on any machine
 
 BACKENDS = {"cpsat": solve_cpsat, "cbc": solve_cbc, "highs": solve_highs}
 BACKEND_LABEL = {"cpsat": "CP-SAT", "cbc": "CBC", "highs": "HiGHS"}
@@ -105,9 +107,25 @@ class ExactSolver(Solver):
         # tables (no splits, no table cuts, which bound the linearised compute), and no worker count means every core
         # (one worker proves some small models several times faster, but finds worse plans within short limits on
         # the test suites: docs/exact-solvers.md, "Workers"; -O workers=1 asks for it)
-        self.workers = o.workers or (os.cpu_count() or 1)
         self.table_cuts = o.table_cuts and not o.exact_neural
         self.max_split = 1 if o.exact_neural else o.max_split
+
+    @property
+    def work_budget(self) -> bool:
+        """Whether a solve without a time limit runs on a work budget: CP-SAT, whose deterministic time makes it one."""
+        return self.backend == "cpsat" and self.options.deterministic
+
+    @property
+    def workers(self) -> int:
+        """Solver threads: the option, else every core -- on a work budget, WORK_BUDGET_WORKERS whatever the machine
+        (CP-SAT's deterministic search depends on its worker count)."""
+        return self.options.workers or (WORK_BUDGET_WORKERS if current_meter() is not None else (os.cpu_count() or 1))
+
+    @property
+    def relaxation_share(self) -> float:
+        """The relaxation start's share of the limit: none on a work budget (HiGHS spends it at the root node, where no
+        deterministic limit reaches it: its plan would depend on the machine's speed)."""
+        return 0.0 if current_meter() is not None or self.max_split < 2 else self.options.relaxation_share
 
     def params(self) -> dict[str, Any]:
         return {
@@ -119,7 +137,7 @@ class ExactSolver(Solver):
             "neuroshard_share": self.options.neuroshard_share if self.max_split > 1 else 0.0,
             "presplit_share": self.options.presplit_share if self.max_split > 1 else 0.0,
             "one_collective_share": self.options.one_collective_share if self.max_split > 1 else 0.0,
-            "relaxation_share": self.options.relaxation_share if self.max_split > 1 else 0.0,
+            "relaxation_share": self.relaxation_share,
             "neighbourhood": self.options.neighbourhood,
             "search_share": self.options.search_share,
             "certified_bound": self.options.certified_bound,
@@ -202,21 +220,30 @@ class ExactSolver(Solver):
                 out.append({"solver": name, "status": r.status.value, "cost": None})
                 continue
             out.append({"solver": name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
-        if self.max_split > 1 and self.options.relaxation_share > 0 and cost_model is not None:  # (last: ties keep the others first)
-            got = relaxation_start(instance, cost_model, bm, limit(self.options.relaxation_share))
+        if self.relaxation_share > 0 and cost_model is not None:  # (last: ties keep the others first)
+            got = relaxation_start(instance, cost_model, bm, limit(self.relaxation_share))
             if got is not None:
                 out.append(got)
         return out
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
-        clock = Stopwatch()
+        """Without a time limit, CP-SAT's default is a work budget of `default_time_limit` work seconds
+        (shardopt.core.work: CP-SAT on its deterministic time, the searches on their counted work), so the same
+        instance and seed give the same plan on any machine; the MILP backends, which have no deterministic clock
+        here, take it in wall seconds. A time limit is the user's promise about wall time."""
         budget = self.options.default_time_limit if time_limit is None else float(time_limit)
+        if time_limit is None and self.work_budget:
+            return on_work_budget(budget, lambda: self._solve(instance, cost_model, budget, seed))
+        return self._solve(instance, cost_model, budget, seed)
+
+    def _solve(self, instance: Instance, cost_model: CostModel, budget: float, seed: int) -> SolveResult:
+        clock = Stopwatch()
         tiers = self.options.tiered and not self.options.exact_neural
         conflict = exact_conflict(instance, self.max_split, tiers=tiers)
         if conflict is not None:
             relaxed = allow_whole_column_wise(instance)  # (a column_wise-only table it cannot cut: placed whole, marked)
             if relaxed is not None and exact_conflict(relaxed, self.max_split, tiers=tiers) is None:
-                return column_wise_whole(self, instance, cost_model, self.solve(relaxed, cost_model, time_limit=budget, seed=seed), clock, seed)
+                return column_wise_whole(self, instance, cost_model, self._solve(relaxed, cost_model, budget, seed), clock, seed)
             return fail(self, SolveStatus.no_solution, f"{self.name}: {conflict}", clock, {"constraints": "not met"})
         reason = self._infeasibility(instance) or tiers_first(instance)
         if reason is not None:
@@ -279,8 +306,8 @@ class ExactSolver(Solver):
         names = list(starts)
         # (all in HBM where it has a plan, any widths, exactly re-placed; where the tables exceed the HBM the bound's
         # counting argument says so at once, without a solver)
-        if self.max_split > 1 and self.options.relaxation_share > 0:
-            got = relaxation_start(instance, cost_model, bm, self.options.relaxation_share * budget)
+        if self.relaxation_share > 0:
+            got = relaxation_start(instance, cost_model, bm, self.relaxation_share * budget)
             if got is not None:
                 names.append("relaxation")
                 if got["cost"] is not None and not constraint_violations(instance, got["shards"]):
@@ -427,7 +454,7 @@ class ExactSolver(Solver):
             return False
         assert st.lin is not None
         st.searched = st.best.copy()  # (once per plan in hand: with its seed the search is deterministic)
-        found = self._local_search(
+        found = judged_local_search(
             run, st.lin, st.best, st.best_cost, run.seed + it, run.search.left() * self.options.search_share, it
         )
         if found is None:
@@ -658,30 +685,6 @@ class ExactSolver(Solver):
         run.info["table_column_wise_bound"] = lower.value if lower is not None else None
         return split, SolveStatus.feasible if status is SolveStatus.optimal else status, None
 
-    def _local_search(
-        self, run: _Run, lin: Linearization, best: np.ndarray, best_cost: float, seed: int, time_limit: float, iteration: int,
-    ) -> tuple[np.ndarray, float] | None:
-        """A local search of the linear model around `best` (solvers.exact.linear_search), its steps within the pairs the
-        constraints allow; the plans along its path judged by the full model (those that part co-located tables or
-        join separate ones left out). Returns a better plan and its full cost, or None. Each search is a row of
-        info["local_searches"]."""
-        bm, items, caps, info = run.bm, run.items, run.caps, run.info
-        res = linear_local_search(lin, items.size, caps, best, seed=seed, time_limit=max(0.05, time_limit), stall=SEARCH_STALL,
-                                  allowed=run.fits if run.instance.constraints is not None else None)
-        t0 = time.perf_counter()
-        plans = res.plans()
-        judged = [(plan_cost(bm, items, c), k) for k, c in enumerate(plans) if _unusable(items, c, caps) is None and run.groups.met_by(c)]
-        full, k = min(judged) if judged else (math.inf, -1)
-        improved = bool(judged) and full < best_cost - 1e-9 * max(1.0, abs(best_cost))
-        plan = plans[k] if improved else None
-        info.setdefault("local_searches", []).append({
-            "before_iteration": iteration, "expansion_cost": best_cost, "linear_start": res.start_cost, "linear_best": res.cost,
-            "full_cost": full if judged else None, "improved": improved, "plans_judged": len(judged), "steps": res.steps, "kicks": res.kicks,
-            "stopped": res.stopped, "search_s": round(res.seconds, 4), "judge_s": round(time.perf_counter() - t0, 4),
-            "moved_shards": int(np.maximum(best - plan, 0).sum()) if plan is not None else 0,
-        })
-        return (plan, full) if plan is not None else None
-
     def _certified_bound(self, instance: Instance, cost_model: CostModel, budget: float, clock: Stopwatch, info: dict[str, Any]) -> float | None:
         """The analytic model's certified bound (solvers.bound) within CERTIFIED_BOUND_SHARE of the time
         limit, for large models, where the linear model's only bound is the weak table cuts. None for another cost
@@ -724,7 +727,7 @@ class ExactSolver(Solver):
                 # the local search first (a step costs ~50 ms on 856 x 128, a neighbourhood solve seconds), again
                 # after every plan a neighbourhood improved
                 searched = best.copy()
-                found = self._local_search(run, lin, best, best_cost, run.seed + len(info["iterations"]),
+                found = judged_local_search(run, lin, best, best_cost, run.seed + len(info["iterations"]),
                                            search.left() * self.options.search_share, len(info["iterations"]))
                 if found is not None:
                     best, best_cost = found

@@ -67,7 +67,6 @@ from shardopt.core.feasibility import tiered_infeasibility_reason
 from shardopt.core.ir import DIM_ALIGNMENT, Instance, Shard
 from shardopt.core.memory import slice_bytes
 from shardopt.core.plan_check import constraint_violations
-from shardopt.core.work import metered
 from solvers.base import (
     Budget,
     Solver,
@@ -78,6 +77,7 @@ from solvers.base import (
     TieredLayoutChoice,
     fail,
     finish,
+    on_work_budget,
     unplaceable,
 )
 from solvers.heuristics.constructive import GreedySolver
@@ -111,8 +111,6 @@ from solvers.protocols import LayoutProposer, PlanPolisher, SeedSolver
 
 LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's search, what the layouts beyond the second share
 REPLICA_PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # replica sets searched around (replica_order prefixes)
-WALL_CAP_FACTOR = 5.0  # a default (work) budget's wall-clock safety cap: this many times its work seconds ...
-WALL_CAP_EXTRA_S = 30.0  # ... plus this many seconds
 REPLICA_REFINE_SHARE = 0.1  # of the budget the replica searches start with: the rebalanced replica sets around the best
 REPLICA_PATIENCE = 2  # prefixes in a row not cheaper than the best before the replica searches stop
 # an HBM plan that packed only with the completion check is compared with a tiered one only where this share of the
@@ -456,16 +454,7 @@ class NeuroShardSolver(Solver):
         # no time limit: the default budget is work, not wall time (shardopt.core.work), so the same instance and seed
         # give the same plan on any machine; a wall-clock cap stays as the safety net, and the result says when it fired
         seconds = self.config.default_time_limit or default_budget(instance)
-        with metered(cap_s=WALL_CAP_FACTOR * seconds + WALL_CAP_EXTRA_S) as meter:
-            result = self._solve_on(instance, cost_model, Budget.of(Stopwatch(), seconds), seed)
-        if meter.cap_fired:
-            result.stopped = StopReason.wall_cap
-        elif result.stopped is StopReason.time_limit:
-            result.stopped = StopReason.work_budget
-        if result.plan is not None and result.plan.stopped != result.stopped.value:
-            result.plan = result.plan.model_copy(update={"stopped": result.stopped.value})
-        result.info["work_budget"] = {"work_s": seconds, "wall_cap_s": meter.cap_s, "wall_cap_fired": meter.cap_fired}
-        return result
+        return on_work_budget(seconds, lambda: self._solve_on(instance, cost_model, Budget.of(Stopwatch(), seconds), seed))
 
     def _solve_on(self, instance: Instance, cost_model: CostModel, budget: Budget, seed: int) -> SolveResult:
         clock = budget.clock
