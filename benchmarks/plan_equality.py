@@ -6,6 +6,7 @@ neuroshard's default budget is a work budget, so its plan does not depend on the
 (instance, solver), a digest of the plan's shards and its predicted cost.
 
     python benchmarks/plan_equality.py record                  # write benchmarks/results/plan-equality.json
+    python benchmarks/plan_equality.py record --solvers cpsat  # replace cpsat's rows only
     python benchmarks/plan_equality.py check                   # solve again; exit 1 and list every plan that moved
 
 A solver is in SOLVERS only if two records in a row agree on it (`record --twice` checks that), and a plan whose
@@ -133,10 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             if moved:
                 print("not deterministic:\n" + "\n".join(moved), file=sys.stderr)
                 return 1
-        doc = {"command": "python benchmarks/plan_equality.py record", "date": time.strftime("%Y-%m-%d"),
-               "solvers": list(solvers), "rows": rows}
+        # a record of some solvers replaces only their rows: the other solvers' references stay as they were
+        doc = json.loads(args.baseline.read_text()) if args.baseline.exists() else {"solvers": [], "rows": {}}
+        kept = {k: v for k, v in doc["rows"].items() if k.split("::")[1] not in solvers}
+        doc.update({"command": "python benchmarks/plan_equality.py record", "date": time.strftime("%Y-%m-%d"),
+                    "solvers": [s for s in doc["solvers"] if s not in solvers] + list(solvers), "rows": {**kept, **rows}})
         args.baseline.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        print(f"{len(rows)} plans recorded in {args.baseline}")
+        print(f"{len(rows)} plans recorded in {args.baseline} ({len(kept)} of other solvers kept)")
         return 0
     checked = {str(p.relative_to(ROOT)) for p in paths}
     base = {k: v for k, v in doc["rows"].items() if k.split("::")[1] in solvers and k.split("::")[0] in checked}
