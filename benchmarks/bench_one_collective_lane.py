@@ -1,5 +1,5 @@
 """NeuroShard's one-collective lane on or off (`one_collective`), default budget, on the first three instances of
-five test suites: what the lane is worth now that whole tables may join the column-wise all-to-all (docs/benchmarks.md,
+five test suites: what the lane is worth now that whole tables may join the column-wise all-to-all (docs/results/bound.md,
 "Whole tables in the column-wise all-to-all"; simulated, analytic judge).
 
     .venv/bin/python benchmarks/bench_one_collective_lane.py

@@ -332,7 +332,7 @@ step_report() {
 
 # --- step 3b: placements beyond table-wise on this judge (issue 17) ---------------------------------------------------
 # Why: on the cpu judge a row split of a hot table measured 64.5 % faster and data-parallel replicas 67 % slower than
-# the simulator said (docs/benchmarks.md); only a GPU can say which of the two holds there. The committed check
+# the simulator said (docs/results/calibration.md, "Row splits on the cpu judge", "Replicas on the cpu judge"); only a GPU can say which of the two holds there. The committed check
 # instances and plans, re-timed paired on this judge.
 step_placements() {
     local checks=$REPO/benchmarks/results

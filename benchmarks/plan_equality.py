@@ -13,7 +13,7 @@ A solver is in SOLVERS only if two records in a row agree on it (`record --twice
 search the wall-clock safety cap stopped (`stopped: wall_cap`) is refused as a reference. cpsat's default is a work
 budget too (CP-SAT's deterministic time); it is compared on a budget of 2 work seconds (`OPTIONS`). The MILPs stop on
 wall-clock limits, so their plans may differ from one run to the next; TorchRec's planner breaks ties between
-equal-cost plans by iterating Python sets, so its plan depends on the process's PYTHONHASHSEED (docs/benchmarks.md,
+equal-cost plans by iterating Python sets, so its plan depends on the process's PYTHONHASHSEED (docs/results/plan-equality.md,
 "The same plans before and after a refactor"); neither is compared here.
 """
 

@@ -1,7 +1,7 @@
 """The device-host link's row-gather model, fitted to `benchmarks/host_link_probe.py`'s measurements.
 
 A UVM shard's misses are rows a kernel reads one by one out of host memory. On the first GPU measured (an H200, PCIe
-Gen5 x16; docs/benchmarks.md, "Measured on a GPU") such reads ran at 36-48 million rows a second whatever the row's
+Gen5 x16; docs/results/gpu.md, "Measured on a GPU") such reads ran at 36-48 million rows a second whatever the row's
 width (64 B - 1 KiB), 3.1-37 GB/s against 55 GB/s for bulk copies: the link's bytes alone price a narrow row's miss
 about 20x too cheaply. Each row costs a fixed time plus a small per-byte time,
 

@@ -240,7 +240,7 @@ def train(samples: Sequence[dict[str, Any]], settings: TrainSettings = TrainSett
           meta: dict[str, Any] | None = None, base: NeuralWeights | None = None) -> NeuralWeights:
     """A neural cost model fitted to `samples`. With `base`, its networks start from the base model's weights and keep
     its input normalisation (fine-tuning from a model of a similar machine). Measured on GPU lease 6's 50-177 samples
-    it did not beat a fit from nothing (docs/benchmarks.md, "H200, 2026-11-28 (lease 6)"), so `calibrate` does not use it;
+    it did not beat a fit from nothing (docs/results/gpu.md, "H200, 2026-11-28 (lease 6): the pick's model-free hedge and a longer calibration"), so `calibrate` does not use it;
     benchmarks/bench_finetune.py asks the question again of new data."""
     import torch
 

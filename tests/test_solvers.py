@@ -340,7 +340,7 @@ def test_fallback_places_what_the_proxy_order_cannot(cm: CostModel) -> None:
 def test_greedy_keeps_the_cheaper_of_its_fallbacks(path: str, winner: str, cm: CostModel) -> None:
     """Tight instances where greedy's cost-ordered pass runs out of room: it runs both the completion-checked retry of
     its cost order and the bytes order with its cost rule, and keeps the cheaper plan by its model, so it is never
-    worse than without the retry. Which one wins depends on the instance (docs/benchmarks.md). On 856 x 128 only when
+    worse than without the retry. Which one wins depends on the instance (docs/results/heuristics.md). On 856 x 128 only when
     asked."""
     inst = load_instance(SUITES / path)
     big = len(inst.tables) * inst.topology.num_devices > SAFE_FALLBACK_MAX_PAIRS

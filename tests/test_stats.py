@@ -157,7 +157,7 @@ def test_table_stats_validation_names_the_argument(indices, offsets, message):
 
 
 def test_table_stats_on_a_five_million_lookup_trace():
-    """Its speed is measured by benchmarks/bench_stats.py (docs/benchmarks.md), not asserted here."""
+    """Its speed is measured by benchmarks/bench_stats.py (docs/results/speed.md, "Trace statistics and the Zipf access model"), not asserted here."""
     rng = np.random.default_rng(1)
     n = 5_000_000
     indices = rng.integers(0, 2_000_000, size=n)

@@ -51,7 +51,7 @@ class HardwareProfile:
 # fields added after profiles were first written to JSON: a file without them takes the default
 OPTIONAL_FIELDS = frozenset({"host_link_bandwidth", "host_link", "host_row_rate", "host_gather_bandwidth"})
 NULLABLE_FIELDS = frozenset({"host_row_rate", "host_gather_bandwidth"})  # null in JSON: not measured
-# The row-gather constants measured on NVIDIA H200 machines (PCIe Gen5 x16; docs/benchmarks.md, "Measured on a GPU"):
+# The row-gather constants measured on NVIDIA H200 machines (PCIe Gen5 x16; docs/results/gpu.md, "Measured on a GPU"):
 # the median over the committed probes (benchmarks/results/gpu-h200-*/lease*/host-link.json, each fitted by
 # costmodels.host_link.fit_host_rows within 3 % at 64 B - 1 KiB rows). The row rate agrees within 1 % across the four
 # machines; the per-byte bandwidth ranged 133-148 GB/s (hosts differ). The H100 SXM5 has the same GH100 die and PCIe Gen5 x16 host interface: it takes them too

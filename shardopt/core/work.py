@@ -8,7 +8,7 @@ The work is counted where every search spends it: each call of a bound cost mode
 (`costmodels.base.BoundCostModel`: shard states, compute, comm) charges `WORK_PER_CALL` units plus `WORK_PER_ELEMENT`
 per number in the states or widths it evaluates, to the meter of the thread it runs on (`metered`). A solver's Stopwatch made
 inside `metered()` reads that meter: `WORK_UNITS_PER_S` units make one "work second", a rate chosen so that on the
-2-core VM the project is developed on a work second takes about a wall second (docs/benchmarks.md, "Work budgets"),
+2-core VM the project is developed on a work second takes about a wall second (docs/results/speed.md, "Work budgets"),
 so default budgets keep their meaning. A wall-clock cap (`Meter.cap_s`) stays as the safety net: when it fires the
 meter says so (`Meter.cap_fired`) and the solve reports it.
 """
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # fitted to neuroshard's solves of 7 instances (20 tables on 4 devices to 26 on 512 and 856 on 128) on the 2-core VM:
-# 80 us a call and 8.1 ns a number, the wall time of each solve within -21 / +15 % (docs/benchmarks.md, "Work budgets")
+# 80 us a call and 8.1 ns a number, the wall time of each solve within -21 / +15 % (docs/results/speed.md, "Work budgets")
 WORK_PER_CALL = 1.0  # units per cost-model evaluation call
 WORK_PER_ELEMENT = 1.0e-4  # units per number in the states or widths it evaluates
 WORK_UNITS_PER_S = 12_500.0  # units per work second

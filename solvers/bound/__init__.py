@@ -14,7 +14,7 @@ it is <= that optimum; so whatever HiGHS proves by the time limit is a bound, no
 It is exact (to float rounding) for a device that holds one whole table with occupancy 1; the slack is in the
 competition of several tables for the cache (a fractional knapsack instead of the model's hottest-first fill), the
 sector rounding of split shards, occupancy below 1, and above all in what branch and bound has not closed by the
-time limit (measured: docs/benchmarks.md). The LP relaxation is solved first, so a bound exists even when HiGHS
+time limit (measured: docs/results/bound.md, "Certified bound of the analytic model on the test suites"). The LP relaxation is solved first, so a bound exists even when HiGHS
 finds no integer solution in time. The relaxation's best solution describes a real plan (`relaxation_plan`).
 
 The coefficients are derived from the model's constants, then *checked* against `BoundAnalytic.shard_states` for

@@ -28,7 +28,7 @@ from solvers.status import SolveStatus, StatusMap, StopReason
 # search (its time limit, or the deterministic time / conflicts it was given), with a point or without
 # CP-SAT's deterministic time per work second: with two interleaved workers on the 2-core VM a wall second of its
 # search is 1.4-1.6 deterministic seconds (neuroshard-test-s1-0000, dreamshard-test-s1-0000, MLPerf DLRMv2 on
-# 8 x H100; docs/benchmarks.md "Work budgets"), so a default budget keeps its meaning in wall time there
+# 8 x H100; docs/results/speed.md, "Work budgets"), so a default budget keeps its meaning in wall time there
 CPSAT_DETERMINISTIC_PER_WORK_S = 1.5
 CPSAT_STATUS = StatusMap("CP-SAT", {
     "OPTIMAL": (SolveStatus.optimal, StopReason.proven),

@@ -16,7 +16,7 @@ DEFAULT_PRESPLIT_SHARE = 0.45  # with splits: the pre-split grid plan is a warm 
 # collective in the pre-split plan too (Shard.column_wise), so it runs one collective without cutting every table, and
 # on large models it needs the time: production-xl (3,424 tables on 512 devices) cpsat 60 s 10.802 ms with shares
 # 0.15 / 0.45 (the pre-split grid cut by its 9 s), 10.660 with 0.45 / 0.15; production-0000 10.126 -> 10.119,
-# -0001 9.7495 both (simulated, docs/benchmarks.md, "Whole tables in the column-wise all-to-all")
+# -0001 9.7495 both (simulated, docs/results/bound.md, "Whole tables in the column-wise all-to-all")
 DEFAULT_ONE_COLLECTIVE_SHARE = 0.15
 # the default solver's plan as a start (NeuroShard at its own default budget, capped at this share of the limit): the
 # exact search then never returns a plan costlier than the default solver's, whose row splits and uneven pieces its

@@ -19,7 +19,7 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
 
     Not for a measured model: the relaxation of its analytic surrogate (the card's refitted profile) gave plans far
     from the greedy start under the neural model, and the searches' plans did not improve for the time it took
-    (benchmarks/bench_relaxation_start.py, docs/benchmarks.md).
+    (benchmarks/bench_relaxation_start.py, docs/results/exact-solvers.md, "cpsat's warm starts with a measured model").
 
     The relaxation that prices one all-to-all of the summed widths (`per_type=False`): HiGHS finds its plans sooner
     than the per-type one's (huge-test-s1-0000: none within 2.4 s). Its whole tables are not marked column_wise here
@@ -31,7 +31,7 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
 
     Why: on many devices the relaxation's plan cuts tables into pieces of whatever widths fill the devices, which
     neither the dyadic items nor NeuroShard's halvings reach (where NeuroShard's pieces do not pack and it splits
-    tables by rows). The instances: docs/benchmarks.md, "Instances behind design choices"."""
+    tables by rows). The instances: docs/results/design-evidence.md, "Instances behind design choices"."""
     from solvers.bound import BoundError, analytic_lower_bound
 
     if len(instance.tables) * instance.topology.num_devices > RELAXATION_MAX_PAIRS or time_limit <= 0:

@@ -348,8 +348,8 @@ class HeuristicSolver(Solver):
         split by rows fills every device's HBM); with several oversized tables, only the coldest of them in host
         memory (the hot ones split by rows in HBM); the tables the packer finds no room for in host memory whole
         instead of split; and every oversized table named (those a device's host memory holds go there whole, the
-        others by rows in HBM). The instances that asked for each: docs/benchmarks.md, "Instances behind design
-        choices"."""
+        others by rows in HBM). The instances that asked for each: docs/results/design-evidence.md, "Instances
+        behind design choices"."""
         topo = instance.topology
         nested = 1 < topo.intra_group_size < topo.num_devices
         attempts = {"auto": (True, False), "within_host": (True,), "all_devices": (False,)}[self.options.row_splits] if nested else (False,)

@@ -60,13 +60,13 @@ def default_budget(instance: Instance) -> float:
     """The time budget when the caller gives none, from the instance's size: 2 s up to 20,000 table x device pairs,
     growing linearly to 10 s at 100,000 (a production model, 856 x 128, gets 10 s), 10 s up to 300,000, then 1 s per
     30,000 pairs up to 60 s (3,424 x 512, the production-xl family, gets 58 s: in 10 s its greedy seed and first grid
-    state were not done, and the answer was greedy's plan, 40.9 % above the bound against 5.5 % at 58 s; docs/benchmarks.md,
+    state were not done, and the answer was greedy's plan, 40.9 % above the bound against 5.5 % at 58 s; docs/results/bound.md,
     "Bound gaps on production and production-xl"); and at least 1 s per DEVICES_PER_BUDGET_SECOND devices, whatever the tables (every grid
     state costs a pass over the devices, and a few hot tables on many devices need the hot-table grids, which come
     after the search: MLPerf DLRMv2, 26 tables on 512 H100s, gets 16 s; in 2 s they never ran and its plan cost 2.63
-    times the one found in 16 s, simulated, docs/benchmarks.md "Real models"). Small instances end well before it (the beam stops after `patience` steps without a cheaper
+    times the one found in 16 s, simulated, docs/results/real-models.md, "Real models"). Small instances end well before it (the beam stops after `patience` steps without a cheaper
     plan: 100 x 8 in well under 1 s on a 2-core VM); the budget only caps them on a slow or loaded machine. Measured
-    against the search run to 55 s in docs/benchmarks.md ("Fast by default")."""
+    against the search run to 55 s in docs/results/speed.md ("Fast by default")."""
     pairs = len(instance.tables) * instance.topology.num_devices
     by_devices = instance.topology.num_devices / DEVICES_PER_BUDGET_SECOND
     by_pairs = min(60.0, pairs / 30_000) if pairs > 300_000 else min(10.0, max(2.0, pairs / 10_000))

@@ -8,7 +8,7 @@ predicted cost, largest first, onto the feasible device (memory and dim cap) who
 it is lowest; every grid plan is scored by the full cost model (compute + both all-to-alls, max over devices).
 
 `neuroshard` (the default solver) adds, each a switch in NeuroShardConfig whose effect is measured in
-docs/benchmarks.md:
+docs/results/neuroshard.md:
 - `split_apart`: the two halves of a split table never share a device (halving on one device only adds work);
 - `comm_aware`: the best beam states are re-run with an inner greedy that picks the device minimising the
   predicted *plan* cost (compute and all-to-all, max over devices) after the move, not just that device's compute;
@@ -18,7 +18,7 @@ docs/benchmarks.md:
   the best plan so far returned (status `timeout`); the search stops at `polish_reserve` (15 %) of the budget before
   it, so the polish always runs;
 - `patience`: the beam stops after 3 steps without a cheaper plan; `refine_extra`: the comm-aware refinement also
-  re-runs the 4 cheapest states the search scored (docs/benchmarks.md, "Fast by default");
+  re-runs the 4 cheapest states the search scored (docs/results/speed.md, "Fast by default");
 - `seed_with_greedy`: the cost-model greedy's table-wise plan is scored beside the no-split grid plan, so the
   search starts from the better of the two (and never ends worse than the greedy solver).
 - `one_collective`: in HBM searches, beside the beam search, the pre-split state with every other table halved too
@@ -43,7 +43,7 @@ cache's miss share in their state), and the search chooses devices and column sp
 both capacities (`PieceModel`, docs/placements.md). After the search, the placement polish (solvers.placement.polish)
 chooses how tables are held: caches and HBM moves in a tiered layout, data-parallel replicas (`data_parallel`: in
 tiered layouts by default; on HBM instances opt-in: a replica plan the model prefers can be slower when measured,
-docs/benchmarks.md), and (`row_wise`, on by default)
+docs/results/gpu.md, "Measured on a GPU"), and (`row_wise`, on by default)
 row-wise or table-row-wise splits of a table on the bottleneck device where the cost model says the split pays, as
 TorchRec splits hot tables; the device polish then runs again around the split tables.
 

@@ -244,7 +244,7 @@ def _plan_tiers(instance: Instance, rowwise: frozenset[int], lean: bool, within_
     A set of table indices instead of True: only those tables go to host memory whole, oversized or not (the cold
     ones of several oversized tables, `oversized_tables`' prefixes: a hot oversized table is better split by rows in HBM, and the
     HBM it then leaves can hold a mid-sized table whole that would otherwise be split too). The instances that
-    showed each: docs/benchmarks.md, "Instances behind design choices"."""
+    showed each: docs/results/design-evidence.md, "Instances behind design choices"."""
     reason = tiered_infeasibility_reason(instance)
     if reason is not None:
         return reason

@@ -622,7 +622,7 @@ def replan(
     best: _State | None = None
     tried: dict[str, Any] = {}
     target = dict(starts[-1][1]) if starts[-1][0] == "scratch" else None
-    if warm is not None and target is not None:  # (the warm start's search alone never beat its walk toward the scratch plan: docs/benchmarks.md)
+    if warm is not None and target is not None:  # (the warm start's search alone never beat its walk toward the scratch plan: docs/results/replan.md)
         starts = [("warm_start_toward_scratch", warm), starts[-1]]
         if max_moved_bytes is not None and max_moved_bytes > 0:
             # and the warm start walked and searched moving no old byte (what a budget of 0 does, in a third of the
