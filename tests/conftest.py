@@ -371,3 +371,14 @@ def brute_force_by_class(instance: Instance, cost_model: Any = None) -> dict[str
         out[name] = float(cost[keep].min()) if keep.any() else float("inf")
     out["column_wise"] = min(out["column_wise"], float(marked.min()))  # (every whole table marked: all column-wise)
     return out
+
+
+def solve_exact(name: str, instance: Instance, cost_model: Any, limit: float, *, seed: int = 0, **options: Any) -> Any:
+    """An exact solver's solve that a slow or busy machine does not change: cpsat on a work budget of `limit` work
+    seconds (CP-SAT's deterministic time and the searches' counted work, docs/architecture.md "work budget"), so the
+    plan is the same on any machine; the MILPs, which have no deterministic clock here, on a wall-clock limit."""
+    from solvers.catalog import get_solver
+
+    if name == "cpsat":
+        return get_solver(name, default_time_limit=limit, **options).solve(instance, cost_model, seed=seed)
+    return get_solver(name, **options).solve(instance, cost_model, time_limit=limit, seed=seed)

@@ -401,10 +401,14 @@ def test_pick_returns_the_plan_the_judge_measured_fastest():
 def test_solve_pick_measures_the_portfolio_and_returns_its_fastest(tmp_path: Path):
     out = tmp_path / "plan.json"
     r = run("solve", CPU_TEST / "cpu-test-s1-0008.json", "--pick", "cpu", "--portfolio", "greedy,size,round_robin",
-            "-c", "analytic", "--time-limit", "1", "--out", out, "--json")
+            "-c", "analytic", "--time-limit", "1", "--pick-time", "8", "--out", out, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     pick = doc["pick"]
+    for session in (pick["compare"], pick["confirm"]):  # --pick-time caps each session (one round may run past it)
+        if session is not None:
+            assert session["stop"]["reason"] in ("converged", "time cap", "max rounds")
+            assert session["stop"]["elapsed_s"] < 8 + 6, session["stop"]
     measured = {c["name"]: c["measured_ms"] for c in pick["candidates"] if c["measured_ms"] is not None}
     assert pick["winner"] in measured
     if pick["sessions"] == 1:  # clear in one session: the fastest of it
@@ -420,6 +424,8 @@ def test_solve_pick_measures_the_portfolio_and_returns_its_fastest(tmp_path: Pat
     assert bad.exit_code == 2 and "--pick: 'sim' is not cpu or cuda" in bad.stderr
     bad = run("solve", CPU_TEST / "cpu-test-s1-0008.json", "--pick", "cpu", "--portfolio", "greedy,nope")
     assert bad.exit_code == 2 and "unknown solver 'nope'" in bad.stderr
+    bad = run("solve", CPU_TEST / "cpu-test-s1-0008.json", "--pick-time", "5")
+    assert bad.exit_code == 2 and "--pick-time needs --pick" in bad.stderr
 
 
 def test_auto_plans_host_memory_instances_with_the_cards_refitted_profile(tmp_path: Path):

@@ -94,3 +94,19 @@ def test_cpsat_with_a_time_limit_stays_wall_clock() -> None:
     inst = load_instance(ROOT / "instances/examples/small.json")
     r = get_solver("cpsat").solve(inst, CM, seed=0, time_limit=3.0)
     assert r.plan is not None and "work_budget" not in r.info
+
+
+def test_many_small_cpsat_models_end_on_the_work_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a CP-SAT model is charged, not only CP-SAT's own deterministic time: re-solving a small instance two
+    devices at a time made thousands of models whose deterministic time was near zero, and the solve ran to its
+    wall-clock cap (60 s on a 6-work-second budget) instead of ending on its budget."""
+    from conftest import make_instance
+
+    import solvers.exact.constants as constants
+
+    monkeypatch.setattr(constants, "LARGE_MODEL", 10)  # (the small instance counts as large: neighbourhoods)
+    inst = make_instance(16, 4, seed=7, mem_factor=1.4)
+    r = get_solver("cpsat", neighbourhood=2, neuroshard_share=0, default_time_limit=2.0).solve(inst, CM, seed=0)
+    assert r.plan is not None and r.stopped in (StopReason.work_budget, StopReason.converged, StopReason.proven)
+    assert not r.info["work_budget"]["wall_cap_fired"]
+    assert len(r.info["iterations"]) < 2_000  # (8,700 models in 29 s on a 3-work-second budget before)

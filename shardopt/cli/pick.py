@@ -66,9 +66,10 @@ def check_portfolio(text: str) -> list[str]:
     return names
 
 
-def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, progress: Any = None) -> tuple[Candidate, Any, list[str]]:
+def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, progress: Any = None, **judge: Any) -> tuple[Candidate, Any, list[str]]:
     """The measured-fastest candidate (shardopt.measure.pick: close ones re-timed in a second session), the outcome
-    (None with one distinct plan) and notes (candidates without a plan, duplicates)."""
+    (None with one distinct plan) and notes (candidates without a plan, duplicates). `judge` goes to each session's
+    compare_plans (time_cap_s: `--pick-time`)."""
     from shardopt.measure.pick import pick_fastest
 
     notes = [f"{c.name}: no plan ({c.result.reason or c.result.status.value})" for c in candidates if c.result.plan is None]
@@ -81,7 +82,7 @@ def pick(instance: Any, candidates: list[Candidate], backend: str, seed: int, pr
     names = [c.name for c in distinct]
     default = default_candidate(candidates)
     prefer = names.index(default) if default in names else None
-    outcome = pick_fastest(instance, [c.result.plan for c in distinct], names, backend, seed=seed, prefer=prefer, progress=progress)
+    outcome = pick_fastest(instance, [c.result.plan for c in distinct], names, backend, seed=seed, prefer=prefer, progress=progress, **judge)
     return distinct[outcome.winner], outcome, notes
 
 

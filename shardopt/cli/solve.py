@@ -65,6 +65,7 @@ def solve(
     ] = None,
     candidates: Annotated[int | None, typer.Option("--candidates", min=1, help="With --pick: at most this many candidates (the chosen model's first).", show_default=False)] = None,
     portfolio: Annotated[str, typer.Option("--portfolio", metavar="S,S,...", help="With --pick: the solvers of the portfolio.")] = ",".join(PICK_PORTFOLIO),
+    pick_time: Annotated[float | None, typer.Option("--pick-time", min=1.0, metavar="SECONDS", help="With --pick: the most seconds one measurement session may take (it stops sooner once every plan's 95 % CI is within 2 %; close plans get a second session) \\[default: 120].", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Place an instance's tables on its devices and print the plan with its predicted cost (or, with --pick, the
@@ -75,6 +76,8 @@ def solve(
 
         solver_obj = _solver_with_options(solver, option or [])  # unknown names / options fail before any file is read
         pick_backend, portfolio_names = _check_flags(pick_backend, candidates, portfolio, from_plan, max_moved_bytes, move_weight)
+        if pick_time is not None and pick_backend is None:
+            raise CLIError("--pick-time needs --pick cpu|cuda")
         instance = _load_instance(instance_path)
         for name in portfolio_names if pick_backend is not None else [solver]:
             check_accepts(name, instance)  # (exit 2 naming the constraints a solver would break, and who honours them)
@@ -85,7 +88,8 @@ def solve(
         pick_text: list[str] = []
         if pick_backend is not None:
             cands = portfolio_candidates(instance, choice, portfolio_names, candidates, time_limit, seed)
-            winner, report, notes = pick(instance, cands, pick_backend, seed)
+            judge = {"time_cap_s": pick_time} if pick_time is not None else {}
+            winner, report, notes = pick(instance, cands, pick_backend, seed, **judge)
             result, model, solver = winner.result, winner.model, winner.solver
             picked = pick_doc(report, cands, winner, notes)
             pick_text = pick_lines(report, winner, pick_backend) + notes
