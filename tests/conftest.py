@@ -373,12 +373,14 @@ def brute_force_by_class(instance: Instance, cost_model: Any = None) -> dict[str
     return out
 
 
-def solve_exact(name: str, instance: Instance, cost_model: Any, limit: float, *, seed: int = 0, **options: Any) -> Any:
-    """An exact solver's solve that a slow or busy machine does not change: cpsat on a work budget of `limit` work
-    seconds (CP-SAT's deterministic time and the searches' counted work, docs/architecture.md "work budget"), so the
-    plan is the same on any machine; the MILPs, which have no deterministic clock here, on a wall-clock limit."""
-    from solvers.catalog import get_solver
+def solve_on_budget(name: str, instance: Instance, cost_model: Any, limit: float, *, seed: int = 0, **options: Any) -> Any:
+    """A solve that a slow or busy machine does not change: a solver whose default is a work budget (cpsat: CP-SAT's
+    deterministic time and the searches' counted work; neuroshard: its counted work; docs/architecture.md, "work
+    budget") gets `limit` work seconds as that budget, so its plan is the same on any machine; the others (the MILPs,
+    which have no deterministic clock here) a wall-clock limit of `limit` seconds."""
+    from solvers.catalog import get_solver, spec_of
 
-    if name == "cpsat":
+    solver = get_solver(name, **options)
+    if spec_of(name).deterministic and hasattr(getattr(solver, "options", None), "default_time_limit"):
         return get_solver(name, default_time_limit=limit, **options).solve(instance, cost_model, seed=seed)
-    return get_solver(name, **options).solve(instance, cost_model, time_limit=limit, seed=seed)
+    return solver.solve(instance, cost_model, time_limit=limit, seed=seed)

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ROOT, brute_force_by_class, brute_force_split, make_instance
+from conftest import ROOT, brute_force_by_class, brute_force_split, make_instance, solve_on_budget
 
 from costmodels.analytic import AnalyticCostModel
 from costmodels.base import BoundCostModel, CostModel
@@ -384,7 +384,7 @@ def test_large_instances_with_interchangeable_devices_get_the_symmetric_lp(monke
     assert got.lp_bound_ms == pytest.approx(full_lp_bound(inst, False, per_type=False), rel=1e-9)
     assert got.value_ms == min(got.info["plan_classes"].values()) >= got.lp_bound_ms  # (the classes: the time left)
     for name in ("greedy", "neuroshard"):
-        plan = get_solver(name).solve(inst, CM, time_limit=5).plan
+        plan = solve_on_budget(name, inst, CM, 5).plan
         assert CM.bind(inst).plan_costs(plan).max_cost >= got.value_ms * (1 - RTOL)
 
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import make_instance
+from conftest import make_instance, solve_on_budget
 from test_bound_coverage import best_of, options, row_blocks, with_levels
 from typer.testing import CliRunner
 
@@ -130,7 +130,6 @@ def test_bound_below_the_enumerated_optimum_on_pooled_levels(levels: list[dict],
 def test_solvers_plans_are_above_the_bound_on_three_levels() -> None:
     """A 24-table job on 16 devices in hosts of 2, NVLink domains of 8 and the network: greedy's, NeuroShard's and
     cpsat's plans are above the bound, and the bound is far above the table cuts alone."""
-    from solvers.catalog import get_solver
 
     levels = [{"name": "host", "devices": 2, "bandwidth": 4e11}, {"name": "nvlink_domain", "devices": 8, "bandwidth": 3e11, "latency_s": 2e-6},
               {"name": "network", "devices": 16, "bandwidth": 2.5e10, "latency_s": 1e-5}]
@@ -138,7 +137,7 @@ def test_solvers_plans_are_above_the_bound_on_three_levels() -> None:
     bound = analytic_lower_bound(inst, CM, time_limit=8)
     assert bound.status in ("optimal", "bound") and bound.source in ("symmetric LP", "relaxation")
     for name in ("greedy", "neuroshard", "cpsat"):
-        res = get_solver(name).solve(inst, CM, time_limit=2, seed=0)
+        res = solve_on_budget(name, inst, CM, 2, seed=0)
         assert CM.plan_costs(inst, res.plan.shards).max_cost >= bound.value_ms * (1 - 1e-9), name
 
 

@@ -61,3 +61,23 @@ def test_a_move_that_strands_the_largest_table_is_masked() -> None:
     assert completion_mask(np.array([[10, 6]]), 5, np.array([6, 5]), room).tolist() == [[True, False]]
     # the rest 6 and 6 fits after no move (15 free, 17 needed): the room mask comes back
     assert completion_mask(np.array([[10, 10]]), 5, np.array([6, 6]), room).tolist() == [[True, True]]
+
+
+def test_the_check_is_charged_to_a_work_budget_by_the_rows_it_packs() -> None:
+    """A search on a work budget pays for the check (it was most of the wall time of tight tiered solves): more
+    lanes or more tables still to pack cost more work, and a check its shortcut skips costs none."""
+    from shardopt.core.work import metered
+
+    free = np.full((1, 8), 100, dtype=np.int64)
+    room = np.ones((1, 8), dtype=bool)
+
+    def units(free: np.ndarray, rest: list[int], room: np.ndarray) -> float:
+        with metered() as meter:
+            completion_mask(free, 10, np.array(rest), room)
+        return meter.units
+
+    tight = [90] * 7
+    assert units(free, tight, room) > 0
+    assert units(np.repeat(free, 4, axis=0), tight, np.repeat(room, 4, axis=0)) > units(free, tight, room)
+    assert units(free, tight + [80, 80], room) > units(free, tight, room)
+    assert units(free, [1, 1], room) == 0  # (the shortcut: the rest fits whatever happens)

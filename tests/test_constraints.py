@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, make_instance
+from conftest import ROOT, make_instance, solve_on_budget
 from typer.testing import CliRunner
 
 from shardopt.cli import app
@@ -158,7 +158,7 @@ def test_searches_honour_random_constraints(solver: str, seed: int) -> None:
     from solvers.catalog import get_solver
 
     inst, want = _random_constraints(seed)
-    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=seed, time_limit=3)
+    r = solve_on_budget(solver, inst, get_cost_model("analytic"), 3, seed=seed)
     assert r.plan is not None, r.reason
     by: dict[str, list[Shard]] = {}
     for s in r.plan.shards:
@@ -190,7 +190,6 @@ def test_a_constraint_set_without_a_plan_exits_3_naming_the_constraints(tmp_path
     them (shardopt.core.constraint_proofs); a solver that meets them on its own says so too (status infeasible)."""
     from costmodels.registry import get_cost_model
     from shardopt.core.constraint_proofs import constraint_infeasibility
-    from solvers.catalog import get_solver
 
     cases = [
         ({"separate": [["t0", "t1", "t2", "t3", "t4"]]}, "constraints.separate[0]", "only 4"),
@@ -218,7 +217,7 @@ def test_a_constraint_set_without_a_plan_exits_3_naming_the_constraints(tmp_path
     base = make_instance(8, 4, seed=1, mem_factor=3.0)
     doc = base.model_dump(mode="json")
     doc["constraints"] = {"separate": [[t.name for t in base.tables[:5]]]}
-    r = get_solver("cpsat").solve(instance_from_dict(doc), get_cost_model("analytic"), seed=0, time_limit=5)
+    r = solve_on_budget("cpsat", instance_from_dict(doc), get_cost_model("analytic"), 5, seed=0)
     assert r.plan is None and r.status.value == "infeasible" and "constraints.separate[0]" in r.reason
 
 
@@ -277,7 +276,6 @@ def test_memory_tiers_honour_kernels_cache_factors_pins_and_groups(solver: str) 
     search within them keep every one (checked here shard by shard)."""
     from costmodels.registry import get_cost_model
     from shardopt.core.ir import load_instance
-    from solvers.catalog import get_solver
 
     inst = load_instance(ROOT / "instances/suites/tiered-test/tiered-test-s1-0001.json")
     pick = [str(n) for n in np.random.default_rng(0).permutation([t.name for t in inst.tables])]
@@ -287,7 +285,7 @@ def test_memory_tiers_honour_kernels_cache_factors_pins_and_groups(solver: str) 
                                      {"table": pick[3], "kernels": ["fused_uvm"]}],
                           "separate": [[pick[4], pick[5]]], "colocate": [[pick[6], pick[7]]]}
     c = instance_from_dict(doc)
-    r = get_solver(solver).solve(c, get_cost_model("analytic"), seed=0, time_limit=6)
+    r = solve_on_budget(solver, c, get_cost_model("analytic"), 6, seed=0)
     assert r.plan is not None, r.reason
     by: dict[str, list[Shard]] = {}
     for s in r.plan.shards:
@@ -323,13 +321,12 @@ def test_whole_table_solvers_meet_a_column_wise_only_table_with_one_marked_shard
     and its other whole tables join the column-wise collective where that is cheaper (here: all of them)."""
     from costmodels.hierarchical import output_dist_widths
     from costmodels.registry import get_cost_model
-    from solvers.catalog import get_solver
 
     base = make_instance(8, 4, seed=1, mem_factor=3.0)
     doc = base.model_dump(mode="json")
     doc["constraints"] = {"tables": [{"table": "t2", "sharding_types": ["column_wise"]}], "colocate": [["t2", "t3"]]}
     inst = instance_from_dict(doc)
-    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+    r = solve_on_budget(solver, inst, get_cost_model("analytic"), 5, seed=0)
     assert r.plan is not None, r.reason
     assert check_plan(inst, r.plan).ok
     by = {s.table: s for s in r.plan.shards}

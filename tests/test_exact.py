@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import brute_force_split, instance_doc, make_instance, solve_exact
+from conftest import brute_force_split, instance_doc, make_instance, solve_on_budget
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.ir import Instance, instance_from_dict
@@ -202,7 +202,7 @@ def additive() -> tuple[Instance, float, dict[str, float]]:
 def test_finds_the_enumerated_optimum(name: str, additive) -> None:
     inst, best, heuristics = additive
     assert min(heuristics.values()) > best * (1 + 1e-3)  # the instance is not one the heuristics already solve
-    r = solve_exact(name, inst, CM, 90, seed=0, max_split=1)  # table-wise, as enumerated
+    r = solve_on_budget(name, inst, CM, 90, seed=0, max_split=1)  # table-wise, as enumerated
     assert r.status is SolveStatus.optimal, r.info
     assert check_plan(inst, r.plan).ok
     assert r.predicted_cost == pytest.approx(best, rel=1e-9)
@@ -225,7 +225,7 @@ def test_never_worse_than_any_heuristic(name: str, max_split: int) -> None:
     inst = make_instance(8, 4, seed=5, mem_factor=1.2)
     best, _ = brute_force(inst)
     heuristic = min(get_solver(h).solve(inst, CM).predicted_cost for h in HEURISTICS)
-    r = solve_exact(name, inst, CM, 10, max_split=max_split)
+    r = solve_on_budget(name, inst, CM, 10, max_split=max_split)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.predicted_cost <= heuristic + 1e-12
     assert r.predicted_cost == pytest.approx(CM.plan_costs(inst, r.plan).max_cost, rel=1e-9)
@@ -238,7 +238,7 @@ def test_neural_cost_model() -> None:
     cm = _neural()
     inst = make_instance(10, 4, seed=9, mem_factor=1.3)
     heuristic = min(get_solver(h).solve(inst, cm).predicted_cost for h in HEURISTICS)
-    r = solve_exact("cpsat", inst, cm, 20)
+    r = solve_on_budget("cpsat", inst, cm, 20)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.predicted_cost <= heuristic + 1e-12
     assert r.predicted_cost == pytest.approx(cm.plan_costs(inst, r.plan).max_cost)
@@ -251,7 +251,7 @@ def test_neural_cost_model() -> None:
 def test_total_memory_short_is_infeasible() -> None:
     inst = instance_doc([(1000, 4, 1.0)] * 3, [20_000, 20_000])  # 3 x 16,000 bytes > 40,000
     for name in EXACT:
-        r = solve_exact(name, inst, CM, 10)
+        r = solve_on_budget(name, inst, CM, 10)
         assert r.status is SolveStatus.infeasible and r.plan is None
         assert "short by 8,000 bytes" in r.reason
 
@@ -264,7 +264,7 @@ def test_bin_packing_of_its_placements_proven_impossible(name: str) -> None:
     inst = instance_doc([(1500, 4, 1.0)] * 3, [40_000] * 2)  # each table 1500 x 4 x 4 = 24,000 bytes (sgd, fp32)
     assert all(get_solver(h).solve(inst, CM).plan is None for h in HEURISTICS)
     t0 = time.perf_counter()
-    r = solve_exact(name, inst, CM, 20, tiered=False)  # (its own placements only: tests/test_exact_tiered.py goes beyond)
+    r = solve_on_budget(name, inst, CM, 20, tiered=False)  # (its own placements only: tests/test_exact_tiered.py goes beyond)
     assert time.perf_counter() - t0 < 20
     assert r.status is SolveStatus.no_solution and r.plan is None
     assert "no assignment of whole tables fits" in r.reason and "72,000" in r.reason and "80,000" in r.reason
@@ -283,7 +283,7 @@ def test_packs_what_the_heuristics_cannot(name: str) -> None:
     assert all(get_solver(h, fallback=False).solve(inst, CM).plan is None for h in HEURISTICS)
     safe = get_solver("greedy").solve(inst, CM)
     assert safe.info["stage"] == "primary_safe" and check_plan(inst, safe.plan).ok
-    r = solve_exact(name, inst, CM, 20, warm_start=False)
+    r = solve_on_budget(name, inst, CM, 20, warm_start=False)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.info["warm_start"] is None and r.info["iterations"][0]["symmetry_classes"] == 1
 
@@ -310,8 +310,8 @@ def test_same_seed_same_plan() -> None:
     (about 2 s per run here, measured 2026-11-22) and the limit generous: the loop stops when it converges."""
     inst = make_instance(6, 3, seed=12, mem_factor=1.3)
     for name in EXACT:
-        a = solve_exact(name, inst, CM, 90, seed=4)
-        b = solve_exact(name, inst, CM, 90, seed=4)
+        a = solve_on_budget(name, inst, CM, 90, seed=4)
+        b = solve_on_budget(name, inst, CM, 90, seed=4)
         assert a.status is b.status is SolveStatus.optimal
         assert [s.model_dump() for s in a.plan.shards] == [s.model_dump() for s in b.plan.shards]
 
@@ -361,12 +361,12 @@ def test_lower_bound_is_reported_with_its_meaning() -> None:
     inst = make_instance(10, 4, seed=13, mem_factor=1.3)
     # (without the default solver's start: its plan, with replicas, is cheaper here and would be returned, with no
     # bound of the linear model, whose plans it is not among)
-    r = solve_exact("cpsat", inst, CM, 8, neuroshard_share=0)
+    r = solve_on_budget("cpsat", inst, CM, 8, neuroshard_share=0)
     info = r.info
     assert r.model_bound is not None and info["linear_bound"] == r.model_bound.value
     assert r.model_bound.of.startswith("the linearised model") and r.lower_bound is None
     assert not math.isnan(info["gap_to_linear_bound"])
-    n = solve_exact("cpsat", inst, _neural(), 8, certified_bound=True)
+    n = solve_on_budget("cpsat", inst, _neural(), 8, certified_bound=True)
     assert n.status.has_plan and n.lower_bound is None and "certified_bound" not in n.info
 
 
@@ -374,13 +374,13 @@ def test_cpsat_never_ends_above_the_default_solvers_plan() -> None:
     """The default solver's plan is cpsat's first warm start: where its items cannot express it (replicas here) and
     nothing they reach is cheaper, it is the plan returned, said in info, without the linear model's bound."""
     inst = make_instance(10, 4, seed=13, mem_factor=1.3)
-    r = solve_exact("cpsat", inst, CM, 8)
+    r = solve_on_budget("cpsat", inst, CM, 8)
     start = r.info["warm_starts"]["neuroshard"]
     assert start is not None and r.predicted.max_cost <= start + 1e-12
     # the start is the default solve itself (its work budget, within the share): never above `shardopt solve`'s plan
     default = get_solver("neuroshard").solve(inst, CM)
     assert start == pytest.approx(default.predicted_cost, rel=1e-12) and r.predicted.max_cost <= default.predicted_cost + 1e-12
-    alone = solve_exact("cpsat", inst, CM, 8, neuroshard_share=0)
+    alone = solve_on_budget("cpsat", inst, CM, 8, neuroshard_share=0)
     if start < alone.predicted.max_cost * (1 - 1e-9):
         assert "returned_warm_start" in r.info and r.model_bound is None and r.status.value != "optimal"
     assert "neuroshard" not in alone.info["warm_starts"]
@@ -437,17 +437,17 @@ def test_column_splits_find_the_enumerated_optimum(name: str) -> None:
     # (relaxation_share=0, one_collective_share=0: those plans lie outside the enumerated halves -- any widths, more
     # pieces, tables cut on their own device -- and with them cpsat ends below the best plan of halves here: 2.841 ms, 2.817)
     for join, best in ((False, best_split), (True, best_marked)):
-        r = solve_exact(name, inst, CM, 90, seed=0, max_split=2, split_tables=6, neuroshard_share=0, relaxation_share=0, one_collective_share=0,
+        r = solve_on_budget(name, inst, CM, 90, seed=0, max_split=2, split_tables=6, neuroshard_share=0, relaxation_share=0, one_collective_share=0,
                        join_collectives=join)
         assert r.status.has_plan and check_plan(inst, r.plan).ok
         assert r.predicted_cost == pytest.approx(best, rel=1e-9), join
         assert any(s.column_wise for s in r.plan.shards) == join
-    r = solve_exact(name, inst, CM, 90, seed=0, max_split=2, split_tables=6, neuroshard_share=0, relaxation_share=0, one_collective_share=0,
+    r = solve_on_budget(name, inst, CM, 90, seed=0, max_split=2, split_tables=6, neuroshard_share=0, relaxation_share=0, one_collective_share=0,
                    join_collectives=False)
     ns = get_solver("neuroshard", join_collectives=False).solve(inst, CM, time_limit=5, seed=0)
     assert ns.predicted_cost <= best_split * (1 + 1e-9)
     assert get_solver("neuroshard").solve(inst, CM, time_limit=5, seed=0).predicted_cost < best_split
-    assert solve_exact(name, inst, CM, 20, seed=0).predicted_cost <= best_marked * (1 + 1e-9)
+    assert solve_on_budget(name, inst, CM, 20, seed=0).predicted_cost <= best_marked * (1 + 1e-9)
     assert r.predicted_cost == pytest.approx(CM.plan_costs(inst, r.plan).max_cost, rel=1e-9)
     split = [s for s in r.plan.shards if s.cols is not None]
     assert split and all(s.cols * 2 == inst.tables[inst.table_index()[s.table]].dim for s in split)
@@ -468,12 +468,12 @@ def test_a_start_the_items_cannot_express_is_returned_when_cheaper() -> None:
     doc["tables"] = [t for t, b in zip(doc["tables"], sizes) if b == sizes.max()] + [
         t for t, b in zip(doc["tables"], sizes) if b < sizes.max() and b <= sizes.max() * 0.6][:2]
     inst = instance_from_dict(doc)
-    r = solve_exact("cpsat", inst, CM, 20, max_split=2, split_tables=0, row_wise=False, relaxation_share=0, presplit_share=0,
+    r = solve_on_budget("cpsat", inst, CM, 20, max_split=2, split_tables=0, row_wise=False, relaxation_share=0, presplit_share=0,
                    one_collective_share=0, neuroshard_share=0)
     greedy = get_solver("greedy").solve(inst, CM)
     assert check_plan(inst, r.plan).ok and r.predicted_cost == pytest.approx(greedy.predicted_cost, rel=1e-12)
     assert "cheaper than the best plan" in r.info["returned_warm_start"]
-    alone = solve_exact("cpsat", inst, CM, 20, max_split=2, split_tables=0, row_wise=False, warm_start=False)
+    alone = solve_on_budget("cpsat", inst, CM, 20, max_split=2, split_tables=0, row_wise=False, warm_start=False)
     assert alone.predicted_cost > r.predicted_cost
 
 
@@ -485,7 +485,7 @@ def test_column_splits_need_not_be_apart() -> None:
     best_apart, _ = brute_force_split(inst, apart=True)
     assert best_any <= best_apart + 1e-12
     # (relaxation_share=0: the bound relaxation's plan, of any widths, lies outside the halves: with it 2.253 ms)
-    r = solve_exact("cpsat", inst, CM, 90, seed=0, max_split=2, split_tables=5, split_apart=False, neuroshard_share=0, relaxation_share=0)
+    r = solve_on_budget("cpsat", inst, CM, 90, seed=0, max_split=2, split_tables=5, split_apart=False, neuroshard_share=0, relaxation_share=0)
     assert check_plan(inst, r.plan).ok and r.predicted_cost == pytest.approx(best_any, rel=1e-9)
 
 
@@ -502,17 +502,17 @@ def test_a_table_too_big_for_any_device_is_split() -> None:
     # (warm_start=False: the starts are cheaper than the model's best plan here -- the relaxation's, of any column
     # widths, 2.040 ms; greedy's, every table split by rows, 2.265 -- and a start the items cannot express but that
     # is cheaper than the search's plan is the answer)
-    r = solve_exact("cpsat", inst, CM, 20, max_split=2, split_tables=0, row_wise=False, warm_start=False)
+    r = solve_on_budget("cpsat", inst, CM, 20, max_split=2, split_tables=0, row_wise=False, warm_start=False)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     big = inst.tables[int(np.argmax(table_bytes_array(inst)))].name
     assert sum(1 for s in r.plan.shards if s.table == big) == 2 and big in r.info["split_tables_used"]
     # with row splits (the default) every table split by rows over the 3 devices is cheaper still (one all-to-all
     # for all; measured 2.265 ms against 2.940, simulated): the polish's layout sweep
-    rows = solve_exact("cpsat", inst, CM, 20, max_split=2, split_tables=0, neuroshard_share=0, relaxation_share=0)
+    rows = solve_on_budget("cpsat", inst, CM, 20, max_split=2, split_tables=0, neuroshard_share=0, relaxation_share=0)
     assert check_plan(inst, rows.plan).ok and rows.predicted_cost < r.predicted_cost
-    relaxed = solve_exact("cpsat", inst, CM, 20, max_split=2, split_tables=0, neuroshard_share=0)
+    relaxed = solve_on_budget("cpsat", inst, CM, 20, max_split=2, split_tables=0, neuroshard_share=0)
     assert check_plan(inst, relaxed.plan).ok and relaxed.predicted_cost <= rows.predicted_cost * (1 + 1e-9)
-    whole = solve_exact("cpsat", inst, CM, 20, max_split=1, tiered=False)
+    whole = solve_on_budget("cpsat", inst, CM, 20, max_split=1, tiered=False)
     assert whole.status is SolveStatus.no_solution and "fits on no device" in whole.reason
     assert "table-wise in HBM only" in whole.reason
 
@@ -596,7 +596,7 @@ def test_presplit_warm_start_splits_a_heavy_table() -> None:
     shards, cost = got
     assert sum(1 for s in shards if s.table == heavy) > 1 and cost < greedy
     assert CM.plan_costs(inst, shards).max_cost == pytest.approx(cost, rel=1e-9)
-    r = solve_exact("cpsat", inst, CM, 10, neuroshard_share=0)  # (cpsat's own search from the pre-split start)
+    r = solve_on_budget("cpsat", inst, CM, 10, neuroshard_share=0)  # (cpsat's own search from the pre-split start)
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= cost + 1e-12
     assert heavy in r.info["split_tables_used"] and r.info["warm_starts"]["presplit"] == pytest.approx(cost)
 
@@ -663,7 +663,7 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     monkeypatch.setattr(constants, "LARGE_MODEL", 10)
     inst = make_instance(24, 8, seed=7, mem_factor=1.4)
     # (neuroshard_share=0: the neighbourhoods' own plan, not the default solver's start returned, is the subject)
-    r = solve_exact("cpsat", inst, CM, 6, seed=0, neighbourhood=4, neuroshard_share=0)
+    r = solve_on_budget("cpsat", inst, CM, 6, seed=0, neighbourhood=4, neuroshard_share=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.predicted_cost <= r.info["warm_start"]["cost"] + 1e-12
     its = r.info["iterations"]
@@ -673,7 +673,7 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     assert get_solver("cpsat").params()["neighbourhood"] == 16
     assert "certified_bound" not in r.info and get_solver("cpsat").params()["certified_bound"] is False
     # asked for, the analytic model's certified bound (a share of the time) is the result's lower bound
-    c = solve_exact("cpsat", inst, CM, 6, seed=0, neighbourhood=4, certified_bound=True, neuroshard_share=0)
+    c = solve_on_budget("cpsat", inst, CM, 6, seed=0, neighbourhood=4, certified_bound=True, neuroshard_share=0)
     cb = c.info["certified_bound"]
     assert cb["value"] is not None and cb["value"] <= c.predicted_cost + 1e-9 and cb["value"] <= r.predicted_cost + 1e-9
     assert c.lower_bound == pytest.approx(cb["value"]) and c.plan.lower_bound == c.lower_bound
@@ -755,7 +755,7 @@ def test_exact_solvers_keep_uneven_pieces_of_their_start(name: str) -> None:
     """t0 fits on no device whole and its dim has no equal 4-aligned halves: the exact solvers' own (dyadic) pieces
     cannot hold it, NeuroShard's uneven ones can; the exact loop re-places them in HBM, never worse than the start."""
     inst = instance_from_dict(odd_units_doc())
-    r = solve_exact(name, inst, CM, 6, seed=0)
+    r = solve_on_budget(name, inst, CM, 6, seed=0)
     assert r.status.has_plan, r.reason
     assert check_plan(inst, r.plan).ok
     assert all(s.rows is None and s.kernel.value == "fused" for s in r.plan.shards)  # all in HBM, no row split
@@ -768,7 +768,7 @@ def test_one_collective_warm_start_on_many_devices() -> None:
     """The one-collective start (every table cut, one all-to-all) is among the exact solver's warm starts, and on many
     devices with few tables each it is the start to beat: the plan is no dearer than it."""
     inst = make_instance(48, 16, seed=0, mem_factor=2.0, per_host=8, hardware="a100", batch_size=65536)
-    r = solve_exact("cpsat", inst, CM, 20)
+    r = solve_on_budget("cpsat", inst, CM, 20)
     starts = r.info["warm_starts"]
     assert starts["one_collective"] is not None and starts["one_collective"] < starts["presplit"]
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= starts["one_collective"] + 1e-12

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import solve_on_budget
 
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import load_instance
@@ -64,7 +65,7 @@ def test_exact_solvers_place_instances_that_need_tiers(name: str, path: Path) ->
     inst = load_instance(path)
     # (relaxation_share=0, neuroshard_share=0: the relaxation's plan, of any column widths, and the default solver's hold
     # huge-test-s1-0000 in HBM, and the tiered path is not taken: test_the_relaxation_start_holds_huge_test_in_hbm)
-    r = get_solver(name, relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=8)
+    r = solve_on_budget(name, inst, CM, 3 if name == "cpsat" else 8, seed=0, relaxation_share=0, neuroshard_share=0)
     assert r.status.has_plan and r.status is not SolveStatus.optimal, (r.status, r.reason)
     assert check_plan(inst, r.plan).ok  # both memory tiers, every table covered once
     tiered = r.info["tiered"]
@@ -79,7 +80,7 @@ def test_exact_solvers_place_instances_that_need_tiers(name: str, path: Path) ->
 
 def test_fixed_shards_are_kept_as_the_start_has_them() -> None:
     inst = load_instance(HUGE)
-    r = get_solver("cpsat", tiered_share=0.0, relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=8)  # (greedy's plan is the only start)
+    r = solve_on_budget("cpsat", inst, CM, 3, seed=0, tiered_share=0.0, relaxation_share=0, neuroshard_share=0)  # (greedy's plan is the only start)
     assert r.info["tiered"]["start"] == "greedy"
     start = get_solver("greedy").solve(inst, CM, seed=0).plan
     fixed_tables = {s.table for s in start.shards if s.rows is not None or s.kernel.value != "fused" or s.replicated}
@@ -91,7 +92,7 @@ def test_fixed_shards_are_kept_as_the_start_has_them() -> None:
 
 def test_tiered_off_keeps_the_old_answer() -> None:
     inst = load_instance(HUGE)
-    r = get_solver("cpsat", tiered=False, relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=5)
+    r = solve_on_budget("cpsat", inst, CM, 5, seed=0, tiered=False, relaxation_share=0, neuroshard_share=0)
     assert r.status is SolveStatus.no_solution and "not proven infeasible" in r.reason
 
 
@@ -118,11 +119,11 @@ def test_the_relaxation_start_holds_huge_test_in_hbm() -> None:
     its tiered path (simulated: 2.850 against about 2.78 ms, whose NeuroShard start holds the table in HBM in pieces of its
     one-collective state)."""
     inst = load_instance(HUGE)
-    r = get_solver("cpsat").solve(inst, CM, seed=0, time_limit=8)
+    r = solve_on_budget("cpsat", inst, CM, 8, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert all(s.rows is None and s.kernel.value == "fused" and not s.replicated for s in r.plan.shards)
     assert r.info["warm_starts"].get("relaxation") is not None
-    tiered = get_solver("cpsat", relaxation_share=0, neuroshard_share=0).solve(inst, CM, seed=0, time_limit=8)
+    tiered = solve_on_budget("cpsat", inst, CM, 8, seed=0, relaxation_share=0, neuroshard_share=0)
     assert r.predicted_cost <= tiered.predicted_cost * 1.05
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_instance
+from conftest import make_instance, solve_on_budget
 
 from costmodels.analytic import AnalyticCostModel
 from shardopt.core.plan_check import check_plan
@@ -126,14 +126,14 @@ def test_a_plan_nothing_improves_comes_back_unchanged() -> None:
 
 def test_exact_solvers_record_their_local_searches() -> None:
     inst = make_instance(24, 4, seed=5, mem_factor=1.3)
-    r = get_solver("cpsat", max_split=1).solve(inst, CM, time_limit=4, seed=0)
+    r = solve_on_budget("cpsat", inst, CM, 4, seed=0, max_split=1)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     rows = r.info["local_searches"]
     assert rows and rows[0]["expansion_cost"] == pytest.approx(r.info["warm_start"]["cost"])
     for row in rows:
         assert row["full_cost"] is None or row["improved"] == (row["full_cost"] < row["expansion_cost"] - 1e-9 * row["expansion_cost"])
     assert r.predicted_cost <= min(row["full_cost"] for row in rows if row["full_cost"] is not None) + 1e-12
-    off = get_solver("cpsat", max_split=1, search_share=0).solve(inst, CM, time_limit=2, seed=0)
+    off = solve_on_budget("cpsat", inst, CM, 2, seed=0, max_split=1, search_share=0)
     assert "local_searches" not in off.info
     assert get_solver("cpsat").params()["search_share"] == 0.25
     with pytest.raises(ValueError, match="search_share"):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import solve_on_budget
 from typer.testing import CliRunner
 
 from costmodels.analytic import AnalyticCostModel
@@ -82,10 +83,9 @@ def test_the_hot_table_goes_to_the_faster_kind_and_the_solvers_find_it() -> None
     on_h200 = [Shard(table="hot", device=1), Shard(table="cold0", device=0), Shard(table="cold1", device=0)]
     on_a100 = [Shard(table="hot", device=0), Shard(table="cold0", device=1), Shard(table="cold1", device=1)]
     assert cm.plan_costs(inst, on_h200).max_cost < 0.8 * cm.plan_costs(inst, on_a100).max_cost
-    from solvers.catalog import get_solver
 
     for solver in ("greedy", "neuroshard", "cpsat"):
-        plan = get_solver(solver).solve(inst, cm, seed=0, time_limit=5).plan
+        plan = solve_on_budget(solver, inst, cm, 5, seed=0).plan
         hot = [s.device for s in plan.shards if s.table == "hot"]
         assert hot and all(d == 1 for d in hot), (solver, plan.shards)
         assert cm.plan_costs(inst, plan).max_cost <= cm.plan_costs(inst, on_h200).max_cost * (1 + 1e-9)

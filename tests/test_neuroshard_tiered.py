@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import spec_instance
+from conftest import solve_on_budget, spec_instance
 
 from costmodels.base import UnsupportedPlacementError
 from costmodels.registry import get_cost_model
@@ -71,7 +71,7 @@ def test_tables_beyond_hbm_get_a_host_memory_plan_no_worse_than_greedy() -> None
     assert split_infeasibility(inst) is not None  # column splits alone cannot hold it
     cm = get_cost_model("analytic")
     greedy = get_solver("greedy").solve(inst, cm, seed=0)
-    r = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
+    r = solve_on_budget("neuroshard", inst, cm, 20, seed=0)
     assert r.status.has_plan, r.reason
     assert check_plan(inst, r.plan).ok
     independent_memory_check(inst, r.plan)
@@ -87,7 +87,7 @@ def test_a_table_too_tall_for_column_slices_is_split_by_rows() -> None:
     inst = too_wide()
     big = inst.tables[0]
     assert slice_bytes(inst, big, big.rows, 4) > max(inst.topology.capacities())
-    r = get_solver("neuroshard").solve(inst, get_cost_model("analytic"), time_limit=20, seed=0)
+    r = solve_on_budget("neuroshard", inst, get_cost_model("analytic"), 20, seed=0)
     assert r.status.has_plan, r.reason
     assert check_plan(inst, r.plan).ok
     independent_memory_check(inst, r.plan)
@@ -101,7 +101,7 @@ def test_the_background_is_priced() -> None:
     reports is the full cost model's cost of the whole plan, fixed shards included."""
     inst = too_wide()
     cm = get_cost_model("analytic")
-    r = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
+    r = solve_on_budget("neuroshard", inst, cm, 20, seed=0)
     assert r.plan is not None
     full = cm.plan_costs(inst, r.plan).max_cost
     without_fixed = cm.plan_costs(inst, [s for s in r.plan.shards if s.table != inst.tables[0].name]).max_cost
@@ -116,7 +116,7 @@ def test_committed_huge_and_tiered_instances_get_plans(suite: str, picks: list[i
     paths = sorted((ROOT / "instances" / "suites" / suite).glob(f"{suite}-*.json"))
     for k in picks:
         inst = load_instance(paths[k])
-        r = get_solver("neuroshard").solve(inst, cm, time_limit=8, seed=0)
+        r = solve_on_budget("neuroshard", inst, cm, 8, seed=0)
         assert r.status.has_plan, (paths[k].name, r.reason)
         assert check_plan(inst, r.plan).ok, paths[k].name
         independent_memory_check(inst, r.plan)
@@ -127,15 +127,15 @@ def test_committed_huge_and_tiered_instances_get_plans(suite: str, picks: list[i
 def test_same_seed_same_tiered_plan() -> None:
     inst = beyond_hbm()
     cm = get_cost_model("analytic")
-    a = get_solver("neuroshard").solve(inst, cm, time_limit=30, seed=3)
-    b = get_solver("neuroshard").solve(inst, cm, time_limit=30, seed=3)
+    a = solve_on_budget("neuroshard", inst, cm, 30, seed=3)
+    b = solve_on_budget("neuroshard", inst, cm, 30, seed=3)
     assert a.status.value == "feasible"  # (finished within the budget: the search itself is deterministic)
     assert a.plan.shards == b.plan.shards
 
 
 def test_a_model_that_cannot_cost_host_memory_refuses_by_name() -> None:
     with pytest.raises(UnsupportedPlacementError, match="fused_uvm"):
-        get_solver("neuroshard").solve(beyond_hbm(), get_cost_model("neural"), time_limit=5, seed=0)
+        solve_on_budget("neuroshard", beyond_hbm(), get_cost_model("neural"), 5, seed=0)
 
 
 def test_too_little_memory_in_both_tiers_is_infeasible() -> None:
@@ -144,7 +144,7 @@ def test_too_little_memory_in_both_tiers_is_infeasible() -> None:
     d["topology"]["host_memory_bytes"] = int(d["topology"]["memory_bytes"] * 0.2)
     inst = instance_from_dict(d)
     assert table_bytes_array(inst).sum() > sum(inst.topology.capacities()) + sum(inst.topology.host_capacities())
-    r = get_solver("neuroshard").solve(inst, get_cost_model("analytic"), time_limit=5, seed=0)
+    r = solve_on_budget("neuroshard", inst, get_cost_model("analytic"), 5, seed=0)
     assert r.status.value == "infeasible"
     assert "host memory" in r.reason
 
@@ -165,7 +165,7 @@ def test_every_table_row_wise_leaves_nothing_to_search_and_still_plans(solver: s
     benchmarks/bench_tiered.py)."""
     inst = _doc([(30_000_000, 8, 10.0), (20_000_000, 8, 5.0)], 4, 520_000_000)
     assert split_infeasibility(inst) is not None
-    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+    r = solve_on_budget(solver, inst, get_cost_model("analytic"), 5, seed=0)
     assert r.status.has_plan, r.reason
     assert check_plan(inst, r.plan).ok
     tables = {t.name: t for t in inst.tables}
@@ -178,7 +178,7 @@ def test_a_polish_that_leaves_no_packed_table_ends_cleanly(solver: str) -> None:
     the polish no packed table is left for the device polish (which crashed on the empty piece list)."""
     inst = _doc([(30_000_000, 8, 10.0), (20_000_000, 8, 5.0), (200, 128, 30.0)], 4, 520_000_000)
     assert split_infeasibility(inst) is not None
-    r = get_solver(solver).solve(inst, get_cost_model("analytic"), seed=0, time_limit=5)
+    r = solve_on_budget(solver, inst, get_cost_model("analytic"), 5, seed=0)
     assert r.status.has_plan, r.reason
     assert check_plan(inst, r.plan).ok
 
@@ -218,7 +218,7 @@ def test_every_layout_greedy_packed_is_searched_and_the_cheapest_plan_kept() -> 
     greedy = get_solver("greedy").solve(inst, cm, seed=0, time_limit=60)
     ranked = greedy.layouts  # (typed: what greedy hands neuroshard)
     assert len(ranked) >= 3 and [r.cost for r in ranked] == sorted(r.cost for r in ranked)
-    r = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=60)
+    r = solve_on_budget("neuroshard", inst, cm, 60, seed=0)
     assert r.status.has_plan, r.reason
     independent_memory_check(inst, r.plan)
     compared = r.info["layouts_compared"]
@@ -237,7 +237,7 @@ def test_a_tight_instance_the_cost_ordered_grid_cannot_pack_gets_a_column_wise_p
     inst = load_instance(ROOT / "instances" / "suites" / "huge-test" / "huge-test-s1-0010.json")
     assert split_infeasibility(inst) is None
     cm = get_cost_model("analytic")
-    r = get_solver("neuroshard").solve(inst, cm, seed=0, time_limit=10)
+    r = solve_on_budget("neuroshard", inst, cm, 10, seed=0)
     assert r.status.has_plan, r.reason
     independent_memory_check(inst, r.plan)
     assert r.info["states_rescored_safe"] > 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import spec_instance
+from conftest import solve_on_budget, spec_instance
 
 from costmodels.registry import get_cost_model
 from shardopt.core.ir import Kernel, Shard, instance_from_dict, load_instance, to_dict
@@ -89,9 +89,9 @@ def test_data_parallel_replicates_a_tiny_hot_table_only_when_asked() -> None:
 def test_neuroshard_offers_replicas_with_the_option() -> None:
     inst = hot_small_table_instance()
     cm = get_cost_model("analytic")
-    plain = get_solver("neuroshard", data_parallel=False).solve(inst, cm, time_limit=20, seed=0)
+    plain = solve_on_budget("neuroshard", inst, cm, 20, seed=0, data_parallel=False)
     assert not any(s.replicated for s in plain.plan.shards)  # data_parallel=false: never
-    default = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)  # (its search around replica sets)
+    default = solve_on_budget("neuroshard", inst, cm, 20, seed=0)  # (its search around replica sets)
     assert default.predicted.max_cost <= plain.predicted.max_cost
     from solvers.neuroshard.search import NeuroShardSolver
 
@@ -106,7 +106,7 @@ def test_layout_of_a_plan_rebuilds_it() -> None:
     """The layout read back from a tiered plan reproduces the plan's shards (the second device polish relies on it)."""
     inst = tiered_instance()
     cm = get_cost_model("analytic")
-    r = get_solver("neuroshard").solve(inst, cm, time_limit=20, seed=0)
+    r = solve_on_budget("neuroshard", inst, cm, 20, seed=0)
     layout = layout_of(inst, r.plan.shards)
     pm = PieceModel(inst, cm.bind(inst), layout, whole_column_wise=True)  # (as the search's, join_collectives)
     index = inst.table_index()
@@ -216,8 +216,8 @@ def test_row_split_plans_export_to_torchrec_kinds() -> None:
 def test_cpsat_splits_the_hot_table_and_drops_its_table_column_wise_bound() -> None:
     inst = hot_narrow_instance()
     cm = get_cost_model("analytic")
-    whole = get_solver("cpsat", row_wise=False).solve(inst, cm, seed=0, time_limit=10)
-    split = get_solver("cpsat").solve(inst, cm, seed=0, time_limit=10)
+    whole = solve_on_budget("cpsat", inst, cm, 10, seed=0, row_wise=False)
+    split = solve_on_budget("cpsat", inst, cm, 10, seed=0)
     assert check_plan(inst, split.plan).ok
     assert any(s.table == "hot" and s.height(inst.tables[0]) < inst.tables[0].rows for s in split.plan.shards)
     assert split.predicted.max_cost < whole.predicted.max_cost
@@ -308,14 +308,14 @@ def test_neuroshard_searches_around_replica_sets() -> None:
     bm = cm.bind(inst)
     # (one_collective=False, join_collectives=False: with them the search alone reaches 1.286 ms, cutting every table
     # into the column-wise collective, and no replica set beats that)
-    r = get_solver("neuroshard", data_parallel=True, one_collective=False, join_collectives=False).solve(inst, cm, seed=0, time_limit=6)
+    r = solve_on_budget("neuroshard", inst, cm, 6, seed=0, data_parallel=True, one_collective=False, join_collectives=False)
     assert check_plan(inst, r.plan).ok
     searches = r.info["replica_searches"]
     assert searches["prefixes"] and all(p["replicas"] >= 1 for p in searches["prefixes"])
     cost = bm.plan_costs(r.plan.shards).max_cost
     assert cost < 0.95 * searches["searched_cost"]  # measured 1.703 -> 1.461
     assert len({s.table for s in r.plan.shards if s.replicated}) >= 4
-    plain = get_solver("neuroshard", data_parallel=False).solve(inst, cm, seed=0, time_limit=2)
+    plain = solve_on_budget("neuroshard", inst, cm, 2, seed=0, data_parallel=False)
     assert "replica_searches" not in plain.info
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import solve_on_budget
 from typer.testing import CliRunner
 
 from costmodels.registry import get_cost_model
@@ -67,7 +68,7 @@ def test_carry_over_matches_tables_by_name() -> None:
 def test_budgets_are_honoured_and_more_budget_never_hurts(solver: str) -> None:
     old_inst, new_inst = grown()
     cm = get_cost_model("analytic")
-    old = get_solver(solver).solve(old_inst, cm, seed=0, time_limit=10).plan
+    old = solve_on_budget(solver, old_inst, cm, 10, seed=0).plan
     total = int(table_bytes_array(new_inst).sum())
     results = {}
     for share in (0.0, 0.05, None):
