@@ -58,7 +58,7 @@ def main() -> None:
             bounds[label] = b
             print(json.dumps({"instance": path, "bound": label, "value_ms": b.value_ms if b.value_ms != float("inf") else None,
                               "status": b.status, "source": b.source, "time_s": round(time.perf_counter() - start, 2),
-                              "relaxation_plan_ms": b.plan_cost_ms, "classes": b.info.get("plan_classes")}), flush=True)
+                              "relaxation_plan_ms": b.plan_cost_ms, "classes": b.plan_classes}), flush=True)
         for name in args.solvers.split(","):
             r = get_solver(name).solve(inst, cm, seed=0)
             cost = cm.plan_costs(inst, r.plan).max_cost

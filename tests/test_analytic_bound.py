@@ -382,7 +382,7 @@ def test_large_instances_with_interchangeable_devices_get_the_symmetric_lp(monke
     got = analytic_lower_bound(inst, time_limit=5.0)
     assert got.source == "symmetric LP" and got.variables == 0 and got.plan is None
     assert got.lp_bound_ms == pytest.approx(full_lp_bound(inst, False, per_type=False), rel=1e-9)
-    assert got.value_ms == min(got.info["plan_classes"].values()) >= got.lp_bound_ms  # (the classes: the time left)
+    assert got.value_ms == min(got.plan_classes.values()) >= got.lp_bound_ms  # (the classes: the time left)
     for name in ("greedy", "neuroshard"):
         plan = solve_on_budget(name, inst, CM, 5).plan
         assert CM.bind(inst).plan_costs(plan).max_cost >= got.value_ms * (1 - RTOL)
@@ -514,7 +514,7 @@ def test_the_bound_counts_placement_constraints_against_enumeration(seed: int) -
     best = enumerate_table_wise(inst, lambda A: (A[:, heavy[0]] == 0) & (A[:, heavy[1]] == 0) & (A[:, a] != A[:, b]) & (A[:, c] == A[:, d]))
     got = analytic_lower_bound(constrained, CM, table_wise=True, time_limit=20)
     free = analytic_lower_bound(inst, CM, table_wise=True, time_limit=20)
-    assert got.info["constraints"] == "counted"
+    assert got.constraints_counted is True
     assert free.value_ms * (1 - 1e-7) <= got.value_ms <= best * (1 + 1e-7), (free.value_ms, got.value_ms, best)
     assert got.value_ms > free.value_ms * 1.01  # (two heavy tables on one device: the bound sees it)
     # a table that may not be in HBM leaves no covered plan: said so, not a bound
@@ -602,10 +602,10 @@ def test_production_bound_counts_the_collectives_a_plan_runs() -> None:
     # (a limit the LPs never reach: about 20 s quiet on a 2-core VM; with 30 s, two CPU burners on a slower VM left a
     # plan class unsolved, and the test asserts what every class gives, not how fast)
     b = analytic_lower_bound(inst, CM, time_limit=180)
-    classes = b.info["plan_classes"]
+    classes = b.plan_classes
     assert b.source == "symmetric LP" and set(classes) == {"table_wise", "mixed", "column_wise", "rows_and_replicas"}
     assert b.value_ms == min(classes.values()) > b.lp_bound_ms
-    refined = b.info["plan_classes_by_rows"]
+    refined = b.plan_classes_by_rows
     lowest = min(classes, key=classes.__getitem__)
     assert lowest in refined and all(classes[k] == min(rows.values()) for k, rows in refined.items())
     assert all(set(rows) == {"none", "over_devices", "within_hosts"} for rows in refined.values())

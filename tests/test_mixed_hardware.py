@@ -345,7 +345,7 @@ def test_the_bound_of_a_mixed_job_prices_each_device_on_its_kind() -> None:
     cm = AnalyticCostModel()
     b = analytic_lower_bound(inst, time_limit=10)
     assert b.source == "per-kind LP" and "its own kind's profile (a100 / h200)" in b.covers
-    assert b.value_ms > 1.3 * b.info["envelope_bound_ms"]
+    assert b.value_ms > 1.3 * b.envelope_bound_ms
     plan = get_solver("greedy").solve(inst, cm, seed=0).plan
     assert b.value_ms <= cm.plan_costs(inst, plan).max_cost
     assert uncovered_reason(list(plan.shards), bound=b) is None

@@ -162,10 +162,11 @@ def _human_lines(result: Any, label: str, time_limit: float, plan_doc: dict[str,
          f"{result.multipliers} cache multipliers per device; {result.time_s:.2f} s") if result.variables else
         f"relaxation: not built whole; {result.multipliers} cache multipliers per device; {result.time_s:.2f} s",
     ]
-    if result.info.get("constraints"):
-        lines.insert(2, f"the instance's placement constraints: {result.info['constraints']}")
-    if result.info.get("plan_classes"):
-        lines.insert(2, _plan_classes_line(result.info["plan_classes"], result.info.get("plan_classes_by_rows", {})))
+    if result.constraints_counted is not None:
+        counted = "counted" if result.constraints_counted else "not counted (a bound of every plan, so of the constrained ones too)"
+        lines.insert(2, f"the instance's placement constraints: {counted}")
+    if result.plan_classes:
+        lines.insert(2, _plan_classes_line(result.plan_classes, result.plan_classes_by_rows))
     if result.relaxation_primal_ms is not None:
         lines.append(f"best solution of the relaxation found {result.relaxation_primal_ms:.4f} ms (the relaxation's optimum lies between it and the bound)")
     if result.plan_cost_ms is not None:

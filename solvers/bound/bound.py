@@ -112,8 +112,16 @@ class AnalyticBound:
     multipliers: int = 0  # knapsack multipliers per device
     reason: str | None = None
     solver_message: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # free-form diagnostics (no caller reads them)
     source: str = "relaxation"
+    # whether the bound counts the instance's placement constraints (None: it has none); False: a bound of every plan,
+    # so of the constrained ones too
+    constraints_counted: bool | None = None
+    # the least bound per plan class (by the collectives a plan runs; None: not solved in time), and the refined ones
+    # by row class: which kind of plan the bound is tight for (solvers.bound.classes.classes_lp_bound)
+    plan_classes: dict[str, float | None] = field(default_factory=dict)
+    plan_classes_by_rows: dict[str, dict[str, float]] = field(default_factory=dict)
+    envelope_bound_ms: float | None = None  # a mixed job's per-kind LP: the looser bound on its kinds' envelope beside it
     covers_replicas: bool = False  # data-parallel replicas are among the covered plans
     covers_host_memory: bool = False  # so are shards in host memory (UVM kernels)
     covers_row_splits: bool = False  # so are tables split by rows (row_wise, table_row_wise)
@@ -197,9 +205,9 @@ def _mixed_kinds_bound(instance: Instance, cost_model: CostModel | None, *, time
               + (f"not {' or '.join(missing)} shards, " if missing else "") + "not row x column blocks, not other cost models (the "
               f"kinds' envelope bound, {out.value_ms:.6g} ms, is looser"
               + (" and covers host-memory shards too)" if out.covers_host_memory and not host else ")"))
-    info = dict(out.info, envelope_bound_ms=out.value_ms, envelope_covers=out.covers, envelope_source=out.source)
+    info = dict(out.info, envelope_covers=out.covers, envelope_source=out.source)
     return AnalyticBound(kinds, BoundStatus.bound, table_wise, "HiGHS (scipy.optimize.milp)", time.perf_counter() - start, covers, out.cost_model,
-                         source="per-kind LP", info=info, covers_replicas=reps, covers_host_memory=host, covers_row_splits=rows,
+                         source="per-kind LP", info=info, constraints_counted=out.constraints_counted, envelope_bound_ms=out.value_ms, covers_replicas=reps, covers_host_memory=host, covers_row_splits=rows,
                          solver_message="the LP relaxation with one copy of the device variables per class of devices (kind, HBM, host "
                          "memory), each class on its kind's profile")
 
@@ -235,7 +243,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             out = analytic_lower_bound(free, cost_model, time_limit=max(0.1, time_limit - (time.perf_counter() - start)),
                                        table_wise=table_wise, per_type=per_type, replicas=replicas, host_memory=host_memory,
                                        row_splits=row_splits)
-            out.info.update(_constraints_info(instance, counted=False))
+            out.constraints_counted = _constraints_counted(instance, counted=False)
             out.time_s = time.perf_counter() - start
             return out
     solver = "HiGHS (highspy; LPs by scipy.optimize.milp)"
@@ -273,14 +281,13 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
         # one-all-to-all relaxation's LP bound (build_symmetric_lp), of every plan: constraints only take plans away.
         # With the time left, the per-type judge's classes (classes_lp_bound: by the collectives a plan runs, each
         # start-up paid whole) each bounded apart, the least of them
-        info = _constraints_info(instance, counted=False)
+        classes: dict[str, float | None] = {}
+        by_rows: dict[str, dict[str, float]] = {}
         value, how = sym, "one all-to-all of the summed widths"
         left = 0.9 * time_limit - (time.perf_counter() - start)
         if not table_wise and left > 0:
             found = classes_lp_bound(ctx, left)
-            info["plan_classes"] = found.classes
-            if found.by_rows:
-                info["plan_classes_by_rows"] = found.by_rows
+            classes, by_rows = found.classes, found.by_rows or {}
             if found.value is not None and found.value > sym:
                 value, how = found.value, ("the least over plan classes (by the collectives they run: table-wise only, column-wise only, "
                                            "both, neither; with or without row splits)")
@@ -288,7 +295,7 @@ def _lower_bound(instance: Instance, cost_model: CostModel | None, *, time_limit
             value_ms=value, status=BoundStatus.bound, table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
             cost_model=model_name, lp_bound_ms=sym, multipliers=len(ctx.lams), source="symmetric LP",
             solver_message=f"LP relaxation with the devices' variables equal ({n_pairs:,} pairs: not branched on): {how}",
-            info=info, **flags,
+            constraints_counted=_constraints_counted(instance, counted=False), plan_classes=classes, plan_classes_by_rows=by_rows, **flags,
         )
     return _full_relaxation_bound(instance, ctx, table_wise=table_wise, per_type=per_type, symmetric=symmetric,
                                   time_limit=time_limit, start=start, covers=covers, model_name=model_name, solver=solver, flags=flags)
@@ -324,7 +331,7 @@ def _full_relaxation_bound(instance: Instance, ctx: AnalyticRelaxation, *, table
     return AnalyticBound(
         value_ms=value, status=res["status"], table_wise=table_wise, solver=solver, time_s=time.perf_counter() - start, covers=covers,
         cost_model=model_name, relaxation_primal_ms=res["primal"], lp_bound_ms=lp_bound, plan_cost_ms=plan_cost, plan=plan,
-        solver_message=res["message"], source=source, **sizes, info=_constraints_info(instance, counted=source == "relaxation"), **flags,
+        solver_message=res["message"], source=source, **sizes, constraints_counted=_constraints_counted(instance, counted=source == "relaxation"), **flags,
     )
 
 
@@ -343,12 +350,10 @@ def _class_lp(instance: Instance, cost_model: CostModel | None, ctx: AnalyticRel
     return value
 
 
-def _constraints_info(instance: Instance, counted: bool) -> dict[str, Any]:
-    """Whether the bound counts the instance's placement constraints: the relaxation carries them (solvers.bound.milp);
-    the symmetric LP and the table cuts bound every plan, which is also a bound of the plans that meet them."""
-    if not instance.constraint_kinds():
-        return {}
-    return {"constraints": "counted" if counted else "not counted (a bound of every plan, so of the constrained ones too)"}
+def _constraints_counted(instance: Instance, counted: bool) -> bool | None:
+    """Whether the bound counts the instance's placement constraints (None: it has none): the relaxation carries them
+    (solvers.bound.milp); the symmetric LP and the table cuts bound every plan, also a bound of the plans that meet them."""
+    return counted if instance.constraint_kinds() else None
 
 
 def _constraint_reason(instance: Instance, ctx: AnalyticRelaxation, table_wise: bool) -> str | None:
