@@ -25,6 +25,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def run_one(instance_path: str, solver: str, time_limit: float, cost_model: str,
     r = get_solver(solver, **options).solve(instance, cm, time_limit=time_limit, seed=seed)
     wall = time.perf_counter() - t0
     info = r.info
-    warm = info.get("warm_start") or {}
+    warm = asdict(r.stats.warm_start) if r.stats is not None and r.stats.warm_start is not None else {}
     its = [
         {
             k: it.get(k)

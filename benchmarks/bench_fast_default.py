@@ -42,7 +42,7 @@ def solve(path: Path, time_limit: float | None, name: str = "neuroshard") -> dic
     wall = time.perf_counter() - t0
     return {"instance": path.stem, "solver": name, "time_limit_s": time_limit, "default_budget_s": default_budget(inst),
             "wall_s": round(wall, 3), "status": r.status.value, "cost_ms": r.predicted_cost,
-            "states_scored": r.info.get("states_scored"), "beam_steps": r.info.get("beam_steps"), "polish_moves": r.info.get("polish_moves")}
+            **(r.stats.to_dict() if r.stats else {})}
 
 
 def main(argv: list[str] | None = None) -> int:

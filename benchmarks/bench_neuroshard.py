@@ -45,8 +45,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 r = NeuroShardSolver(cfg).solve(inst, model)
                 secs = time.perf_counter() - t0
-                report[f"{label}/{name}"] = {"seconds": secs, "status": r.status.value, "cost_ms": r.predicted_cost, "states": r.info.get("states_scored")}
-                print(f"{label} {name}: {secs:.2f} s, {r.status.value}, cost {r.predicted_cost:.4f} ms (simulated), {r.info.get('states_scored')} states")
+                report[f"{label}/{name}"] = {"seconds": secs, "status": r.status.value, "cost_ms": r.predicted_cost, "states": r.stats.states_scored if r.stats else None}
+                print(f"{label} {name}: {secs:.2f} s, {r.status.value}, cost {r.predicted_cost:.4f} ms (simulated), {r.stats.states_scored if r.stats else None} states")
     if not args.skip_ablation:
         files = sorted(p for p in Path(args.suite).glob("*.json") if p.name != "suite.json")
         variants = {"improved": NeuroShardConfig(), "faithful": FAITHFUL}

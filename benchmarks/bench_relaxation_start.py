@@ -43,7 +43,7 @@ def run(path: Path, model_name: str, time_limit: float, seed: int, variants: dic
         r = get_solver("cpsat", **options).solve(inst, model, time_limit=time_limit, seed=seed)
         cost = float(model.plan_costs(inst, r.plan).max_cost) if r.plan is not None else None
         row[label] = {"cost_ms": cost, "status": r.status.value, "wall_s": round(time.perf_counter() - t0, 2),
-                      "warm_starts": r.info.get("warm_starts"), "warm_start": r.info.get("warm_start")}
+                      **(r.stats.to_dict() if r.stats else {})}
     a, b = row["with"]["cost_ms"], row["without"]["cost_ms"]
     row["change_pct"] = 100.0 * (a - b) / b if a is not None and b else None
     return row

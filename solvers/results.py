@@ -1,5 +1,5 @@
 """What a solve returns, as data: its status, why it stopped, the plan and its predicted cost, and the typed facts a
-caller shows the user (the bounds, a memory fallback, a re-plan's moves, the policy used). A leaf module, so that the
+caller shows the user (the bounds, a memory fallback, a re-plan's moves, the policy used, the search's statistics). A leaf module, so that the
 CLI, the leaderboard and the solvers read one definition and no caller digs in a solver's `info` dict, which holds
 each solver's own diagnostics for `--json` and benchmarks only.
 
@@ -17,7 +17,8 @@ from costmodels.base import DeviceCosts
 from shardopt.core.ir import Plan, PlanStatus
 from solvers.status import STOP_WORDS, SolveStatus, StopReason
 
-__all__ = ["NOT_PROVEN", "STOP_WORDS", "FallbackUse", "PolicyUse", "ProvenBound", "ReplanReport", "SolveResult", "SolveStatus", "StopReason", "TieredLayoutChoice"]
+__all__ = ["NOT_PROVEN", "STOP_WORDS", "FallbackUse", "PolicyUse", "ProvenBound", "ReplanReport", "SearchStats", "SolveResult", "SolveStatus", "StopReason",
+           "TieredLayoutChoice", "WarmStart"]
 
 # what every result without a plan and without a proof says (fail() adds it where a reason does not)
 NOT_PROVEN = "the instance is not proven infeasible"
@@ -85,6 +86,32 @@ class TieredLayoutChoice:
 
 
 @dataclass(frozen=True)
+class WarmStart:
+    """The plan a search began from: the solver (or start) that made it and its cost under the search's model."""
+
+    solver: str
+    cost: float
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    """What a search did, as a typed value that the next stage, a caller and the tests read (never `info`): how many
+    states its cost model scored, how many of them it packed only with the completion check (a tight instance, where
+    neuroshard then also searches the tiered layouts), its steps (beam steps; re-linearisations), the polish's moves,
+    every warm start's plan cost (None: that start found no plan, or broke a constraint) and the one it began from."""
+
+    states_scored: int = 0
+    states_rescored_safe: int = 0
+    steps: int = 0
+    polish_moves: int = 0
+    warm_starts: dict[str, float | None] = field(default_factory=dict)
+    warm_start: WarmStart | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class PolicyUse:
     """The trained policy an RL solver rolled out, and the calibrated model card it was trained on (None: the shipped
     policy)."""
@@ -110,6 +137,7 @@ class SolveResult:
     replan: ReplanReport | None = None
     policy: PolicyUse | None = None
     layouts: tuple[TieredLayoutChoice, ...] = ()  # the tiered layouts it packed, cheapest first (greedy's, for a search after it)
+    stats: SearchStats | None = None  # what its search did (None: a solver without one, or none ran)
 
     def __post_init__(self) -> None:
         if self.stopped is None:

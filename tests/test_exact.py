@@ -212,7 +212,7 @@ def test_finds_the_enumerated_optimum(name: str, additive) -> None:
     assert r.model_bound.of == "the linearised model around the returned plan"
     assert r.lower_bound is None and r.plan.lower_bound is None and r.plan.status.value == "optimal"
     info = r.info
-    assert info["iterations"] and info["warm_start"]["cost"] == pytest.approx(min(heuristics.values()))
+    assert info["iterations"] and r.stats.warm_start.cost == pytest.approx(min(heuristics.values()))
     assert all("full_cost" in it or not it.get("improved") for it in info["iterations"])
 
 
@@ -285,7 +285,7 @@ def test_packs_what_the_heuristics_cannot(name: str) -> None:
     assert safe.info["stage"] == "primary_safe" and check_plan(inst, safe.plan).ok
     r = solve_on_budget(name, inst, CM, 20, warm_start=False)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
-    assert r.info["warm_start"] is None and r.info["iterations"][0]["symmetry_classes"] == 1
+    assert r.stats.warm_start is None and r.info["iterations"][0]["symmetry_classes"] == 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -375,7 +375,7 @@ def test_cpsat_never_ends_above_the_default_solvers_plan() -> None:
     nothing they reach is cheaper, it is the plan returned, said in info, without the linear model's bound."""
     inst = make_instance(10, 4, seed=13, mem_factor=1.3)
     r = solve_on_budget("cpsat", inst, CM, 8)
-    start = r.info["warm_starts"]["neuroshard"]
+    start = r.stats.warm_starts["neuroshard"]
     assert start is not None and r.predicted.max_cost <= start + 1e-12
     # the start is the default solve itself (its work budget, within the share): never above `shardopt solve`'s plan
     default = get_solver("neuroshard").solve(inst, CM)
@@ -383,7 +383,7 @@ def test_cpsat_never_ends_above_the_default_solvers_plan() -> None:
     alone = solve_on_budget("cpsat", inst, CM, 8, neuroshard_share=0)
     if start < alone.predicted.max_cost * (1 - 1e-9):
         assert "returned_warm_start" in r.info and r.model_bound is None and r.status.value != "optimal"
-    assert "neuroshard" not in alone.info["warm_starts"]
+    assert "neuroshard" not in alone.stats.warm_starts
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -598,7 +598,7 @@ def test_presplit_warm_start_splits_a_heavy_table() -> None:
     assert CM.plan_costs(inst, shards).max_cost == pytest.approx(cost, rel=1e-9)
     r = solve_on_budget("cpsat", inst, CM, 10, neuroshard_share=0)  # (cpsat's own search from the pre-split start)
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= cost + 1e-12
-    assert heavy in r.info["split_tables_used"] and r.info["warm_starts"]["presplit"] == pytest.approx(cost)
+    assert heavy in r.info["split_tables_used"] and r.stats.warm_starts["presplit"] == pytest.approx(cost)
 
 
 def test_cli_solver_options(tmp_path) -> None:
@@ -665,7 +665,7 @@ def test_large_models_are_solved_by_neighbourhoods(monkeypatch) -> None:
     # (neuroshard_share=0: the neighbourhoods' own plan, not the default solver's start returned, is the subject)
     r = solve_on_budget("cpsat", inst, CM, 6, seed=0, neighbourhood=4, neuroshard_share=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
-    assert r.predicted_cost <= r.info["warm_start"]["cost"] + 1e-12
+    assert r.predicted_cost <= r.stats.warm_start.cost + 1e-12
     its = r.info["iterations"]
     assert its and all(len(it["neighbourhood_devices"]) <= 4 for it in its)
     assert r.model_bound is None or r.model_bound.value <= r.predicted_cost + 1e-9
@@ -769,7 +769,7 @@ def test_one_collective_warm_start_on_many_devices() -> None:
     devices with few tables each it is the start to beat: the plan is no dearer than it."""
     inst = make_instance(48, 16, seed=0, mem_factor=2.0, per_host=8, hardware="a100", batch_size=65536)
     r = solve_on_budget("cpsat", inst, CM, 20)
-    starts = r.info["warm_starts"]
+    starts = r.stats.warm_starts
     assert starts["one_collective"] is not None and starts["one_collective"] < starts["presplit"]
     assert check_plan(inst, r.plan).ok and r.predicted_cost <= starts["one_collective"] + 1e-12
     assert r.plan.params["one_collective_share"] > 0

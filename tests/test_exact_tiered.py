@@ -122,7 +122,7 @@ def test_the_relaxation_start_holds_huge_test_in_hbm() -> None:
     r = solve_on_budget("cpsat", inst, CM, 8, seed=0)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert all(s.rows is None and s.kernel.value == "fused" and not s.replicated for s in r.plan.shards)
-    assert r.info["warm_starts"].get("relaxation") is not None
+    assert r.stats.warm_starts.get("relaxation") is not None
     tiered = solve_on_budget("cpsat", inst, CM, 8, seed=0, relaxation_share=0, neuroshard_share=0)
     assert r.predicted_cost <= tiered.predicted_cost * 1.05
 

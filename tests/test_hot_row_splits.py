@@ -39,7 +39,7 @@ def test_a_hot_table_is_split_by_rows_below_every_table_and_column_wise_plan():
     assert b.status in ("optimal", "bound") and r.predicted.max_cost < b.value_ms
     # and cpsat, whose items are whole tables and column pieces, returns at most that plan's cost
     c = get_solver("cpsat").solve(inst, CM, seed=0, time_limit=20)
-    assert check_plan(inst, c.plan).ok and c.predicted.max_cost <= c.info["warm_starts"]["neuroshard"] + 1e-12
+    assert check_plan(inst, c.plan).ok and c.predicted.max_cost <= c.stats.warm_starts["neuroshard"] + 1e-12
 
 
 @pytest.mark.parametrize("devices,per_host", [(8, 4), (16, 4), (64, 8)])

@@ -129,7 +129,7 @@ def test_exact_solvers_record_their_local_searches() -> None:
     r = solve_on_budget("cpsat", inst, CM, 4, seed=0, max_split=1)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     rows = r.info["local_searches"]
-    assert rows and rows[0]["expansion_cost"] == pytest.approx(r.info["warm_start"]["cost"])
+    assert rows and rows[0]["expansion_cost"] == pytest.approx(r.stats.warm_start.cost)
     for row in rows:
         assert row["full_cost"] is None or row["improved"] == (row["full_cost"] < row["expansion_cost"] - 1e-9 * row["expansion_cost"])
     assert r.predicted_cost <= min(row["full_cost"] for row in rows if row["full_cost"] is not None) + 1e-12

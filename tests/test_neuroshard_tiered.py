@@ -240,7 +240,7 @@ def test_a_tight_instance_the_cost_ordered_grid_cannot_pack_gets_a_column_wise_p
     r = solve_on_budget("neuroshard", inst, cm, 10, seed=0)
     assert r.status.has_plan, r.reason
     independent_memory_check(inst, r.plan)
-    assert r.info["states_rescored_safe"] > 0
+    assert r.stats is not None and r.stats.states_rescored_safe > 0
     assert not any(s.rows is not None for s in r.plan.shards)  # column-wise in HBM, no row split
     held = [(s.table, s.device) for s in r.plan.shards]
     assert len(held) == len(set(held))  # one shard per table and device
@@ -248,7 +248,7 @@ def test_a_tight_instance_the_cost_ordered_grid_cannot_pack_gets_a_column_wise_p
     assert any(s.rows is not None for s in tiered.plan.shards)
     assert r.predicted.max_cost < tiered.predicted.max_cost
     faithful = get_solver("neuroshard_faithful").solve(inst, cm, seed=0, time_limit=10)  # (the published search has no such re-run)
-    assert faithful.info.get("states_rescored_safe", 0) == 0
+    assert faithful.stats is None or faithful.stats.states_rescored_safe == 0
 
 
 def test_column_slices_of_a_table_on_one_device_merge_into_one_contiguous_shard() -> None:

@@ -206,6 +206,7 @@ class _Shown:
             **({"replan": result.replan.to_dict()} if result.replan is not None else {}),
             **({"pick": self.picked} if self.picked is not None else {}),
             **({"policy": result.policy.checkpoint, "policy_from_card": result.policy.from_card} if result.policy is not None else {}),
+            **({"search": result.stats.to_dict()} if result.stats is not None else {}),
             "plan": to_dict(plan),
         }
 

@@ -75,6 +75,7 @@ from solvers.placement.polish import polish_placements
 from solvers.placement.rules import tiers_first
 from solvers.placement.split_items import Items
 from solvers.progress import report
+from solvers.results import SearchStats, WarmStart
 
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
 WARM_START_SOLVERS: tuple[type[Solver], ...] = (GreedySolver, SizeSolver, DimSolver, LookupSolver, SizeLookupSolver, RoundRobinSolver)
@@ -254,13 +255,11 @@ class ExactSolver(Solver):
             return fail(self, SolveStatus.no_solution, refuse, clock, {"refused": True})
         caps = np.array(instance.topology.capacities(), dtype=np.int64)
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": []}
-        items, best, best_cost, start_plan = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info, cost_model)
+        items, best, best_cost, start_plan, starts, began = self._start(instance, bm, cost_model.describe(), seed, budget, caps, info, cost_model)
         info["warm_start_s"] = clock.elapsed
-        if best is None:
-            info["warm_start"] = None
         fits = (items.size[:, None] <= caps[None, :]) & constraint_mask(instance, items)
         run = _Run(instance, cost_model, bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info,
-                   start_plan=start_plan, groups=table_groups(instance, items))
+                   start_plan=start_plan, groups=table_groups(instance, items), warm_starts=starts, warm_start=began)
         st = _Loop(best, best_cost, best if best is not None else np.zeros((items.num_items, len(caps)), dtype=np.int64))
         # the analytic model's certified bound, when asked for: the one bound of the plan cost (solvers.results)
         certified = self._certified_bound(instance, cost_model, budget, clock, info) if self.options.certified_bound and best is not None else None
@@ -337,11 +336,12 @@ class ExactSolver(Solver):
                                         if split.fixed else "the start plan's column pieces, all in HBM (beyond the items offered)"})
         best_cost = plan_cost(sub_bm, items, best)
         info["tiered"]["start_cost_in_model"] = best_cost
-        info.update(items=items.num_items, warm_start={"solver": name, "cost": best_cost})
+        info["items"] = items.num_items
         caps = np.array(split.sub.topology.capacities(), dtype=np.int64)
         fits = (items.size[:, None] <= caps[None, :]) & constraint_mask(split.sub, items)  # (solvers.exact.tiered.sub_constraints)
         run = _Run(split.sub, cost_model, sub_bm, items, caps, fits, clock, budget, 0.1 + 0.02 * budget, seed, info, split, instance,
-                   groups=table_groups(split.sub, items), tiered_start={"solver": name, "cost": costs[name], "shards": start_shards})
+                   groups=table_groups(split.sub, items), tiered_start={"solver": name, "cost": costs[name], "shards": start_shards},
+                   warm_starts={n: costs.get(n) for n in names}, warm_start=WarmStart(name, best_cost))
         st = _Loop(best, best_cost, best)
         if self.options.neighbourhood > 0 and int(fits.sum()) > constants.LARGE_MODEL:
             self._solve_large(run, st)
@@ -353,10 +353,11 @@ class ExactSolver(Solver):
     def _start(
         self, instance: Instance, bm: BoundCostModel, label: str, seed: int, budget: float, caps: np.ndarray, info: dict[str, Any],
         cost_model: CostModel | None = None,
-    ) -> tuple[Items, np.ndarray | None, float, dict[str, Any] | None]:
+    ) -> tuple[Items, np.ndarray | None, float, dict[str, Any] | None, dict[str, float | None], WarmStart | None]:
         """The warm starts, the items offered (with pieces for what the best start cuts), the best start's plan
-        as item counts with its full cost (None, inf: none), and, where the cheapest start that fits is not
-        expressible in the items, that start (the plan to return if the search finds none, or none cheaper; else None)."""
+        as item counts with its full cost (None, inf: none), where the cheapest start that fits is not expressible
+        in the items, that start (the plan to return if the search finds none, or none cheaper; else None), every
+        start's plan cost and the start the search begins from."""
         starts = self.warm_starts(instance, bm, label, seed, budget, cost_model) if self.options.warm_start else []
         for s in starts:  # (the heuristics honour the constraints; the pre-split, relaxation and NeuroShard starts may not)
             if s["cost"] is not None and constraint_violations(instance, s["shards"]):
@@ -366,16 +367,16 @@ class ExactSolver(Solver):
         info.update(split_tables_offered=[instance.tables[int(t)].name for t in items.split_tables()], items=items.num_items)
         best: np.ndarray | None = None
         best_cost = math.inf
-        if self.options.warm_start:
-            info["warm_starts"] = {s["solver"]: s["cost"] for s in starts}
-            for cand in good:
-                counts = items.counts_from_shards(instance, cand["shards"], len(caps))
-                if counts is None:  # (e.g. two pieces of a table on one device when split_apart) not expressible here
-                    continue
-                best, best_cost = counts, plan_cost(bm, items, counts)
-                info["warm_start"] = {"solver": cand["solver"], "cost": best_cost}
-                break
-        return items, best, best_cost, (good[0] if good and good[0]["cost"] < best_cost * (1 - 1e-12) else None)
+        began: WarmStart | None = None
+        for cand in good:
+            counts = items.counts_from_shards(instance, cand["shards"], len(caps))
+            if counts is None:  # (e.g. two pieces of a table on one device when split_apart) not expressible here
+                continue
+            best, best_cost = counts, plan_cost(bm, items, counts)
+            began = WarmStart(cand["solver"], best_cost)
+            break
+        costs = {s["solver"]: s["cost"] for s in starts}
+        return items, best, best_cost, (good[0] if good and good[0]["cost"] < best_cost * (1 - 1e-12) else None), costs, began
 
     def _solve_large(self, run: _Run, st: _Loop) -> None:
         """A model too large to solve whole: neighbourhoods of it, the rest of the plan fixed."""
@@ -558,7 +559,12 @@ class ExactSolver(Solver):
 
     # -- the result -------------------------------------------------------------------------------------------
     def _outcome(self, run: _Run, st: _Loop, certified: float | None) -> SolveResult:
-        """The best plan with its status and bound, or why there is none."""
+        """The best plan with its status and bound, or why there is none, with what the search did."""
+        out = self._outcome_of(run, st, certified)
+        out.stats = SearchStats(steps=len(run.info["iterations"]), warm_starts=dict(run.warm_starts), warm_start=run.warm_start)
+        return out
+
+    def _outcome_of(self, run: _Run, st: _Loop, certified: float | None) -> SolveResult:
         instance, items, clock, info = run.instance, run.items, run.clock, run.info
         start_plan = run.start_plan
         if st.proven_infeasible:
@@ -582,7 +588,7 @@ class ExactSolver(Solver):
                               extra_params={"placements": self._tiered_placements(run)})
             return finish(self, instance, run.cost_model, shards, clock, seed=run.seed, stopped=stopped, info=info, bound=run.bm)
         if best is None:
-            packed = [name for name, cost in (info.get("warm_starts") or {}).items() if cost is not None]
+            packed = [name for name, cost in run.warm_starts.items() if cost is not None]
             starts = (f"the plans of {', '.join(packed)} fit but none is expressible in its items (whole tables and "
                       "dyadic column pieces)" if packed else "no heuristic packed the tables")
             why = (

@@ -14,6 +14,7 @@ from solvers.base import Budget, Stopwatch
 from solvers.exact.constraints import TableGroups
 from solvers.exact.linearize import Linearization
 from solvers.placement.split_items import Items
+from solvers.results import WarmStart
 
 
 @dataclass
@@ -38,6 +39,8 @@ class _Run:
     groups: TableGroups = field(default_factory=TableGroups)  # the placement constraints' co-locate / separate rows
     # the tiered path's start on the whole instance ({"solver", "cost", "shards"}): never returned dearer than it
     tiered_start: dict[str, Any] | None = None
+    warm_starts: dict[str, float | None] = field(default_factory=dict)  # every warm start's plan cost (None: no plan)
+    warm_start: WarmStart | None = None  # the start the search began from
 
     @property
     def time(self) -> Budget:

@@ -108,6 +108,7 @@ from solvers.placement.rules import (
 from solvers.placement.tiering import TieredLayout, replica_layout, replica_order
 from solvers.progress import report
 from solvers.protocols import LayoutProposer, PlanPolisher, SeedSolver
+from solvers.results import SearchStats
 
 LATER_LAYOUTS_SHARE = 0.2  # of the time left after the first tiered layout's search, what the layouts beyond the second share
 REPLICA_PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # replica sets searched around (replica_order prefixes)
@@ -491,7 +492,7 @@ class NeuroShardSolver(Solver):
                 # layout: a cold table in host memory frees the HBM the column slices crowd; both are searched (the
                 # tiered layouts in the time left) and the cheaper kept
                 left = budget.left()
-                tight = result.info.get("states_rescored_safe", 0) > 0 and (left is None or left > TIGHT_TIERED_SHARE * (budget.deadline or 0.0))
+                tight = result.stats is not None and result.stats.states_rescored_safe > 0 and (left is None or left > TIGHT_TIERED_SHARE * (budget.deadline or 0.0))
                 if not tight:
                     return self._replica_searches(instance, cost_model, result, budget, seed)
                 hbm, reason = result, "the HBM plan packed only with the completion check"
@@ -676,10 +677,7 @@ class NeuroShardSolver(Solver):
         placed: dict[str, Any] | None = None
         if (cfg.placement_polish and layout is not None) or dp or cfg.row_wise:
             shards, placed, timed_out = self.polisher(instance, bm, shards, cfg, dp, budget, timed_out)
-        info: dict[str, Any] = {
-            "states_scored": scorer.evaluated,
-            "states_rescored_safe": scorer.rescored_safe,
-            "beam_steps": search.steps,
+        info: dict[str, Any] = {  # (free-form diagnostics; what the next stage reads is SearchStats, below)
             "no_split_grid_cost": first.cost,
             "greedy_seed_cost": greedy_cost,
             "presplit_seed_cost": presplit_cost,
@@ -687,7 +685,6 @@ class NeuroShardSolver(Solver):
             "best_grid_cost": best.cost,
             "best_scale": best.scale,
             "split_tables": len({p[0] for p in pieces if p[2] != instance.tables[p[0]].dim}),
-            "polish_moves": moves,
             "wide_cuts": wide_cuts,
             "comm_refined": search.comm_refined,
             "marked_column_wise": joined,
@@ -702,7 +699,9 @@ class NeuroShardSolver(Solver):
         if broken:  # (never expected: every stage keeps to them) never a plan that breaks one
             return fail(self, SolveStatus.no_solution, f"{self.name}: its plan breaks a placement constraint ({broken[0].message}); "
                         "the instance is not proven infeasible", clock, info)
-        return finish(self, instance, cost_model, shards, clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra or None)
+        out = finish(self, instance, cost_model, shards, clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra or None)
+        out.stats = SearchStats(states_scored=scorer.evaluated, states_rescored_safe=scorer.rescored_safe, steps=search.steps, polish_moves=moves)
+        return out
 
 
     def _polished_plan(self, instance: Instance, cost_model: CostModel, bm: BoundCostModel, shards: list[Shard], cfg: NeuroShardConfig,
@@ -714,13 +713,15 @@ class NeuroShardSolver(Solver):
         dp = cfg.data_parallel if cfg.data_parallel is not None else True  # (a tiered layout: replicas offered, as in _search)
         if cfg.placement_polish or dp or cfg.row_wise:
             shards, placed, timed_out = self.polisher(instance, bm, shards, cfg, dp, budget, False)
-        info: dict[str, Any] = {"states_scored": scored, "note": note}
+        info: dict[str, Any] = {"note": note}
         if placed is not None:
             info["placement_polish"] = placed
         extra: dict[str, Any] = {}
         extra["placements"], info["tiers"] = describe_placements(instance, shards)
         stopped = StopReason.time_limit if timed_out else None
-        return finish(self, instance, cost_model, shards, budget.clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra)
+        out = finish(self, instance, cost_model, shards, budget.clock, seed=seed, stopped=stopped, info=info, bound=bm, extra_params=extra)
+        out.stats = SearchStats(states_scored=scored)
+        return out
 
 
 class NeuroShardFaithfulSolver(NeuroShardSolver):
