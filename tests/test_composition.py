@@ -106,3 +106,33 @@ def test_an_injected_polisher_runs_on_the_searched_plan() -> None:
     r = NeuroShardSolver(polisher=counting).solve(inst, CM, seed=0)
     assert calls and r.status.has_plan
     assert r.plan.shards == NeuroShardSolver().solve(inst, CM, seed=0).plan.shards  # (the default polisher, wrapped: the same plan)
+
+
+class _Recording:
+    """A seed solver that records each call and answers with the wrapped solver's plan."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.name, self.calls = inner, inner.name, 0
+
+    def solve(self, instance: Any, cost_model: Any, *, time_limit: float | None = None, seed: int = 0) -> Any:
+        self.calls += 1
+        return self.inner.solve(instance, cost_model, time_limit=time_limit, seed=seed)
+
+
+def test_the_exact_solvers_starts_are_injected_parts() -> None:
+    """cpsat starts from the plans of the solvers it is handed (its heuristics, the default solver's plan), each a
+    SeedSolver, and records every start's cost typed (`SolveResult.stats`); the defaults are the heuristics and
+    NeuroShard."""
+    from solvers.exact.solver import CpSatSolver
+
+    inst = load_instance(SMALL)
+    size, default = _Recording(SizeSolver()), _Recording(GreedySolver())
+    cpsat = CpSatSolver(heuristic_starts=(size,), default_start=default, default_time_limit=2.0, relaxation_share=0)
+    assert isinstance(size, SeedSolver)
+    r = cpsat.solve(inst, CM, seed=0)
+    assert size.calls == 1 and default.calls == 1 and check_plan(inst, r.plan).ok
+    assert r.stats is not None and set(r.stats.warm_starts) >= {"size", "greedy"}  # (each start by its solver's name)
+    assert "dim" not in r.stats.warm_starts  # (the default heuristics were not asked)
+    assert r.stats.warm_start is not None and r.predicted_cost <= r.stats.warm_start.cost + 1e-12
+    plain = CpSatSolver()
+    assert [h.name for h in plain.heuristic_starts][0] == "greedy" and plain.default_start.name == "neuroshard"

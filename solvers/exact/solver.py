@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ from solvers.exact.milp import solve_cbc, solve_highs
 from solvers.exact.neural_head import exact_neural_refusal, neural_head_extra
 from solvers.exact.offer import next_neighbourhood, offered_items, split_infeasibility
 from solvers.exact.options import WARM_START_RESERVE, ExactNeuralOptions, ExactOptions
-from solvers.exact.starts import relaxation_start
+from solvers.exact.starts import relaxation_start, tiered_starts
 from solvers.exact.state import _Loop, _Run
 from solvers.heuristics.constructive import (
     DimSolver,
@@ -75,6 +76,7 @@ from solvers.placement.polish import polish_placements
 from solvers.placement.rules import tiers_first
 from solvers.placement.split_items import Items
 from solvers.progress import report
+from solvers.protocols import SeedSolver
 from solvers.results import SearchStats, WarmStart
 
 # the heuristics whose plans are warm starts (whole tables; handed to the solver, not looked up by name)
@@ -99,9 +101,16 @@ class ExactSolver(Solver):
 
     Options = ExactOptions
 
-    def __init__(self, options: ExactOptions | None = None, **overrides: Any):
+    def __init__(self, options: ExactOptions | None = None, *, heuristic_starts: Sequence[SeedSolver] | None = None,
+                 default_start: SeedSolver | None = None, tiered_seed: SeedSolver | None = None,
+                 tiered_search: SeedSolver | None = None, **overrides: Any):
+        """The solvers whose plans it starts from are injected parts (solvers.protocols.SeedSolver) with defaults:
+        `heuristic_starts` the whole-table heuristics (WARM_START_SOLVERS), `default_start` the default solver (NeuroShard,
+        row splits only where this solver offers them), `tiered_seed` / `tiered_search` greedy / NeuroShard's tiered starts."""
         super().__init__(options, **overrides)
         o = self.options
+        self.heuristic_starts = tuple(heuristic_starts) if heuristic_starts is not None else tuple(k() for k in WARM_START_SOLVERS)
+        self._default_start, self._tiered_seed, self._tiered_search = default_start, tiered_seed, tiered_search
         if o.exact_neural and self.backend == "cpsat":
             raise OptionError("option exact_neural=true for solver 'cpsat': the neural head is encoded for the MILP backends (milp, milp_highs), not CP-SAT")
         # the settings that differ from the options as this solve uses them: the exact neural mode encodes whole
@@ -110,6 +119,18 @@ class ExactSolver(Solver):
         # the test suites: docs/exact-solvers.md, "Workers"; -O workers=1 asks for it)
         self.table_cuts = o.table_cuts and not o.exact_neural
         self.max_split = 1 if o.exact_neural else o.max_split
+
+    @property
+    def default_start(self) -> SeedSolver:
+        from solvers.neuroshard.search import NeuroShardSolver  # (imported on first use: most small solves never ask)
+
+        return self._default_start or NeuroShardSolver(row_wise=self.options.row_wise)
+
+    @property
+    def tiered_starts(self) -> tuple[SeedSolver, SeedSolver]:
+        from solvers.neuroshard.search import NeuroShardSolver
+
+        return (self._tiered_seed or GreedySolver(), self._tiered_search or NeuroShardSolver())
 
     @property
     def work_budget(self) -> bool:
@@ -183,31 +204,28 @@ class ExactSolver(Solver):
         grid plan (the same with every other table halved: one all-to-all, within `one_collective_share`), the plan of the
         analytic bound's relaxation (`relaxation_start`, within `relaxation_share`: the analytic model only) and, first,
         the default solver's (NeuroShard at its default budget, at most `neuroshard_share` of the limit); each judged
-        by the full cost model. No start runs
-        into the last `WARM_START_RESERVE` of the limit (the heuristics, the fallback, get 0.05 s there)."""
+        by the full cost model. No start runs into the last `WARM_START_RESERVE` of the limit (the heuristics, the
+        fallback, get 0.05 s there)."""
         from solvers.neuroshard.config import default_budget as neuroshard_default_budget
         from solvers.neuroshard.pieces import presplit_plan
-        from solvers.neuroshard.search import NeuroShardSolver
 
-        model = _Bound(bm, label)
-        out = []
-        clock = Stopwatch()
+        model, out, clock = _Bound(bm, label), [], Stopwatch()
         until = (1.0 - WARM_START_RESERVE) * budget  # (each share is of the whole limit; the search keeps the rest)
 
         def limit(share: float) -> float:
             return min(share * budget, until - clock.elapsed)
 
-        starts: list[tuple[Solver, float]] = [(klass(), HEURISTIC_START_SHARE) for klass in WARM_START_SOLVERS]
+        starts: list[tuple[SeedSolver, float]] = [(h, HEURISTIC_START_SHARE) for h in self.heuristic_starts]
         if self.max_split > 1 and self.options.neuroshard_share > 0 and limit(self.options.neuroshard_share) > 0:
             # first, so the other starts' shares cannot crowd it out: the search then never ends above the default
             # solver's plan (a plan its items cannot express, a row split, is returned as it is: `_start`). Its
             # default solve (a work budget: the very plan `shardopt solve` gives) where that budget is within the
             # share; else the share of the limit, on the wall clock
             room = limit(self.options.neuroshard_share)
-            r = NeuroShardSolver(row_wise=self.options.row_wise).solve(  # (row splits only where this solver offers them)
-                instance, model, seed=seed, time_limit=None if neuroshard_default_budget(instance) <= room else room)
-            out.append({"solver": "neuroshard", "status": r.status.value, "cost": None} if r.plan is None else
-                       {"solver": "neuroshard", "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
+            first = self.default_start
+            r = first.solve(instance, model, seed=seed, time_limit=None if neuroshard_default_budget(instance) <= room else room)
+            out.append({"solver": first.name, "status": r.status.value, "cost": None} if r.plan is None else
+                       {"solver": first.name, "status": r.status.value, "cost": float(bm.plan_costs(r.plan).max_cost), "shards": r.plan.shards})
         for name, share in (("presplit", self.options.presplit_share), ("one_collective", self.options.one_collective_share)):
             if self.max_split > 1 and share > 0 and limit(share) > 0:
                 got = presplit_plan(instance, bm, self.max_split, time_limit=limit(share), one_collective=name == "one_collective",
@@ -284,33 +302,14 @@ class ExactSolver(Solver):
         loop with its row-wise and host-memory shards fixed as every device's base (solvers.exact.tiered)."""
         from shardopt.core.feasibility import tiered_infeasibility_reason
         from solvers.exact.tiered import split_tiered
-        from solvers.heuristics.constructive import GreedySolver
-        from solvers.neuroshard.search import NeuroShardSolver
 
         if tiered_infeasibility_reason(instance) is not None or self.options.exact_neural or not self.options.tiered:
             return unplaceable(self, instance, reason, clock, self._placements())
         bm = cost_model.bind(instance)
         model = _Bound(bm, cost_model.describe())
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
-        # greedy may take the whole limit (packing a tight tiered instance can: then its plan is the answer), NeuroShard
-        # its share of what is left
-        time_left = Budget.of(clock, budget)
-        starts = {"greedy": GreedySolver().solve(instance, model, seed=seed, time_limit=max(0.05, time_left.left()))}
-        if self.options.tiered_share > 0 and time_left.left() > 0.1:
-            starts["neuroshard"] = NeuroShardSolver().solve(instance, model, seed=seed,
-                                                            time_limit=min(self.options.tiered_share * budget, time_left.left()))
-        costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None
-                 and not constraint_violations(instance, r.plan.shards)}
-        shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
-        names = list(starts)
-        # (all in HBM where it has a plan, any widths, exactly re-placed; where the tables exceed the HBM the bound's
-        # counting argument says so at once, without a solver)
-        if self.relaxation_share > 0:
-            got = relaxation_start(instance, cost_model, bm, self.relaxation_share * budget)
-            if got is not None:
-                names.append("relaxation")
-                if got["cost"] is not None and not constraint_violations(instance, got["shards"]):
-                    costs["relaxation"], shards_of["relaxation"] = got["cost"], got["shards"]
+        starts, costs, shards_of, names = tiered_starts(instance, cost_model, bm, model, self.tiered_starts, Budget.of(clock, budget),
+                                                        self.options.tiered_share * budget, self.relaxation_share * budget, seed)
         info["tiered"]["starts"] = {n: costs.get(n) for n in names}
         if not costs:
             whys = "; ".join(f"{n}: {r.reason}" for n, r in starts.items())

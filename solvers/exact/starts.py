@@ -1,12 +1,16 @@
-"""Warm starts of the exact solvers beyond the heuristics' plans: the plan of the certified bound's relaxation."""
+"""Warm starts of the exact solvers beyond the heuristics' plans: the plan of the certified bound's relaxation, and
+the tiered starts where table- and column-wise HBM plans cannot hold the instance."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from costmodels.base import BoundCostModel, CostModel
-from shardopt.core.ir import Instance
-from shardopt.core.plan_check import check_plan
+from shardopt.core.ir import Instance, Shard
+from shardopt.core.plan_check import check_plan, constraint_violations
+from solvers.base import Budget
+from solvers.protocols import SeedSolver
+from solvers.results import SolveResult
 
 RELAXATION_MAX_PAIRS = 2_000
 
@@ -46,3 +50,27 @@ def relaxation_start(instance: Instance, cost_model: CostModel, bm: BoundCostMod
         shards = [s.model_copy(update={"column_wise": False}) if s.column_wise else s for s in res.plan.shards]
         row.update(cost=float(bm.plan_costs(shards).max_cost), shards=shards)
     return row
+
+
+def tiered_starts(instance: Instance, cost_model: CostModel, bm: BoundCostModel, model: CostModel, solvers: tuple[SeedSolver, SeedSolver],
+                  time_left: Budget, search_s: float, relaxation_s: float, seed: int
+                  ) -> tuple[dict[str, SolveResult], dict[str, float], dict[str, list[Shard]], list[str]]:
+    """The tiered starts (the seed's plan, greedy by default, which may take the whole limit: packing a tight tiered
+    instance can, and then its plan is the answer; the search's, NeuroShard by default, within `search_s` of what is
+    left; the relaxation's, all in HBM where it has a plan, within `relaxation_s`): the results, the cost of each plan
+    that meets the placement constraints, their shards, and every start's name."""
+    seed_solver, search = solvers
+    starts = {"greedy": seed_solver.solve(instance, model, seed=seed, time_limit=max(0.05, time_left.left()))}
+    if search_s > 0 and time_left.left() > 0.1:
+        starts["neuroshard"] = search.solve(instance, model, seed=seed, time_limit=min(search_s, time_left.left()))
+    costs = {n: float(r.predicted.max_cost) for n, r in starts.items() if r.plan is not None and r.predicted is not None
+             and not constraint_violations(instance, r.plan.shards)}
+    shards_of = {n: list(r.plan.shards) for n, r in starts.items() if n in costs and r.plan is not None}
+    names = list(starts)
+    # (where the tables exceed the HBM the bound's counting argument says so at once, without a solver)
+    got = relaxation_start(instance, cost_model, bm, relaxation_s) if relaxation_s > 0 else None
+    if got is not None:
+        names.append("relaxation")
+        if got["cost"] is not None and not constraint_violations(instance, got["shards"]):
+            costs["relaxation"], shards_of["relaxation"] = got["cost"], got["shards"]
+    return starts, costs, shards_of, names
