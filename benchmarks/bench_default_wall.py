@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         inst = load_instance(path)
         t0 = time.perf_counter()
         r = get_solver(args.solver).solve(inst, AnalyticCostModel(), seed=args.seed)
-        budget = r.info.get("work_budget") or {}
-        rows[path.name] = {"wall_s": round(time.perf_counter() - t0, 2), "work_s": budget.get("work_s"),
+        rows[path.name] = {"wall_s": round(time.perf_counter() - t0, 2), "work_s": r.work_budget.work_s if r.work_budget else None,
                            "stopped": r.stopped.value if r.stopped else None, "cost_ms": r.predicted_cost}
         row = rows[path.name]
         print(f"{path.name:40s} {row['wall_s']:7.2f} s on {row['work_s']} work s  {row['stopped']:12s} {row['cost_ms']}", flush=True)

@@ -30,6 +30,7 @@ from solvers.results import (  # noqa: F401  (the result types, importable from 
     SolveStatus,
     StopReason,
     TieredLayoutChoice,
+    WorkBudgetUse,
 )
 
 
@@ -159,7 +160,7 @@ def on_work_budget(work_s: float, solve: Callable[[], SolveResult]) -> SolveResu
         result.stopped = StopReason.work_budget
     if result.plan is not None and result.stopped is not None and result.plan.stopped != result.stopped.value:
         result.plan = result.plan.model_copy(update={"stopped": result.stopped.value})
-    result.info["work_budget"] = {"work_s": work_s, "wall_cap_s": meter.cap_s, "wall_cap_fired": meter.cap_fired}
+    result.work_budget = WorkBudgetUse(work_s, meter.cap_s, meter.cap_fired)
     return result
 
 

@@ -18,7 +18,7 @@ from shardopt.core.ir import Plan, PlanStatus
 from solvers.status import STOP_WORDS, SolveStatus, StopReason
 
 __all__ = ["NOT_PROVEN", "STOP_WORDS", "FallbackUse", "PolicyUse", "ProvenBound", "ReplanReport", "SearchStats", "SolveResult", "SolveStatus", "StopReason",
-           "TieredLayoutChoice", "WarmStart"]
+           "TieredLayoutChoice", "WarmStart", "WorkBudgetUse"]
 
 # what every result without a plan and without a proof says (fail() adds it where a reason does not)
 NOT_PROVEN = "the instance is not proven infeasible"
@@ -112,6 +112,19 @@ class SearchStats:
 
 
 @dataclass(frozen=True)
+class WorkBudgetUse:
+    """The work budget a default solve ran on (shardopt.core.work): its work seconds, the wall-clock safety cap, and
+    whether the cap fired (then the plan depends on the machine's speed, and `stopped` says `wall_cap`)."""
+
+    work_s: float
+    wall_cap_s: float | None
+    wall_cap_fired: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class PolicyUse:
     """The trained policy an RL solver rolled out, and the calibrated model card it was trained on (None: the shipped
     policy)."""
@@ -138,6 +151,7 @@ class SolveResult:
     policy: PolicyUse | None = None
     layouts: tuple[TieredLayoutChoice, ...] = ()  # the tiered layouts it packed, cheapest first (greedy's, for a search after it)
     stats: SearchStats | None = None  # what its search did (None: a solver without one, or none ran)
+    work_budget: WorkBudgetUse | None = None  # the work budget it ran on (None: a time limit, or a solver without one)
 
     def __post_init__(self) -> None:
         if self.stopped is None:

@@ -36,7 +36,7 @@ def test_the_default_solve_gives_the_same_plan_on_a_slower_machine(monkeypatch: 
     assert first.plan is not None and second.plan is not None
     assert second.plan.shards == first.plan.shards and second.predicted_cost == first.predicted_cost
     assert first.stopped in (StopReason.work_budget, StopReason.converged) and first.stopped is second.stopped
-    assert not second.info["work_budget"]["wall_cap_fired"]
+    assert not second.work_budget.wall_cap_fired
 
 
 def test_an_explicit_time_limit_stays_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +44,7 @@ def test_an_explicit_time_limit_stays_wall_clock(monkeypatch: pytest.MonkeyPatch
     inst = load_instance(DLRMV2_8)
     _slowed(monkeypatch, 50.0)
     r = get_solver("neuroshard").solve(inst, CM, seed=0, time_limit=2.0)
-    assert r.plan is not None and r.stopped is StopReason.time_limit and "work_budget" not in r.info
+    assert r.plan is not None and r.stopped is StopReason.time_limit and r.work_budget is None
 
 
 def test_the_wall_clock_cap_fires_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +56,7 @@ def test_the_wall_clock_cap_fires_and_says_so(monkeypatch: pytest.MonkeyPatch) -
     _slowed(monkeypatch, 20.0)
     r = get_solver("neuroshard").solve(inst, CM, seed=0)
     assert r.plan is not None  # (the best plan so far, as at a time limit)
-    assert r.stopped is StopReason.wall_cap and r.plan.stopped == "wall_cap" and r.info["work_budget"]["wall_cap_fired"]
+    assert r.stopped is StopReason.wall_cap and r.plan.stopped == "wall_cap" and r.work_budget.wall_cap_fired
 
 
 def test_meters_count_per_thread_and_nest() -> None:
@@ -86,14 +86,14 @@ def test_cpsat_default_gives_the_same_plan_on_a_slower_machine(monkeypatch: pyte
     assert first.plan is not None and second.plan is not None
     assert second.plan.shards == first.plan.shards and second.predicted_cost == first.predicted_cost
     assert first.stopped is second.stopped and first.stopped in (StopReason.work_budget, StopReason.converged, StopReason.proven)
-    assert first.info["work_budget"]["work_s"] == 2.0 and not second.info["work_budget"]["wall_cap_fired"]
+    assert first.work_budget.work_s == 2.0 and not second.work_budget.wall_cap_fired
     assert first.plan.params["workers"] == 2 and first.plan.params["relaxation_share"] == 0.0
 
 
 def test_cpsat_with_a_time_limit_stays_wall_clock() -> None:
     inst = load_instance(ROOT / "instances/examples/small.json")
     r = get_solver("cpsat").solve(inst, CM, seed=0, time_limit=3.0)
-    assert r.plan is not None and "work_budget" not in r.info
+    assert r.plan is not None and r.work_budget is None
 
 
 def test_many_small_cpsat_models_end_on_the_work_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,5 +108,21 @@ def test_many_small_cpsat_models_end_on_the_work_budget(monkeypatch: pytest.Monk
     inst = make_instance(16, 4, seed=7, mem_factor=1.4)
     r = get_solver("cpsat", neighbourhood=2, neuroshard_share=0, default_time_limit=2.0).solve(inst, CM, seed=0)
     assert r.plan is not None and r.stopped in (StopReason.work_budget, StopReason.converged, StopReason.proven)
-    assert not r.info["work_budget"]["wall_cap_fired"]
+    assert not r.work_budget.wall_cap_fired
     assert len(r.info["iterations"]) < 2_000  # (8,700 models in 29 s on a 3-work-second budget before)
+
+
+def test_solve_json_reports_the_work_budget_and_the_search() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from shardopt.cli import app
+
+    r = CliRunner().invoke(app, ["solve", str(ROOT / "instances/examples/small.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["work_budget"]["work_s"] > 0 and doc["work_budget"]["wall_cap_fired"] is False
+    assert doc["search"]["states_scored"] > 0 and doc["stopped"] in ("converged", "work_budget")
+    timed = json.loads(CliRunner().invoke(app, ["solve", str(ROOT / "instances/examples/small.json"), "--time-limit", "5", "--json"]).stdout)
+    assert "work_budget" not in timed  # (a time limit is wall clock)

@@ -207,6 +207,7 @@ class _Shown:
             **({"pick": self.picked} if self.picked is not None else {}),
             **({"policy": result.policy.checkpoint, "policy_from_card": result.policy.from_card} if result.policy is not None else {}),
             **({"search": result.stats.to_dict()} if result.stats is not None else {}),
+            **({"work_budget": result.work_budget.to_dict()} if result.work_budget is not None else {}),
             "plan": to_dict(plan),
         }
 
