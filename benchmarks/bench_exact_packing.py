@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             r = get_solver(name).solve(inst, cm, seed=0)
             rows.append({"seed": seed, "tables": len(inst.tables), "solver": name, "status": r.status.value,
-                         "stage": r.info.get("stage") or (r.info.get("greedy") or {}).get("stage"), "wall_s": round(time.perf_counter() - t0, 2)})
+                         "stage": r.packing.stage if r.packing else None, "wall_s": round(time.perf_counter() - t0, 2)})
             print(json.dumps(rows[-1]), flush=True)
     summary = {name: sum(r["status"] in ("feasible", "optimal") for r in rows if r["solver"] == name) for name in args.solvers.split(",")}
     print(f"plans (of {hi - lo + 1}): {summary}")

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 "status": result.status.value,
                 "median_s": secs,
                 "cost_ms": result.predicted_cost,
-                "stage": result.info.get("stage"),
+                "stage": result.packing.stage if result.packing else None,
             }
         )
     plan = next(r for r in [get_solver("greedy").solve(instance, cm)] if r.plan is not None).plan

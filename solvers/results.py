@@ -18,7 +18,7 @@ from shardopt.core.ir import Plan, PlanStatus
 from solvers.status import STOP_WORDS, SolveStatus, StopReason
 
 __all__ = ["NOT_PROVEN", "STOP_WORDS", "FallbackUse", "PolicyUse", "ProvenBound", "ReplanReport", "SearchStats", "SolveResult", "SolveStatus", "StopReason",
-           "TieredLayoutChoice", "WarmStart", "WorkBudgetUse"]
+           "PackingFailure", "PackingReport", "TieredLayoutChoice", "WarmStart", "WorkBudgetUse"]
 
 # what every result without a plan and without a proof says (fail() adds it where a reason does not)
 NOT_PROVEN = "the instance is not proven infeasible"
@@ -112,6 +112,36 @@ class SearchStats:
 
 
 @dataclass(frozen=True)
+class PackingFailure:
+    """Where one packing stage of a constructive heuristic ran out of memory: the table it could not place, its bytes,
+    the largest free space on any device then, and how many tables the stage had placed."""
+
+    stage: str
+    table: str
+    table_bytes: int
+    largest_free: int
+    placed: int
+
+
+@dataclass(frozen=True)
+class PackingReport:
+    """How a constructive heuristic packed the tables: the stage whose plan it returns (None: none placed them all),
+    every stage it tried in order, and where each failed stage ran out of memory."""
+
+    stage: str | None
+    stages_tried: tuple[str, ...]
+    failures: tuple[PackingFailure, ...] = ()
+
+    @property
+    def fallback_used(self) -> bool:
+        """Whether a stage other than the solver's own order placed the plan."""
+        return self.stage not in (None, "primary")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class WorkBudgetUse:
     """The work budget a default solve ran on (shardopt.core.work): its work seconds, the wall-clock safety cap, and
     whether the cap fired (then the plan depends on the machine's speed, and `stopped` says `wall_cap`)."""
@@ -152,6 +182,7 @@ class SolveResult:
     layouts: tuple[TieredLayoutChoice, ...] = ()  # the tiered layouts it packed, cheapest first (greedy's, for a search after it)
     stats: SearchStats | None = None  # what its search did (None: a solver without one, or none ran)
     work_budget: WorkBudgetUse | None = None  # the work budget it ran on (None: a time limit, or a solver without one)
+    packing: PackingReport | None = None  # a constructive heuristic's packing stages (None: no such solver)
 
     def __post_init__(self) -> None:
         if self.stopped is None:

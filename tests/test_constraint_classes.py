@@ -114,8 +114,8 @@ def test_the_packer_solves_the_assignment_where_every_first_fit_order_misses_it(
     r = get_solver("greedy").solve(inst, AnalyticCostModel(), seed=0)
     assert r.status.has_plan, r.reason
     assert check_plan(inst, r.plan).ok
-    assert r.info["stage"] == "exact_packing", r.info.get("stages_tried")
-    assert {"primary", "worst_fit", "best_fit"} <= set(r.info["stages_tried"])
+    assert r.packing.stage == "exact_packing", r.packing.stages_tried
+    assert {"primary", "worst_fit", "best_fit"} <= set(r.packing.stages_tried)
 
 
 def test_exact_packing_keeps_pins_and_groups() -> None:

@@ -282,7 +282,7 @@ def test_packs_what_the_heuristics_cannot(name: str) -> None:
     inst = instance_doc([(k * unit, 4, 1.0) for k in (5, 5, 4, 4, 3, 3, 3, 3)], [10 * unit * 16] * 3)
     assert all(get_solver(h, fallback=False).solve(inst, CM).plan is None for h in HEURISTICS)
     safe = get_solver("greedy").solve(inst, CM)
-    assert safe.info["stage"] == "primary_safe" and check_plan(inst, safe.plan).ok
+    assert safe.packing.stage == "primary_safe" and check_plan(inst, safe.plan).ok
     r = solve_on_budget(name, inst, CM, 20, warm_start=False)
     assert r.status.has_plan and check_plan(inst, r.plan).ok
     assert r.stats.warm_start is None and r.info["iterations"][0]["symmetry_classes"] == 1

@@ -120,18 +120,19 @@ def check_result(instance: Instance, name: str, result) -> None:
     assert result.status is SolveStatus.no_solution, result.status
     assert short <= 0 and "not proven infeasible" in result.reason
     if not table_wise_possible:  # the row-wise / host-memory layout could not be made, or packing after it failed
-        assert result.info.get("tiers") == "failed" or result.info.get("failed_table") in instance.table_index()
+        assert result.info.get("tiers") == "failed" or (result.packing is not None and result.packing.failures[-1].table in instance.table_index())
         return
-    name_failed = result.info["failed_table"]
+    last = result.packing.failures[-1]
+    name_failed = last.table
     index = instance.table_index()
     assert name_failed in index and f"'{name_failed}'" in result.reason
-    assert result.info["failed_table_bytes"] == int(sizes[index[name_failed]])
-    assert result.info["failed_table_bytes"] > result.info["largest_free"]
-    assert f"{result.info['largest_free']:,}" in result.reason
+    assert last.table_bytes == int(sizes[index[name_failed]])
+    assert last.table_bytes > last.largest_free
+    assert f"{last.largest_free:,}" in result.reason
     # the largest free space can never exceed the largest capacity; every stage failed
-    assert result.info["largest_free"] < max(caps)
-    stages = [f["stage"] for f in result.info["failures"]]
-    assert result.info["fallback_used"] is False and stages[0] == "primary" and stages[-1] == "best_fit"
+    assert last.largest_free < max(caps)
+    stages = [f.stage for f in result.packing.failures]
+    assert result.packing.fallback_used is False and stages[0] == "primary" and stages[-1] == "best_fit"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -227,7 +228,7 @@ def test_proxy_heuristics_follow_the_papers(name: str, cm: CostModel) -> None:
     r = get_solver(name).solve(inst, cm)
     assert r.status is SolveStatus.feasible
     assert assignment(r) == EXPECTED[name]
-    assert r.info["fallback_used"] is False and r.plan.params["fallback_used"] is None
+    assert r.packing.fallback_used is False and r.plan.params["fallback_used"] is None
 
 
 def test_proxy_skips_devices_without_room(cm: CostModel) -> None:
@@ -291,7 +292,7 @@ def test_unplaceable_but_not_provably_infeasible_is_no_solution(cm: CostModel) -
         assert r.status is SolveStatus.no_solution and r.plan is None
         assert "'t2'" in r.reason and "6,144 bytes" in r.reason and "4,096 bytes" in r.reason
         assert "not proven infeasible" in r.reason
-        assert r.info["failed_table"] == "t2" and r.info["largest_free"] == 4 * unit
+        assert r.packing.failures[-1].table == "t2" and r.packing.failures[-1].largest_free == 4 * unit
         check_result(inst, name, r)
 
 
@@ -316,9 +317,9 @@ def test_fallback_places_what_the_proxy_order_cannot(cm: CostModel) -> None:
     # the bytes order: t2, t0, t1, t3: t2 -> d0; t0 -> d1 (lowest dim load); t1 -> d1 (only room); t3 -> d0
     r = get_solver("dim").solve(inst, cm)
     assert r.status is SolveStatus.feasible
-    assert r.info["fallback_used"] is True and r.info["stage"] == "memory_order"
+    assert r.packing.fallback_used is True and r.packing.stage == "memory_order"
     assert r.plan.params["fallback_used"] == "memory_order" and "primary_safe" not in r.plan.params["fallback"]
-    assert r.info["failures"][0]["table"] == "t2" and r.info["stages_tried"] == ["primary", "memory_order"]
+    assert r.packing.failures[0].table == "t2" and r.packing.stages_tried == ("primary", "memory_order")
     assert assignment(r) == {"t0": 1, "t1": 1, "t2": 0, "t3": 0}
     check_result(inst, "dim", r)
 
@@ -326,8 +327,8 @@ def test_fallback_places_what_the_proxy_order_cannot(cm: CostModel) -> None:
     # fit by worst fit. t0 -> d0 (lowest dim load; 6u, 5u, 4u still fit); t1 -> d0 (on d1 the 6u table would fit
     # nowhere); t2, t3 -> d1
     r = get_solver("dim", safe_fallback=True).solve(inst, cm)
-    assert r.status is SolveStatus.feasible and r.info["stage"] == "primary_safe"
-    assert r.plan.params["fallback_used"] == "primary_safe" and r.info["stages_tried"] == ["primary", "primary_safe"]
+    assert r.status is SolveStatus.feasible and r.packing.stage == "primary_safe"
+    assert r.plan.params["fallback_used"] == "primary_safe" and r.packing.stages_tried == ("primary", "primary_safe")
     assert "fallbacks_compared" not in r.info  # a proxy heuristic does not judge its plans by the cost model
     assert assignment(r) == {"t0": 0, "t1": 0, "t2": 1, "t3": 1}
     check_result(inst, "dim", r)
@@ -347,9 +348,9 @@ def test_greedy_keeps_the_cheaper_of_its_fallbacks(path: str, winner: str, cm: C
     r = get_solver("greedy", safe_fallback=True if big else None).solve(inst, cm)
     without = get_solver("greedy", safe_fallback=False).solve(inst, cm)
     if big:  # by default the large instance keeps the bytes-order fallback alone (the 0.5 s target on 856 x 128)
-        assert get_solver("greedy").solve(inst, cm).info["stages_tried"] == ["primary", "memory_order"]
-    assert without.info["stage"] == "memory_order"
-    assert r.info["stages_tried"] == ["primary", "primary_safe", "memory_order"] and r.info["stage"] == winner
+        assert get_solver("greedy").solve(inst, cm).packing.stages_tried == ("primary", "memory_order")
+    assert without.packing.stage == "memory_order"
+    assert r.packing.stages_tried == ("primary", "primary_safe", "memory_order") and r.packing.stage == winner
     compared = r.info["fallbacks_compared"]
     assert set(compared) == {"primary_safe", "memory_order"}
     assert r.predicted_cost == pytest.approx(min(compared.values()), rel=1e-12)

@@ -67,6 +67,7 @@ from solvers.placement.completion import completion_mask
 from solvers.placement.exact_packing import EXACT_PACKING_MAX_S
 from solvers.placement.rules import PlacementRules, placement_conflict
 from solvers.placement.tiering import HEADROOM, TieredLayout, needs_tiers, oversized_tables, plan_tiers
+from solvers.results import PackingFailure, PackingReport
 
 # above this many table-device pairs greedy skips its completion-checked retry by default (see _safe_fallback_for)
 SAFE_FALLBACK_MAX_PAIRS = 20_000
@@ -459,22 +460,14 @@ class HeuristicSolver(Solver):
         elif placed:
             used, device_of = placed[0]
 
-        info: dict[str, Any] = {
-            "stage": used,
-            "fallback_used": used not in (None, "primary"),
-            "stages_tried": packed.tried,
-        }
-        if compared:
-            info["fallbacks_compared"] = compared
-        if failures:
-            info["failures"] = [
-                {"stage": f.stage, "table": instance.tables[f.table].name, "table_bytes": f.table_bytes, "largest_free": f.largest_free, "placed": f.placed}
-                for f in failures
-            ]
+        report = PackingReport(used, tuple(packed.tried), tuple(
+            PackingFailure(f.stage, instance.tables[f.table].name, int(f.table_bytes), int(f.largest_free), int(f.placed)) for f in failures))
+        info: dict[str, Any] = {"fallbacks_compared": compared} if compared else {}
         if device_of is None:
-            f = failures[-1]
-            info.update(failed_table=instance.tables[f.table].name, failed_table_bytes=f.table_bytes, largest_free=f.largest_free, timed_out=packed.timed_out)
-            return fail(self, SolveStatus.no_solution, self._no_room_reason(instance, packed, layout, time_limit), clock, info)
+            info["timed_out"] = packed.timed_out
+            out = fail(self, SolveStatus.no_solution, self._no_room_reason(instance, packed, layout, time_limit), clock, info)
+            out.packing = report
+            return out
 
         shards, marked = mark_column_wise_only(instance, packer.shards(device_of), lambda: bound if bound is not None else cost_model.bind(instance))
         if marked:
@@ -499,11 +492,10 @@ class HeuristicSolver(Solver):
         if used not in (None, "primary") and failures:
             fallback = FallbackUse(stage=used, stage_text=FALLBACK_STAGES.get(used, used), failed_table=instance.tables[failures[0].table].name,
                                    placed_before=failures[0].placed, compared=compared)
-        return finish(
-            self, instance, cost_model, shards, clock, seed=seed,
-            stopped=StopReason.time_limit if over else None, info=info, bound=bound,
-            extra_params=extra, fallback=fallback, layouts=layouts,
-        )
+        out = finish(self, instance, cost_model, shards, clock, seed=seed, stopped=StopReason.time_limit if over else None, info=info,
+                     bound=bound, extra_params=extra, fallback=fallback, layouts=layouts)
+        out.packing = report
+        return out
 
     def _no_room_reason(self, instance: Instance, packed: Packing, layout: TieredLayout | None, time_limit: float | None) -> str:
         """Why no stage placed every table: the table, its bytes and the largest free space when it failed."""

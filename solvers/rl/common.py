@@ -55,6 +55,7 @@ from solvers.options import existing_file, option
 from solvers.placement.collectives import mark_column_wise_only
 from solvers.placement.completion import completion_mask
 from solvers.placement.rules import PlacementRules, placement_conflict
+from solvers.results import PackingFailure, PackingReport
 
 CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "checkpoints"  # solvers/checkpoints
 FEATURE_VERSION = 1
@@ -534,7 +535,6 @@ class PolicySolver(Solver):
             why = (f"{self.name}: the time limit of {time_limit:g} s ended the policy's rollout ({'; '.join(tried)}) after "
                    f"{cut.placed} of {ctx.T} tables, before it had a plan")
             return fail(self, SolveStatus.no_solution, why, clock, {**info, "stages_tried": tried, "timed_out": True})
-        info["stages_tried"] = tried
         if best is None:
             assert last is not None
             k = 0
@@ -549,21 +549,19 @@ class PolicySolver(Solver):
             )
             if ctx.rules is not None:
                 why = why.replace(" (after placing", " among the devices its placement constraints left it (after placing", 1)
-            info.update(failed_table=name, failed_table_bytes=int(ctx.sizes[t]), largest_free=int(last.fail_largest_free[k]))
-            return fail(self, SolveStatus.no_solution, why, clock, info)
+            out = fail(self, SolveStatus.no_solution, why, clock, info)
+            out.packing = PackingReport(None, tuple(tried), (PackingFailure(tried[-1], name, int(ctx.sizes[t]), int(last.fail_largest_free[k]), step),))
+            return out
         device_of = best[1]
         shards = [Shard(table=t.name, device=int(device_of[i])) for i, t in enumerate(instance.tables)]
         shards, marked = mark_column_wise_only(instance, shards, lambda: bm)  # (a column_wise-only table: whole, marked)
         if marked:
             info["column_wise_only"] = marked
         over = budget.spent()
-        info["fallback_used"] = tried[-1] != "primary"
-        return finish(
-            self, instance, cost_model, shards, clock, seed=seed, bound=bm, info=info,
-            stopped=StopReason.time_limit if over else None,
-            extra_params={"fallback_used": tried[-1] if tried[-1] != "primary" else None},
-            policy=PolicyUse(str(self.checkpoint), policy_card),
-        )
+        out = finish(self, instance, cost_model, shards, clock, seed=seed, bound=bm, info=info, stopped=StopReason.time_limit if over else None,
+                     extra_params={"fallback_used": tried[-1] if tried[-1] != "primary" else None}, policy=PolicyUse(str(self.checkpoint), policy_card))
+        out.packing = PackingReport(tried[-1], tuple(tried))
+        return out
 
     def _rollouts(self, ctx: Context, policy: NumpyPolicy, rng: np.random.Generator, budget: Budget, tried: list[str],
                   info: dict[str, Any]) -> tuple[tuple[float, np.ndarray] | None, Rollout | None]:
