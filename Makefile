@@ -12,7 +12,7 @@ TORCHREC_DEPS := tensordict==0.15.3 pyvers==0.2.3 torchmetrics==1.0.3 lightning-
                  pyre-extensions==0.0.32 typing-inspect==0.9.0 mypy-extensions==1.2.0
 EXAMPLE := instances/examples/small.json
 
-.PHONY: run test test-all lint bench install install-dev clean
+.PHONY: run test test-all test-unit lint bench install install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ test: install-dev
 
 test-all: install-dev
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m ""
+
+# the unit tests alone (no gloo, Ray, calibration or subprocess runs): the quick loop while editing
+test-unit: install-dev
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not integration"
 
 # ruff, configured in pyproject.toml ([tool.ruff]); .ci/run calls it before the tests
 lint: install-dev

@@ -280,6 +280,7 @@ def test_calibrate_refuses_bad_requests_naming_the_option(tmp_path: Path):
 TINY = ("--samples", "30", "--test-samples", "4", "--epochs", "3", "--repeats", "1")
 
 
+@pytest.mark.integration
 def test_calibrate_end_to_end_makes_a_card_that_auto_then_picks(tmp_path: Path):
     store = tmp_path / "store"
     r = run("calibrate", "--backend", "cpu", "--budget-minutes", "5", "--for", CPU_INSTANCE, "--rounds", "0", "--models", store, *TINY, "--json")
@@ -311,6 +312,7 @@ def test_calibrate_end_to_end_makes_a_card_that_auto_then_picks(tmp_path: Path):
     assert any(m["id"] == card.id and m["source"] == "user" for m in listed)
 
 
+@pytest.mark.integration
 def test_an_interrupted_calibration_resumes_without_duplicates(tmp_path: Path):
     from shardopt.measure.calibration import calibrate_machine, domain_settings
 
@@ -400,6 +402,7 @@ def test_pick_returns_the_plan_the_judge_measured_fastest():
     assert report.comparisons[0].reference == "balanced" and report.comparisons[0].verdict == "slower"
 
 
+@pytest.mark.integration
 def test_solve_pick_measures_the_portfolio_and_returns_its_fastest(tmp_path: Path):
     out = tmp_path / "plan.json"
     r = run("solve", CPU_TEST / "cpu-test-s1-0008.json", "--pick", "cpu", "--portfolio", "greedy,size,round_robin",

@@ -92,6 +92,7 @@ def test_cli_compare_sim_and_json(tmp_path: Path) -> None:
     assert r.exit_code == 2
 
 
+@pytest.mark.integration
 def test_measured_all_to_all_on_two_gloo_processes() -> None:
     """--comm measured: the torchrun program's gloo mode, one process per device, gives the comm columns."""
     pytest.importorskip("fbgemm_gpu")

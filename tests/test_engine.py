@@ -25,6 +25,8 @@ from shardopt.leaderboard.run import run_leaderboard
 from shardopt.measure.collect import CollectSettings, collect, read_samples
 from shardopt.measure.engine import RAY_PIN, EngineError, LocalEngine, RayEngine, call, make_engine, run_one
 
+pytestmark = pytest.mark.integration  # (Ray and the local pool: in make test, each small)
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLVERS = ["greedy", "size", "lookup"]
 KEY_COLUMNS = "instance_hash, solver, seed, status, reason, max_cost_ms, critical_path_ms, columns, predicted_ms"

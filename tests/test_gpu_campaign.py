@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # (the GPU campaign script end to end: in make test, each small)
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_campaign.sh"
 STEPS = ["environment", "generate", "scale", "calibrate", "placements", "leaderboard", "report"]

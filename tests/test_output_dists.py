@@ -147,6 +147,7 @@ def test_measured_comm_program_runs_one_all_to_all_per_sharding_type() -> None:
     assert one.dists == ()  # one type: the single all-to-all of the pooled outputs, as before
 
 
+@pytest.mark.integration
 def test_measured_comm_of_two_sharding_types_on_gloo() -> None:
     """--comm measured runs the torchrun program's gloo mode: a plan of table- and column-wise tables times both
     all-to-alls, one after the other, in its comm columns."""

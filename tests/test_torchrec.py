@@ -333,6 +333,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.integration
 @needs_torchrec
 def test_distributed_model_parallel_accepts_the_exported_plan(tmp_path: Path) -> None:
     """The strongest check available without GPUs: DistributedModelParallel (one CPU rank, gloo) shards a model

@@ -30,6 +30,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.integration  # (gloo ranks: in make test, each small)
+
 ROOT = Path(__file__).resolve().parents[1]
 WORLD = 4
 PER_HOST = 2

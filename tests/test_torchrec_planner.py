@@ -433,6 +433,7 @@ def _worker(out_path: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.integration
 def test_the_docs_training_example_trains_under_torchrun(tmp_path: Path) -> None:
     """docs/examples/torchrec_training.py, as the docs say to run it (torchrun, 2 processes on gloo): it plans, shards,
     trains 20 steps with the loss going down, and reports the plan and its predicted cost."""
@@ -448,6 +449,7 @@ def test_the_docs_training_example_trains_under_torchrun(tmp_path: Path) -> None
     assert "predicted" in run.stdout and "ms per iteration by analytic" in run.stdout
 
 
+@pytest.mark.integration
 def test_collective_plan_shards_a_two_collection_model_in_dmp_on_4_gloo_ranks(tmp_path: Path) -> None:
     from conftest import launch_ranks
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.integration  # (a user's training script on gloo ranks: in make test, each small)
+
 ROOT = Path(__file__).resolve().parents[1]
 WORLD, PER_HOST, LOCAL_BATCH = 4, 2, 64
 # name, rows, dim, features
