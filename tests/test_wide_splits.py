@@ -60,3 +60,23 @@ def test_neuroshard_with_and_without_the_wide_cuts() -> None:
     off = get_solver("neuroshard", wide_splits=False).solve(inst, cm, seed=0)
     assert off.info["wide_cuts"] == 0
     assert check_plan(inst, on.plan).ok and on.predicted.max_cost <= off.predicted.max_cost * (1 + 1e-9)
+
+
+def test_a_cut_that_overfills_the_device_keeping_the_pieces_is_not_made() -> None:
+    """Cutting a table into more pieces on one device takes more bytes there (each piece keeps its own per-row
+    optimizer state): with that device's memory just above the whole table, the pieces it would keep no longer fit,
+    and the check of the devices that keep pieces refuses the cut (tiered-test-s1-0001 ended in a PlanError)."""
+    from solvers.neuroshard.pieces import _within_memory
+
+    inst = wide_instance()
+    pm = PieceModel(inst, get_cost_model("analytic").bind(inst))
+    whole = [(0, 0, 256)]
+    cut = [(0, 0, 128), (0, 128, 64), (0, 192, 64)]
+    on0 = np.array([0, 0, 0])
+    size_whole = float(pm.info(whole)[2].sum())
+    size_cut_kept = float(pm.info(cut[:2])[2].sum())  # (the third piece moves away)
+    assert size_cut_kept < size_whole  # (fewer columns stay: roomy devices keep the cut)
+    assert _within_memory(pm, cut, np.array([0, 0, 1]), {0})
+    pm.caps = np.full_like(pm.caps, int(size_whole))  # (each device just holds the whole table)
+    assert not _within_memory(pm, cut, on0, {0})  # (three pieces on one device: three sets of optimizer rows)
+    assert _within_memory(pm, whole, np.array([0]), {0})

@@ -436,7 +436,8 @@ def _wide_cuts(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, k: in
         if len(free) < len(todo):
             return
         devices[todo] = free[: len(todo)]
-        yield trial, devices
+        if _within_memory(pm, trial, devices, set(holder.values())):
+            yield trial, devices
         return
     others = pieces[:k] + pieces[k + 1:]
     stay: list[Piece] = []  # (halving: every piece stays one of the halving tree's, as the exact solvers' items are)
@@ -448,9 +449,22 @@ def _wide_cuts(pm: PieceModel, pieces: list[Piece], device_of: np.ndarray, k: in
         free = _free_devices(pm, trial, devices, totals, exclude={hot})
         if len(free):
             devices[-1] = free[0]
-            yield trial, devices
+            if _within_memory(pm, trial, devices, {hot}):  # (each piece left on it carries its own optimizer rows)
+                yield trial, devices
         stay.append(left)
         current = right
+
+
+def _within_memory(pm: PieceModel, trial: list[Piece], devices: np.ndarray, kept: set[int]) -> bool:
+    """Whether the devices that keep pieces of the cut table still hold everything placed on them: a table cut into
+    more pieces on one device takes more bytes there than before (each piece has its own per-row optimizer state)."""
+    _, _, sizes, _ = pm.info(trial)
+    hsizes = pm.host_sizes(trial)
+    for d in kept:
+        on = devices == d
+        if sizes[on].sum() > pm.caps[d] or hsizes[on].sum() > pm.host_caps[d]:
+            return False
+    return True
 
 
 def _free_devices(pm: PieceModel, trial: list[Piece], devices: np.ndarray, totals: np.ndarray, exclude: set[int]) -> np.ndarray:
