@@ -11,8 +11,8 @@ neuroshard's default budget is a work budget, so its plan does not depend on the
 
 A solver is in SOLVERS only if two records in a row agree on it (`record --twice` checks that), and a plan whose
 search the wall-clock safety cap stopped (`stopped: wall_cap`) is refused as a reference. cpsat's default is a work
-budget too (CP-SAT's deterministic time); it is compared on a budget of 2 work seconds (`OPTIONS`). The MILPs stop on
-wall-clock limits, so their plans may differ from one run to the next; TorchRec's planner breaks ties between
+budget too (CP-SAT's deterministic time), compared on a budget of 2 work seconds (`OPTIONS`), and milp_highs's (HiGHS
+on a node limit) on 4. CBC (milp) stops on a wall-clock limit, so its plans may differ from one run to the next; TorchRec's planner breaks ties between
 equal-cost plans by iterating Python sets, so its plan depends on the process's PYTHONHASHSEED (docs/results/plan-equality.md,
 "The same plans before and after a refactor"); neither is compared here.
 """
@@ -38,7 +38,8 @@ BASELINE = ROOT / "benchmarks" / "results" / "plan-equality.json"
 # the catalog's deterministic solvers (SolverSpec.deterministic: no wall clock decides their plan at the defaults)
 SOLVERS = tuple(s.name for s in specs() if s.deterministic)
 # cpsat's default work budget (60 work seconds) shortened, still a work budget, so that a check takes minutes
-OPTIONS: dict[str, dict[str, Any]] = {"cpsat": {"default_time_limit": 2.0}}
+# (milp_highs: 4, as HiGHS's root node of these models is charged 1.5-3 work seconds)
+OPTIONS: dict[str, dict[str, Any]] = {"cpsat": {"default_time_limit": 2.0}, "milp_highs": {"default_time_limit": 4.0}}
 # 30 instances across the families: small to mid-sized ones, so that a check takes minutes, not hours
 SUITES = {
     "instances/examples": ("small.json", "tight.json"),

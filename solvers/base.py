@@ -79,6 +79,14 @@ def _proofs_first(solve: Any) -> Any:
             if proof is not None:
                 return fail(self, SolveStatus.infeasible, f"no plan can meet the placement constraints: {proof}", Stopwatch(),
                             {"proof": "constraints"})
+        if instance.two_d is not None:  # 2D: the flat solve on the sharding group (solvers/two_d.py)
+            from solvers.two_d import solve_in_groups
+
+            def flat(sub: Instance, cm: CostModel, time_limit: float | None, seed: int) -> SolveResult:
+                return guarded(self, sub, cm, time_limit=time_limit, seed=seed)
+
+            return solve_in_groups(self.name, flat, instance, cost_model, kwargs.get("time_limit", args[0] if args else None),
+                                   kwargs.get("seed", args[1] if len(args) > 1 else 0))
         return solve(self, instance, cost_model, *args, **kwargs)
 
     return guarded

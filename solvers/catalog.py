@@ -277,11 +277,11 @@ for _spec in (
     SolverSpec("milp_highs", "solvers.exact.solver", "MilpHighsSolver", "exact",
                f"MILP (scipy.optimize.milp, i.e. HiGHS) {_EXACT_COMMON}; the warm start only as a cutoff (scipy's HiGHS "
                f"takes no starting solution); reports the linear model's bound", _EXACT_PLACEMENTS, _EXACT_NOTE,
-               host_memory=True, anytime=True, deterministic=False, constraints=_ALL),
+               host_memory=True, anytime=True, constraints=_ALL),
     SolverSpec("milp_exact_neural", "solvers.exact.solver", "MilpExactNeuralSolver", "exact",
                "MILP (HiGHS) with the neural compute head encoded exactly (big-M per ReLU, softplus by tangents), comm "
                "linearised; neural cost model only", frozenset({TABLE_WISE}), "table-wise (HBM only)",
-               anytime=True, deterministic=False, constraints=_ALL, max_tables=12, max_devices=4),
+               anytime=True, constraints=_ALL, max_tables=12, max_devices=4),
     SolverSpec("torchrec", "solvers.torchrec_solver", "TorchRecSolver", "baseline",
                "TorchRec's EmbeddingShardingPlanner (its analytic perf / storage estimators, proposers, greedy partitioner)",
                frozenset({TABLE_WISE, COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL}),
@@ -302,3 +302,19 @@ for _spec in (
                "rollouts", frozenset({TABLE_WISE}), "table-wise (HBM only)", anytime=True, constraints=_ALL),
 ):
     register(_spec)
+
+
+def _scout_solve(instance: Instance, cost_model: Any, time_limit: float | None, seed: int) -> Any:
+    """solvers/two_d.py's scout: SCOUT_SOLVER's flat solve of one sharding group."""
+    from solvers.two_d import SCOUT_SOLVER
+
+    return get_solver(SCOUT_SOLVER).solve(instance, cost_model, time_limit=time_limit, seed=seed)
+
+
+def _register_scout() -> None:
+    from solvers.two_d import SCOUT_SOLVER, register_scout
+
+    register_scout(SCOUT_SOLVER, _scout_solve)
+
+
+_register_scout()

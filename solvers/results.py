@@ -155,6 +155,45 @@ class WorkBudgetUse:
 
 
 @dataclass(frozen=True)
+class GroupSizeTrial:
+    """One sharding group size a 2D solve tried (solvers/two_d.py): by which solver (the scout's or the one asked
+    for: `refined`), its status, the group plan's embedding cost and the replica sync per iteration (ms, by the cost
+    model and costmodels/replica_sync.py), or why it has no plan (`why`; status `not_formed` where G forms no groups)."""
+
+    group_size: int
+    solver: str
+    refined: bool
+    status: str
+    embedding_ms: float | None
+    sync_ms: float | None
+    wall_s: float
+    why: str | None
+
+    @property
+    def total_ms(self) -> float:
+        """The iteration's cost: embedding + sync (inf without a plan)."""
+        if self.embedding_ms is None or self.sync_ms is None:
+            return float("inf")
+        return self.embedding_ms + self.sync_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_ms": self.total_ms if self.embedding_ms is not None else None}
+
+
+@dataclass(frozen=True)
+class TwoDChoice:
+    """The sharding group size a 2D solve chose (None: no plan) and every size it tried, with the chosen plan's sync
+    (costmodels.replica_sync.ReplicaSync.to_dict)."""
+
+    group_size: int | None
+    trials: tuple[GroupSizeTrial, ...]
+    sync: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group_size": self.group_size, "sync": self.sync, "trials": [t.to_dict() for t in self.trials]}
+
+
+@dataclass(frozen=True)
 class PolicyUse:
     """The trained policy an RL solver rolled out, and the calibrated model card it was trained on (None: the shipped
     policy)."""
@@ -183,6 +222,7 @@ class SolveResult:
     stats: SearchStats | None = None  # what its search did (None: a solver without one, or none ran)
     work_budget: WorkBudgetUse | None = None  # the work budget it ran on (None: a time limit, or a solver without one)
     packing: PackingReport | None = None  # a constructive heuristic's packing stages (None: no such solver)
+    two_d: TwoDChoice | None = None  # a 2D instance's sharding group size and the sizes tried (None: a flat instance)
 
     def __post_init__(self) -> None:
         if self.stopped is None:

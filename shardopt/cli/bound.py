@@ -102,6 +102,9 @@ def bound(
         from solvers.bound import BoundError, analytic_lower_bound
 
         instance = _load_instance(instance_path)
+        if instance.two_d is not None:
+            raise CLIError(f"{instance_path}: two_d: the certified bound of a 2D instance (per sharding group size) is not "
+                           "computed; bound one group's flat instance (shardopt.core.sharding_groups.group_instance)")
         model = _analytic_model(cost_model, instance, models)
         try:
             result = analytic_lower_bound(instance, model, time_limit=time_limit, table_wise=table_wise)

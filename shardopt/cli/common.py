@@ -264,7 +264,10 @@ def _device_table(
     shards: list[Shard],
     memory_use: Any,
     costs: DeviceCosts | None,
+    sync_ms: Any = None,
 ) -> Any:
+    """One row per device. `sync_ms`: a 2D plan's replica sync per group rank (costmodels/replica_sync.py), its own
+    column and part of the total."""
     from rich.table import Table
 
     topo = instance.topology
@@ -275,7 +278,7 @@ def _device_table(
     table.add_column("shards", overflow="fold", max_width=48)
     table.add_column("memory used / capacity", justify="right")
     if costs is not None:
-        for head in ("fwd compute", "bwd compute", "fwd comm", "bwd comm", "total"):
+        for head in ("fwd compute", "bwd compute", "fwd comm", "bwd comm") + (("sync",) if sync_ms is not None else ()) + ("total",):
             table.add_column(f"{head} ms", justify="right")
     per_dev = _shards_by_device(shards, topo.num_devices)
     bottleneck = costs.bottleneck if costs is not None else None
@@ -288,7 +291,9 @@ def _device_table(
             row.append(str(topo.host_of(d)))
         row += [_names_cell(per_dev[d], instance), mem]
         if costs is not None:
-            row += [_fmt_ms(float(v)) for v in costs.columns[d]] + [_fmt_ms(float(costs.total[d]))]
+            row += [_fmt_ms(float(v)) for v in costs.columns[d]]
+            extra = float(sync_ms[d]) if sync_ms is not None else 0.0
+            row += ([_fmt_ms(extra)] if sync_ms is not None else []) + [_fmt_ms(float(costs.total[d]) + extra)]
         style = "red" if used > cap else ("bold" if d == bottleneck else None)
         table.add_row(*row, style=style)
     return table
@@ -510,3 +515,30 @@ def solver_time_limit(limit: float | None) -> float | None:
     if limit is None:
         return None
     return max(limit - (time.perf_counter() - COMMAND_STARTED), SOLVER_SHARE_MIN * limit)
+
+
+def _plan_scope(instance: Instance, plan: Any) -> tuple[Instance, Any]:
+    """What a plan places and what else its iteration pays: a 2D instance's group plan places the sharding group's flat
+    instance and pays the replica sync (solvers/two_d.py, costmodels/replica_sync.py); a flat plan, the instance and
+    nothing (None). Exit 2 where plan and instance disagree on being 2D."""
+    if instance.two_d is None and plan.sharding_group_size is None:
+        return instance, None
+    if instance.two_d is None or plan.sharding_group_size is None:
+        which = ("has no two_d section, but the plan is a sharding group's (sharding_group_size)" if instance.two_d is None
+                 else "is 2D (two_d), but the plan names no sharding_group_size")
+        raise CLIError(f"the instance {which}: judge a plan with the instance it was solved for")
+    from costmodels.replica_sync import replica_sync
+    from solvers.two_d import planned_instance
+
+    return planned_instance(instance, plan), replica_sync(instance, plan, plan.sharding_group_size)
+
+
+def _sync_lines(sync: Any, embedding_ms: float, judge: str) -> list[str]:
+    """A 2D plan's iteration: the judged embedding cost plus the analytic replica sync."""
+    if sync is None:
+        return []
+    doc = sync.to_dict()
+    links = ", ".join(doc["links"]) or "none"
+    return [f"2D: {doc['replicas']} replicas of a group of {doc['group_size']} ranks; per iteration embedding "
+            f"{embedding_ms:.3f} ms ({judge}) + replica sync {sync.ms:.3f} ms (analytic, over {links}; strategy "
+            f"{doc['strategy']}, sync every {doc['sync_interval']}) = {embedding_ms + sync.ms:.3f} ms"]

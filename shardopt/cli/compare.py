@@ -54,6 +54,9 @@ def compare(
         if len(plan_paths) < 2:
             raise CLIError(f"compare: give at least 2 plans (got {len(plan_paths)})")
         instance = _load_instance(instance_path)
+        if instance.two_d is not None:
+            raise CLIError(f"{instance_path}: two_d: a measured compare of 2D plans is not supported (each group size places "
+                           "its own flat instance); judge each with `shardopt evaluate`")
         plans = [load_plan(p) for p in plan_paths]
         names = _names(plan_paths, plans)
         judge = dict(repeats=repeats, target=target, time_cap_s=time_cap, warmup=warmup, seed=seed, threads=threads, comm=comm)

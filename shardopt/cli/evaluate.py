@@ -22,8 +22,10 @@ from shardopt.cli.common import (
     _engine,
     _guard,
     _load_instance,
+    _plan_scope,
     _print_lines,
     _progress,
+    _sync_lines,
     _warn,
     app,
 )
@@ -71,6 +73,8 @@ def evaluate(
         warning = hash_warning(instance, plan)
         if warning:  # before the check: a plan for another instance usually fails it, and this says why
             _warn(f"{plan_path}: {warning}")
+        job = instance
+        instance, sync = _plan_scope(instance, plan)  # (a 2D plan: its sharding group, and the replica sync beside it)
         measured = backend in ("cpu", "cuda")
         store: Any = None
         if measured and not no_cache:
@@ -96,17 +100,19 @@ def evaluate(
         if json_out:
             _emit_json(
                 {
-                    "instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()},
+                    "instance": {"path": str(instance_path), "name": job.name, "hash": job.content_hash()},
                     "plan": {"path": str(plan_path), "solver": plan.solver, "cost_model": plan.cost_model,
                              "predicted_cost": plan.predicted_cost},
                     **ev.to_dict(),
+                    **({"two_d": {**sync.to_dict(), "embedding_ms": ev.costs.max_cost,
+                                  "total_ms": ev.costs.max_cost + sync.ms}} if sync is not None else {}),
                 }
             )
             return
         console = _console()
         title = f"{plan_path.name} on {instance.name or instance_path.name}, judged by {ev.judge}"
-        console.print(_device_table(title, instance, plan.shards, ev.memory_use, ev.costs))
-        lines = _cost_summary(ev.costs, f"judged by {ev.judge}")
+        console.print(_device_table(title, instance, plan.shards, ev.memory_use, ev.costs, None if sync is None else sync.rank_ms))
+        lines = _cost_summary(ev.costs, f"judged by {ev.judge}") + _sync_lines(sync, ev.costs.max_cost, ev.judge)
         if measured:
             lines += _measured_lines(ev, warmup)
         if plan.predicted_cost is not None:

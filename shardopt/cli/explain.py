@@ -20,7 +20,9 @@ from shardopt.cli.common import (
     _fmt_bytes,
     _guard,
     _load_instance,
+    _plan_scope,
     _print_lines,
+    _sync_lines,
     _warn,
     app,
 )
@@ -54,6 +56,11 @@ def explain(
         warning = hash_warning(instance, plan)
         if warning:
             _warn(f"{plan_path}: {warning}")
+        instance, sync = _plan_scope(instance, plan)  # (a 2D plan: its sharding group, and the replica sync beside it)
+        if sync is not None and bound:
+            _warn("no certified bound beside a 2D plan: the bound per group size is not computed (the group's flat "
+                  "instance can be bounded on its own)")
+            bound = False
         check = check_plan(instance, plan)
         if not check.ok:
             violations = [v.message for v in check.violations]
@@ -70,9 +77,13 @@ def explain(
         if json_out:
             _emit_json({"instance": {"path": str(instance_path), "name": instance.name, "hash": instance.content_hash()},
                         "plan": {"path": str(plan_path), "solver": plan.solver}, "cost_model_choice": choice.to_dict(),
-                        "cost_model_card": choice.card_id, **ex.to_dict()})
+                        "cost_model_card": choice.card_id, **ex.to_dict(),
+                        **({"two_d": {**sync.to_dict(), "embedding_ms": ex.plan_cost, "total_ms": ex.plan_cost + sync.ms}}
+                           if sync is not None else {})})
             return
         _render(ex, instance, plan_path, plan)
+        if sync is not None:
+            _print_lines(_console(), _sync_lines(sync, ex.plan_cost, f"predicted by {label}"))
 
 
 def _render(ex: Any, instance: Any, plan_path: Path, plan: Any) -> None:

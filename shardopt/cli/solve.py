@@ -172,7 +172,10 @@ class _Shown:
                  time_limit: float | None, out: Path | None, picked: dict[str, Any] | None, pick_text: list[str]) -> None:
         from shardopt.core.memory import device_memory_use
         from shardopt.measure.evaluate import cost_model_label
+        from solvers.two_d import planned_instance
 
+        self.job = instance  # (a 2D instance's job; `instance` below is what the plan places: its sharding group)
+        instance = planned_instance(instance, result.plan)
         self.instance, self.instance_path, self.result, self.model, self.choice = instance, instance_path, result, model, choice
         self.seed, self.time_limit, self.out, self.picked, self.pick_text = seed, time_limit, out, picked, pick_text
         self.plan = result.plan
@@ -208,15 +211,30 @@ class _Shown:
             **({"policy": result.policy.checkpoint, "policy_from_card": result.policy.from_card} if result.policy is not None else {}),
             **({"search": result.stats.to_dict()} if result.stats is not None else {}),
             **({"work_budget": result.work_budget.to_dict()} if result.work_budget is not None else {}),
+            **({"two_d": result.two_d.to_dict()} if result.two_d is not None else {}),
             "plan": to_dict(plan),
         }
 
     def print(self) -> None:
         result, plan, costs, instance = self.result, self.plan, self.costs, self.instance
         console = _console()
-        title = f"plan for {instance.name or self.instance_path.name} by {plan.solver} ({self.label})"
-        console.print(_device_table(title, instance, plan.shards, self.memory, costs))
+        title = f"plan for {self.job.name or self.instance_path.name} by {plan.solver} ({self.label})"
+        if result.two_d is not None:
+            from shardopt.cli.two_d_view import group_size_table
+
+            title += f", one sharding group of {plan.sharding_group_size} ranks"
+            console.print(group_size_table(result.two_d))
+        sync = None
+        if result.two_d is not None:
+            from costmodels.replica_sync import replica_sync
+
+            sync = replica_sync(self.job, plan, instance.topology.num_devices).rank_ms
+        console.print(_device_table(title, instance, plan.shards, self.memory, costs, sync))
         lines = _cost_summary(costs, self.label)
+        if result.two_d is not None:
+            from shardopt.cli.two_d_view import two_d_lines
+
+            lines += two_d_lines(self.job, result.two_d, costs.max_cost)
         status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stopped, 'stopped')} (seed {self.seed}"
         status += f", time limit {self.time_limit:g} s)" if self.time_limit is not None else ")"
         if result.policy is not None and result.policy.from_card:

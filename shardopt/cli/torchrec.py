@@ -92,6 +92,11 @@ def export_cmd(
         warning = hash_warning(instance, plan)
         if warning:
             _warn(f"{plan_path}: {warning}")
+        dmp = _dmp_collection_args(instance, plan)
+        if dmp is not None:  # a 2D plan: TorchRec's plan is the sharding group's (solvers/two_d.py)
+            from solvers.two_d import planned_instance
+
+            instance = planned_instance(instance, plan)
         _need_torchrec()
         from shardopt.data.torchrec_io import _to_torchrec_plan, from_torchrec_plan, normalize_shards, plan_to_json
 
@@ -111,6 +116,8 @@ def export_cmd(
         kernels = Counter(ps.compute_kernel for ps in sharding_plan.plan[module_path].values())
         if fmt is ExportFormat.torchrec:
             doc = plan_to_json(sharding_plan, instance=instance, plan=plan, compute_device=device, warnings=warnings)
+            if dmp is not None:
+                doc["dmp_collection"] = dmp
             text = dumps_document(doc) + "\n"
         else:
             text = str(sharding_plan).rstrip("\n") + "\n"
@@ -123,7 +130,8 @@ def export_cmd(
             "tables": len(instance.tables),
             "sharding_types": dict(types),
             "compute_kernels": dict(kernels),
-            "world_size": instance.topology.num_devices,
+            "world_size": instance.topology.num_devices if dmp is None else dmp["world_size"],
+            **({"dmp_collection": dmp} if dmp is not None else {}),
             "compute_device": device,
             "warnings": warnings,
             "round_trip": "identical",
@@ -145,7 +153,12 @@ def export_cmd(
             f"wrote {_esc(str(out))}: TorchRec ShardingPlan ({fmt.value}) of {len(instance.tables)} tables ({kinds}; kernels {kerns}) "
             f"on {instance.topology.num_devices} ranks"
         ]
-        if fmt is ExportFormat.torchrec:
+        if dmp is not None:
+            lines.append(f"2D: DMPCollection(module, device, plan=..., sharding_group_size={dmp['sharding_group_size']}, "
+                         f"world_size={dmp['world_size']}, global_pg=..., use_inter_host_allreduce="
+                         f"{dmp['use_inter_host_allreduce']}, sharding_strategy=ShardingStrategy.{dmp['sharding_strategy'].upper()}); "
+                         f"sync() every {dmp['sync_interval']} iteration(s)")
+        elif fmt is ExportFormat.torchrec:
             lines.append("load it with shardopt.data.torchrec_io.load_torchrec_plan(PATH) and pass it to DistributedModelParallel(model, plan=...)")
         _print_lines(_console(), lines)
 
@@ -283,3 +296,17 @@ def import_torchrec_cmd(
         _print_lines(_console(), lines)
         if reason:
             _warn(f"the instance has no table-wise plan: {reason}")
+
+
+def _dmp_collection_args(instance: Any, plan: Any) -> dict[str, Any] | None:
+    """DMPCollection's arguments for a 2D instance's group plan (None: a flat plan); exit 2 where the plan is a flat
+    plan of a 2D instance or a group plan of a flat one."""
+    if instance.two_d is None and plan.sharding_group_size is None:
+        return None
+    if instance.two_d is None or plan.sharding_group_size is None:
+        which = "has no two_d section" if instance.two_d is None else "is 2D but the plan names no sharding_group_size"
+        raise CLIError(f"--instance: the instance {which}: export a plan with the instance it was solved for")
+    two_d, g = instance.two_d, plan.sharding_group_size
+    return {"sharding_group_size": g, "world_size": instance.topology.num_devices,
+            "use_inter_host_allreduce": two_d.layout.value == "contiguous", "sharding_strategy": two_d.strategy.value,
+            "sync_interval": two_d.sync_interval}

@@ -43,6 +43,7 @@ from shardopt.core.ir_base import (  # noqa: F401 - re-exported: the IR's names 
 )
 from shardopt.core.ir_base import a_number as _a_number
 from shardopt.core.topology import Topology, TopologyLevel  # noqa: F401 - re-exported
+from shardopt.core.two_d import TwoDParallel
 
 
 class AccessProfile(IRModel):
@@ -229,6 +230,24 @@ class Instance(IRModel):
     workload: Workload
     metadata: dict[str, Any] = Field(default_factory=dict, description="free: suite, family, seed, provenance")
     constraints: PlacementConstraints | None = Field(default=None, description="where tables may go (absent: anywhere)")
+    two_d: TwoDParallel | None = Field(default=None, description="2D sparse parallelism (DMPCollection): the tables sharded "
+                                       "over a group of ranks, the group replicated (absent: one flat group)")
+
+    @model_validator(mode="after")
+    def _two_d_fits_the_job(self) -> Instance:
+        if self.two_d is None:
+            return self
+        self.two_d.check_group_size(self.topology.num_devices)
+        g = self.two_d.fixed_group_size
+        for i, tc in enumerate(self.constraints.tables if self.constraints is not None else []):
+            for d in tc.devices or []:
+                if g is None:
+                    raise ValueError(f"constraints.tables[{i}].devices: {tc.devices} with two_d.group_size \"auto\": a pin "
+                                     f"names ranks of the sharding group, so fix two_d.group_size to pin tables")
+                if d >= g:
+                    raise ValueError(f"constraints.tables[{i}].devices: {d} is not a rank of a sharding group of "
+                                     f"two_d.group_size {g} (0..{g - 1}): with two_d, pins name the group's ranks")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Instance:
@@ -272,7 +291,8 @@ class Instance(IRModel):
 
     def content_hash(self) -> str:
         """A short stable hash of the problem (not its name or metadata), to tie plans and results to it."""
-        body = self.model_dump(mode="json", exclude={"name", "metadata"} | ({"constraints"} if self.constraints is None else set()))
+        absent = {name for name in ("constraints", "two_d") if getattr(self, name) is None}  # (old documents hash as before)
+        body = self.model_dump(mode="json", exclude={"name", "metadata"} | absent)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -384,6 +404,8 @@ class Plan(IRModel):
     lower_bound: float | None = None
     predicted_cost: float | None = None
     shards: list[Shard] = Field(min_length=1)
+    sharding_group_size: int | None = Field(default=None, ge=1, le=MAX_DEVICES, description="a 2D instance's plan: the "
+                                            "sharding group size G it places (shards name group ranks 0..G-1)")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from shardopt.core.ir import DIM_ALIGNMENT
+from shardopt.core.work import charge_seconds, current_meter
 from solvers.exact import constants
 from solvers.exact.formulation import LinearSolve, Problem, _device_plane_bounds, _useful_cuts, table_lower_bounds
 from solvers.exact.linearize import Linearization
@@ -24,6 +25,17 @@ from solvers.milp import SparseModel, solve_milp, solve_milp_cbc
 from solvers.status import SolveStatus, StopReason
 
 MOVE_TIEBREAK_MS = 1e-7  # MILPs: objective z - this x (tables left where they are): ties in z go to fewer moves
+# HiGHS on a work budget (shardopt.core.work): its branch-and-bound stops on a node limit, so that the same model gives
+# the same answer on any machine, and each call charges its root node and its nodes per column of the model. Fitted on
+# the 2-core VM (scipy 1.17's HiGHS) to the models of neuroshard-test, dreamshard-test, skewed-test and production
+# (331 to 2,841 columns): the root node (presolve, LP, cuts, heuristics) took 0.7-2.6 s at 331-731 columns and 10 s
+# at 2,841; a node 4-9 ms at 331-731 and 29 ms at 2,841. The root is the rough part: on some models it runs far longer
+# (huge-test-s1-0000, 691 columns: 15-30 s), which the charge does not see, so the wall time of such a solve can
+# exceed its work budget; the plan stays the same, and the wall-clock cap still ends it (docs/results/speed.md,
+# "HiGHS on a node limit")
+HIGHS_ROOT_WORK_S = 0.3
+HIGHS_ROOT_WORK_S_PER_COLUMN = 3.5e-3
+HIGHS_NODE_WORK_S_PER_COLUMN = 1.2e-5
 
 
 @dataclass
@@ -289,12 +301,27 @@ def solve_highs(prob: Problem, lin: Linearization, hint: np.ndarray | None, time
     n = len(rows.pairs)
     c, integrality = _objective(rows, b, prob)
     build_s = time.perf_counter() - t0
+    info: dict[str, Any] = {"variables": rows.n_vars, "rows": rows.n_rows, "table_cuts": b.get("cuts", 0), "planes": lin.num_planes}
+    meter = current_meter()
+    node_limit = None
+    if meter is not None:  # on a work budget: a node limit within the budget left, the wall clock only as its safety cap
+        root_s, node_s = HIGHS_ROOT_WORK_S + HIGHS_ROOT_WORK_S_PER_COLUMN * rows.n_vars, HIGHS_NODE_WORK_S_PER_COLUMN * rows.n_vars
+        if float(time_limit) < root_s:
+            info["highs_message"] = f"not run: {float(time_limit):.3g} work s left, its root node is charged {root_s:.3g}"
+            charge_seconds(float(time_limit))  # (the share it was given is spent: a loop of such calls ends on its budget)
+            return LinearSolve(SolveStatus.no_solution, StopReason.work_budget, None, None, None, build_s, 0.0, info)
+        node_limit = max(1, int((float(time_limit) - root_s) / node_s))
+        limit = meter.wall_left()
+    else:
+        # (HiGHS checks its clock between phases: on models over LARGE_MODEL pairs it was seen 5 s late; 10 % margin)
+        limit = max(0.01, (float(time_limit) - build_s) * (0.9 if n > constants.LARGE_MODEL else 1.0))
     t1 = time.perf_counter()
-    # (HiGHS checks its clock between phases: on models over LARGE_MODEL pairs it was seen 5 s late; 10 % margin)
-    limit = max(0.01, (float(time_limit) - build_s) * (0.9 if n > constants.LARGE_MODEL else 1.0))
-    res = solve_milp(rows, c, time_limit=limit, integrality=integrality, lb=b["lo"], ub=b["hi"], mip_rel_gap=1e-9, presolve=True)
+    res = solve_milp(rows, c, time_limit=limit, integrality=integrality, lb=b["lo"], ub=b["hi"], mip_rel_gap=1e-9, presolve=True,
+                     node_limit=node_limit)
     solve_s = time.perf_counter() - t1
-    info = {"variables": rows.n_vars, "rows": rows.n_rows, "table_cuts": b.get("cuts", 0), "highs_status": res.code, "highs_message": res.message, "planes": lin.num_planes}
+    if meter is not None:
+        charge_seconds(root_s + node_s * res.nodes)
+    info.update(highs_status=res.code, highs_message=res.message, highs_nodes=res.nodes)
     bound = res.dual_bound
     if res.status is SolveStatus.infeasible:
         if hint is not None:  # only the cutoff z <= the hint's cost makes it so: nothing better than the hint exists

@@ -127,15 +127,15 @@ class ExactSolver(Solver):
         return self._default_start or NeuroShardSolver(row_wise=self.options.row_wise)
 
     @property
-    def tiered_starts(self) -> tuple[SeedSolver, SeedSolver]:
+    def tiered_start_solvers(self) -> tuple[SeedSolver, SeedSolver]:
         from solvers.neuroshard.search import NeuroShardSolver
 
         return (self._tiered_seed or GreedySolver(), self._tiered_search or NeuroShardSolver())
 
     @property
     def work_budget(self) -> bool:
-        """Whether a solve without a time limit runs on a work budget: CP-SAT, whose deterministic time makes it one."""
-        return self.backend == "cpsat" and self.options.deterministic
+        """Whether a solve without a time limit runs on a work budget: CP-SAT's deterministic time, HiGHS's node limit."""
+        return self.backend in ("cpsat", "highs") and self.options.deterministic
 
     @property
     def workers(self) -> int:
@@ -246,10 +246,10 @@ class ExactSolver(Solver):
         return out
 
     def solve(self, instance: Instance, cost_model: CostModel, *, time_limit: float | None = None, seed: int = 0) -> SolveResult:
-        """Without a time limit, CP-SAT's default is a work budget of `default_time_limit` work seconds
-        (shardopt.core.work: CP-SAT on its deterministic time, the searches on their counted work), so the same
-        instance and seed give the same plan on any machine; the MILP backends, which have no deterministic clock
-        here, take it in wall seconds. A time limit is the user's promise about wall time."""
+        """Without a time limit, cpsat's and milp_highs' default is a work budget of `default_time_limit` work seconds
+        (shardopt.core.work: CP-SAT on its deterministic time, HiGHS on a node limit, the searches on their counted
+        work), so the same instance and seed give the same plan on any machine; CBC (milp), which has no deterministic
+        limit here, takes it in wall seconds. A time limit is the user's promise about wall time."""
         budget = self.options.default_time_limit if time_limit is None else float(time_limit)
         if time_limit is None and self.work_budget:
             return on_work_budget(budget, lambda: self._solve(instance, cost_model, budget, seed))
@@ -308,7 +308,7 @@ class ExactSolver(Solver):
         bm = cost_model.bind(instance)
         model = _Bound(bm, cost_model.describe())
         info: dict[str, Any] = {"backend": self.backend, "time_limit_s": budget, "iterations": [], "tiered": {"why": reason}}
-        starts, costs, shards_of, names = tiered_starts(instance, cost_model, bm, model, self.tiered_starts, Budget.of(clock, budget),
+        starts, costs, shards_of, names = tiered_starts(instance, cost_model, bm, model, self.tiered_start_solvers, Budget.of(clock, budget),
                                                         self.options.tiered_share * budget, self.relaxation_share * budget, seed)
         info["tiered"]["starts"] = {n: costs.get(n) for n in names}
         if not costs:

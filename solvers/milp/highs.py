@@ -49,6 +49,7 @@ class MilpResult:
     dual_bound: float | None  # a MILP's dual bound where HiGHS reports a finite one
     message: str
     code: int  # the backend's status code, for the record
+    nodes: int = 0  # branch-and-bound nodes HiGHS explored (a MILP's; 0 for an LP)
 
     @property
     def has_point(self) -> bool:
@@ -60,11 +61,19 @@ def _result(res: Any, node_limit: int | None = None) -> MilpResult:
     dual = getattr(res, "mip_dual_bound", None)
     dual = float(dual) if dual is not None and math.isfinite(dual) else None
     objective = float(res.fun) if getattr(res, "fun", None) is not None and res.x is not None else None
+    nodes = int(getattr(res, "mip_node_count", 0) or 0)
+    if node_limit is not None and (_node_limit_reached(code, str(res.message)) or (code == 1 and nodes >= node_limit)):
+        # the node limit, a deterministic budget, ended it
+        status = SolveStatus.feasible if res.x is not None else SolveStatus.no_solution
+        return MilpResult(status, StopReason.work_budget, res.x, objective, dual, str(res.message), code, nodes)
     out = HIGHS_STATUS.read(code, res.x is not None)
-    stopped = out.stopped
-    if stopped is StopReason.time_limit and node_limit is not None and int(getattr(res, "mip_node_count", 0) or 0) >= node_limit:
-        stopped = StopReason.work_budget  # the node limit, a deterministic budget, ended it
-    return MilpResult(out.status, stopped, res.x, objective, dual, str(res.message), code)
+    return MilpResult(out.status, out.stopped, res.x, objective, dual, str(res.message), code, nodes)
+
+
+def _node_limit_reached(code: int, message: str) -> bool:
+    """Whether HiGHS stopped at its node limit: its model status for that is kSolutionLimit ("Solution limit
+    reached"), which scipy 1.17 does not know and reports as code 4, "The HiGHS status code was not recognized"."""
+    return code == 4 and "Solution limit reached" in message
 
 
 def solve_milp(model: SparseModel, c: np.ndarray, *, time_limit: float, integrality: np.ndarray | bool = True,
@@ -167,4 +176,5 @@ def solve_milp_with_dual(model: SparseModel, c: np.ndarray, *, time_limit: float
     if name in ("kInfeasible", "kUnbounded", "kUnboundedOrInfeasible"):  # (no point, nor a bound, to read)
         x, objective, dual = None, None, None
     out = HIGHSPY_STATUS.read(name, x is not None)
-    return MilpResult(out.status, out.stopped, x, objective, dual, text, int(getattr(status, "value", -1)))
+    return MilpResult(out.status, out.stopped, x, objective, dual, text, int(getattr(status, "value", -1)),
+                      max(0, int(info.mip_node_count)))

@@ -1,0 +1,40 @@
+"""A 2D solve as the user reads it: the group sizes tried, as a table, and the chosen size's cost in words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardopt.cli.common import _esc, _fmt_ms
+from shardopt.core.ir import Instance
+from solvers.results import TwoDChoice
+
+
+def group_size_table(choice: TwoDChoice) -> Any:
+    """One row per (group size, solver) tried: embedding, sync and their total per iteration, the chosen one bold."""
+    from rich.table import Table
+
+    table = Table(title="sharding group sizes tried (ms per iteration)", title_justify="left")
+    for head, right in (("G", True), ("solver", False), ("status", False), ("embedding", True), ("sync", True),
+                        ("total", True), ("s", True), ("why not", False)):
+        table.add_column(head, justify="right" if right else "left", overflow="fold", max_width=None if head != "why not" else 60)
+    for t in choice.trials:
+        has = t.embedding_ms is not None
+        row = [str(t.group_size), t.solver or "-", t.status, _fmt_ms(t.embedding_ms) if has else "-",
+               _fmt_ms(t.sync_ms) if has else "-", _fmt_ms(t.total_ms) if has else "-", f"{t.wall_s:.2f}", _esc(t.why or "")]
+        chosen = t.group_size == choice.group_size and t.refined
+        table.add_row(*row, style="bold" if chosen else None)
+    return table
+
+
+def two_d_lines(job: Instance, choice: TwoDChoice, embedding_ms: float) -> list[str]:
+    """The chosen group's setting and its iteration cost, embedding + sync."""
+    two_d, sync = job.two_d, choice.sync or {}
+    assert two_d is not None
+    g, n = choice.group_size, job.topology.num_devices
+    links = ", ".join(sync.get("links") or []) or "none"
+    return [
+        f"2D: {n // g} replicas of a sharding group of {g} ranks ({two_d.layout.value} ranks, use_inter_host_allreduce="
+        f"{str(two_d.layout.value == 'contiguous').lower()}), strategy {two_d.strategy.value}, sync every {two_d.sync_interval} iteration(s)",
+        f"per iteration: embedding {embedding_ms:.3f} ms + replica sync {float(sync.get('sync_ms', 0.0)):.3f} ms = "
+        f"{embedding_ms + float(sync.get('sync_ms', 0.0)):.3f} ms (the sync analytic, over the replica group's links: {links})",
+    ]
