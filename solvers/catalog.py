@@ -305,10 +305,10 @@ for _spec in (
 
 
 def _scout_solve(instance: Instance, cost_model: Any, time_limit: float | None, seed: int) -> Any:
-    """solvers/two_d.py's scout: SCOUT_SOLVER's flat solve of one sharding group."""
-    from solvers.two_d import SCOUT_SOLVER
+    """solvers/two_d.py's scout: SCOUT_SOLVER's flat solve of one sharding group, on its short work budget."""
+    from solvers.two_d import SCOUT_SOLVER, SCOUT_WORK_S
 
-    return get_solver(SCOUT_SOLVER).solve(instance, cost_model, time_limit=time_limit, seed=seed)
+    return get_solver(SCOUT_SOLVER, default_time_limit=SCOUT_WORK_S).solve(instance, cost_model, time_limit=time_limit, seed=seed)
 
 
 def _register_scout() -> None:

@@ -3,7 +3,7 @@
 Why every solver goes through here (solvers.base routes an instance with a `two_d` section to `solve_in_groups`):
 the group is planned as the flat instance `group_instance(instance, G)` by the solver asked for, and the iteration
 costs that plan's embedding cost plus the replica sync (costmodels/replica_sync.py). With `group_size: auto` every G
-that forms groups is scouted with a fast solver (`SCOUT_SOLVER`), and the `REFINED` cheapest by scout cost are solved
+that forms groups is scouted with a fast solver (`SCOUT_SOLVER` on a work budget of `SCOUT_WORK_S`), and the `REFINED` cheapest by scout cost are solved
 again by the solver asked for; the cheapest total wins. A scout that finds no plan for a G still lets the refinement
 try it when fewer than `REFINED` G have plans. docs/analytic-model.md, "2D sparse parallelism".
 """
@@ -22,15 +22,19 @@ from shardopt.core.sharding_groups import candidate_group_sizes, group_instance
 from solvers.results import GroupSizeTrial, SolveResult, TwoDChoice
 from solvers.status import SolveStatus, StopReason
 
-SCOUT_SOLVER = "greedy"  # fast, and its plan's cost ranks the group sizes well enough to choose which to refine
+# the scout: NeuroShard on a short work budget. greedy's plans cost far more on large groups than a search's, so its
+# ranking sent the refinement to small groups: on MLPerf DLRMv2 grown to 4,096 H100s it chose G = 64 (2.62 ms, simulated),
+# where this scout's ranking leads to G = 512 (1.67 ms at its budget); 13 group sizes scouted in 15 s (docs/results/two-d.md)
+SCOUT_SOLVER = "neuroshard"
+SCOUT_WORK_S = 0.3
 REFINED = 3  # group sizes solved again by the solver asked for
 
 InnerSolve = Callable[[Instance, CostModel, float | None, int], SolveResult]
-_scouts: dict[str, InnerSolve] = {}  # SCOUT_SOLVER's flat solve, registered by solvers.catalog (which may import solvers)
+_scouts: dict[str, InnerSolve] = {}  # the scout's flat solve, registered by solvers.catalog (which may import solvers)
 
 
 def register_scout(name: str, solve: InnerSolve) -> None:
-    """The scout's flat solve (solvers.catalog registers greedy's: this module sits below the solvers, whose base
+    """The scout's flat solve (solvers.catalog registers SCOUT_SOLVER's: this module sits below the solvers, whose base
     routes 2D instances here, so it cannot import them). Without one, the solver asked for scouts too."""
     _scouts[name] = solve
 

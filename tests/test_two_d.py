@@ -222,3 +222,34 @@ def test_cli_names_a_bad_group_size(tmp_path) -> None:
     path.write_text(json.dumps(doc))
     r = CliRunner().invoke(app, ["solve", str(path)])
     assert r.exit_code == 2 and "two_d.group_size: 5 does not divide topology.num_devices 16" in r.stderr
+
+
+# ---- TorchRec: the planner for DMPCollection ------------------------------------------------------------------
+
+def test_shardopt_planner_plans_the_group_for_dmpcollection() -> None:
+    pytest.importorskip("torchrec")
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, TopologyFactory, TrainerConfig
+
+    from shardopt.torchrec import ShardoptPlanner
+    from shardopt.torchrec.planner_inputs import PlannerInputError
+
+    model = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name=f"t{i}", embedding_dim=16 * (1 + i % 2), num_embeddings=500 + 100 * i,
+                                                              feature_names=[f"f{i}"]) for i in range(6)], device=torch.device("meta"))
+    topology = TopologyFactory.create_topology(trainer_config=TrainerConfig(world_size=8, local_world_size=4),
+                                               hardware_config=HardwareConfig(ddr_cap_bytes=64 * 1024**2),
+                                               kernel_config=KernelConfig(compute_device="cpu"))
+    planner = ShardoptPlanner(topology, batch_size=8, solver="neuroshard", cost_model="analytic", two_d={"group_size": 2})
+    plan = planner.plan(model, [EmbeddingBagCollectionSharder()])
+    ranks = {r for mp in plan.plan.values() for ps in mp.values() for r in ps.ranks}
+    assert planner.sharding_group_size == 2 and ranks <= {0, 1}
+    assert planner.last["two_d"]["group_size"] == 2 and planner.last["job"].topology.num_devices == 8
+    auto = ShardoptPlanner(topology, batch_size=8, solver="greedy", cost_model="analytic", two_d={"group_size": "auto", "sync_interval": 10})
+    auto.plan(model, [EmbeddingBagCollectionSharder()])
+    assert auto.sharding_group_size in (1, 2, 4, 8)
+    with pytest.raises(PlannerInputError, match="two_d.sync_interval"):
+        ShardoptPlanner(topology, batch_size=8, two_d={"group_size": 2, "sync_interval": 0})
+    with pytest.raises(PlannerInputError, match="two_d.group_size: 3 does not divide"):
+        ShardoptPlanner(topology, batch_size=8, cost_model="analytic", two_d={"group_size": 3}).plan(model, [EmbeddingBagCollectionSharder()])

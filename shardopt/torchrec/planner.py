@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardopt.core.ir import Instance, PlacementConstraints, Plan, TorchRecForm
+from shardopt.core.two_d import TwoDParallel
 from shardopt.data.torchrec_install import require_torchrec
 
 require_torchrec()  # (an ImportError naming the exact pip commands when TorchRec is not installed)
@@ -121,7 +122,8 @@ class ShardoptPlanner(ShardingPlanner):
                  constraints: dict[str, Any] | None = None, debug: bool = True, callbacks: Any = None, timeout_seconds: int | None = None,
                  plan_loader: Any = None, *, solver: str = "neuroshard", cost_model: str = "auto", time_limit: float | None = None,
                  seed: int = 0, options: dict[str, Any] | None = None, hardware: str | None = None,
-                 placement: PlacementConstraints | dict[str, Any] | None = None, even_columns: bool | None = None) -> None:
+                 placement: PlacementConstraints | dict[str, Any] | None = None, even_columns: bool | None = None,
+                 two_d: TwoDParallel | dict[str, Any] | None = None) -> None:
         from solvers.catalog import get_solver
 
         refuse_search_parts({"proposer": proposer, "partitioner": partitioner, "performance_model": performance_model,
@@ -161,6 +163,8 @@ class ShardoptPlanner(ShardingPlanner):
         self._notes = [n for n in (enum_note, hw_note) if n]
         if stats is not None and stats != [] and not isinstance(stats, bool):
             self._notes.append(f"stats: {type(stats).__name__} reads TorchRec's sharding options; shardopt logs its own stats table instead")
+        self.two_d = _two_d_section(two_d)
+        self.sharding_group_size: int | None = None  # with two_d: the group size of the last plan (DMPCollection's argument)
         self.solver = get_solver(solver, **(options or {}))  # (an unknown solver or option fails here, before any planning)
         self.last: dict[str, Any] | None = None  # what the last plan() did: solver, cost, bound, stop reason, per rank, notes
 
@@ -181,6 +185,8 @@ class ShardoptPlanner(ShardingPlanner):
         memory = rank_memory(self.topology, self.storage_reservation, self.batch_size, module, sharders, self.constraints)
         planned = tables_of(module, sharders, self.topology, self.batch_size, self.constraints, self.hardware, memory, self.placement,
                             even_columns=even)
+        if self.two_d is not None:  # 2D: the instance of the whole job, its group planned (solvers/two_d.py)
+            planned = dataclasses.replace(planned, instance=_with_two_d(planned.instance, self.two_d))
         check_accepts(self.solver_name, planned.instance)
         proof = constraint_infeasibility(planned.instance)
         if proof is not None:
@@ -190,6 +196,12 @@ class ShardoptPlanner(ShardingPlanner):
         result = self.solver.solve(planned.instance, choice.model, time_limit=self.time_limit, seed=self.seed)
         if not result.status.has_plan or result.plan is None:
             raise PlannerInputError(f"shardopt ({self.solver_name}) found no plan: {result.reason}")
+        job = planned.instance
+        if result.plan.sharding_group_size is not None:  # the group's plan, for DMPCollection(sharding_group_size=G)
+            from solvers.two_d import planned_instance
+
+            planned = dataclasses.replace(planned, instance=planned_instance(job, result.plan))
+            self.sharding_group_size = result.plan.sharding_group_size
         sharding_plan = export_plan(planned, result.plan, self.topology.compute_device, self.constraints)
         self.last = {"solver": self.solver_name, "cost_model": choice.name, "status": result.status.value,
                      "stopped": result.stopped.value if result.stopped is not None else None,
@@ -198,7 +210,9 @@ class ShardoptPlanner(ShardingPlanner):
                      "seconds": time.perf_counter() - t0, "tables": len(planned.instance.tables),
                      "collections": [c.path for c in planned.collections], "notes": notes, "instance": planned.instance,
                      "plan": result.plan, "reservation": memory.how, "even_columns": even, "compute_device": self.topology.compute_device,
-                     "ranks": stats_record(planned.instance, result.plan, result.predicted) if result.predicted is not None else []}
+                     "ranks": stats_record(planned.instance, result.plan, result.predicted) if result.predicted is not None else [],
+                     **({"two_d": result.two_d.to_dict(), "sharding_group_size": self.sharding_group_size, "job": job}
+                        if result.two_d is not None else {})}
         _log_plan(self.last, result, planned, table=self.debug and self.stats != [])
         return sharding_plan
 
@@ -390,6 +404,31 @@ def _optimizer(named: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------
 # the plan -> TorchRec's ShardingPlan
+
+
+def _two_d_section(two_d: TwoDParallel | dict[str, Any] | None) -> TwoDParallel | None:
+    """The planner's `two_d` argument validated (PlannerInputError naming the field)."""
+    if two_d is None or isinstance(two_d, TwoDParallel):
+        return two_d
+    from pydantic import ValidationError
+
+    try:
+        return TwoDParallel.model_validate(two_d)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise PlannerInputError(f"two_d.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+
+def _with_two_d(instance: Instance, two_d: TwoDParallel) -> Instance:
+    """The job's instance with its 2D section (PlannerInputError where the group size does not fit the job)."""
+    from shardopt.core.ir import IRError, instance_from_dict
+
+    doc = instance.model_dump(mode="json", exclude_none=True)
+    doc["two_d"] = two_d.model_dump(mode="json")
+    try:
+        return instance_from_dict(doc)
+    except IRError as exc:
+        raise PlannerInputError(str(exc)) from None
 
 
 def export_plan(planned: PlannedTables, plan: Plan, compute_device: str, constraints: dict[str, Any]) -> Any:
