@@ -253,3 +253,42 @@ def test_shardopt_planner_plans_the_group_for_dmpcollection() -> None:
         ShardoptPlanner(topology, batch_size=8, two_d={"group_size": 2, "sync_interval": 0})
     with pytest.raises(PlannerInputError, match="two_d.group_size: 3 does not divide"):
         ShardoptPlanner(topology, batch_size=8, cost_model="analytic", two_d={"group_size": 3}).plan(model, [EmbeddingBagCollectionSharder()])
+
+
+# ---- the bound ------------------------------------------------------------------------------------------------
+
+def test_the_bound_per_group_size_is_below_every_plan_of_that_size() -> None:
+    from solvers.bound.two_d import sync_floor_ms, two_d_lower_bound
+
+    inst = job({"group_size": "auto", "sync_interval": 20}, devices=8, per_host=4, tables=10)
+    bounds = {b.group_size: b for b in two_d_lower_bound(inst, AnalyticCostModel(), time_limit=8)}
+    assert set(bounds) == set(divisors(8))
+    for g in divisors(8):
+        doc = inst.model_dump(mode="json", exclude_none=True)
+        doc["two_d"]["group_size"] = g
+        fixed = instance_from_dict(doc)
+        r = get_solver("neuroshard").solve(fixed, AnalyticCostModel(), seed=0)
+        if r.plan is None:
+            continue
+        b = bounds[g]
+        assert b.sync_floor_ms <= replica_sync(fixed, r.plan, g).ms + 1e-12
+        if b.embedding is not None and b.embedding.status.proves_bound:
+            assert b.value_ms <= r.plan.predicted_cost * (1 + 1e-9), g
+    assert sync_floor_ms(inst, 8) == 0.0
+    only = two_d_lower_bound(job({"group_size": 4}, devices=8, per_host=4, tables=10), AnalyticCostModel(), time_limit=4)
+    assert [b.group_size for b in only] == [4]
+
+
+def test_cli_bound_of_a_2d_instance(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from shardopt.cli import app
+    from shardopt.core.ir import save
+
+    path = tmp_path / "job.json"
+    save(job({"group_size": "auto", "sync_interval": 20}, devices=8, per_host=4, tables=10), path)
+    r = CliRunner().invoke(app, ["bound", str(path), "--time-limit", "6", "--json"])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    values = [g["value_ms"] for g in doc["group_sizes"] if g["value_ms"] is not None and g["status"] in ("optimal", "bound")]
+    assert doc["bound_ms"] == pytest.approx(min(values)) and {g["group_size"] for g in doc["group_sizes"]} == set(divisors(8))
