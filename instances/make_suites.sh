@@ -27,5 +27,8 @@ $SHARDOPT generate --family mixed --count 4 --seed 1 --pool test --out instances
 # real models' shape (issue 56): a few huge, heavily pooled tables among many small ones, on 8 to 512 devices
 $SHARDOPT generate --family skewed --count 14 --seed 0 --pool train --out instances/suites/skewed-train
 $SHARDOPT generate --family skewed --count 7 --seed 1 --pool test --out instances/suites/skewed-test
+# 2D sparse parallelism (issue 58): 1,024 and 4,096 H100s, the pool's tables or MLPerf DLRMv2's, group size auto
+$SHARDOPT generate --family two-d --count 4 --seed 0 --pool train --out instances/suites/two-d-train
+$SHARDOPT generate --family two-d --count 4 --seed 1 --pool test --out instances/suites/two-d-test
 # published models' table configurations (instances/real/configs) on named clusters
 "$(dirname "$SHARDOPT")/python" instances/real/make_real.py

@@ -17,7 +17,7 @@ SUITE_DIRS = sorted(p for p in SUITES.iterdir() if (p / "suite.json").is_file())
 
 def test_standard_suites_exist():
     names = {p.name for p in SUITE_DIRS}
-    for family in ("dreamshard", "neuroshard", "autoshard", "cpu", "huge", "tiered", "nvl72", "mixed", "skewed"):
+    for family in ("dreamshard", "neuroshard", "autoshard", "cpu", "huge", "tiered", "nvl72", "mixed", "skewed", "two-d"):
         assert {f"{family}-train", f"{family}-test"} <= names
     assert "production" in names
 

@@ -292,3 +292,17 @@ def test_cli_bound_of_a_2d_instance(tmp_path) -> None:
     doc = json.loads(r.stdout)
     values = [g["value_ms"] for g in doc["group_sizes"] if g["value_ms"] is not None and g["status"] in ("optimal", "bound")]
     assert doc["bound_ms"] == pytest.approx(min(values)) and {g["group_size"] for g in doc["group_sizes"]} == set(divisors(8))
+
+
+def test_the_two_d_family_draws_2d_jobs_at_both_scales() -> None:
+    from shardopt.data.pools import load_pool, standard_pool_path
+    from shardopt.data.suites import FAMILIES, generate_instance
+
+    pool = load_pool(standard_pool_path("test"))
+    made = [generate_instance(FAMILIES["two-d"], pool, 7, i, "test") for i in range(4)]
+    assert [m.topology.num_devices for m in made] == [1024, 4096, 1024, 4096]
+    assert all(m.two_d is not None and m.two_d.group_size == "auto" for m in made)
+    assert len(made[0].tables) > 100 and len(made[2].tables) == 26  # the pool's tables, then MLPerf DLRMv2's
+    assert all(m.topology.levels[0].devices == 8 for m in made)
+    assert generate_instance(FAMILIES["two-d"], pool, 7, 1, "test") == made[1]
+    assert any(len(candidate_group_sizes(m)) and any(why is None for _, why in candidate_group_sizes(m)) for m in made)

@@ -37,6 +37,7 @@ from shardopt.core.plan_check import check_plan
 from shardopt.core.stats import histogram_from_zipf
 from shardopt.data.pools import TablePool, round_histogram
 from shardopt.data.scale import scale_table
+from shardopt.data.two_d_family import POOL_DIM_WEIGHTS, POOL_DIMS, generate_two_d_instance
 
 TIGHT_SLACK = 1.10
 SLACK_STEP = 1.02
@@ -633,6 +634,19 @@ FAMILIES["skewed"] = Family(
     "a100/h100",
     "none (the embeddings' share of a real device's HBM)",
     make=generate_skewed_instance,
+)
+
+
+FAMILIES["two-d"] = Family(
+    "two-d",
+    "2D sparse parallelism (two_d: group size auto): 1,024 or 4,096 H100s in NVLink hosts of 8, the pool's tables or "
+    "MLPerf DLRMv2's (shardopt/data/two_d_family.py)",
+    _own_shape,
+    POOL_DIMS,
+    POOL_DIM_WEIGHTS,
+    "h100",
+    "none (the embeddings' share of an H100's HBM)",
+    make=generate_two_d_instance,
 )
 
 
