@@ -93,6 +93,12 @@ def solve_in_groups(name: str, solve: InnerSolve, instance: Instance, cost_model
     return _chosen(name, instance, tried, time.perf_counter() - t0)
 
 
+def _tried_record(trials: tuple[GroupSizeTrial, ...]) -> list[dict[str, Any]]:
+    """The sizes tried with a plan, as the plan records them (`params.two_d.group_sizes`: `inspect --draw` reads them)."""
+    return [{"group_size": t.group_size, "solver": t.solver, "refined": t.refined, "embedding_ms": round(t.embedding_ms, 9),
+             "sync_ms": round(t.sync_ms, 9)} for t in trials if t.embedding_ms is not None and t.sync_ms is not None]
+
+
 def _scout(instance: Instance, formed: list[int], name: str, scout: InnerSolve, cost_model: CostModel, seed: int) -> list[_Tried]:
     """The scout's trial of each size, ascending, stopped once `SCOUT_RISES` sizes in a row each cost more than the
     one before and than the best so far: the sync falls and the embedding grows with G, and the largest sizes are the
@@ -129,7 +135,8 @@ def _chosen(name: str, instance: Instance, tried: list[_Tried], wall: float) -> 
     g = best.trial.group_size
     plan = result.plan.model_copy(update={
         "instance": instance.content_hash(), "sharding_group_size": g, "predicted_cost": best.trial.total_ms,
-        "wall_time_s": wall, "params": {**result.plan.params, "two_d": _two_d_params(instance, g, sync)}})
+        "wall_time_s": wall, "params": {**result.plan.params, "two_d": {**_two_d_params(instance, g, sync),
+                                                                        "group_sizes": _tried_record(trials)}}})
     status = SolveStatus.feasible if result.status is SolveStatus.optimal else result.status  # (the group's optimum is not the job's)
     plan = plan.model_copy(update={"status": PlanStatus(status.value)})
     out = SolveResult(result.solver, status, plan, result.reason, wall, None, result.predicted, result.info,

@@ -198,6 +198,11 @@ def test_cli_solves_a_2d_instance_and_exports_dmpcollection_arguments(tmp_path) 
     assert j["total_ms"] == pytest.approx(doc["plan"]["predicted_cost"])  # (the sim judge is the analytic model)
     explained = CliRunner().invoke(app, ["explain", str(path), str(plan_path), "--json"])
     assert explained.exit_code == 0 and json.loads(explained.stdout)["two_d"]["sync_ms"] == pytest.approx(j["sync_ms"])
+    svg = tmp_path / "curve.svg"
+    drawn = CliRunner().invoke(app, ["inspect", str(plan_path), "-i", str(path), "--draw", str(svg)])
+    assert drawn.exit_code == 0, drawn.stdout + drawn.stderr
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    assert {r["group_size"] for r in doc["plan"]["params"]["two_d"]["group_sizes"]} <= set(divisors(16))
     flat_path = tmp_path / "flat.json"
     save(job(None, devices=16), flat_path)
     wrong = CliRunner().invoke(app, ["evaluate", str(flat_path), str(plan_path), "--backend", "sim"])

@@ -26,6 +26,7 @@ from shardopt.cli.common import (
     _load_instance,
     _memory_doc,
     _names_cell,
+    _plan_scope,
     _print_lines,
     _shards_by_device,
     _warn,
@@ -41,7 +42,7 @@ def inspect(
     ] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the largest tables to list.")] = 10,
     draw: Annotated[
-        Path | None, typer.Option("--draw", metavar="FILE.svg", help="For an instance: draw its network (graph, or the tree of its levels) to an SVG file.")
+        Path | None, typer.Option("--draw", metavar="FILE.svg", help="For an instance: draw its network (graph, or the tree of its levels) to an SVG file; for a 2D plan: its cost per sharding group size tried.")
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -57,7 +58,11 @@ def inspect(
         doc = load_document(path)
         if isinstance(doc, Plan):
             instance = _load_instance(instance_path) if instance_path is not None else None
+            if instance is not None:
+                instance, _ = _plan_scope(instance, doc)  # (a 2D plan: its sharding group's flat instance)
             _inspect_plan(path, doc, instance, json_out)
+            if draw is not None:
+                _draw_two_d(doc, draw, json_out)
         else:
             if instance_path is not None:
                 _warn("--instance is only used when FILE.json is a plan; ignored")
@@ -71,6 +76,20 @@ def inspect(
                 draw_topology(doc.topology, get_profile(doc.topology.hardware), draw)
                 if not json_out:
                     _console().print(f"drew the network to {_esc(str(draw))}")
+
+
+def _draw_two_d(plan: Plan, draw: Path, json_out: bool) -> None:
+    """`--draw` for a plan: the curve of a 2D plan's group sizes (exit 2 for any other plan)."""
+    two_d = plan.params.get("two_d") if isinstance(plan.params, dict) else None
+    if not two_d or not two_d.get("group_sizes"):
+        raise CLIError("--draw: a plan is drawn only where it is a 2D plan with its group sizes tried (params.two_d.group_sizes)")
+    if draw.suffix.lower() != ".svg":
+        raise CLIError(f"--draw: {str(draw)!r} is not an .svg file")
+    from shardopt.cli.two_d_view import draw_group_size_curve
+
+    draw_group_size_curve(two_d, draw)
+    if not json_out:
+        _console().print(f"drew the cost per group size to {_esc(str(draw))}")
 
 
 def _levels_text(topo: Any, profile: Any) -> str:

@@ -38,3 +38,36 @@ def two_d_lines(job: Instance, choice: TwoDChoice, embedding_ms: float) -> list[
         f"per iteration: embedding {embedding_ms:.3f} ms + replica sync {float(sync.get('sync_ms', 0.0)):.3f} ms = "
         f"{embedding_ms + float(sync.get('sync_ms', 0.0)):.3f} ms (the sync analytic, over the replica group's links: {links})",
     ]
+
+
+def draw_group_size_curve(plan_two_d: dict[str, Any], out: Any) -> None:
+    """A 2D plan's sizes tried (`params.two_d.group_sizes`) as curves over G: embedding, sync and their total, the
+    scout's and the refined plans apart, the chosen size marked (an SVG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = plan_two_d.get("group_sizes") or []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for refined, style, label in ((False, "--", "scout"), (True, "-", "refined")):
+        part = sorted((r for r in rows if r["refined"] is refined), key=lambda r: r["group_size"])
+        if not part:
+            continue
+        g = [r["group_size"] for r in part]
+        ax.plot(g, [r["embedding_ms"] + r["sync_ms"] for r in part], style, marker="o", color="#4c72b0", label=f"total ({label})")
+        ax.plot(g, [r["embedding_ms"] for r in part], style, marker=".", color="#55a868", label=f"embedding ({label})")
+        ax.plot(g, [r["sync_ms"] for r in part], style, marker=".", color="#c44e52", label=f"replica sync ({label})")
+    chosen = plan_two_d.get("sharding_group_size")
+    if chosen is not None:
+        ax.axvline(chosen, color="#888888", linewidth=1)
+        ax.annotate(f"chosen G = {chosen}", (chosen, ax.get_ylim()[1]), textcoords="offset points", xytext=(4, -12), fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sharding group size G (ranks)")
+    ax.set_ylabel("ms per iteration")
+    ax.set_title(f"2D: cost per group size (world {plan_two_d.get('world_size')}, sync every {plan_two_d.get('sync_interval')})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, format="svg")
+    plt.close(fig)
