@@ -311,3 +311,13 @@ def test_the_two_d_family_draws_2d_jobs_at_both_scales() -> None:
     assert all(m.topology.levels[0].devices == 8 for m in made)
     assert generate_instance(FAMILIES["two-d"], pool, 7, 1, "test") == made[1]
     assert any(len(candidate_group_sizes(m)) and any(why is None for _, why in candidate_group_sizes(m)) for m in made)
+
+
+def test_the_judge_refuses_a_2d_instance_it_would_price_as_flat() -> None:
+    from shardopt.measure.evaluate import EvaluationError, evaluate_plan
+
+    inst = job({"group_size": 4}, devices=8, per_host=4)
+    plan = get_solver("greedy").solve(inst, AnalyticCostModel(), seed=0).plan
+    with pytest.raises(EvaluationError, match="two_d: a 2D instance's plan is judged on its sharding group"):
+        evaluate_plan(inst, plan)
+    assert evaluate_plan(planned_instance(inst, plan), plan).costs.max_cost > 0

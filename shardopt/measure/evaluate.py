@@ -168,6 +168,10 @@ def evaluate_plan(
     """
     if backend not in BACKENDS:
         raise UnknownBackendError(backend)
+    if instance.two_d is not None:  # (judging it as a flat job of N devices would price another problem)
+        raise EvaluationError("two_d: a 2D instance's plan is judged on its sharding group: pass the group's flat instance "
+                              "(shardopt.core.sharding_groups.group_instance) and add the replica sync "
+                              "(costmodels.replica_sync), as `shardopt evaluate` does")
     rule = stop_rule(repeats, target, time_cap_s)
     for name, value, low in (("warmup", warmup, 0), ("threads", threads, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
