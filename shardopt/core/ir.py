@@ -233,6 +233,14 @@ class Instance(IRModel):
     two_d: TwoDParallel | None = Field(default=None, description="2D sparse parallelism (DMPCollection): the tables sharded "
                                        "over a group of ranks, the group replicated (absent: one flat group)")
 
+    @model_serializer(mode="wrap")
+    def _drop_flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A flat instance is written as before 2D parallelism existed, so its document and hashes are too."""
+        out = handler(self)
+        if out.get("two_d", 0) is None:
+            out.pop("two_d")
+        return out
+
     @model_validator(mode="after")
     def _two_d_fits_the_job(self) -> Instance:
         if self.two_d is None:
@@ -406,6 +414,14 @@ class Plan(IRModel):
     shards: list[Shard] = Field(min_length=1)
     sharding_group_size: int | None = Field(default=None, ge=1, le=MAX_DEVICES, description="a 2D instance's plan: the "
                                             "sharding group size G it places (shards name group ranks 0..G-1)")
+
+    @model_serializer(mode="wrap")
+    def _drop_flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A flat instance's plan is written as before 2D parallelism existed."""
+        out = handler(self)
+        if out.get("sharding_group_size", 0) is None:
+            out.pop("sharding_group_size")
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
