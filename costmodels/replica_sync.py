@@ -23,7 +23,7 @@ import numpy as np
 
 from shardopt.core.hardware import get_profile
 from shardopt.core.ir import Instance, Plan
-from shardopt.core.memory import slice_bytes
+from shardopt.core.memory import slice_bytes, weight_bytes
 from shardopt.core.sharding_groups import RingSpan, job_levels, replica_groups, ring_span
 from shardopt.core.two_d import SyncStrategy
 
@@ -55,6 +55,25 @@ class ReplicaSync:
                 "links": list(span.levels), "bandwidth": span.bandwidth if span.levels else None}
 
 
+def synced_bytes(instance: Instance, table: Any, rows: int, cols: int) -> int:
+    """Bytes a rows x cols slice of `table` puts into the sync: weights and optimizer state (strategy default), the
+    weights alone (fully_sharded)."""
+    assert instance.two_d is not None
+    if instance.two_d.strategy is SyncStrategy.fully_sharded:
+        return weight_bytes(instance, table, rows, cols)
+    return slice_bytes(instance, table, rows, cols)
+
+
+def sync_time_ms(instance: Instance, replicas: int, rank_bytes: Any, bandwidth: Any, start_s: Any) -> Any:
+    """ms per iteration of syncing `rank_bytes` over rings of `replicas` ranks (the module docstring's formulas)."""
+    two_d = instance.two_d
+    assert two_d is not None
+    moved = 2 * (replicas - 1) / replicas * rank_bytes / bandwidth
+    if two_d.strategy is SyncStrategy.fully_sharded:  # a reduce-scatter and an all-gather every iteration
+        return (moved + 2 * start_s) * MS
+    return (moved + start_s) * MS / two_d.sync_interval  # one ring all-reduce every sync_interval iterations
+
+
 def replica_sync(instance: Instance, plan: Plan, group_size: int) -> ReplicaSync:
     """The replica sync of `plan` (a plan for one sharding group of `group_size` ranks) in the 2D job `instance`."""
     if instance.two_d is None:
@@ -63,13 +82,10 @@ def replica_sync(instance: Instance, plan: Plan, group_size: int) -> ReplicaSync
     n = instance.topology.num_devices
     replicas = n // group_size
     tables = instance.table_index()
-    weights_only = two_d.strategy is SyncStrategy.fully_sharded
     rank_bytes = np.zeros(group_size)
     for s in plan.shards:
         table = instance.tables[tables[s.table]]
-        rows, cols = s.height(table), s.width(table)
-        weights = rows * cols * instance.table_dtype(table).nbytes
-        rank_bytes[s.device] += weights if weights_only else slice_bytes(instance, table, rows, cols)
+        rank_bytes[s.device] += synced_bytes(instance, table, s.height(table), s.width(table))
     if replicas == 1:
         return ReplicaSync(group_size, 1, two_d.strategy, two_d.sync_interval, rank_bytes, np.zeros(group_size), ())
     levels = job_levels(instance.topology)
@@ -77,9 +93,5 @@ def replica_sync(instance: Instance, plan: Plan, group_size: int) -> ReplicaSync
     spans = tuple(ring_span(levels, ranks) for ranks in replica_groups(n, group_size, two_d.layout))
     bw = np.array([sp.bandwidth for sp in spans])
     start = np.array([start_s + sp.latency_s for sp in spans])
-    share = (replicas - 1) / replicas
-    if weights_only:  # a reduce-scatter and an all-gather every iteration
-        rank_ms = (2 * share * rank_bytes / bw + 2 * start) * MS
-    else:  # one ring all-reduce every sync_interval iterations
-        rank_ms = (2 * share * rank_bytes / bw + start) * MS / two_d.sync_interval
+    rank_ms = sync_time_ms(instance, replicas, rank_bytes, bw, start)
     return ReplicaSync(group_size, replicas, two_d.strategy, two_d.sync_interval, rank_bytes, rank_ms, spans)

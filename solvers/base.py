@@ -85,8 +85,7 @@ def _proofs_first(solve: Any) -> Any:
             def flat(sub: Instance, cm: CostModel, time_limit: float | None, seed: int) -> SolveResult:
                 return guarded(self, sub, cm, time_limit=time_limit, seed=seed)
 
-            return solve_in_groups(self.name, flat, instance, cost_model, kwargs.get("time_limit", args[0] if args else None),
-                                   kwargs.get("seed", args[1] if len(args) > 1 else 0))
+            return solve_in_groups(self.name, flat, instance, cost_model, kwargs.get("time_limit"), kwargs.get("seed", 0))
         return solve(self, instance, cost_model, *args, **kwargs)
 
     return guarded

@@ -133,22 +133,17 @@ def _chosen(name: str, instance: Instance, tried: list[_Tried], wall: float) -> 
     result, sync = best.result, best.sync
     assert result is not None and result.plan is not None and sync is not None
     g = best.trial.group_size
+    status = SolveStatus.feasible if result.status is SolveStatus.optimal else result.status  # (the group's optimum is not the job's)
     plan = result.plan.model_copy(update={
         "instance": instance.content_hash(), "sharding_group_size": g, "predicted_cost": best.trial.total_ms,
-        "wall_time_s": wall, "params": {**result.plan.params, "two_d": {**_two_d_params(instance, g, sync),
-                                                                        "group_sizes": _tried_record(trials)}}})
-    status = SolveStatus.feasible if result.status is SolveStatus.optimal else result.status  # (the group's optimum is not the job's)
-    plan = plan.model_copy(update={"status": PlanStatus(status.value)})
-    out = SolveResult(result.solver, status, plan, result.reason, wall, None, result.predicted, result.info,
-                      result.stopped if result.stopped is not StopReason.proven else StopReason.converged,
-                      stats=result.stats, work_budget=result.work_budget, two_d=TwoDChoice(g, trials, sync.to_dict()))
-    return out
+        "wall_time_s": wall, "status": PlanStatus(status.value),
+        "params": {**result.plan.params, "two_d": {**_two_d_params(instance, g, sync), "group_sizes": _tried_record(trials)}}})
+    return SolveResult(result.solver, status, plan, result.reason, wall, None, result.predicted, result.info,
+                       result.stopped if result.stopped is not StopReason.proven else StopReason.converged,
+                       stats=result.stats, work_budget=result.work_budget, two_d=TwoDChoice(g, trials, sync.to_dict()))
 
 
 def _two_d_params(instance: Instance, g: int, sync: ReplicaSync) -> dict[str, Any]:
     """What the plan records of its 2D setting: DMPCollection's arguments and the sync it was costed with."""
-    two_d = instance.two_d
-    assert two_d is not None
-    return {"sharding_group_size": g, "world_size": instance.topology.num_devices,
-            "use_inter_host_allreduce": two_d.layout.value == "contiguous", "sharding_strategy": two_d.strategy.value,
-            "sync_interval": two_d.sync_interval, "sync_ms": round(sync.ms, 9)}
+    assert instance.two_d is not None
+    return {**instance.two_d.dmp_collection_args(g, instance.topology.num_devices), "sync_ms": round(sync.ms, 9)}

@@ -526,7 +526,7 @@ def _plan_scope(instance: Instance, plan: Any) -> tuple[Instance, Any]:
     if instance.two_d is None or plan.sharding_group_size is None:
         which = ("has no two_d section, but the plan is a sharding group's (sharding_group_size)" if instance.two_d is None
                  else "is 2D (two_d), but the plan names no sharding_group_size")
-        raise CLIError(f"the instance {which}: judge a plan with the instance it was solved for")
+        raise CLIError(f"the instance {which}: use a plan with the instance it was solved for")
     from costmodels.replica_sync import replica_sync
     from solvers.two_d import planned_instance
 

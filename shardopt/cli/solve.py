@@ -219,22 +219,18 @@ class _Shown:
         result, plan, costs, instance = self.result, self.plan, self.costs, self.instance
         console = _console()
         title = f"plan for {self.job.name or self.instance_path.name} by {plan.solver} ({self.label})"
-        if result.two_d is not None:
-            from shardopt.cli.two_d_view import group_size_table
-
-            title += f", one sharding group of {plan.sharding_group_size} ranks"
-            console.print(group_size_table(result.two_d))
+        lines = _cost_summary(costs, self.label)
         sync = None
         if result.two_d is not None:
             from costmodels.replica_sync import replica_sync
+            from shardopt.cli.common import _sync_lines
+            from shardopt.cli.two_d_view import group_size_table, two_d_setting
 
-            sync = replica_sync(self.job, plan, instance.topology.num_devices).rank_ms
-        console.print(_device_table(title, instance, plan.shards, self.memory, costs, sync))
-        lines = _cost_summary(costs, self.label)
-        if result.two_d is not None:
-            from shardopt.cli.two_d_view import two_d_lines
-
-            lines += two_d_lines(self.job, result.two_d, costs.max_cost)
+            title += f", one sharding group of {plan.sharding_group_size} ranks"
+            console.print(group_size_table(result.two_d))
+            sync = replica_sync(self.job, plan, instance.topology.num_devices)
+            lines += [two_d_setting(self.job, result.two_d)] + _sync_lines(sync, costs.max_cost, self.label)
+        console.print(_device_table(title, instance, plan.shards, self.memory, costs, None if sync is None else sync.rank_ms))
         status = f"solver {plan.solver}: {result.status.value} in {result.wall_time_s:.3f} s, {STOP_WORDS.get(result.stopped, 'stopped')} (seed {self.seed}"
         status += f", time limit {self.time_limit:g} s)" if self.time_limit is not None else ")"
         if result.policy is not None and result.policy.from_card:

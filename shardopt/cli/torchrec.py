@@ -25,6 +25,7 @@ from shardopt.cli.common import (
     _esc,
     _fmt_bytes,
     _guard,
+    _plan_scope,
     _print_lines,
     _warn,
     app,
@@ -92,11 +93,9 @@ def export_cmd(
         warning = hash_warning(instance, plan)
         if warning:
             _warn(f"{plan_path}: {warning}")
-        dmp = _dmp_collection_args(instance, plan)
-        if dmp is not None:  # a 2D plan: TorchRec's plan is the sharding group's (solvers/two_d.py)
-            from solvers.two_d import planned_instance
-
-            instance = planned_instance(instance, plan)
+        job = instance
+        instance, sync = _plan_scope(instance, plan)  # (a 2D plan: TorchRec's plan is the sharding group's)
+        dmp = None if sync is None else job.two_d.dmp_collection_args(plan.sharding_group_size, job.topology.num_devices)
         _need_torchrec()
         from shardopt.data.torchrec_io import _to_torchrec_plan, from_torchrec_plan, normalize_shards, plan_to_json
 
@@ -296,17 +295,3 @@ def import_torchrec_cmd(
         _print_lines(_console(), lines)
         if reason:
             _warn(f"the instance has no table-wise plan: {reason}")
-
-
-def _dmp_collection_args(instance: Any, plan: Any) -> dict[str, Any] | None:
-    """DMPCollection's arguments for a 2D instance's group plan (None: a flat plan); exit 2 where the plan is a flat
-    plan of a 2D instance or a group plan of a flat one."""
-    if instance.two_d is None and plan.sharding_group_size is None:
-        return None
-    if instance.two_d is None or plan.sharding_group_size is None:
-        which = "has no two_d section" if instance.two_d is None else "is 2D but the plan names no sharding_group_size"
-        raise CLIError(f"--instance: the instance {which}: export a plan with the instance it was solved for")
-    two_d, g = instance.two_d, plan.sharding_group_size
-    return {"sharding_group_size": g, "world_size": instance.topology.num_devices,
-            "use_inter_host_allreduce": two_d.layout.value == "contiguous", "sharding_strategy": two_d.strategy.value,
-            "sync_interval": two_d.sync_interval}

@@ -26,18 +26,11 @@ def group_size_table(choice: TwoDChoice) -> Any:
     return table
 
 
-def two_d_lines(job: Instance, choice: TwoDChoice, embedding_ms: float) -> list[str]:
-    """The chosen group's setting and its iteration cost, embedding + sync."""
-    two_d, sync = job.two_d, choice.sync or {}
-    assert two_d is not None
-    g, n = choice.group_size, job.topology.num_devices
-    links = ", ".join(sync.get("links") or []) or "none"
-    return [
-        f"2D: {n // g} replicas of a sharding group of {g} ranks ({two_d.layout.value} ranks, use_inter_host_allreduce="
-        f"{str(two_d.layout.value == 'contiguous').lower()}), strategy {two_d.strategy.value}, sync every {two_d.sync_interval} iteration(s)",
-        f"per iteration: embedding {embedding_ms:.3f} ms + replica sync {float(sync.get('sync_ms', 0.0)):.3f} ms = "
-        f"{embedding_ms + float(sync.get('sync_ms', 0.0)):.3f} ms (the sync analytic, over the replica group's links: {links})",
-    ]
+def two_d_setting(job: Instance, choice: TwoDChoice) -> str:
+    """The chosen group as DMPCollection's arguments."""
+    assert job.two_d is not None and choice.group_size is not None
+    args = job.two_d.dmp_collection_args(choice.group_size, job.topology.num_devices)
+    return "DMPCollection: " + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in args.items())
 
 
 def draw_group_size_curve(plan_two_d: dict[str, Any], out: Any) -> None:

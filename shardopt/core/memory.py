@@ -37,10 +37,14 @@ def optimizer_state_bytes(optimizer: Optimizer, rows: int, cols: int) -> int:
     raise ValueError(f"unknown optimizer {optimizer!r}")
 
 
+def weight_bytes(instance: Instance, table: Table, rows: int, cols: int) -> int:
+    """Bytes of a rows x cols slice of `table`'s weights, in the table's dtype."""
+    return rows * cols * instance.table_dtype(table).nbytes
+
+
 def slice_bytes(instance: Instance, table: Table, rows: int, cols: int) -> int:
     """Bytes of a rows x cols slice of `table`: weights in the table's dtype plus optimizer state."""
-    weights = rows * cols * instance.table_dtype(table).nbytes
-    return weights + optimizer_state_bytes(instance.workload.optimizer, rows, cols)
+    return weight_bytes(instance, table, rows, cols) + optimizer_state_bytes(instance.workload.optimizer, rows, cols)
 
 
 def table_bytes(instance: Instance, table: Table) -> int:

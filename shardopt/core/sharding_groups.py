@@ -84,8 +84,8 @@ def group_topology(topology: Topology, group_size: int, layout: GroupLayout) -> 
     hint = (f"two_d.group_size {group_size} with layout {layout.value} puts {{counts}} ranks of one sharding group on "
             f"the hosts of {topology.devices_per_host} devices: choose a group size whose ranks fill hosts evenly "
             f"(divisors of {n}: {', '.join(str(d) for d in divisors(n))})")
-    per_host = min(_per_group(row, topology.devices_per_host, hint) for row in groups[:1]) if group_size > 1 else 1
-    for row in groups[1:]:
+    per_host = _per_group(groups[0], topology.devices_per_host, hint)
+    for row in groups[1:]:  # (every group must see the same hosts)
         _per_group(row, topology.devices_per_host, hint)
     kinds = np.array(topology.hardware_kinds())[groups]
     if (kinds != kinds[:1]).any():

@@ -55,6 +55,12 @@ class TwoDParallel(IRModel):
         """The group size when the instance fixes it (None: `auto`)."""
         return None if self.group_size == AUTO else int(self.group_size)
 
+    def dmp_collection_args(self, group_size: int, world_size: int) -> dict[str, object]:
+        """DMPCollection's arguments for a plan of one group of `group_size` ranks (and the sync interval its loop uses)."""
+        return {"sharding_group_size": group_size, "world_size": world_size,
+                "use_inter_host_allreduce": self.layout is GroupLayout.contiguous, "sharding_strategy": self.strategy.value,
+                "sync_interval": self.sync_interval}
+
     def check_group_size(self, num_devices: int) -> None:
         """Raise ValueError naming the field where a fixed group size does not divide the world size."""
         g = self.fixed_group_size

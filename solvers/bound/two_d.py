@@ -13,14 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodels.base import CostModel
+from costmodels.replica_sync import sync_time_ms, synced_bytes
 from shardopt.core.hardware import get_profile
 from shardopt.core.ir import Instance
-from shardopt.core.memory import slice_bytes
 from shardopt.core.sharding_groups import candidate_group_sizes, group_instance, job_levels, replica_groups, ring_span
-from shardopt.core.two_d import SyncStrategy
 from solvers.bound.bound import AnalyticBound, analytic_lower_bound
-
-MS = 1e3
 
 
 @dataclass(frozen=True)
@@ -52,15 +49,11 @@ def sync_floor_ms(instance: Instance, group_size: int) -> float:
     replicas = n // group_size
     if replicas == 1:
         return 0.0
-    weights_only = two_d.strategy is SyncStrategy.fully_sharded
-    total = sum(t.rows * t.dim * instance.table_dtype(t).nbytes if weights_only else slice_bytes(instance, t, t.rows, t.dim)
-                for t in instance.tables)
-    spans = [ring_span(job_levels(instance.topology), ranks) for ranks in replica_groups(n, group_size, two_d.layout)]
+    total = sum(synced_bytes(instance, t, t.rows, t.dim) for t in instance.tables)
+    levels = job_levels(instance.topology)
+    spans = [ring_span(levels, ranks) for ranks in replica_groups(n, group_size, two_d.layout)]
     start = get_profile(instance.topology.hardware).alltoall_latency_s + min(sp.latency_s for sp in spans)
-    moved = 2 * (replicas - 1) / replicas * (total / group_size) / max(sp.bandwidth for sp in spans)
-    if weights_only:
-        return (moved + 2 * start) * MS
-    return (moved + start) * MS / two_d.sync_interval
+    return float(sync_time_ms(instance, replicas, total / group_size, max(sp.bandwidth for sp in spans), start))
 
 
 def two_d_lower_bound(instance: Instance, cost_model: CostModel | None = None, *, time_limit: float = 10.0,
